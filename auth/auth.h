@@ -1,0 +1,78 @@
+#pragma once
+/* Bearer-token verification (libjwt 1.10) and scopes. No HTTP here: the
+ * dispatcher hands in the token text and a key lookup. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum auth_alg { AUTH_ALG_HS256 = 1, AUTH_ALG_RS256, AUTH_ALG_ES256 };
+const char *auth_alg_name(enum auth_alg a);           /* "HS256", ... */
+int auth_alg_parse(const char *s, enum auth_alg *out); /* 0 or -EINVAL */
+
+/* Scope bits. A token without a scope claim has FS_READ|FS_WRITE|EXEC. */
+enum auth_scope {
+	AUTH_SCOPE_FS_READ = 1u << 0,
+	AUTH_SCOPE_FS_WRITE = 1u << 1,
+	AUTH_SCOPE_EXEC = 1u << 2,
+	AUTH_SCOPE_AUDIT_READ = 1u << 3,
+	AUTH_SCOPE_ADMIN = 1u << 4,
+};
+#define AUTH_SCOPE_DEFAULT (AUTH_SCOPE_FS_READ | AUTH_SCOPE_FS_WRITE | AUTH_SCOPE_EXEC)
+/* Parse a space-separated scope string. Unknown scope names are ignored
+ * (a token for a newer server still works for what this one knows).
+ * Returns the bits. */
+unsigned auth_scopes_parse(const char *s);
+/* "fs:read fs:write ..." for bits, into out. */
+void auth_scopes_format(unsigned bits, char *out, size_t outsz);
+
+/* A tenant's registered key, as the store keeps it. */
+struct auth_key {
+	enum auth_alg alg;
+	const unsigned char *key; /* HS256: the secret bytes; RS256/ES256: PEM public key */
+	size_t key_len;
+	bool operator_tenant;     /* may its tokens carry admin? */
+};
+
+/* Look up the key of a tenant. Return 0 and fill *key (borrowed until the
+ * verify call returns), or -ENOENT for an unknown tenant. */
+typedef int (*auth_key_lookup)(void *ctx, const char *tenant, struct auth_key *key);
+
+struct auth_config {
+	const char *audience;   /* required aud when non-NULL */
+	int64_t leeway_s;       /* applies to exp and nbf; default 30 */
+	size_t max_token_bytes; /* default 8192 */
+};
+
+#define AUTH_TENANT_MAX 64
+
+struct auth_claims {
+	char tenant[AUTH_TENANT_MAX];
+	int64_t exp;
+	unsigned scopes;  /* admin cleared unless the tenant is an operator */
+	bool admin_refused; /* the token asked for admin but its tenant is no operator */
+};
+
+/* Verify a compact JWT: size cap; header alg must be the tenant's
+ * registered alg ("none" and any other never); signature (HS256 checked
+ * with a constant-time compare, RS256/ES256 through libjwt with the
+ * tenant's public key, never with an empty key); claims read with their
+ * JSON types checked: tenant (string, required), exp (integer, required),
+ * nbf and iat (integers, optional), aud (string or array of strings;
+ * required and must match when cfg->audience is set), scope (string,
+ * optional). now is Unix seconds.
+ * Errors: -EACCES for every refusal (401), with a short reason for the
+ * log in why (never sent to the client in detail). */
+int auth_verify(const char *token, size_t len, const struct auth_config *cfg, int64_t now,
+		auth_key_lookup lookup, void *lookup_ctx, struct auth_claims *out, const char **why);
+
+/* Mint an HS256 token (for `sandboxd token` and tests). scope may be NULL
+ * (no scope claim). Returns a fresh string (free()) or NULL on error. */
+char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char *tenant,
+		      const char *scope, int64_t iat, int64_t exp, const char *audience);
+
+/* Fill buf with n random bytes from the kernel (getrandom). 0 or -errno. */
+int auth_random(void *buf, size_t n);
+
+/* Check a PEM public key for a tenant registered with alg (RS256: RSA of
+ * at least 2048 bits; ES256: EC P-256). 0, or -EINVAL with a reason. */
+int auth_check_public_key(const unsigned char *pem, size_t len, enum auth_alg alg, const char **why);

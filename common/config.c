@@ -1,0 +1,225 @@
+#include "common/config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/xmalloc.h"
+
+enum kind { K_STR, K_INT, K_BOOL };
+
+struct option_spec {
+	const char *name; /* long option name, '-' separated */
+	enum kind kind;
+	size_t off;
+	const char *def;  /* default as text; NULL string default */
+	int64_t min, max; /* K_INT bounds */
+};
+
+#define S(n, f, d) { n, K_STR, offsetof(struct sbx_config, f), d, 0, 0 }
+#define I(n, f, d, lo, hi) { n, K_INT, offsetof(struct sbx_config, f), d, lo, hi }
+#define B(n, f, d) { n, K_BOOL, offsetof(struct sbx_config, f), d, 0, 0 }
+
+/* The one table of defaults. */
+static const struct option_spec specs[] = {
+	S("listen", listen, "127.0.0.1:8080"),
+	S("data-dir", data_dir, "./sandboxd-data"),
+	S("db-path", db_path, NULL),
+	S("backend", backend, "bwrap"),
+	B("allow-unsafe-local", allow_unsafe_local, "false"),
+	S("tls-cert", tls_cert, NULL),
+	S("tls-key", tls_key, NULL),
+	S("audience", audience, NULL),
+	I("leeway-s", leeway_s, "30", 0, 3600),
+	I("threads", threads, "0", 0, 256),
+	I("connection-timeout-s", connection_timeout_s, "60", 1, 86400),
+	I("max-connections", max_connections, "4096", 16, 1000000),
+	I("max-connections-per-ip", max_connections_per_ip, "1024", 1, 1000000),
+	I("connection-memory-bytes", connection_memory_bytes, "65536", 16384, 16777216),
+	I("max-buffered-bytes", max_buffered_bytes, "16777216", 1024, 1073741824),
+	I("max-upload-bytes", max_upload_bytes, "1099511627776", 0, INT64_MAX),
+	I("uid-base", uid_base, "100000", 1000, 2000000000),
+	I("heartbeat-ms", heartbeat_ms, "2000", 50, 600000),
+	I("exec-timeout-default-s", exec_timeout_default_s, "300", 1, 604800),
+	I("exec-timeout-max-s", exec_timeout_max_s, "3600", 1, 604800),
+	I("exec-kill-grace-ms", exec_kill_grace_ms, "2000", 0, 60000),
+	I("max-output-bytes-default", max_output_bytes_default, "64000", 256, 1073741824),
+	I("max-output-bytes-cap", max_output_bytes_cap, "8388608", 256, 1073741824),
+	I("spill-cap-bytes", spill_cap_bytes, "1073741824", 0, INT64_MAX),
+	I("tenant-max-execs", tenant_max_execs, "32", 1, 100000),
+	I("tenant-max-transfers", tenant_max_transfers, "16", 1, 100000),
+	I("transfer-ttl-default-s", transfer_ttl_default_s, "60", 1, 86400),
+	I("transfer-ttl-max-s", transfer_ttl_max_s, "3600", 1, 604800),
+	I("mem-limit-bytes", mem_limit_bytes, "2147483648", 0, INT64_MAX),
+	I("nproc-limit", nproc_limit, "256", 0, 1000000),
+	I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX),
+	I("nofile-limit", nofile_limit, "1024", 0, 1048576),
+	I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),
+	B("use-cgroups", use_cgroups, "true"),
+	B("metrics-public", metrics_public, "false"),
+	I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
+	I("audit-max-age-days", audit_max_age_days, "0", 0, 36500),
+	I("audit-max-rows", audit_max_rows, "0", 0, INT64_MAX),
+	B("log-requests", log_requests, "true"),
+};
+
+static const struct option_spec *find(const char *name)
+{
+	char norm[64];
+	size_t n = strlen(name);
+	if (n >= sizeof norm)
+		return NULL;
+	for (size_t i = 0; i <= n; i++)
+		norm[i] = name[i] == '_' ? '-' : name[i];
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+		if (strcmp(specs[i].name, norm) == 0)
+			return &specs[i];
+	return NULL;
+}
+
+static int set_text(struct sbx_config *c, const struct option_spec *s, const char *v, char *err, size_t errsz)
+{
+	char *base = (char *)c;
+	switch (s->kind) {
+	case K_STR: {
+		char **p = (char **)(base + s->off);
+		free(*p);
+		*p = v ? xstrdup(v) : NULL;
+		return 0;
+	}
+	case K_INT: {
+		char *end = NULL;
+		errno = 0;
+		long long x = strtoll(v, &end, 10);
+		if (errno || end == v || *end || x < s->min || x > s->max) {
+			snprintf(err, errsz, "%s: expected an integer in [%lld, %lld], got '%s'", s->name,
+				 (long long)s->min, (long long)s->max, v);
+			return -EINVAL;
+		}
+		*(int64_t *)(base + s->off) = x;
+		return 0;
+	}
+	case K_BOOL:
+		if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+			*(bool *)(base + s->off) = true;
+		else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+			*(bool *)(base + s->off) = false;
+		else {
+			snprintf(err, errsz, "%s: expected true or false, got '%s'", s->name, v);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	return -EINVAL;
+}
+
+void cfg_defaults(struct sbx_config *c)
+{
+	char err[16];
+	memset(c, 0, sizeof *c);
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+		if (specs[i].def || specs[i].kind == K_STR)
+			set_text(c, &specs[i], specs[i].def, err, sizeof err);
+}
+
+int cfg_set(struct sbx_config *c, const char *name, const char *value, char *err, size_t errsz)
+{
+	const struct option_spec *s = find(name);
+	if (!s) {
+		snprintf(err, errsz, "unknown option '%s'", name);
+		return -ENOENT;
+	}
+	return set_text(c, s, value, err, errsz);
+}
+
+int cfg_load_file(struct sbx_config *c, const char *path, char *err, size_t errsz)
+{
+	json_error_t jerr;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		snprintf(err, errsz, "%s:%d: %s", path, jerr.line, jerr.text);
+		return -EINVAL;
+	}
+	int rc = 0;
+	if (!json_is_object(root)) {
+		snprintf(err, errsz, "%s: expected a JSON object", path);
+		rc = -EINVAL;
+		goto out;
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(root, key, v) {
+		const struct option_spec *s = find(key);
+		char num[32];
+		const char *text = NULL;
+		if (!s) {
+			snprintf(err, errsz, "%s: unknown key '%s'", path, key);
+			rc = -EINVAL;
+			goto out;
+		}
+		if (s->kind == K_STR && (json_is_string(v) || json_is_null(v)))
+			text = json_string_value(v);
+		else if (s->kind == K_INT && json_is_integer(v)) {
+			snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
+			text = num;
+		} else if (s->kind == K_BOOL && json_is_boolean(v))
+			text = json_is_true(v) ? "true" : "false";
+		else {
+			snprintf(err, errsz, "%s: key '%s' has the wrong type", path, key);
+			rc = -EINVAL;
+			goto out;
+		}
+		rc = set_text(c, s, text, err, errsz);
+		if (rc < 0)
+			goto out;
+	}
+out:
+	json_decref(root);
+	return rc;
+}
+
+void cfg_finish(struct sbx_config *c)
+{
+	if (!c->db_path) {
+		size_t n = strlen(c->data_dir);
+		c->db_path = xasprintf("%s%ssandboxd.db", c->data_dir, n && c->data_dir[n - 1] == '/' ? "" : "/");
+	}
+}
+
+void cfg_free(struct sbx_config *c)
+{
+	char *base = (char *)c;
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		if (specs[i].kind != K_STR)
+			continue;
+		char **p = (char **)(base + specs[i].off);
+		free(*p);
+		*p = NULL;
+	}
+}
+
+void cfg_dump(const struct sbx_config *c, FILE *f)
+{
+	const char *base = (const char *)c;
+	fputs("{\n", f);
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		const struct option_spec *s = &specs[i];
+		fprintf(f, "  \"%s\": ", s->name);
+		if (s->kind == K_STR) {
+			const char *v = *(char *const *)(base + s->off);
+			json_t *j = v ? json_string(v) : json_null();
+			char *t = json_dumps(j, JSON_ENCODE_ANY);
+			fputs(t, f);
+			free(t);
+			json_decref(j);
+		} else if (s->kind == K_INT)
+			fprintf(f, "%lld", (long long)*(const int64_t *)(base + s->off));
+		else
+			fputs(*(const bool *)(base + s->off) ? "true" : "false", f);
+		fputs(i + 1 < sizeof specs / sizeof specs[0] ? ",\n" : "\n", f);
+	}
+	fputs("}\n", f);
+}

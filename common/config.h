@@ -1,0 +1,56 @@
+#pragma once
+/* Configuration: one table of defaults, then the JSON config file, then the
+ * command line override them (lwan's order). Every key is listed in the
+ * README's configuration reference. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct sbx_config {
+	char *listen;              /* "HOST:PORT"; "[::1]:PORT" for IPv6 */
+	char *data_dir;            /* holds sandboxd.db and tenants/<name>/workspace */
+	char *db_path;             /* default <data_dir>/sandboxd.db */
+	char *backend;             /* "bwrap" or "local" */
+	bool allow_unsafe_local;
+	char *tls_cert, *tls_key;
+	char *audience;            /* required aud claim when set */
+	int64_t leeway_s;
+	int64_t threads;           /* HTTP worker threads; 0: one per core */
+	int64_t connection_timeout_s;
+	int64_t max_connections;
+	int64_t max_connections_per_ip;
+	int64_t connection_memory_bytes;
+	int64_t max_buffered_bytes; /* buffered read/write and JSON bodies */
+	int64_t max_upload_bytes;   /* streaming uploads */
+	int64_t uid_base;           /* sandbox uid = uid_base + tenant slot (server as root) */
+	int64_t heartbeat_ms;
+	int64_t exec_timeout_default_s, exec_timeout_max_s;
+	int64_t exec_kill_grace_ms;
+	int64_t max_output_bytes_default, max_output_bytes_cap;
+	int64_t spill_cap_bytes;
+	int64_t tenant_max_execs;   /* concurrent execs per tenant */
+	int64_t tenant_max_transfers;
+	int64_t transfer_ttl_default_s, transfer_ttl_max_s;
+	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes, nofile_limit, tmp_size_bytes;
+	bool use_cgroups;
+	bool metrics_public;       /* /metrics without a token */
+	int64_t shutdown_grace_s;
+	int64_t audit_max_age_days; /* 0: keep forever */
+	int64_t audit_max_rows;     /* 0: no bound */
+	bool log_requests;
+};
+
+/* Fill with the defaults (allocations owned by the config). */
+void cfg_defaults(struct sbx_config *c);
+/* Apply a JSON config file whose keys are the long option names with '-'
+ * or '_' (e.g. "listen", "data-dir", "max_buffered_bytes"). Unknown keys
+ * and ill-typed values are errors. 0 or -errno, with a message in err. */
+int cfg_load_file(struct sbx_config *c, const char *path, char *err, size_t errsz);
+/* Set one option by its name from a string (command line). */
+int cfg_set(struct sbx_config *c, const char *name, const char *value, char *err, size_t errsz);
+/* Derived defaults (db_path from data_dir). */
+void cfg_finish(struct sbx_config *c);
+void cfg_free(struct sbx_config *c);
+/* Print every key and its current value as JSON to f. */
+void cfg_dump(const struct sbx_config *c, FILE *f);

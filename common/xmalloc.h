@@ -1,0 +1,15 @@
+#pragma once
+/* The one allocation family. Out of memory aborts: callers never see NULL,
+ * so no half-handled NULL branches (redis zmalloc, h2o_mem_alloc). jansson
+ * and libjwt are pointed at these in srv_alloc_init(). */
+#include <stdarg.h>
+#include <stddef.h>
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* printf into a fresh allocation; the caller frees it. */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *xvasprintf(const char *fmt, va_list ap);

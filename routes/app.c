@@ -1,0 +1,199 @@
+#include "routes/app.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/metrics.h"
+#include "routes/route.h"
+#include "sandbox/workspace.h"
+#include "store/store.h"
+
+/* How long a cached tenant is trusted before it is read again, so that
+ * `sandboxd tenant remove` (another process) takes effect quickly. */
+#define TENANT_TTL_MS 5000
+
+int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz)
+{
+	memset(a, 0, sizeof *a);
+	a->cfg = cfg;
+	a->store = store;
+	a->drop_privs = geteuid() == 0;
+	a->started_at_ms = now_ms();
+	pthread_mutex_init(&a->tenants_lock, NULL);
+	metrics_new(&a->metrics, route_count);
+	(void)err;
+	(void)errsz;
+	return 0;
+}
+
+static void tenant_free(struct tenant *t)
+{
+	sbx_workspace_free(&t->ws);
+	free(t->keybuf);
+	free(t);
+}
+
+void app_fini(struct app *a)
+{
+	for (size_t i = 0; i < a->ntenants; i++)
+		tenant_free(a->tenants[i]);
+	free(a->tenants);
+	a->tenants = NULL;
+	for (size_t i = 0; i < a->nloads; i++)
+		free(a->loads[i]);
+	free(a->loads);
+	a->loads = NULL;
+	a->nloads = 0;
+	a->ntenants = 0;
+	metrics_free(&a->metrics);
+	pthread_mutex_destroy(&a->tenants_lock);
+}
+
+/* Load a tenant from the store and open its workspace. */
+static int load(struct app *a, const char *name, struct tenant **out)
+{
+	struct store_tenant st;
+	int rc = store_tenant_get(a->store, name, &st);
+	if (rc < 0)
+		return rc;
+	struct tenant *t = xcalloc(1, sizeof *t);
+	snprintf(t->name, sizeof t->name, "%s", st.name);
+	if (auth_alg_parse(st.alg, &t->key.alg) < 0) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	t->keybuf = st.key;
+	st.key = NULL;
+	t->key.key = t->keybuf;
+	t->key.key_len = st.key_len;
+	t->key.operator_tenant = st.operator_tenant;
+	t->uid = (uid_t)(a->cfg->uid_base + st.slot);
+	t->gid = (gid_t)(a->cfg->uid_base + st.slot);
+	char *dir = xasprintf("%s/tenants/%s/workspace", a->cfg->data_dir, t->name);
+	struct sbx_owner owner = { .uid = t->uid, .gid = t->gid, .chown = a->drop_privs };
+	rc = sbx_workspace_open(&t->ws, dir, &owner);
+	free(dir);
+	if (rc < 0)
+		goto fail;
+	t->loaded_at_ms = now_ms();
+	store_tenant_clear(&st);
+	*out = t;
+	return 0;
+fail:
+	store_tenant_clear(&st);
+	free(t->keybuf);
+	free(t);
+	return rc;
+}
+
+int app_tenant_get(struct app *a, const char *name, struct tenant **out)
+{
+	int64_t now = now_ms();
+	pthread_mutex_lock(&a->tenants_lock);
+	for (size_t i = 0; i < a->ntenants; i++) {
+		struct tenant *t = a->tenants[i];
+		if (strcmp(t->name, name) != 0)
+			continue;
+		if (now - t->loaded_at_ms < TENANT_TTL_MS) {
+			t->refs++;
+			*out = t;
+			pthread_mutex_unlock(&a->tenants_lock);
+			return 0;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&a->tenants_lock);
+
+	struct tenant *fresh = NULL;
+	int rc = load(a, name, &fresh);
+
+	pthread_mutex_lock(&a->tenants_lock);
+	/* Replace (or drop) the cached entry; in-flight holders keep theirs. */
+	for (size_t i = 0; i < a->ntenants; i++) {
+		struct tenant *t = a->tenants[i];
+		if (strcmp(t->name, name) != 0)
+			continue;
+		if (t->refs == 0)
+			tenant_free(t);
+		else
+			t->loaded_at_ms = -1; /* orphaned: freed by the last put */
+		a->tenants[i] = a->tenants[--a->ntenants];
+		break;
+	}
+	if (rc == 0) {
+		for (size_t i = 0; i < a->nloads && !fresh->load; i++)
+			if (strcmp(a->loads[i]->name, name) == 0)
+				fresh->load = a->loads[i];
+		if (!fresh->load) {
+			fresh->load = xcalloc(1, sizeof *fresh->load);
+			snprintf(fresh->load->name, sizeof fresh->load->name, "%s", name);
+			a->loads = xrealloc(a->loads, (a->nloads + 1) * sizeof *a->loads);
+			a->loads[a->nloads++] = fresh->load;
+		}
+		a->tenants = xrealloc(a->tenants, (a->ntenants + 1) * sizeof *a->tenants);
+		a->tenants[a->ntenants++] = fresh;
+		fresh->refs = 1;
+		*out = fresh;
+	}
+	pthread_mutex_unlock(&a->tenants_lock);
+	return rc;
+}
+
+void app_tenant_put(struct app *a, struct tenant **tp)
+{
+	struct tenant *t = *tp;
+	if (!t)
+		return;
+	*tp = NULL;
+	pthread_mutex_lock(&a->tenants_lock);
+	t->refs--;
+	bool orphan = t->loaded_at_ms == -1 && t->refs == 0;
+	pthread_mutex_unlock(&a->tenants_lock);
+	if (orphan)
+		tenant_free(t);
+}
+
+static int acquire(struct app *a, int *counter, int64_t limit)
+{
+	int rc = 0;
+	pthread_mutex_lock(&a->tenants_lock);
+	if (*counter >= limit)
+		rc = -SBX_E_TOO_MANY;
+	else
+		(*counter)++;
+	pthread_mutex_unlock(&a->tenants_lock);
+	return rc;
+}
+
+static void release(struct app *a, int *counter)
+{
+	pthread_mutex_lock(&a->tenants_lock);
+	(*counter)--;
+	pthread_mutex_unlock(&a->tenants_lock);
+}
+
+int app_tenant_acquire_exec(struct app *a, struct tenant *t)
+{
+	return acquire(a, &t->load->execs, a->cfg->tenant_max_execs);
+}
+
+void app_tenant_release_exec(struct app *a, struct tenant *t)
+{
+	release(a, &t->load->execs);
+}
+
+int app_tenant_acquire_transfer(struct app *a, struct tenant *t)
+{
+	return acquire(a, &t->load->transfers, a->cfg->tenant_max_transfers);
+}
+
+void app_tenant_release_transfer(struct app *a, struct tenant *t)
+{
+	release(a, &t->load->transfers);
+}

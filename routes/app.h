@@ -1,0 +1,76 @@
+#pragma once
+/* The process-wide state every route reaches: configuration, store,
+ * runner, backends, the tenant cache and metrics. Built by server/ at
+ * start-up and handed to every request. */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "auth/auth.h"
+#include "common/config.h"
+
+struct store;
+struct sbx_runner;
+struct sbx_backend;
+struct sbx_workspace;
+struct route_metrics;
+struct route_hub;
+struct route_watch;
+
+/* A tenant as the routes use it: its key, its workspace and its limits.
+ * Reference-counted: a request holds one reference for its lifetime, so
+ * a tenant removed meanwhile stays valid until its last request ends. */
+struct tenant {
+	char name[64];
+	struct auth_key key;       /* key.key points into keybuf */
+	unsigned char *keybuf;
+	struct sbx_workspace *ws;
+	uid_t uid;
+	gid_t gid;
+	int64_t loaded_at_ms;
+	int refs;                  /* under app->tenants_lock */
+	struct tenant_load *load;  /* shared by every cached generation of this tenant */
+};
+
+/* Work a tenant has running now; lives as long as the app, so that a
+ * reloaded tenant entry and the requests still holding the old one count
+ * the same slots. */
+struct tenant_load {
+	char name[64];
+	int execs;                 /* under app->tenants_lock */
+	int transfers;
+};
+
+struct app {
+	struct sbx_config *cfg;
+	struct store *store;
+	struct sbx_runner *runner;
+	struct sbx_backend *backend;
+	struct route_metrics *metrics;
+	struct route_hub *hub;     /* live events */
+	struct route_watch *watch; /* disconnect watcher for suspended requests */
+	bool drop_privs;           /* server runs as root: commands and files get tenant uids */
+	int64_t started_at_ms;
+	volatile bool stopping;
+
+	pthread_mutex_t tenants_lock;
+	struct tenant **tenants;   /* cache, small: linear search */
+	size_t ntenants;
+	struct tenant_load **loads;
+	size_t nloads;
+};
+
+int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz);
+void app_fini(struct app *a);
+
+/* Look up a tenant (cached for a few seconds, then re-read so a removal or
+ * a key change takes effect) and take a reference. -ENOENT unknown;
+ * other -errno. */
+int app_tenant_get(struct app *a, const char *name, struct tenant **out);
+void app_tenant_put(struct app *a, struct tenant **t);
+/* Per-tenant concurrency slots: 0, or -SBX_E_TOO_MANY at the limit. */
+int app_tenant_acquire_exec(struct app *a, struct tenant *t);
+void app_tenant_release_exec(struct app *a, struct tenant *t);
+int app_tenant_acquire_transfer(struct app *a, struct tenant *t);
+void app_tenant_release_transfer(struct app *a, struct tenant *t);

@@ -1,0 +1,216 @@
+/* GET /audit: the audit history, oldest first, paged by an opaque cursor,
+ * as JSON pages or as an NDJSON stream. */
+#include "routes/audit.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/handlers.h"
+#include "sandbox/collector.h"
+
+#define AUDIT_LIMIT_MAX 1000
+#define NDJSON_BATCH 500
+
+json_t *route_audit_json(const struct store_audit *a)
+{
+	char at[40];
+	rfc3339_ms(a->at, at, sizeof at);
+	json_t *session = json_null();
+	if (a->session) {
+		size_t n = 0;
+		char *s = sbx_utf8_sanitize(a->session, a->session_len, &n);
+		session = json_stringn(s, n);
+		free(s);
+	}
+	return json_pack("{s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:o, s:i, s:s, s:o, s:I, s:I, s:f, s:o}", "id",
+			 (json_int_t)a->id, "at", at, "tenant", a->tenant ? a->tenant : "", "session", session,
+			 "request_id", a->request_id ? a->request_id : "", "method", a->method ? a->method : "",
+			 "route", a->route ? a->route : "", "target", a->target ? json_string(a->target) : json_null(),
+			 "status", a->status, "outcome", a->outcome ? a->outcome : "", "exit_code",
+			 a->has_exit_code ? json_integer(a->exit_code) : json_null(), "bytes_in",
+			 (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms",
+			 a->duration_ms, "client", a->client ? json_string(a->client) : json_null());
+}
+
+/* The filter strings point into the request (query values), which live as
+ * long as the connection; the ndjson reader keeps its own copies. */
+struct audit_query {
+	struct store *store;
+	struct store_audit_filter f;
+	char *tenant, *session, *route, *outcome;
+	struct buf out;
+	size_t out_off;
+	size_t remaining;
+	bool done;
+};
+
+static int parse_filter(struct req *r, struct audit_query *q)
+{
+	const char *v;
+	int64_t limit;
+	int rc = req_query_int(r, "limit", 100, 1, AUDIT_LIMIT_MAX, &limit);
+	if (rc < 0)
+		return rc;
+	q->f.limit = (size_t)limit;
+	if ((v = req_query(r, "since")) && rfc3339_parse(v, &q->f.since) < 0)
+		return req_fail(r, -EINVAL, "since must be an RFC 3339 time");
+	if ((v = req_query(r, "until")) && rfc3339_parse(v, &q->f.until) < 0)
+		return req_fail(r, -EINVAL, "until must be an RFC 3339 time");
+	if ((v = req_query(r, "after")) && *v) {
+		char *end = NULL;
+		errno = 0;
+		long long x = strtoll(v, &end, 10);
+		if (errno || *end || x < 0)
+			return req_fail(r, -EINVAL, "after must be a cursor returned as next");
+		q->f.after = x;
+	}
+	if ((v = req_query(r, "outcome"))) {
+		if (strcmp(v, "ok") && strcmp(v, "denied") && strcmp(v, "error"))
+			return req_fail(r, -EINVAL, "outcome must be ok, denied or error");
+		q->outcome = xstrdup(v);
+	}
+	if ((v = req_query(r, "route")))
+		q->route = xstrdup(v);
+	if ((v = req_query(r, "session"))) {
+		q->session = xstrdup(v);
+		q->f.session_len = strlen(v);
+	}
+	v = req_query(r, "tenant");
+	if (r->claims.scopes & AUTH_SCOPE_ADMIN) {
+		if (v)
+			q->tenant = xstrdup(v);
+	} else {
+		if (v && strcmp(v, r->claims.tenant) != 0)
+			return req_fail(r, -SBX_E_SCOPE, "tenant= needs the admin scope of an operator tenant");
+		q->tenant = xstrdup(r->claims.tenant);
+	}
+	q->f.tenant = q->tenant;
+	q->f.session = q->session;
+	q->f.route = q->route;
+	q->f.outcome = q->outcome;
+	return 0;
+}
+
+static void query_free(struct audit_query *q)
+{
+	free(q->tenant);
+	free(q->session);
+	free(q->route);
+	free(q->outcome);
+	buf_free(&q->out);
+	free(q);
+}
+
+static int collect_json(void *ctx, const struct store_audit *a)
+{
+	json_array_append_new(ctx, route_audit_json(a));
+	return 0;
+}
+
+static int collect_ndjson(void *ctx, const struct store_audit *a)
+{
+	struct buf *b = ctx;
+	json_t *j = route_audit_json(a);
+	char *t = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	buf_append(b, t, strlen(t));
+	buf_append(b, "\n", 1);
+	free(t);
+	return 0;
+}
+
+/* NDJSON: fetch a batch whenever the previous one has been sent, so the
+ * answer is never held whole. */
+struct ndjson_batch {
+	struct buf *out;
+	size_t count;
+};
+
+static int collect_batch(void *ctx, const struct store_audit *a)
+{
+	struct ndjson_batch *b = ctx;
+	b->count++;
+	return collect_ndjson(b->out, a);
+}
+
+static ssize_t ndjson_reader(void *cls, uint64_t pos, char *out, size_t max)
+{
+	struct audit_query *q = cls;
+	(void)pos;
+	while (q->out_off == q->out.len) {
+		if (q->done || q->remaining == 0)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		buf_reset(&q->out);
+		q->out_off = 0;
+		struct store_audit_filter f = q->f;
+		f.limit = q->remaining < NDJSON_BATCH ? q->remaining : NDJSON_BATCH;
+		struct ndjson_batch b = { &q->out, 0 };
+		int64_t last = 0;
+		if (store_audit_query(q->store, &f, collect_batch, &b, &last) < 0)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		q->remaining -= b.count;
+		if (b.count < f.limit)
+			q->done = true;
+		else
+			q->f.after = last;
+	}
+	size_t n = q->out.len - q->out_off;
+	if (n > max)
+		n = max;
+	memcpy(out, q->out.ptr + q->out_off, n);
+	q->out_off += n;
+	return (ssize_t)n;
+}
+
+static void ndjson_free(void *cls)
+{
+	query_free(cls);
+}
+
+int route_audit(struct req *r)
+{
+	struct audit_query *q = xcalloc(1, sizeof *q);
+	q->store = r->app->store;
+	buf_init(&q->out, 64u << 20);
+	int rc = parse_filter(r, q);
+	if (rc < 0) {
+		query_free(q);
+		return rc;
+	}
+	const char *format = req_query(r, "format");
+	if (format && strcmp(format, "ndjson") == 0) {
+		/* NDJSON streams everything that matches, up to limit when given. */
+		q->remaining = req_query(r, "limit") ? q->f.limit : SIZE_MAX;
+		struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+									      ndjson_reader, q, ndjson_free);
+		MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+		return reply_response(r, 200, resp);
+	}
+	if (format && strcmp(format, "json") != 0) {
+		query_free(q);
+		return req_fail(r, -EINVAL, "format must be json or ndjson");
+	}
+	json_t *records = json_array();
+	int64_t last = 0;
+	rc = store_audit_query(q->store, &q->f, collect_json, records, &last);
+	if (rc < 0) {
+		json_decref(records);
+		query_free(q);
+		return req_fail(r, rc, "cannot read the audit history");
+	}
+	json_t *next = json_null();
+	if (json_array_size(records) == q->f.limit) {
+		char cur[24];
+		snprintf(cur, sizeof cur, "%lld", (long long)last);
+		next = json_string(cur);
+	}
+	query_free(q);
+	return reply_json(r, 200, json_pack("{s:o, s:o}", "records", records, "next", next));
+}

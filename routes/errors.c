@@ -1,0 +1,54 @@
+#include "routes/errors.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+#include "common/errors.h"
+
+static const struct {
+	int err; /* positive errno or SBX_E_* */
+	struct wire_error w;
+} table[] = {
+	{ EINVAL, { 400, "bad_request", NULL } },
+	{ EBADMSG, { 400, "bad_request", NULL } },
+	{ ENAMETOOLONG, { 400, "bad_request", NULL } },
+	{ ELOOP, { 400, "bad_request", NULL } },
+	{ SBX_E_UNAUTHORIZED, { 401, "unauthorized", NULL } },
+	{ SBX_E_SCOPE, { 403, "insufficient_scope", NULL } },
+	{ SBX_E_FORBIDDEN, { 403, "forbidden", NULL } },
+	{ EACCES, { 403, "forbidden", NULL } },
+	{ EPERM, { 403, "forbidden", NULL } },
+	{ EROFS, { 403, "forbidden", NULL } },
+	{ EXDEV, { 403, "outside_workspace", NULL } },
+	{ SBX_E_SPECIAL, { 403, "forbidden", NULL } },
+	{ SBX_E_ROOT, { 403, "forbidden", NULL } },
+	{ ENOENT, { 404, "not_found", NULL } },
+	{ ESRCH, { 404, "not_found", NULL } },
+	{ SBX_E_PARENT_MISSING, { 404, "parent_missing", NULL } },
+	{ SBX_E_METHOD, { 405, "method_not_allowed", NULL } },
+	{ EEXIST, { 409, "exists", NULL } },
+	{ ENOTEMPTY, { 409, "not_empty", NULL } },
+	{ ENOTDIR, { 409, "not_a_directory", NULL } },
+	{ EISDIR, { 409, "is_a_directory", NULL } },
+	{ SBX_E_CONFLICT, { 409, "conflict", NULL } },
+	{ EBUSY, { 409, "conflict", NULL } },
+	{ SBX_E_TOKEN_USED, { 410, "token_used", "mint a new transfer token with POST /fs/transfers" } },
+	{ SBX_E_TOKEN_EXPIRED, { 410, "token_expired", "mint a new transfer token with POST /fs/transfers" } },
+	{ EFBIG, { 413, "too_large", "use the streaming routes: POST /fs/transfers, GET /fs/read_stream, PUT /fs/write_stream" } },
+	{ E2BIG, { 413, "too_large", "use the streaming routes: POST /fs/transfers, GET /fs/read_stream, PUT /fs/write_stream" } },
+	{ SBX_E_NOT_TEXT, { 422, "not_text", "read bytes with GET /fs/read_buffer" } },
+	{ SBX_E_TOO_MANY, { 429, "too_many_requests", "retry after the interval in Retry-After" } },
+	{ SBX_E_BACKEND, { 503, "backend_unavailable", "the isolation backend cannot start commands now; retry after Retry-After" } },
+	{ SBX_E_STORE, { 503, "store_unavailable", "the state store cannot record this now; retry after Retry-After" } },
+	{ ENOSPC, { 507, "insufficient_storage", "free space in the workspace, or ask the operator for quota" } },
+	{ EDQUOT, { 507, "insufficient_storage", "free space in the workspace, or ask the operator for quota" } },
+};
+
+struct wire_error wire_error_for(int code)
+{
+	int e = code < 0 ? -code : code;
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+		if (table[i].err == e)
+			return table[i].w;
+	return (struct wire_error){ 500, "internal", NULL };
+}

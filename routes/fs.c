@@ -1,0 +1,383 @@
+/* The buffered file routes of the SandboxApi: read_file, read_file_buffer,
+ * write_file, stat, readdir, exists, mkdir, rm, and move. Paths are
+ * resolved by sandbox/ beneath the tenant's workspace fd; this file only
+ * parses, calls, and renders. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/fields.h"
+#include "routes/fs.h"
+#include "routes/handlers.h"
+#include "sandbox/collector.h"
+#include "sandbox/fsops.h"
+#include "sandbox/workspace.h"
+
+/* The ?path= of a request, resolved into rel. */
+static int query_path(struct req *r, char *rel, size_t relsz)
+{
+	const char *p = req_query(r, "path");
+	if (!p)
+		return req_fail(r, -EINVAL, "query parameter path is required");
+	return req_path(r, p, strlen(p), rel, relsz);
+}
+
+static json_t *wire_path_json(const char *rel)
+{
+	char wire[SBX_PATH_MAX + 16];
+	sbx_path_wire(rel, wire, sizeof wire);
+	return json_string(wire);
+}
+
+static int fs_error(struct req *r, int rc, const char *what, const char *rel)
+{
+	char wire[SBX_PATH_MAX + 16];
+	sbx_path_wire(rel, wire, sizeof wire);
+	switch (rc) {
+	case -ENOENT: return req_fail(r, rc, "no such file or directory: %s", wire);
+	case -SBX_E_PARENT_MISSING: return req_fail(r, rc, "parent directory missing: %s", wire);
+	case -EXDEV: return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
+	case -EISDIR: return req_fail(r, rc, "is a directory: %s", wire);
+	case -ENOTDIR: return req_fail(r, rc, "not a directory (or a parent is not): %s", wire);
+	case -EEXIST: return req_fail(r, rc, "already exists: %s", wire);
+	case -ENOTEMPTY: return req_fail(r, rc, "directory not empty: %s (use recursive)", wire);
+	case -SBX_E_SPECIAL: return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
+	case -SBX_E_ROOT: return req_fail(r, rc, "the workspace and session roots cannot be %s", what);
+	case -ELOOP: return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
+	case -ENOSPC:
+	case -EDQUOT: return req_fail(r, rc, "no space left for %s", wire);
+	default: return req_fail(r, rc, "cannot %s %s: %s", what, wire, rc < -4095 ? "error" : strerror(-rc));
+	}
+}
+
+/* Read a regular file whole, bounded by max_buffered_bytes. */
+static int read_whole(struct req *r, const char *rel, char **data, size_t *len)
+{
+	int fd = -1;
+	uint64_t size = 0;
+	int rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size);
+	if (rc < 0)
+		return fs_error(r, rc, "read", rel);
+	if (size > (uint64_t)r->app->cfg->max_buffered_bytes) {
+		close(fd);
+		return req_fail(r, -EFBIG, "file is %" PRIu64 " bytes, over the buffered limit of %lld", size,
+				(long long)r->app->cfg->max_buffered_bytes);
+	}
+	struct buf b;
+	buf_init(&b, (size_t)r->app->cfg->max_buffered_bytes);
+	char tmp[65536];
+	for (;;) {
+		ssize_t n = read(fd, tmp, sizeof tmp);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		if (buf_append(&b, tmp, (size_t)n) < 0) {
+			/* It grew while we read it. */
+			rc = -EFBIG;
+			break;
+		}
+	}
+	close(fd);
+	if (rc < 0) {
+		buf_free(&b);
+		return rc == -EFBIG ? req_fail(r, rc, "file grew over the buffered limit") : fs_error(r, rc, "read", rel);
+	}
+	*data = buf_steal(&b, len);
+	return 0;
+}
+
+int route_fs_read(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	char *data = NULL;
+	size_t len = 0;
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	if ((rc = read_whole(r, rel, &data, &len)) < 0)
+		return rc;
+	if (!sbx_utf8_valid(data, len)) {
+		free(data);
+		return req_fail(r, -SBX_E_NOT_TEXT, "the file is not UTF-8 text");
+	}
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+	r->bytes_out += (int64_t)len;
+	return reply_response(r, 200, resp);
+}
+
+int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
+{
+	/* bytes=a-b | bytes=a- | bytes=-n ; one range only. */
+	if (strncmp(h, "bytes=", 6) != 0)
+		return -EINVAL;
+	const char *p = h + 6;
+	if (strchr(p, ','))
+		return -EINVAL;
+	char *e = NULL;
+	if (*p == '-') {
+		errno = 0;
+		unsigned long long n = strtoull(p + 1, &e, 10);
+		if (errno || e == p + 1 || *e)
+			return -EINVAL;
+		if (n == 0 || size == 0)
+			return -ERANGE;
+		*start = n >= size ? 0 : size - n;
+		*end = size - 1;
+		return 0;
+	}
+	errno = 0;
+	unsigned long long a = strtoull(p, &e, 10);
+	if (errno || e == p || *e != '-')
+		return -EINVAL;
+	p = e + 1;
+	unsigned long long b = size ? size - 1 : 0;
+	if (*p) {
+		b = strtoull(p, &e, 10);
+		if (errno || *e)
+			return -EINVAL;
+		if (b < a)
+			return -EINVAL;
+		if (size && b >= size)
+			b = size - 1;
+	}
+	if (a >= size)
+		return -ERANGE;
+	*start = a;
+	*end = b;
+	return 0;
+}
+
+/* Answer with the bytes of an open file (whole, or the request's Range),
+ * straight from the fd: the kernel copies, nothing is buffered here. Takes
+ * fd. limit: the largest body allowed (0: none). */
+int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit)
+{
+	const char *range = req_header(r, "Range");
+	uint64_t start = 0, end = size ? size - 1 : 0;
+	int status = 200;
+	if (range) {
+		int rc = route_fs_parse_range(range, size, &start, &end);
+		if (rc == -ERANGE) {
+			close(fd);
+			char cr[48];
+			snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
+			json_t *body = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", "range_not_satisfiable",
+						 "message", "the range starts past the end of the file", "retry_hint");
+			char *text = json_dumps(body, JSON_COMPACT);
+			json_decref(body);
+			struct MHD_Response *resp =
+				MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+			MHD_add_response_header(resp, "Content-Type", "application/json");
+			MHD_add_response_header(resp, "Content-Range", cr);
+			return reply_response(r, 416, resp);
+		}
+		if (rc == 0)
+			status = 206;
+		/* A malformed Range is ignored, as RFC 9110 allows: the whole file. */
+	}
+	uint64_t len = size ? end - start + 1 : 0;
+	if (limit && len > limit) {
+		close(fd);
+		return req_fail(r, -EFBIG, "%" PRIu64 " bytes is over the buffered limit of %" PRIu64, len, limit);
+	}
+	struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
+	if (!resp) {
+		close(fd);
+		return -ENOMEM;
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	if (status == 206) {
+		char cr[80];
+		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+	r->bytes_out += (int64_t)len;
+	return reply_response(r, status, resp);
+}
+
+int route_fs_read_buffer(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	int fd = -1;
+	uint64_t size = 0;
+	if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
+		return fs_error(r, rc, "read", rel);
+	return route_fs_reply_fd(r, fd, size, (uint64_t)r->app->cfg->max_buffered_bytes);
+}
+
+int route_fs_write(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
+	if (rc < 0)
+		return fs_error(r, rc, "write", rel);
+	return reply_json(r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
+}
+
+static void put_mtime(json_t *o, const struct timespec *ts)
+{
+	char t[40];
+	rfc3339_ms((int64_t)ts->tv_sec * 1000 + ts->tv_nsec / 1000000, t, sizeof t);
+	json_object_set_new(o, "mtime", json_string(t));
+}
+
+int route_fs_stat(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	struct sbx_stat st;
+	if ((rc = sbx_fs_stat(r->tenant->ws, rel, &st)) < 0)
+		return fs_error(r, rc, "stat", rel);
+	json_t *o = json_pack("{s:o, s:s, s:b}", "path", wire_path_json(rel), "type", sbx_ftype_name(st.type),
+			      "is_symlink", st.is_symlink);
+	/* A link that dangles or leaves the workspace is described as itself,
+	 * without fields of a target we will not look at. */
+	if (!st.is_symlink || st.followed) {
+		char mode[8];
+		snprintf(mode, sizeof mode, "%04o", (unsigned)(st.mode & 07777));
+		json_object_set_new(o, "size", json_integer((json_int_t)st.size));
+		put_mtime(o, &st.mtime);
+		json_object_set_new(o, "mode", json_string(mode));
+	}
+	return reply_json(r, 200, o);
+}
+
+int route_fs_readdir(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	struct sbx_dirent *d = NULL;
+	size_t n = 0;
+	if ((rc = sbx_fs_readdir(r->tenant->ws, rel, &d, &n)) < 0)
+		return fs_error(r, rc, "list", rel);
+	bool detail = req_query_bool(r, "detail");
+	json_t *entries = json_array();
+	for (size_t i = 0; i < n; i++) {
+		size_t len = 0;
+		char *name = sbx_utf8_sanitize(d[i].name, strlen(d[i].name), &len);
+		if (!detail) {
+			json_array_append_new(entries, json_stringn(name, len));
+		} else {
+			json_t *e = json_pack("{s:s%, s:s, s:I}", "name", name, len, "type", sbx_ftype_name(d[i].type),
+					      "size", (json_int_t)d[i].size);
+			put_mtime(e, &d[i].mtime);
+			json_array_append_new(entries, e);
+		}
+		free(name);
+	}
+	sbx_dirents_free(d, n);
+	return reply_json(r, 200, json_pack("{s:o}", "entries", entries));
+}
+
+int route_fs_exists(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	bool exists = false;
+	if ((rc = sbx_fs_exists(r->tenant->ws, rel, &exists)) < 0)
+		return fs_error(r, rc, "look up", rel);
+	return reply_json(r, 200, json_pack("{s:b}", "exists", exists));
+}
+
+/* The "path" field of a JSON body, resolved. */
+static int body_path(struct req *r, const char *p, size_t len, char *rel, size_t relsz)
+{
+	return req_path(r, p, len, rel, relsz);
+}
+
+int route_fs_mkdir(struct req *r)
+{
+	const char *path = NULL;
+	size_t plen = 0;
+	bool recursive = false;
+	const struct field f[] = {
+		{ "path", F_STRING, true, &path, &plen, 0, 0, NULL },
+		{ "recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL },
+	};
+	int rc = fields_read(r, r->json, f, 2);
+	if (rc < 0)
+		return rc;
+	char rel[SBX_PATH_MAX];
+	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
+		return rc;
+	if ((rc = sbx_fs_mkdir(r->tenant->ws, rel, recursive)) < 0)
+		return fs_error(r, rc, "create", rel);
+	return reply_json(r, 201, json_pack("{s:o}", "path", wire_path_json(rel)));
+}
+
+int route_fs_rm(struct req *r)
+{
+	const char *path = NULL;
+	size_t plen = 0;
+	bool recursive = false, force = false;
+	const struct field f[] = {
+		{ "path", F_STRING, true, &path, &plen, 0, 0, NULL },
+		{ "recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL },
+		{ "force", F_BOOL, false, &force, NULL, 0, 0, NULL },
+	};
+	int rc = fields_read(r, r->json, f, 3);
+	if (rc < 0)
+		return rc;
+	char rel[SBX_PATH_MAX];
+	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
+		return rc;
+	bool removed = false;
+	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
+		return fs_error(r, rc, "removed", rel);
+	return reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
+}
+
+int route_fs_move(struct req *r)
+{
+	const char *from = NULL, *to = NULL;
+	size_t flen = 0, tlen = 0;
+	bool overwrite = false;
+	const struct field f[] = {
+		{ "from", F_STRING, true, &from, &flen, 0, 0, NULL },
+		{ "to", F_STRING, true, &to, &tlen, 0, 0, NULL },
+		{ "overwrite", F_BOOL, false, &overwrite, NULL, 0, 0, NULL },
+	};
+	int rc = fields_read(r, r->json, f, 3);
+	if (rc < 0)
+		return rc;
+	char rfrom[SBX_PATH_MAX], rto[SBX_PATH_MAX];
+	if ((rc = body_path(r, from, flen, rfrom, sizeof rfrom)) < 0)
+		return rc;
+	if ((rc = body_path(r, to, tlen, rto, sizeof rto)) < 0)
+		return rc;
+	char target[2 * SBX_PATH_MAX + 64], wf[SBX_PATH_MAX + 16], wt[SBX_PATH_MAX + 16];
+	sbx_path_wire(rfrom, wf, sizeof wf);
+	sbx_path_wire(rto, wt, sizeof wt);
+	snprintf(target, sizeof target, "%s -> %s", wf, wt);
+	req_set_target(r, target);
+	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
+		return fs_error(r, rc, "moved", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
+	return reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
+}

@@ -1,0 +1,42 @@
+#pragma once
+/* Each family of routes (one file each) contributes its rows to the route
+ * table in routes/router.c through one macro here, next to the
+ * declarations of its handlers. */
+#include "routes/route.h"
+
+/* routes/fs.c */
+int route_fs_read(struct req *r);
+int route_fs_read_buffer(struct req *r);
+int route_fs_write(struct req *r);
+int route_fs_stat(struct req *r);
+int route_fs_readdir(struct req *r);
+int route_fs_exists(struct req *r);
+int route_fs_mkdir(struct req *r);
+int route_fs_rm(struct req *r);
+int route_fs_move(struct req *r);
+#define ROUTES_FS \
+	{ "GET", "/fs/read", AUTH_SCOPE_FS_READ, 0, route_fs_read }, \
+	{ "GET", "/fs/read_buffer", AUTH_SCOPE_FS_READ, 0, route_fs_read_buffer }, \
+	{ "PUT", "/fs/write", AUTH_SCOPE_FS_WRITE, RF_RAW, route_fs_write }, \
+	{ "GET", "/fs/stat", AUTH_SCOPE_FS_READ, 0, route_fs_stat }, \
+	{ "GET", "/fs/readdir", AUTH_SCOPE_FS_READ, 0, route_fs_readdir }, \
+	{ "GET", "/fs/exists", AUTH_SCOPE_FS_READ, 0, route_fs_exists }, \
+	{ "POST", "/fs/mkdir", AUTH_SCOPE_FS_WRITE, RF_JSON, route_fs_mkdir }, \
+	{ "POST", "/fs/rm", AUTH_SCOPE_FS_WRITE, RF_JSON, route_fs_rm }, \
+	{ "POST", "/fs/move", AUTH_SCOPE_FS_WRITE, RF_JSON, route_fs_move },
+
+/* routes/sessions.c */
+#define ROUTES_SESSIONS
+
+/* routes/exec.c */
+#define ROUTES_EXEC
+
+/* routes/transfers.c */
+#define ROUTES_TRANSFERS
+
+/* routes/events.c */
+#define ROUTES_EVENTS
+
+/* routes/audit.c */
+int route_audit(struct req *r);
+#define ROUTES_AUDIT { "GET", "/audit", AUTH_SCOPE_AUDIT_READ | AUTH_SCOPE_ADMIN, 0, route_audit },

@@ -1,0 +1,215 @@
+#include "routes/metrics.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/xmalloc.h"
+#include "routes/route.h"
+
+static const double buckets_ms[] = { 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000 };
+#define NB (sizeof buckets_ms / sizeof buckets_ms[0])
+
+/* Status classes kept per route: exact codes would be unbounded. */
+static const int statuses[] = { 200, 201, 202, 206, 304, 400, 401, 403, 404, 405, 409, 410, 413, 416, 422, 429,
+				499, 500, 503, 507 };
+#define NS (sizeof statuses / sizeof statuses[0])
+
+struct hist {
+	atomic_uint_fast64_t le[NB];
+	atomic_uint_fast64_t count;
+	atomic_uint_fast64_t sum_us;
+};
+
+struct route_metrics {
+	size_t nroutes;
+	atomic_uint_fast64_t *req; /* (nroutes + 1) * (NS + 1) */
+	struct hist *dur;          /* nroutes + 1 */
+	atomic_int inflight;
+	atomic_uint_fast64_t audit_failures;
+	atomic_uint_fast64_t exec_started;
+	atomic_uint_fast64_t exec_finished[4];
+	struct hist exec_dur;
+	atomic_uint_fast64_t bytes_in, bytes_out;
+	atomic_int sse;
+	atomic_uint_fast64_t heartbeats;
+	atomic_uint_fast64_t store_errors;
+};
+
+static const char *exec_outcomes[4] = { "exited", "timed_out", "cancelled", "failed" };
+
+void metrics_new(struct route_metrics **out, size_t nroutes)
+{
+	struct route_metrics *m = xcalloc(1, sizeof *m);
+	m->nroutes = nroutes;
+	m->req = xcalloc((nroutes + 1) * (NS + 1), sizeof *m->req);
+	m->dur = xcalloc(nroutes + 1, sizeof *m->dur);
+	*out = m;
+}
+
+void metrics_free(struct route_metrics **m)
+{
+	if (!*m)
+		return;
+	free((*m)->req);
+	free((*m)->dur);
+	free(*m);
+	*m = NULL;
+}
+
+static void observe(struct hist *h, double ms)
+{
+	for (size_t i = 0; i < NB; i++)
+		if (ms <= buckets_ms[i])
+			atomic_fetch_add(&h->le[i], 1);
+	atomic_fetch_add(&h->count, 1);
+	atomic_fetch_add(&h->sum_us, (uint_fast64_t)(ms * 1000.0));
+}
+
+void metrics_request(struct route_metrics *m, size_t idx, int status, double ms)
+{
+	if (idx > m->nroutes)
+		idx = m->nroutes;
+	size_t s = NS;
+	for (size_t i = 0; i < NS; i++)
+		if (statuses[i] == status)
+			s = i;
+	atomic_fetch_add(&m->req[idx * (NS + 1) + s], 1);
+	observe(&m->dur[idx], ms);
+}
+
+void metrics_inflight(struct route_metrics *m, int delta)
+{
+	atomic_fetch_add(&m->inflight, delta);
+}
+
+void metrics_audit_failure(struct route_metrics *m)
+{
+	atomic_fetch_add(&m->audit_failures, 1);
+}
+
+void metrics_exec_started(struct route_metrics *m)
+{
+	atomic_fetch_add(&m->exec_started, 1);
+}
+
+void metrics_exec_finished(struct route_metrics *m, const char *outcome, double ms)
+{
+	for (size_t i = 0; i < 4; i++)
+		if (strcmp(outcome, exec_outcomes[i]) == 0)
+			atomic_fetch_add(&m->exec_finished[i], 1);
+	observe(&m->exec_dur, ms);
+}
+
+void metrics_bytes_streamed(struct route_metrics *m, int64_t in, int64_t out)
+{
+	atomic_fetch_add(&m->bytes_in, (uint_fast64_t)in);
+	atomic_fetch_add(&m->bytes_out, (uint_fast64_t)out);
+}
+
+void metrics_sse(struct route_metrics *m, int delta)
+{
+	atomic_fetch_add(&m->sse, delta);
+}
+
+void metrics_heartbeat(struct route_metrics *m)
+{
+	atomic_fetch_add(&m->heartbeats, 1);
+}
+
+void metrics_store_error(struct route_metrics *m)
+{
+	atomic_fetch_add(&m->store_errors, 1);
+}
+
+static void render_hist(struct buf *out, const char *name, const char *labels, struct hist *h)
+{
+	const char *sep = *labels ? "," : "";
+	for (size_t i = 0; i < NB; i++)
+		buf_appendf(out, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, buckets_ms[i] / 1000.0,
+			    (unsigned long long)atomic_load(&h->le[i]));
+	buf_appendf(out, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+		    (unsigned long long)atomic_load(&h->count));
+	buf_appendf(out, "%s_sum{%s} %.6f\n", name, labels, (double)atomic_load(&h->sum_us) / 1e6);
+	buf_appendf(out, "%s_count{%s} %llu\n", name, labels, (unsigned long long)atomic_load(&h->count));
+}
+
+static const char *route_label(struct route_metrics *m, size_t i, char *tmp, size_t n)
+{
+	if (i == m->nroutes)
+		return "unmatched";
+	snprintf(tmp, n, "%s %s", route_table[i].method, route_table[i].pattern);
+	return tmp;
+}
+
+void metrics_render(struct route_metrics *m, struct buf *out, uint64_t audit_failures, size_t execs_running)
+{
+	char tmp[160], labels[200];
+	buf_appendf(out, "# HELP sandboxd_http_requests_total HTTP requests by route and status.\n"
+			 "# TYPE sandboxd_http_requests_total counter\n");
+	for (size_t i = 0; i <= m->nroutes; i++)
+		for (size_t s = 0; s <= NS; s++) {
+			unsigned long long v = atomic_load(&m->req[i * (NS + 1) + s]);
+			if (!v)
+				continue;
+			const char *st = s == NS ? "other" : NULL;
+			char code[8];
+			if (!st) {
+				snprintf(code, sizeof code, "%d", statuses[s]);
+				st = code;
+			}
+			buf_appendf(out, "sandboxd_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
+				    route_label(m, i, tmp, sizeof tmp), st, v);
+		}
+	buf_appendf(out, "# HELP sandboxd_http_request_duration_seconds Request duration by route.\n"
+			 "# TYPE sandboxd_http_request_duration_seconds histogram\n");
+	for (size_t i = 0; i <= m->nroutes; i++) {
+		if (!atomic_load(&m->dur[i].count))
+			continue;
+		snprintf(labels, sizeof labels, "route=\"%s\"", route_label(m, i, tmp, sizeof tmp));
+		render_hist(out, "sandboxd_http_request_duration_seconds", labels, &m->dur[i]);
+	}
+	buf_appendf(out,
+		    "# HELP sandboxd_http_requests_in_flight Requests being served.\n"
+		    "# TYPE sandboxd_http_requests_in_flight gauge\nsandboxd_http_requests_in_flight %d\n",
+		    atomic_load(&m->inflight));
+	buf_appendf(out,
+		    "# HELP sandboxd_execs_running Commands running now.\n"
+		    "# TYPE sandboxd_execs_running gauge\nsandboxd_execs_running %zu\n",
+		    execs_running);
+	buf_appendf(out,
+		    "# HELP sandboxd_execs_started_total Commands started.\n"
+		    "# TYPE sandboxd_execs_started_total counter\nsandboxd_execs_started_total %llu\n",
+		    (unsigned long long)atomic_load(&m->exec_started));
+	buf_appendf(out, "# HELP sandboxd_execs_finished_total Commands finished, by outcome.\n"
+			 "# TYPE sandboxd_execs_finished_total counter\n");
+	for (size_t i = 0; i < 4; i++)
+		buf_appendf(out, "sandboxd_execs_finished_total{outcome=\"%s\"} %llu\n", exec_outcomes[i],
+			    (unsigned long long)atomic_load(&m->exec_finished[i]));
+	buf_appendf(out, "# HELP sandboxd_exec_duration_seconds Command duration.\n"
+			 "# TYPE sandboxd_exec_duration_seconds histogram\n");
+	render_hist(out, "sandboxd_exec_duration_seconds", "", &m->exec_dur);
+	buf_appendf(out,
+		    "# HELP sandboxd_stream_bytes_total Bytes moved by streaming transfers.\n"
+		    "# TYPE sandboxd_stream_bytes_total counter\n"
+		    "sandboxd_stream_bytes_total{direction=\"in\"} %llu\n"
+		    "sandboxd_stream_bytes_total{direction=\"out\"} %llu\n",
+		    (unsigned long long)atomic_load(&m->bytes_in), (unsigned long long)atomic_load(&m->bytes_out));
+	buf_appendf(out,
+		    "# HELP sandboxd_sse_subscribers Server-sent-event subscribers connected.\n"
+		    "# TYPE sandboxd_sse_subscribers gauge\nsandboxd_sse_subscribers %d\n",
+		    atomic_load(&m->sse));
+	buf_appendf(out,
+		    "# HELP sandboxd_heartbeats_total Heartbeat events computed.\n"
+		    "# TYPE sandboxd_heartbeats_total counter\nsandboxd_heartbeats_total %llu\n",
+		    (unsigned long long)atomic_load(&m->heartbeats));
+	buf_appendf(out,
+		    "# HELP sandboxd_audit_write_failures_total Audit records that could not be written.\n"
+		    "# TYPE sandboxd_audit_write_failures_total counter\nsandboxd_audit_write_failures_total %llu\n",
+		    (unsigned long long)(atomic_load(&m->audit_failures) + audit_failures));
+	buf_appendf(out,
+		    "# HELP sandboxd_store_errors_total Store operations that failed.\n"
+		    "# TYPE sandboxd_store_errors_total counter\nsandboxd_store_errors_total %llu\n",
+		    (unsigned long long)atomic_load(&m->store_errors));
+}

@@ -1,0 +1,57 @@
+/* Operations: liveness, readiness, metrics, the contract and the dashboard. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/embedded.h"
+#include "common/errors.h"
+#include "routes/app.h"
+#include "routes/metrics.h"
+#include "routes/route.h"
+#include "sandbox/backend.h"
+#include "sandbox/runner.h"
+#include "store/store.h"
+
+int route_healthz(struct req *r)
+{
+	return reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+int route_readyz(struct req *r)
+{
+	struct app *a = r->app;
+	char backend_msg[256] = "no backend";
+	int store_rc = store_check_writable(a->store);
+	int backend_rc = a->backend ? sbx_backend_health(a->backend, backend_msg, sizeof backend_msg) : -SBX_E_BACKEND;
+	bool ready = store_rc == 0 && backend_rc == 0 && !a->stopping;
+	json_t *body = json_pack("{s:s, s:{s:s}, s:{s:s, s:s, s:s}}", "status", ready ? "ready" : "unavailable",
+				 "store", "status", store_rc == 0 ? "ok" : "unavailable", "backend", "name",
+				 a->backend ? sbx_backend_name(a->backend) : "none", "status",
+				 backend_rc == 0 ? "ok" : "unavailable", "detail", backend_msg);
+	if (a->stopping)
+		json_object_set_new(body, "stopping", json_true());
+	return reply_json(r, ready ? 200 : 503, body);
+}
+
+int route_metrics(struct req *r)
+{
+	struct buf out;
+	buf_init(&out, 16u << 20);
+	metrics_render(r->app->metrics, &out, store_audit_failures(r->app->store),
+		       r->app->runner ? sbx_runner_active(r->app->runner) : 0);
+	size_t n = 0;
+	char *text = buf_steal(&out, &n);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	r->bytes_out += (int64_t)n;
+	return reply_response(r, 200, resp);
+}
+
+int route_openapi(struct req *r)
+{
+	return reply_static(r, 200, "application/yaml", embedded_openapi.data, embedded_openapi.len);
+}
+
+int route_dashboard(struct req *r)
+{
+	return reply_static(r, 200, "text/html; charset=utf-8", embedded_dashboard.data, embedded_dashboard.len);
+}

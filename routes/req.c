@@ -1,0 +1,169 @@
+#include "routes/req.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "sandbox/workspace.h"
+#include "store/store.h"
+
+int req_fail(struct req *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	free(r->error_msg);
+	r->error_msg = xvasprintf(fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *req_header(struct req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *req_query(struct req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out)
+{
+	const char *v = req_query(r, name);
+	if (!v || !*v) {
+		*out = def;
+		return 0;
+	}
+	char *end = NULL;
+	errno = 0;
+	long long x = strtoll(v, &end, 10);
+	if (errno || *end || x < lo || x > hi)
+		return req_fail(r, -EINVAL, "query parameter %s must be an integer in [%lld, %lld]", name,
+				(long long)lo, (long long)hi);
+	*out = x;
+	return 0;
+}
+
+bool req_query_bool(struct req *r, const char *name)
+{
+	const char *v = req_query(r, name);
+	return v && (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
+}
+
+static void segment_fn(const char *key, size_t len, unsigned salt, char *out)
+{
+	sbx_session_segment(key, len, salt, out);
+}
+
+int req_session(struct req *r)
+{
+	if (r->session_rel)
+		return 0;
+	char segment[64];
+	bool created = false;
+	int rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key, r->session_key_len,
+					     segment_fn, now_ms(), segment, &created);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot record the session");
+	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot create the session directory: %s", strerror(-rc > 4095 ? EIO : -rc));
+	r->session_rel = xasprintf("sessions/%s", segment);
+	return 0;
+}
+
+int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz)
+{
+	int rc = req_session(r);
+	if (rc < 0)
+		return rc;
+	rc = sbx_path_normalize(wire, len, r->session_rel, out, outsz);
+	if (rc == -EXDEV)
+		return req_fail(r, rc, "path leaves the workspace");
+	if (rc < 0)
+		return req_fail(r, rc, "bad path: empty, NUL byte, or a component or the whole too long");
+	char wirebuf[SBX_PATH_MAX + 16];
+	sbx_path_wire(out, wirebuf, sizeof wirebuf);
+	req_set_target(r, wirebuf);
+	return 0;
+}
+
+void req_set_target(struct req *r, const char *target)
+{
+	free(r->target);
+	r->target = xstrdup(target);
+}
+
+void reply_common_headers(struct req *r, struct MHD_Response *resp)
+{
+	MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+}
+
+int reply_response(struct req *r, int status, struct MHD_Response *resp)
+{
+	if (!resp)
+		return -ENOMEM;
+	reply_common_headers(r, resp);
+	r->status = status;
+	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
+	MHD_destroy_response(resp);
+	return ok == MHD_YES ? 0 : -EIO;
+}
+
+int reply_bytes(struct req *r, int status, const char *content_type, const void *p, size_t n)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)p, MHD_RESPMEM_MUST_COPY);
+	if (!resp)
+		return -ENOMEM;
+	if (content_type)
+		MHD_add_response_header(resp, "Content-Type", content_type);
+	r->bytes_out += (int64_t)n;
+	return reply_response(r, status, resp);
+}
+
+int reply_static(struct req *r, int status, const char *content_type, const void *p, size_t n)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)p, MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return -ENOMEM;
+	if (content_type)
+		MHD_add_response_header(resp, "Content-Type", content_type);
+	r->bytes_out += (int64_t)n;
+	return reply_response(r, status, resp);
+}
+
+int reply_json(struct req *r, int status, json_t *body)
+{
+	char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+	json_decref(body);
+	if (!text)
+		return -ENOMEM;
+	size_t n = strlen(text);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return -ENOMEM;
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/json");
+	r->bytes_out += (int64_t)n;
+	return reply_response(r, status, resp);
+}
+
+void req_suspend(struct req *r)
+{
+	r->suspended = true;
+	MHD_suspend_connection(r->conn);
+}
+
+void req_resume(struct req *r)
+{
+	MHD_resume_connection(r->conn);
+}

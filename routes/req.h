@@ -1,0 +1,109 @@
+#pragma once
+/* The per-request context (libmicrohttpd's *con_cls), freed only in the
+ * completion callback, and the helpers handlers answer with. A handler
+ * returns 0 after queueing a response with one of the reply_* helpers (or
+ * after suspending its connection), or a negative errno / -SBX_E_* after
+ * req_fail(): only the dispatcher renders error bodies. */
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth/auth.h"
+#include "common/buf.h"
+
+struct app;
+struct tenant;
+struct route;
+struct req;
+
+#define REQ_MAX_PARAMS 2
+
+/* Handlers of a suspended request (exec, events, streams) set these. */
+typedef int (*req_resume_fn)(struct req *r);        /* called when the connection is resumed */
+typedef int (*req_upload_fn)(struct req *r, const char *data, size_t len); /* streaming body */
+typedef void (*req_free_fn)(struct req *r);          /* completion: free handler state */
+
+struct req {
+	struct app *app;
+	struct MHD_Connection *conn;
+	const struct route *route;
+	char request_id[72];
+	char method[12];
+	char *url;                 /* path without query, owned */
+	int64_t started_ns;
+	int64_t at_ms;
+	char client[64];
+
+	/* request body */
+	struct buf body;           /* buffered bodies (JSON or raw) */
+	json_t *json;              /* parsed JSON body for JSON routes */
+	int64_t bytes_in;
+	bool body_too_large;
+	int pending_error;         /* refused before a body-less request ended */
+	bool headers_done;         /* the route has been matched and authorised */
+	bool ran;                  /* the handler ran */
+
+	/* routing and auth */
+	const char *params[REQ_MAX_PARAMS]; /* captured {x} segments, owned */
+	struct auth_claims claims;
+	bool authed;
+	struct tenant *tenant;     /* referenced while the request lives */
+	char *session_key;         /* X-Session-Key or "default", owned */
+	size_t session_key_len;
+	char *session_rel;         /* "sessions/<segment>", after req_session() */
+
+	/* response */
+	int status;
+	int64_t bytes_out;
+	char *error_msg;           /* set by req_fail */
+	const char *error_code;    /* wire code override, e.g. "token_used" */
+	int64_t retry_after_s;
+	char *allow;               /* Allow header for 405 */
+
+	/* audit extras */
+	char *target;
+	bool has_exit_code;
+	int exit_code;
+
+	/* handler state for suspended / streaming requests */
+	void *hstate;
+	req_resume_fn on_resume;
+	req_upload_fn on_upload;
+	req_free_fn on_free;
+	bool suspended;
+	bool closed;               /* completion seen */
+};
+
+/* Record an error for the dispatcher to render; returns code (negative). */
+int req_fail(struct req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Headers and query. */
+const char *req_header(struct req *r, const char *name);
+const char *req_query(struct req *r, const char *name);
+/* Query parameter as an integer in [lo, hi]; def when absent. -EINVAL (with req_fail) when bad. */
+int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out);
+bool req_query_bool(struct req *r, const char *name);
+
+/* Resolve the request's session: find or create its row and directory
+ * (once), and set r->session_rel. 0 or -errno (with req_fail). */
+int req_session(struct req *r);
+/* Normalise a wire path against the session: rel path into out.
+ * -EINVAL / -EXDEV with req_fail. */
+int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz);
+/* Set the audit target (copied). */
+void req_set_target(struct req *r, const char *target);
+
+/* Responses. Each queues the response, records status and bytes, and
+ * returns 0 (or -EIO when libmicrohttpd refuses). Common headers
+ * (X-Request-Id, Cache-Control) are added for every response. */
+int reply_json(struct req *r, int status, json_t *body); /* steals body */
+int reply_bytes(struct req *r, int status, const char *content_type, const void *p, size_t n);
+int reply_static(struct req *r, int status, const char *content_type, const void *p, size_t n);
+int reply_response(struct req *r, int status, struct MHD_Response *resp); /* destroys resp */
+void reply_common_headers(struct req *r, struct MHD_Response *resp);
+
+/* Suspend the connection until req_resume() (thread-safe; once). */
+void req_suspend(struct req *r);
+void req_resume(struct req *r);

@@ -1,0 +1,344 @@
+/* The dispatcher: route table, matching, authentication, scopes, body
+ * parsing, error rendering, and the completion (audit, metrics, log). */
+#include "routes/route.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth/auth.h"
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/errors.h"
+#include "routes/handlers.h"
+#include "routes/metrics.h"
+#include "store/store.h"
+
+#define R_FS_READ AUTH_SCOPE_FS_READ
+#define R_FS_WRITE AUTH_SCOPE_FS_WRITE
+#define R_EXEC AUTH_SCOPE_EXEC
+#define R_AUDIT AUTH_SCOPE_AUDIT_READ
+#define R_ADMIN AUTH_SCOPE_ADMIN
+
+/* The route table. Order matters only for patterns that could both match;
+ * none here do. */
+const struct route route_table[] = {
+	{ "GET", "/healthz", 0, RF_PUBLIC, route_healthz },
+	{ "GET", "/readyz", 0, RF_PUBLIC, route_readyz },
+	{ "GET", "/metrics", R_AUDIT | R_ADMIN, RF_METRICS, route_metrics },
+	{ "GET", "/openapi.yaml", 0, RF_PUBLIC, route_openapi },
+	{ "GET", "/dashboard", 0, RF_PUBLIC, route_dashboard },
+	ROUTES_FS
+	ROUTES_SESSIONS
+	ROUTES_EXEC
+	ROUTES_TRANSFERS
+	ROUTES_EVENTS
+	ROUTES_AUDIT
+};
+const size_t route_count = sizeof route_table / sizeof route_table[0];
+
+/* Match "/exec/{id}/cancel" against a path; captures into r->params. */
+static bool match(const char *pattern, const char *path, struct req *r, bool capture)
+{
+	const char *p = pattern, *s = path;
+	size_t nparams = 0;
+	while (*p && *s) {
+		if (*p == '{') {
+			const char *pe = strchr(p, '}');
+			const char *se = strchr(s, '/');
+			if (!se)
+				se = s + strlen(s);
+			if (se == s || nparams >= REQ_MAX_PARAMS)
+				return false;
+			if (capture)
+				r->params[nparams] = xstrndup(s, (size_t)(se - s));
+			nparams++;
+			p = pe + 1;
+			s = se;
+			continue;
+		}
+		if (*p != *s)
+			return false;
+		p++;
+		s++;
+	}
+	return *p == '\0' && *s == '\0';
+}
+
+static void free_params(struct req *r)
+{
+	for (size_t i = 0; i < REQ_MAX_PARAMS; i++) {
+		free((char *)r->params[i]);
+		r->params[i] = NULL;
+	}
+}
+
+static int key_lookup(void *ctx, const char *tenant, struct auth_key *key)
+{
+	struct req *r = ctx;
+	struct tenant *t = NULL;
+	int rc = app_tenant_get(r->app, tenant, &t);
+	if (rc < 0)
+		return rc;
+	r->tenant = t; /* keep the reference for the request */
+	*key = t->key;
+	return 0;
+}
+
+static bool session_key_ok(const char *k, size_t n)
+{
+	if (n < 1 || n > 512)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)k[i] < 0x20 || (unsigned char)k[i] > 0x7e)
+			return false;
+	return true;
+}
+
+static int authenticate(struct req *r)
+{
+	const char *h = req_header(r, "Authorization");
+	const char *token = NULL;
+	if (h && strncasecmp(h, "Bearer ", 7) == 0)
+		token = h + 7;
+	else if ((r->route->flags & RF_SSE) && req_query(r, "access_token"))
+		token = req_query(r, "access_token");
+	if (!token || !*token)
+		return req_fail(r, -SBX_E_UNAUTHORIZED, "missing bearer token");
+
+	const struct sbx_config *cfg = r->app->cfg;
+	struct auth_config ac = { .audience = cfg->audience, .leeway_s = cfg->leeway_s, .max_token_bytes = 8192 };
+	const char *why = NULL;
+	int rc = auth_verify(token, strlen(token), &ac, now_ms() / 1000, key_lookup, r, &r->claims, &why);
+	if (rc < 0) {
+		if (r->tenant)
+			app_tenant_put(r->app, &r->tenant);
+		if (rc == -SBX_E_STORE || rc == -ENOSPC)
+			return req_fail(r, -SBX_E_STORE, "cannot read the tenant registry");
+		return req_fail(r, -SBX_E_UNAUTHORIZED, "invalid token: %s", why ? why : "refused");
+	}
+	r->authed = true;
+	const char *tid = req_header(r, "X-Tenant-Id");
+	if (tid && strcmp(tid, r->claims.tenant) != 0)
+		return req_fail(r, -SBX_E_FORBIDDEN, "X-Tenant-Id does not match the token's tenant");
+	return 0;
+}
+
+static int authorise(struct req *r)
+{
+	const struct route *rt = r->route;
+	if (rt->flags & RF_ADMIN_ONLY) {
+		if (!(r->claims.scopes & AUTH_SCOPE_ADMIN))
+			return req_fail(r, -SBX_E_SCOPE, "this route needs the admin scope of an operator tenant");
+		return 0;
+	}
+	if (rt->scope && !(r->claims.scopes & rt->scope)) {
+		char need[96];
+		auth_scopes_format(rt->scope, need, sizeof need);
+		return req_fail(r, -SBX_E_SCOPE, "this route needs one of the scopes: %s", need);
+	}
+	return 0;
+}
+
+int route_begin(struct req *r)
+{
+	const struct route *found = NULL;
+	bool path_matched = false;
+	char allow[128] = "";
+	for (size_t i = 0; i < route_count; i++) {
+		const struct route *rt = &route_table[i];
+		if (!match(rt->pattern, r->url, r, false))
+			continue;
+		path_matched = true;
+		if (!strstr(allow, rt->method)) {
+			if (*allow)
+				strncat(allow, ", ", sizeof allow - strlen(allow) - 1);
+			strncat(allow, rt->method, sizeof allow - strlen(allow) - 1);
+		}
+		if (strcmp(rt->method, r->method) == 0 && !found)
+			found = rt;
+	}
+	if (!found && strcmp(r->method, "HEAD") == 0) {
+		/* HEAD is answered as GET (libmicrohttpd drops the body). */
+		for (size_t i = 0; i < route_count && !found; i++)
+			if (strcmp(route_table[i].method, "GET") == 0 && match(route_table[i].pattern, r->url, r, false))
+				found = &route_table[i];
+	}
+	if (!found) {
+		if (path_matched) {
+			r->allow = xstrdup(allow);
+			return req_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s", r->method,
+					allow);
+		}
+		return req_fail(r, -ENOENT, "no such route: %s %s", r->method, r->url);
+	}
+	r->route = found;
+	match(found->pattern, r->url, r, true);
+
+	const char *sk = req_header(r, "X-Session-Key");
+	if (sk) {
+		size_t n = strlen(sk);
+		if (!session_key_ok(sk, n))
+			return req_fail(r, -EINVAL, "X-Session-Key must be 1 to 512 printable bytes");
+		r->session_key = xstrndup(sk, n);
+		r->session_key_len = n;
+	} else {
+		r->session_key = xstrdup("default");
+		r->session_key_len = 7;
+	}
+
+	bool is_public = (found->flags & RF_PUBLIC) || ((found->flags & RF_METRICS) && r->app->cfg->metrics_public);
+	if (!is_public) {
+		int rc = authenticate(r);
+		if (rc < 0)
+			return rc;
+		rc = authorise(r);
+		if (rc < 0)
+			return rc;
+	}
+	r->headers_done = true;
+	return 0;
+}
+
+int route_body(struct req *r, const char *data, size_t len)
+{
+	r->bytes_in += (int64_t)len;
+	if (r->body_too_large)
+		return 0;
+	if (r->route && (r->route->flags & RF_STREAM_IN) && r->on_upload)
+		return r->on_upload(r, data, len);
+	if (!r->route || !(r->route->flags & (RF_JSON | RF_RAW))) {
+		/* A body where none is expected: keep reading (bounded) and ignore. */
+		if (r->bytes_in > 65536) {
+			r->body_too_large = true;
+			return req_fail(r, -E2BIG, "this route takes no body");
+		}
+		return 0;
+	}
+	if (buf_append(&r->body, data, len) < 0) {
+		r->body_too_large = true;
+		buf_free(&r->body);
+		return req_fail(r, -E2BIG, "request body over the limit of %zu bytes", r->body.max);
+	}
+	return 0;
+}
+
+int route_run(struct req *r)
+{
+	if (r->route->flags & RF_JSON) {
+		json_error_t jerr;
+		if (r->body.len == 0)
+			return req_fail(r, -EINVAL, "a JSON object body is required");
+		r->json = json_loadb(r->body.ptr, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+		if (!r->json)
+			return req_fail(r, -EINVAL, "bad JSON at line %d column %d: %s", jerr.line, jerr.column,
+					jerr.text);
+		if (!json_is_object(r->json))
+			return req_fail(r, -EINVAL, "the body must be a JSON object");
+	}
+	r->ran = true;
+	return r->route->handler(r);
+}
+
+int route_render_error(struct req *r, int code)
+{
+	struct wire_error w = wire_error_for(code);
+	const char *wcode = r->error_code ? r->error_code : w.code;
+	json_t *hint = w.retry_hint ? json_string(w.retry_hint) : json_null();
+	json_t *body = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", wcode, "message",
+				 r->error_msg ? r->error_msg : wcode, "retry_hint", hint);
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	size_t n = strlen(text);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, "Content-Type", "application/json");
+	if (w.status == 401)
+		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
+	if (w.status == 405 && r->allow)
+		MHD_add_response_header(resp, "Allow", r->allow);
+	if (w.status == 429 || w.status == 503) {
+		char ra[24];
+		snprintf(ra, sizeof ra, "%lld", (long long)(r->retry_after_s > 0 ? r->retry_after_s : 1));
+		MHD_add_response_header(resp, "Retry-After", ra);
+	}
+	if (w.status == 413 || w.status == 400)
+		MHD_add_response_header(resp, "Connection", "close");
+	r->bytes_out += (int64_t)n;
+	return reply_response(r, w.status, resp);
+}
+
+static const char *outcome_for(int status)
+{
+	if (status >= 200 && status < 300)
+		return "ok";
+	if (status == 401 || status == 403)
+		return "denied";
+	return "error";
+}
+
+static void log_line(struct req *r, double ms, const char *route)
+{
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:I, s:I, s:s}", "ts", "", "request_id",
+			      r->request_id, "method", r->method, "path", r->url, "route", route, "status",
+			      r->status, "duration_ms", ms, "bytes_in", (json_int_t)r->bytes_in, "bytes_out",
+			      (json_int_t)r->bytes_out, "tenant", r->authed ? r->claims.tenant : "");
+	char ts[40];
+	rfc3339_ms(now_ms(), ts, sizeof ts);
+	json_object_set_new(j, "ts", json_string(ts));
+	if (r->error_msg)
+		json_object_set_new(j, "error", json_string(r->error_msg));
+	char *t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+	fprintf(stderr, "%s\n", t);
+	free(t);
+	json_decref(j);
+}
+
+void route_complete(struct req *r, bool ok)
+{
+	double ms = (double)(mono_ns() - r->started_ns) / 1e6;
+	const char *route = r->route ? r->route->pattern : "unmatched";
+	if (r->status == 0)
+		r->status = ok ? 200 : 499; /* 499: the client went away before an answer */
+	if (r->on_free)
+		r->on_free(r);
+
+	struct store_audit a = {
+		.at = r->at_ms,
+		.tenant = r->authed ? r->claims.tenant : "",
+		.session = r->authed ? r->session_key : NULL,
+		.session_len = r->authed ? r->session_key_len : 0,
+		.request_id = r->request_id,
+		.method = r->method,
+		.route = route,
+		.target = r->target,
+		.status = r->status,
+		.outcome = outcome_for(r->status),
+		.has_exit_code = r->has_exit_code,
+		.exit_code = r->exit_code,
+		.bytes_in = r->bytes_in,
+		.bytes_out = r->bytes_out,
+		.duration_ms = ms,
+		.client = r->client,
+	};
+	if (store_audit_append(r->app->store, &a) < 0)
+		metrics_audit_failure(r->app->metrics);
+	metrics_request(r->app->metrics, r->route ? (size_t)(r->route - route_table) : route_count, r->status, ms);
+	if (r->app->cfg->log_requests)
+		log_line(r, ms, route);
+
+	if (r->tenant)
+		app_tenant_put(r->app, &r->tenant);
+	free_params(r);
+	json_decref(r->json);
+	buf_free(&r->body);
+	free(r->url);
+	free(r->session_key);
+	free(r->session_rel);
+	free(r->error_msg);
+	free(r->allow);
+	free(r->target);
+	free(r);
+}

@@ -1,0 +1,151 @@
+#include "routes/watch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "common/xmalloc.h"
+
+struct entry {
+	int64_t handle;
+	int fd;
+	watch_cb cb;
+	void *ctx;
+	struct entry *next;
+};
+
+struct route_watch {
+	pthread_t thread;
+	pthread_mutex_t lock; /* held while a callback runs, so remove can wait it out */
+	int ep, stopfd;
+	int64_t next_handle;
+	struct entry *entries;
+	bool stop;
+};
+
+static struct entry *unlink_entry(struct route_watch *w, int64_t handle)
+{
+	for (struct entry **p = &w->entries; *p; p = &(*p)->next)
+		if ((*p)->handle == handle) {
+			struct entry *e = *p;
+			*p = e->next;
+			return e;
+		}
+	return NULL;
+}
+
+static void *loop(void *arg)
+{
+	struct route_watch *w = arg;
+	struct epoll_event evs[64];
+	for (;;) {
+		int n = epoll_wait(w->ep, evs, 64, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		pthread_mutex_lock(&w->lock);
+		if (w->stop) {
+			pthread_mutex_unlock(&w->lock);
+			return NULL;
+		}
+		for (int i = 0; i < n; i++) {
+			int64_t handle = (int64_t)evs[i].data.u64;
+			if (handle == 0)
+				continue; /* the stop eventfd */
+			struct entry *e = unlink_entry(w, handle);
+			if (!e)
+				continue;
+			epoll_ctl(w->ep, EPOLL_CTL_DEL, e->fd, NULL);
+			e->cb(e->ctx);
+			free(e);
+		}
+		pthread_mutex_unlock(&w->lock);
+	}
+}
+
+int watch_new(struct route_watch **out)
+{
+	struct route_watch *w = xcalloc(1, sizeof *w);
+	pthread_mutex_init(&w->lock, NULL);
+	w->next_handle = 1;
+	w->ep = epoll_create1(EPOLL_CLOEXEC);
+	w->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->ep < 0 || w->stopfd < 0)
+		goto fail;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
+	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->stopfd, &ev) < 0)
+		goto fail;
+	if (pthread_create(&w->thread, NULL, loop, w) != 0)
+		goto fail;
+	*out = w;
+	return 0;
+fail:
+	if (w->ep >= 0)
+		close(w->ep);
+	if (w->stopfd >= 0)
+		close(w->stopfd);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+	return -errno ? -errno : -ENOMEM;
+}
+
+void watch_free(struct route_watch **wp)
+{
+	struct route_watch *w = *wp;
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->stop = true;
+	pthread_mutex_unlock(&w->lock);
+	uint64_t one = 1;
+	ssize_t n = write(w->stopfd, &one, sizeof one);
+	(void)n;
+	pthread_join(w->thread, NULL);
+	while (w->entries) {
+		struct entry *e = w->entries;
+		w->entries = e->next;
+		free(e);
+	}
+	close(w->ep);
+	close(w->stopfd);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+	*wp = NULL;
+}
+
+int64_t watch_add(struct route_watch *w, int fd, watch_cb cb, void *ctx)
+{
+	struct entry *e = xcalloc(1, sizeof *e);
+	e->fd = fd;
+	e->cb = cb;
+	e->ctx = ctx;
+	pthread_mutex_lock(&w->lock);
+	e->handle = w->next_handle++;
+	struct epoll_event ev = { .events = EPOLLRDHUP, .data.u64 = (uint64_t)e->handle };
+	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		int err = errno;
+		pthread_mutex_unlock(&w->lock);
+		free(e);
+		return -err;
+	}
+	e->next = w->entries;
+	w->entries = e;
+	pthread_mutex_unlock(&w->lock);
+	return e->handle;
+}
+
+void watch_remove(struct route_watch *w, int64_t handle)
+{
+	if (handle <= 0)
+		return;
+	pthread_mutex_lock(&w->lock);
+	struct entry *e = unlink_entry(w, handle);
+	if (e) {
+		epoll_ctl(w->ep, EPOLL_CTL_DEL, e->fd, NULL);
+		free(e);
+	}
+	pthread_mutex_unlock(&w->lock);
+}

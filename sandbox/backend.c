@@ -1,0 +1,458 @@
+#include "sandbox/backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/errors.h"
+#include "common/xmalloc.h"
+#include "sandbox/backend_impl.h"
+#include "sandbox/cgroup.h"
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+#define CHILD_STACK_SIZE (64 * 1024)
+#define KSIGSET_SIZE 8 /* the kernel's sigset_t: 64 signals */
+#define KNSIG 64
+
+/* The child shares the parent's memory (CLONE_VM) and runs on a stack of
+ * its own: no instrumentation, no allocation, no libc wrappers that touch
+ * shared state (glibc's setresuid would broadcast to the *parent's*
+ * threads), only raw system calls. */
+#define CHILD_FN __attribute__((no_sanitize_address, no_sanitize_undefined, noinline))
+
+enum child_step {
+	STEP_NONE,
+	STEP_SETSID,
+	STEP_RLIMIT,
+	STEP_SETGROUPS,
+	STEP_SETRESGID,
+	STEP_SETRESUID,
+	STEP_PDEATHSIG,
+	STEP_DUPFD,
+	STEP_DUP3,
+	STEP_CLOSE_RANGE,
+	STEP_CHDIR,
+	STEP_EXEC,
+};
+
+struct krlimit {
+	uint64_t cur, max;
+};
+
+/* ---- strv ---- */
+
+void sbx_strv_add(struct sbx_strv *sv, const char *s)
+{
+	if (sv->n + 2 > sv->cap) {
+		sv->cap = sv->cap ? sv->cap * 2 : 16;
+		sv->v = xrealloc(sv->v, sv->cap * sizeof(*sv->v));
+	}
+	sv->v[sv->n++] = xstrdup(s);
+	sv->v[sv->n] = NULL;
+}
+
+void sbx_strv_addf(struct sbx_strv *sv, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	va_start(ap, fmt);
+	s = xvasprintf(fmt, ap);
+	va_end(ap);
+	sbx_strv_add(sv, s);
+	free(s);
+}
+
+void sbx_strv_free(struct sbx_strv *sv)
+{
+	size_t i;
+
+	for (i = 0; i < sv->n; i++)
+		free(sv->v[i]);
+	free(sv->v);
+	sv->v = NULL;
+	sv->n = sv->cap = 0;
+}
+
+/* ---- launcher ---- */
+
+void sbx_launch_init(struct sbx_launch *l)
+{
+	int i;
+
+	memset(l, 0, sizeof(*l));
+	l->keep_fd = -1;
+	for (i = 0; i < 3; i++)
+		l->std_fds[i] = -1;
+	for (i = 0; i < SBX_LAUNCH_MAX_CGROUPS; i++)
+		l->cgroup_fds[i] = -1;
+}
+
+void sbx_launch_release(struct sbx_launch *l)
+{
+	sbx_strv_free(&l->argv);
+	sbx_strv_free(&l->envp);
+	free(l->cwd);
+	l->cwd = NULL;
+	if (l->keep_fd >= 0)
+		close(l->keep_fd);
+	l->keep_fd = -1;
+}
+
+CHILD_FN static void child_fail(struct sbx_launch *l, int step)
+{
+	l->child_err = errno ? errno : EIO;
+	l->child_step = step;
+	syscall(SYS_exit, 127);
+	for (;;)
+		;
+}
+
+CHILD_FN static int child_main(void *arg)
+{
+	static const unsigned long dfl_action[8]; /* SIG_DFL, no flags, empty mask */
+	static const uint64_t empty_mask;
+	static char *const empty_env[] = {NULL};
+	struct sbx_launch *l = arg;
+	int hi[4];
+	int i;
+
+	/* No handler of the server may run in the child: signals were
+	 * blocked by the parent around clone; reset every disposition
+	 * (SIGPIPE ignored by the server must not be ignored by commands). */
+	for (i = 1; i <= KNSIG; i++) {
+		if (i == SIGKILL || i == SIGSTOP)
+			continue;
+		syscall(SYS_rt_sigaction, i, dfl_action, NULL, KSIGSET_SIZE);
+	}
+	if (syscall(SYS_setsid) < 0)
+		child_fail(l, STEP_SETSID);
+
+	/* Join the cgroups while still privileged; failure degrades. */
+	for (i = 0; i < l->n_cgroup_fds; i++)
+		syscall(SYS_write, l->cgroup_fds[i], "0\n", 2);
+
+	for (i = 0; i < l->n_rlimits; i++) {
+		struct krlimit rl = {l->rlimits[i].value, l->rlimits[i].value};
+
+		if (syscall(SYS_prlimit64, 0, l->rlimits[i].resource, &rl, NULL) < 0)
+			child_fail(l, STEP_RLIMIT);
+	}
+
+	if (l->drop_privs) {
+		if (syscall(SYS_setgroups, 0, NULL) < 0)
+			child_fail(l, STEP_SETGROUPS);
+		if (syscall(SYS_setresgid, l->gid, l->gid, l->gid) < 0)
+			child_fail(l, STEP_SETRESGID);
+		if (syscall(SYS_setresuid, l->uid, l->uid, l->uid) < 0)
+			child_fail(l, STEP_SETRESUID);
+	}
+	/* After the credential change, which clears it. */
+	if (l->pdeathsig && syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		child_fail(l, STEP_PDEATHSIG);
+
+	/* Move the sources out of the way first, so that any overlap between
+	 * them and 0..3 cannot clobber one before it is copied. */
+	for (i = 0; i < 4; i++) {
+		int src = i < 3 ? l->std_fds[i] : l->keep_fd;
+		long r;
+
+		hi[i] = -1;
+		if (src < 0)
+			continue;
+		r = syscall(SYS_fcntl, src, F_DUPFD, 10);
+		if (r < 0)
+			child_fail(l, STEP_DUPFD);
+		hi[i] = (int)r;
+	}
+	for (i = 0; i < 4; i++) {
+		if (hi[i] >= 0 && syscall(SYS_dup3, hi[i], i, 0) < 0)
+			child_fail(l, STEP_DUP3);
+	}
+	if (syscall(SYS_close_range, hi[3] >= 0 ? 4U : 3U, ~0U, 0) < 0)
+		child_fail(l, STEP_CLOSE_RANGE);
+
+	if (l->cwd && syscall(SYS_chdir, l->cwd) < 0)
+		child_fail(l, STEP_CHDIR);
+
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty_mask, NULL, KSIGSET_SIZE);
+	syscall(SYS_execve, l->path, l->argv.v, l->envp.v ? l->envp.v : empty_env);
+	child_fail(l, STEP_EXEC);
+	return 127;
+}
+
+int sbx_wait_status(pid_t pid)
+{
+	int status;
+
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return status;
+}
+
+int sbx_launch_start(struct sbx_launch *l, pid_t *pid_out, int *pidfd_out)
+{
+	sigset_t all, old;
+	void *stack;
+	int pidfd = -1;
+	pid_t pid;
+	int saved, rc;
+
+	if (!l->path || !l->argv.v)
+		return -EINVAL;
+	stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+		     -1, 0);
+	if (stack == MAP_FAILED)
+		return -errno;
+	l->child_err = 0;
+	l->child_step = STEP_NONE;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	pid = clone(child_main, (char *)stack + CHILD_STACK_SIZE,
+		    CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, l, &pidfd);
+	saved = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+	if (pid < 0) {
+		rc = -saved;
+		goto out;
+	}
+	if (l->child_err) {
+		rc = -l->child_err;
+		sbx_wait_status(pid);
+		if (pidfd >= 0)
+			close(pidfd);
+		goto out;
+	}
+	*pid_out = pid;
+	*pidfd_out = pidfd;
+	rc = 0;
+out:
+	munmap(stack, CHILD_STACK_SIZE);
+	return rc;
+}
+
+/* ---- dispatch ---- */
+
+static const struct sbx_backend_ops *const backends[] = {
+    &sbx_backend_bwrap_ops,
+    &sbx_backend_local_ops,
+};
+
+bool sbx_cwd_rel_ok(const char *cwd_rel)
+{
+	const char *p = cwd_rel;
+
+	if (!p)
+		return true;
+	if (*p == '/')
+		return false;
+	while (*p) {
+		const char *e = strchr(p, '/');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+
+		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		p += n;
+		while (*p == '/')
+			p++;
+	}
+	return true;
+}
+
+int sbx_cwd_check(const char *workspace_host_dir, const char *cwd_rel)
+{
+	struct open_how how = {
+	    .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+	    .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	int dfd, fd, attempt, rc = 0;
+
+	if (!cwd_rel || !cwd_rel[0])
+		return 0;
+	dfd = open(workspace_host_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	for (attempt = 0; attempt < 4; attempt++) {
+		fd = (int)syscall(SYS_openat2, dfd, cwd_rel, &how, sizeof(how));
+		if (fd >= 0 || errno != EAGAIN)
+			break;
+	}
+	if (fd < 0)
+		rc = -errno;
+	else
+		close(fd);
+	close(dfd);
+	return rc;
+}
+
+int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *cfg)
+{
+	const struct sbx_backend_ops *ops = NULL;
+	struct sbx_backend *b;
+	size_t i;
+	int rc;
+
+	if (!out || !cfg || !cfg->name)
+		return -EINVAL;
+	for (i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+		if (strcmp(backends[i]->name, cfg->name) == 0)
+			ops = backends[i];
+	}
+	if (!ops)
+		return -EINVAL;
+	b = xcalloc(1, sizeof(*b));
+	b->ops = ops;
+	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe();
+	rc = ops->init(b, cfg);
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+void sbx_backend_free(struct sbx_backend **pb)
+{
+	struct sbx_backend *b;
+
+	if (!pb || !*pb)
+		return;
+	b = *pb;
+	b->ops->fini(b);
+	free(b);
+	*pb = NULL;
+}
+
+const char *sbx_backend_name(const struct sbx_backend *b)
+{
+	return b ? b->ops->name : NULL;
+}
+
+static void set_rlimits(struct sbx_launch *l, const struct sbx_limits *lim)
+{
+	const struct {
+		int resource;
+		uint64_t value;
+	} want[] = {
+	    {RLIMIT_AS, lim->mem_bytes},
+	    {RLIMIT_NPROC, lim->nproc},
+	    {RLIMIT_FSIZE, lim->fsize_bytes},
+	    {RLIMIT_NOFILE, lim->nofile},
+	};
+	size_t i;
+
+	l->n_rlimits = 0;
+	l->rlimits[l->n_rlimits].resource = RLIMIT_CORE;
+	l->rlimits[l->n_rlimits++].value = 0;
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		if (!want[i].value)
+			continue;
+		l->rlimits[l->n_rlimits].resource = want[i].resource;
+		l->rlimits[l->n_rlimits++].value = want[i].value;
+	}
+}
+
+int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
+{
+	struct sbx_launch l;
+	const int req_fds[3] = {req ? req->stdin_fd : -1, req ? req->stdout_fd : -1,
+				req ? req->stderr_fd : -1};
+	int devnull = -1;
+	bool cgroup_made = false;
+	int i, rc;
+
+	sbx_launch_init(&l);
+	if (!b || !req || !pid || !pidfd || !req->command || !req->workspace_host_dir ||
+	    !sbx_cwd_rel_ok(req->cwd_rel)) {
+		rc = -EINVAL;
+		goto out;
+	}
+	rc = b->ops->prepare(b, req, &l);
+	if (rc < 0)
+		goto out;
+
+	for (i = 0; i < 3; i++) {
+		if (req_fds[i] >= 0) {
+			l.std_fds[i] = req_fds[i];
+			continue;
+		}
+		if (devnull < 0)
+			devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (devnull < 0) {
+			rc = -errno;
+			goto out;
+		}
+		l.std_fds[i] = devnull;
+	}
+	set_rlimits(&l, &req->limits);
+	l.drop_privs = req->drop_privs && geteuid() == 0;
+	l.uid = req->uid;
+	l.gid = req->gid;
+	l.pdeathsig = true;
+
+	if (b->cgroups && req->cgroup_name && sbx_cgroup_name_ok(req->cgroup_name)) {
+		int n = sbx_cgroup_prepare(req->cgroup_name, &req->limits, l.cgroup_fds);
+
+		if (n > 0) {
+			l.n_cgroup_fds = n;
+			cgroup_made = true;
+		}
+	}
+
+	rc = sbx_launch_start(&l, pid, pidfd);
+	if (rc < 0) {
+		if (l.exec_fail_is_backend && l.child_step == STEP_EXEC &&
+		    (rc == -ENOENT || rc == -EACCES || rc == -ENOEXEC))
+			rc = -SBX_E_BACKEND;
+		if (cgroup_made)
+			sbx_cgroup_remove(req->cgroup_name);
+	}
+out:
+	for (i = 0; i < l.n_cgroup_fds; i++)
+		close(l.cgroup_fds[i]);
+	if (devnull >= 0)
+		close(devnull);
+	sbx_launch_release(&l);
+	return rc;
+}
+
+void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req)
+{
+	if (!b || !req || !b->cgroups || !req->cgroup_name || !sbx_cgroup_name_ok(req->cgroup_name))
+		return;
+	sbx_cgroup_remove(req->cgroup_name);
+}
+
+int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz)
+{
+	char part[256];
+	int rc;
+
+	if (!b)
+		return -EINVAL;
+	rc = b->ops->health(b, part, sizeof(part));
+	if (msg && msgsz)
+		snprintf(msg, msgsz, "%s; cgroup %s; rlimits on", part,
+			 b->cgroups ? "memory+pids v1" : "none");
+	return rc;
+}

@@ -1,0 +1,59 @@
+#pragma once
+/* Isolation backends behind one small interface: spawn a command with a
+ * cwd, an environment and limits; report health. "bwrap" (bubblewrap,
+ * namespaces, seccomp, rlimits, cgroups where allowed) is the default;
+ * "local" runs /bin/sh -c on the host and exists for development only. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct sbx_limits {
+	uint64_t mem_bytes;    /* RLIMIT_AS and cgroup memory.limit (0: none) */
+	uint64_t nproc;        /* RLIMIT_NPROC and cgroup pids.max (0: none) */
+	uint64_t fsize_bytes;  /* RLIMIT_FSIZE (0: none) */
+	uint64_t nofile;       /* RLIMIT_NOFILE (0: keep) */
+	uint64_t tmp_bytes;    /* size of the private /tmp (bwrap) */
+};
+
+struct sbx_spawn_req {
+	const char *command;            /* one argv element: /bin/sh -c <command> */
+	const char *workspace_host_dir; /* bound read-write at /workspace */
+	const char *cwd_rel;            /* workspace-relative cwd, "" = /workspace */
+	const char *const *env;         /* NULL-terminated "NAME=value", validated, added to the clean base env */
+	uid_t uid;                      /* drop to uid:gid before exec when drop_privs */
+	gid_t gid;
+	bool drop_privs;
+	struct sbx_limits limits;
+	const char *cgroup_name;        /* cgroup to put the command in, e.g. "sandboxd/<tenant>/<exec id>" or NULL */
+	int stdin_fd, stdout_fd, stderr_fd; /* the child's ends (-1: /dev/null); the caller closes its copies */
+};
+
+struct sbx_backend_config {
+	const char *name;       /* "bwrap" or "local" */
+	bool use_cgroups;       /* try cgroup v1/v2 memory and pids limits */
+	const char *bwrap_path; /* NULL: /usr/bin/bwrap */
+};
+
+struct sbx_backend;
+
+/* Errors: -EINVAL (unknown name), -ENOENT (bwrap not installed), ... */
+int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *cfg);
+void sbx_backend_free(struct sbx_backend **b);
+const char *sbx_backend_name(const struct sbx_backend *b);
+
+/* Start the command in a new process group (or session) without fork()
+ * (posix_spawn, vfork or clone(CLONE_VM|CLONE_VFORK)). Must be called from
+ * the long-lived runner thread (bwrap's --die-with-parent is per thread).
+ * Every fd above 2 is closed in the child except what bwrap must read.
+ * *pid is the process (group leader); *pidfd a pidfd for it (O_CLOEXEC).
+ * Errors: -SBX_E_BACKEND when the backend cannot start anything, else
+ * -errno. */
+int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
+
+/* Clean up after a command ended (e.g. remove its cgroup). */
+void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req);
+
+/* 0 when usable; fills msg with a one-line status either way, e.g.
+ * "bwrap 0.8.0; cgroup memory+pids: v1; seccomp: on". */
+int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz);

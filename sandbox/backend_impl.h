@@ -1,0 +1,94 @@
+#pragma once
+/* Internal to the backends: the vtable each backend fills in, and the one
+ * child launcher they share (clone(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) with a
+ * small async-signal-safe child on its own stack; no fork()). */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandbox/backend.h"
+
+/* A growable NULL-terminated array of owned strings (argv, envp). */
+struct sbx_strv {
+	char **v;
+	size_t n, cap;
+};
+void sbx_strv_add(struct sbx_strv *sv, const char *s);
+void sbx_strv_addf(struct sbx_strv *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sbx_strv_free(struct sbx_strv *sv);
+
+#define SBX_LAUNCH_MAX_RLIMITS 5
+#define SBX_LAUNCH_MAX_CGROUPS 2
+
+/* Everything the child does between clone and execve, decided in the
+ * parent so the child only makes system calls. */
+struct sbx_launch {
+	/* filled by the backend's prepare() */
+	const char *path; /* absolute path to execve */
+	struct sbx_strv argv;
+	struct sbx_strv envp;
+	char *cwd;		   /* chdir before exec, or NULL */
+	int keep_fd;		   /* dup'd to fd 3 in the child (bwrap --seccomp 3), or -1; owned */
+	bool exec_fail_is_backend; /* execve failing means the backend is unusable */
+
+	/* filled by the dispatch */
+	int std_fds[3]; /* become 0, 1, 2 */
+	struct {
+		int resource;
+		uint64_t value;
+	} rlimits[SBX_LAUNCH_MAX_RLIMITS];
+	int n_rlimits;
+	bool drop_privs;
+	uid_t uid;
+	gid_t gid;
+	int cgroup_fds[SBX_LAUNCH_MAX_CGROUPS]; /* cgroup.procs; the child writes "0\n" */
+	int n_cgroup_fds;
+	bool pdeathsig; /* PR_SET_PDEATHSIG SIGKILL after dropping privileges */
+
+	/* written by the child on failure (shared memory, CLONE_VM) */
+	volatile int child_err;
+	volatile int child_step;
+};
+
+void sbx_launch_init(struct sbx_launch *l);
+/* Frees argv, envp, cwd and closes keep_fd. */
+void sbx_launch_release(struct sbx_launch *l);
+/* Start l in a new session. On success *pid and *pidfd (O_CLOEXEC) are
+ * set. Errors: -errno of the failing step in the child (execve, chdir,
+ * setresuid, ...) or of clone. */
+int sbx_launch_start(struct sbx_launch *l, pid_t *pid, int *pidfd);
+
+/* Wait for pid (retrying EINTR); returns the wait status or -errno. */
+int sbx_wait_status(pid_t pid);
+
+struct sbx_backend_ops {
+	const char *name;
+	int (*init)(struct sbx_backend *b, const struct sbx_backend_config *cfg);
+	void (*fini)(struct sbx_backend *b);
+	/* Fill l->path, argv, envp, cwd, keep_fd for req. */
+	int (*prepare)(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l);
+	/* Backend-specific part of the health line; 0 or -SBX_E_BACKEND. */
+	int (*health)(struct sbx_backend *b, char *msg, size_t msgsz);
+};
+
+struct sbx_backend {
+	const struct sbx_backend_ops *ops;
+	bool cgroups; /* use_cgroups asked for and the host allows it */
+	void *priv;
+};
+
+extern const struct sbx_backend_ops sbx_backend_local_ops;
+extern const struct sbx_backend_ops sbx_backend_bwrap_ops;
+
+/* Base environment shared by the backends. */
+#define SBX_ENV_PATH "/usr/local/bin:/usr/bin:/bin"
+#define SBX_ENV_LANG "C.UTF-8"
+
+/* cwd_rel is "" or a relative path without "." / ".." components. */
+bool sbx_cwd_rel_ok(const char *cwd_rel);
+
+/* The workspace-relative cwd names a directory beneath the workspace
+ * (resolved with RESOLVE_BENEATH: a symlink cannot reach the host).
+ * Errors: -ENOENT, -ENOTDIR, -EXDEV (escape attempt), -errno. */
+int sbx_cwd_check(const char *workspace_host_dir, const char *cwd_rel);

@@ -1,0 +1,484 @@
+#include "sandbox/collector.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/xmalloc.h"
+#include "sandbox/workspace.h"
+
+struct sbx_collector {
+	size_t max;
+	size_t head_max; /* floor(40 % of max) */
+	size_t tail_max; /* the rest: the ring's capacity */
+	char *head;	 /* head_max bytes, allocated on first feed */
+	size_t head_len;
+	char *ring;	   /* tail_max bytes, allocated once the head is full */
+	size_t ring_start; /* index of the oldest byte */
+	size_t ring_len;
+	uint64_t total;
+
+	struct sbx_workspace *ws;
+	char *spill_rel;
+	char *spill_wire; /* set once the spill file is open */
+	uint64_t spill_cap;
+	uint64_t spill_written;
+	int spill_fd;
+	int spill_err; /* first spill error (negative errno), 0 if none */
+	bool spill_tried;
+};
+
+int sbx_collector_new(struct sbx_collector **out, size_t max, struct sbx_workspace *ws, const char *spill_rel,
+		      uint64_t spill_cap)
+{
+	struct sbx_collector *c;
+
+	if (!out)
+		return -EINVAL;
+	c = xcalloc(1, sizeof(*c));
+	c->max = max;
+	/* floor(max * 0.4) without floating point or overflow */
+	c->head_max = max / 5 * 2 + (max % 5) * 2 / 5;
+	c->tail_max = max - c->head_max;
+	c->ws = ws;
+	c->spill_rel = (ws && spill_rel && spill_cap > 0) ? xstrdup(spill_rel) : NULL;
+	c->spill_cap = spill_cap;
+	c->spill_fd = -1;
+	*out = c;
+	return 0;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Tee bytes to the spill file, up to the cap; the first error stops it. */
+static void spill_write(struct sbx_collector *c, const char *p, size_t n)
+{
+	int rc;
+
+	if (c->spill_fd < 0 || c->spill_err)
+		return;
+	if (c->spill_written >= c->spill_cap)
+		return;
+	if (n > c->spill_cap - c->spill_written)
+		n = (size_t)(c->spill_cap - c->spill_written);
+	rc = write_all(c->spill_fd, p, n);
+	if (rc) {
+		c->spill_err = rc;
+		return;
+	}
+	c->spill_written += n;
+}
+
+static int spill_open(struct sbx_collector *c)
+{
+	const struct sbx_owner *owner;
+	const char *leaf = NULL;
+	int dfd = -1, fd = -1, rc;
+
+	rc = sbx_ws_open_parent(c->ws, c->spill_rel, true, &dfd, &leaf);
+	if (rc)
+		goto out;
+	fd = openat(dfd, leaf, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd >= 0) {
+		owner = sbx_workspace_owner(c->ws);
+		if (owner && owner->chown && fchown(fd, owner->uid, owner->gid) < 0) {
+			rc = -errno;
+			goto out;
+		}
+	} else if (errno == EEXIST) {
+		/* A retried exec id: the old spill is replaced. */
+		fd = openat(dfd, leaf, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+	}
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	c->spill_fd = fd;
+	fd = -1;
+	c->spill_wire = xasprintf("/workspace/%s", c->spill_rel);
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	return rc;
+}
+
+/* The window is about to overflow for the first time: nothing has been
+ * dropped yet, so head + ring is the whole stream so far. */
+static void spill_start(struct sbx_collector *c)
+{
+	size_t first;
+
+	c->spill_tried = true;
+	if (!c->spill_rel)
+		return;
+	c->spill_err = spill_open(c);
+	if (c->spill_err)
+		return;
+	spill_write(c, c->head, c->head_len);
+	/* the ring has not wrapped yet */
+	first = c->ring_len;
+	if (first > 0)
+		spill_write(c, c->ring + c->ring_start, first);
+}
+
+static void ring_push(struct sbx_collector *c, const char *p, size_t n)
+{
+	size_t cap = c->tail_max, pos, first;
+
+	if (cap == 0 || n == 0)
+		return;
+	if (!c->ring)
+		c->ring = xmalloc(cap);
+	if (n >= cap) {
+		memcpy(c->ring, p + (n - cap), cap);
+		c->ring_start = 0;
+		c->ring_len = cap;
+		return;
+	}
+	pos = (c->ring_start + c->ring_len) % cap;
+	first = cap - pos < n ? cap - pos : n;
+	memcpy(c->ring + pos, p, first);
+	memcpy(c->ring, p + first, n - first);
+	if (c->ring_len + n <= cap) {
+		c->ring_len += n;
+	} else {
+		c->ring_start = (c->ring_start + c->ring_len + n) % cap;
+		c->ring_len = cap;
+	}
+}
+
+int sbx_collector_feed(struct sbx_collector *c, const void *p, size_t n)
+{
+	const char *b = p;
+
+	if (!c || n == 0)
+		return 0;
+	if (!c->spill_tried && c->total + n > c->max)
+		spill_start(c);
+	if (c->spill_tried)
+		spill_write(c, b, n);
+	c->total += n;
+	if (c->head_len < c->head_max) {
+		size_t take = c->head_max - c->head_len;
+
+		if (take > n)
+			take = n;
+		if (!c->head)
+			c->head = xmalloc(c->head_max);
+		memcpy(c->head + c->head_len, b, take);
+		c->head_len += take;
+		b += take;
+		n -= take;
+	}
+	ring_push(c, b, n);
+	return 0;
+}
+
+uint64_t sbx_collector_total(const struct sbx_collector *c)
+{
+	return c ? c->total : 0;
+}
+
+bool sbx_collector_truncated(const struct sbx_collector *c)
+{
+	return c && c->total > c->max;
+}
+
+const char *sbx_collector_spill_path(const struct sbx_collector *c)
+{
+	return c ? c->spill_wire : NULL;
+}
+
+/* Copy the last k bytes of what the window keeps, in stream order, into
+ * dst; returns how many. When nothing was dropped that is head + ring. */
+static size_t copy_last(const struct sbx_collector *c, char *dst, size_t k)
+{
+	size_t have = c->ring_len, n = 0, skip, first;
+
+	if (!sbx_collector_truncated(c))
+		have += c->head_len;
+	if (k > have)
+		k = have;
+	skip = have - k;
+	if (!sbx_collector_truncated(c)) {
+		if (skip < c->head_len) {
+			n = c->head_len - skip;
+			memcpy(dst, c->head + skip, n);
+			skip = 0;
+		} else {
+			skip -= c->head_len;
+		}
+	}
+	/* ring bytes from logical offset skip */
+	while (n < k) {
+		size_t pos = (c->ring_start + skip) % c->tail_max;
+
+		first = c->tail_max - pos;
+		if (first > k - n)
+			first = k - n;
+		memcpy(dst + n, c->ring + pos, first);
+		n += first;
+		skip += first;
+	}
+	return n;
+}
+
+static bool is_cont(unsigned char b)
+{
+	return (b & 0xC0) == 0x80;
+}
+
+/* The sequence length a lead byte announces (1 for ASCII and for bytes
+ * that can never start a sequence). */
+static size_t seq_len(unsigned char b)
+{
+	if (b >= 0xC2 && b <= 0xDF)
+		return 2;
+	if (b >= 0xE0 && b <= 0xEF)
+		return 3;
+	if (b >= 0xF0 && b <= 0xF4)
+		return 4;
+	return 1;
+}
+
+/* Length of p[0..n) cut back so it does not end inside a character. */
+static size_t cut_end(const char *p, size_t n)
+{
+	size_t back;
+
+	for (back = 1; back <= 3 && back <= n; back++) {
+		unsigned char b = (unsigned char)p[n - back];
+
+		if (!is_cont(b)) {
+			if (seq_len(b) > back)
+				return n - back;
+			return n;
+		}
+	}
+	return n;
+}
+
+/* Offset of the first character start in p[0..n) (skips at most 3
+ * continuation bytes: more than that are invalid anyway). */
+static size_t cut_start(const char *p, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && i < 3 && is_cont((unsigned char)p[i]))
+		i++;
+	return i;
+}
+
+void sbx_collector_tail(const struct sbx_collector *c, char *out, size_t max)
+{
+	char *buf = NULL, *clean = NULL;
+	size_t want, n, end, start, clen, from;
+
+	if (!out || max == 0)
+		return;
+	out[0] = '\0';
+	if (!c || max == 1)
+		return;
+	/* the line's last max-1 bytes, its '\n', a few bytes to find a
+	 * character start, and one to see the preceding '\n' */
+	want = (max - 1) + 1 + 4 + 1;
+	buf = xmalloc(want);
+	n = copy_last(c, buf, want);
+	end = n;
+	if (end > 0 && buf[end - 1] == '\n')
+		end--;
+	start = end;
+	while (start > 0 && buf[start - 1] != '\n')
+		start--;
+	if (start == 0 && n < c->total)
+		start = cut_start(buf, end); /* the line began before what we copied */
+	clean = sbx_utf8_sanitize(buf + start, end - start, &clen);
+	from = 0;
+	if (clen > max - 1) {
+		from = clen - (max - 1);
+		from += cut_start(clean + from, clen - from);
+	}
+	memcpy(out, clean + from, clen - from);
+	out[clen - from] = '\0';
+	free(clean);
+	free(buf);
+}
+
+void sbx_collector_finish(struct sbx_collector *c, char **text, size_t *len)
+{
+	char *head = NULL, *tail = NULL, *marker = NULL, *res;
+	size_t hl, tl, ml, hcut, tstart, omitted;
+
+	if (c->spill_fd >= 0) {
+		close(c->spill_fd);
+		c->spill_fd = -1;
+	}
+	if (!sbx_collector_truncated(c)) {
+		char *all = xmalloc(c->total + 1);
+		size_t n = copy_last(c, all, c->total);
+
+		*text = sbx_utf8_sanitize(all, n, len);
+		free(all);
+		return;
+	}
+	hcut = cut_end(c->head, c->head_len);
+	head = sbx_utf8_sanitize(c->head, hcut, &hl);
+	{
+		char *raw = xmalloc(c->ring_len + 1);
+		size_t rn = copy_last(c, raw, c->ring_len);
+
+		tstart = cut_start(raw, rn);
+		tail = sbx_utf8_sanitize(raw + tstart, rn - tstart, &tl);
+		free(raw);
+	}
+	omitted = (size_t)(c->total - hcut - (c->ring_len - tstart));
+	if (c->spill_wire && c->spill_written == c->total)
+		marker = xasprintf("\n[... sandboxd: %zu bytes omitted; full output in %s ...]\n", omitted,
+				   c->spill_wire);
+	else if (c->spill_wire)
+		marker =
+		    xasprintf("\n[... sandboxd: %zu bytes omitted; first %llu bytes of output in %s ...]\n",
+			      omitted, (unsigned long long)c->spill_written, c->spill_wire);
+	else
+		marker =
+		    xasprintf("\n[... sandboxd: %zu bytes omitted; full output not kept ...]\n", omitted);
+	ml = strlen(marker);
+	res = xmalloc(hl + ml + tl + 1);
+	memcpy(res, head, hl);
+	memcpy(res + hl, marker, ml);
+	memcpy(res + hl + ml, tail, tl);
+	res[hl + ml + tl] = '\0';
+	*text = res;
+	*len = hl + ml + tl;
+	free(head);
+	free(tail);
+	free(marker);
+}
+
+void sbx_collector_free(struct sbx_collector **pc)
+{
+	struct sbx_collector *c;
+
+	if (!pc || !*pc)
+		return;
+	c = *pc;
+	if (c->spill_fd >= 0)
+		close(c->spill_fd);
+	free(c->head);
+	free(c->ring);
+	free(c->spill_rel);
+	free(c->spill_wire);
+	free(c);
+	*pc = NULL;
+}
+
+/* Length of the valid sequence at p[0..n), or 0 when invalid; *sub gets
+ * the length of the maximal invalid subpart to replace with one U+FFFD
+ * (Unicode's "best practice": a truncated sequence is one replacement,
+ * a byte that can never appear is one replacement each). */
+static size_t decode_one(const unsigned char *p, size_t n, size_t *sub)
+{
+	unsigned char b = p[0], lo = 0x80, hi = 0xBF;
+	size_t need, i;
+
+	*sub = 1;
+	if (b < 0x80)
+		return 1;
+	need = seq_len(b);
+	if (need == 1)
+		return 0;
+	if (b == 0xE0)
+		lo = 0xA0; /* overlong */
+	else if (b == 0xED)
+		hi = 0x9F; /* surrogates */
+	else if (b == 0xF0)
+		lo = 0x90; /* overlong */
+	else if (b == 0xF4)
+		hi = 0x8F; /* above U+10FFFF */
+	for (i = 1; i < need; i++) {
+		if (i >= n)
+			return 0;
+		if (p[i] < lo || p[i] > hi)
+			return 0;
+		lo = 0x80;
+		hi = 0xBF;
+		*sub = i + 1;
+	}
+	return need;
+}
+
+char *sbx_utf8_sanitize(const char *p, size_t n, size_t *out_len)
+{
+	const unsigned char *s = (const unsigned char *)p;
+	char *out = xmalloc(n * 3 + 1);
+	size_t i = 0, o = 0;
+
+	while (i < n) {
+		size_t k, sub;
+
+		if (s[i] < 0x80) {
+			size_t j = i;
+
+			while (j < n && s[j] < 0x80)
+				j++;
+			memcpy(out + o, s + i, j - i);
+			o += j - i;
+			i = j;
+			continue;
+		}
+		k = decode_one(s + i, n - i, &sub);
+		if (k) {
+			memcpy(out + o, s + i, k);
+			o += k;
+			i += k;
+		} else {
+			memcpy(out + o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			i += sub;
+		}
+	}
+	out[o] = '\0';
+	if (out_len)
+		*out_len = o;
+	return out;
+}
+
+bool sbx_utf8_valid(const char *p, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)p;
+	size_t i = 0;
+
+	while (i < n) {
+		size_t k, sub;
+
+		if (s[i] < 0x80) {
+			i++;
+			continue;
+		}
+		k = decode_one(s + i, n - i, &sub);
+		if (!k)
+			return false;
+		i += k;
+	}
+	return true;
+}

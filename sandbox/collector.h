@@ -1,0 +1,44 @@
+#pragma once
+/* Bounded capture of one output stream (stdout or stderr) of a command:
+ * the first 40 % and the last 60 % of `max` bytes, one marker line between
+ * them, and the full raw stream teed to a spill file in the workspace,
+ * opened only when the output first overflows the window. Short output
+ * costs no file I/O. Not thread-safe: owned by the runner thread. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sbx_workspace;
+struct sbx_collector;
+
+/* spill_rel: the workspace-relative spill path, e.g.
+ * ".sandboxd/spill/<id>.stdout" (its directory is created on first need).
+ * spill_cap: at most this many bytes go to the spill file (0: no spill).
+ * ws may be NULL (no spill at all). */
+int sbx_collector_new(struct sbx_collector **out, size_t max, struct sbx_workspace *ws,
+		      const char *spill_rel, uint64_t spill_cap);
+/* Feed bytes as they arrive. Returns 0; a spill I/O error is remembered
+ * (the window keeps working) and not fatal. */
+int sbx_collector_feed(struct sbx_collector *c, const void *p, size_t n);
+/* Total bytes seen. */
+uint64_t sbx_collector_total(const struct sbx_collector *c);
+/* Whether anything was left out of the window. */
+bool sbx_collector_truncated(const struct sbx_collector *c);
+/* The last complete-or-partial line seen, at most max bytes, valid UTF-8
+ * (for heartbeats' "tail"). Writes NUL-terminated into out. */
+void sbx_collector_tail(const struct sbx_collector *c, char *out, size_t max);
+/* The result text: valid UTF-8 (undecodable bytes replaced by U+FFFD, cuts
+ * never split a character), head + marker + tail when truncated. The
+ * marker line is "\n[... sandboxd: N bytes omitted; full output in
+ * /workspace/<spill_rel> ...]\n" (or "... not kept ..." without a spill
+ * file). Caller frees *text. *len excludes the NUL. */
+void sbx_collector_finish(struct sbx_collector *c, char **text, size_t *len);
+/* The wire path of the spill file if one was written, else NULL
+ * (borrowed, valid until free). */
+const char *sbx_collector_spill_path(const struct sbx_collector *c);
+void sbx_collector_free(struct sbx_collector **c);
+
+/* Copy p[0..n) into out replacing invalid UTF-8 with U+FFFD. Caller frees. */
+char *sbx_utf8_sanitize(const char *p, size_t n, size_t *out_len);
+/* Whether p[0..n) is valid UTF-8. */
+bool sbx_utf8_valid(const char *p, size_t n);

@@ -1,0 +1,679 @@
+#include "sandbox/fsops.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/errors.h"
+#include "common/xmalloc.h"
+
+#define TMP_PREFIX ".sandboxd-tmp-"
+#define TMP_PREFIX_LEN (sizeof TMP_PREFIX - 1)
+#define TMP_RAND_HEX 16
+/* prefix + leaf + '-' + 16 hex must stay a valid name. */
+#define TMP_LEAF_MAX (SBX_NAME_MAX - TMP_PREFIX_LEN - 1 - TMP_RAND_HEX)
+/* Deepest directory nesting a recursive walk descends (one fd per level). */
+#define WALK_DEPTH_MAX 256
+#define REOPEN_RETRIES 4
+
+const char *sbx_ftype_name(enum sbx_ftype t)
+{
+	switch (t) {
+	case SBX_FT_FILE:
+		return "file";
+	case SBX_FT_DIR:
+		return "directory";
+	case SBX_FT_SYMLINK:
+		return "symlink";
+	case SBX_FT_OTHER:
+	default:
+		return "other";
+	}
+}
+
+static enum sbx_ftype ftype_of(mode_t m)
+{
+	if (S_ISREG(m))
+		return SBX_FT_FILE;
+	if (S_ISDIR(m))
+		return SBX_FT_DIR;
+	if (S_ISLNK(m))
+		return SBX_FT_SYMLINK;
+	return SBX_FT_OTHER;
+}
+
+static void fill_stat(struct sbx_stat *out, const struct stat *st)
+{
+	out->type = ftype_of(st->st_mode);
+	out->size = (uint64_t)st->st_size;
+	out->mtime = st->st_mtim;
+	out->mode = st->st_mode & 07777;
+}
+
+static bool same_inode(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* "", "sessions" and "sessions/<x>" by name. */
+static bool is_root_rel(const char *rel)
+{
+	if (!*rel || strcmp(rel, "sessions") == 0)
+		return true;
+	return strncmp(rel, "sessions/", 9) == 0 && rel[9] && !strchr(rel + 9, '/');
+}
+
+/* The same by identity, for names reached through in-workspace links
+ * ("l/sessions" with l -> "."): is pfd/leaf the sessions directory, or
+ * pfd the sessions directory itself? */
+static int check_root_identity(const struct sbx_workspace *ws, int pfd)
+{
+	int root = sbx_workspace_dirfd(ws);
+	struct stat pst, st;
+
+	if (fstat(pfd, &pst) < 0)
+		return -errno;
+	if (fstatat(root, "sessions", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+	    same_inode(&st, &pst))
+		return -SBX_E_ROOT;
+	return 0;
+}
+
+static int check_not_root(const struct sbx_workspace *ws, const char *rel, int pfd, const char *leaf)
+{
+	struct stat pst, rst;
+
+	if (is_root_rel(rel))
+		return -SBX_E_ROOT;
+	if (fstat(pfd, &pst) < 0 || fstat(sbx_workspace_dirfd(ws), &rst) < 0)
+		return -errno;
+	if (same_inode(&pst, &rst) && strcmp(leaf, "sessions") == 0)
+		return -SBX_E_ROOT;
+	return check_root_identity(ws, pfd);
+}
+
+static void free_names(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* Names in directory dfd, without "." and "..", through a fresh open file
+ * description so dfd's offset is left alone. */
+static int list_names(int dfd, char ***out, size_t *nout)
+{
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	DIR *d = NULL;
+	int fd, r = 0;
+
+	fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	for (;;) {
+		struct dirent *e;
+
+		errno = 0;
+		e = readdir(d);
+		if (!e) {
+			r = errno ? -errno : 0;
+			break;
+		}
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			names = xrealloc(names, cap * sizeof *names);
+		}
+		names[n++] = xstrdup(e->d_name);
+	}
+	closedir(d);
+	if (r < 0) {
+		free_names(names, n);
+		return r;
+	}
+	*out = names;
+	*nout = n;
+	return 0;
+}
+
+int sbx_fs_stat(const struct sbx_workspace *ws, const char *rel, struct sbx_stat *out)
+{
+	struct stat st;
+	int fd = -1, tfd = -1, r;
+
+	fd = sbx_ws_openat(ws, rel, O_PATH | O_NOFOLLOW, 0);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	memset(out, 0, sizeof *out);
+	fill_stat(out, &st);
+	if (S_ISLNK(st.st_mode)) {
+		struct stat tst;
+
+		out->is_symlink = true;
+		/* Follow only if the whole resolution stays beneath the root;
+		 * otherwise (escaping, dangling, looping) describe the link. */
+		tfd = sbx_ws_openat(ws, rel, O_PATH, 0);
+		if (tfd >= 0 && fstat(tfd, &tst) == 0) {
+			fill_stat(out, &tst);
+			out->followed = true;
+		}
+	}
+	r = 0;
+out:
+	if (tfd >= 0)
+		close(tfd);
+	close(fd);
+	return r;
+}
+
+/* One attempt: O_PATH open and fstat (never opens a FIFO or device), then
+ * the real open, which must be the same regular file. 1 = swapped, retry. */
+static int open_read_once(const struct sbx_workspace *ws, const char *rel, int *fdp, uint64_t *size)
+{
+	struct stat pst, st;
+	int pfd = -1, fd = -1, fl, r;
+
+	pfd = sbx_ws_openat(ws, rel, O_PATH, 0);
+	if (pfd < 0)
+		return pfd;
+	if (fstat(pfd, &pst) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (S_ISDIR(pst.st_mode)) {
+		r = -EISDIR;
+		goto out;
+	}
+	if (!S_ISREG(pst.st_mode)) {
+		r = -SBX_E_SPECIAL;
+		goto out;
+	}
+	/* O_NONBLOCK: should a FIFO have been swapped in, the open does not
+	 * wait for a writer; the fstat below then refuses it. */
+	fd = sbx_ws_openat(ws, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
+	if (fd < 0) {
+		r = fd;
+		goto out;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = S_ISDIR(st.st_mode) ? -EISDIR : -SBX_E_SPECIAL;
+		goto out;
+	}
+	if (!same_inode(&st, &pst)) {
+		r = 1;
+		goto out;
+	}
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		r = -errno;
+		goto out;
+	}
+	*fdp = fd;
+	*size = (uint64_t)st.st_size;
+	fd = -1;
+	r = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	close(pfd);
+	return r;
+}
+
+int sbx_fs_open_read(const struct sbx_workspace *ws, const char *rel, int *fd, uint64_t *size)
+{
+	for (int i = 0; i < REOPEN_RETRIES; i++) {
+		int r = open_read_once(ws, rel, fd, size);
+		if (r <= 0)
+			return r;
+	}
+	return -EAGAIN;
+}
+
+static int cmp_dirents(const void *a, const void *b)
+{
+	return strcmp(((const struct sbx_dirent *)a)->name, ((const struct sbx_dirent *)b)->name);
+}
+
+int sbx_fs_readdir(const struct sbx_workspace *ws, const char *rel, struct sbx_dirent **out, size_t *nout)
+{
+	struct sbx_dirent *ents = NULL;
+	char **names = NULL;
+	size_t n = 0, k = 0;
+	int dfd, r;
+
+	dfd = sbx_ws_openat(ws, rel, O_RDONLY | O_DIRECTORY, 0);
+	if (dfd < 0)
+		return dfd;
+	r = list_names(dfd, &names, &n);
+	if (r < 0)
+		goto out;
+	ents = xcalloc(n ? n : 1, sizeof *ents);
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+
+		if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue; /* removed since listed */
+			r = -errno;
+			goto out;
+		}
+		ents[k].name = names[i];
+		names[i] = NULL;
+		ents[k].type = ftype_of(st.st_mode);
+		ents[k].size = (uint64_t)st.st_size;
+		ents[k].mtime = st.st_mtim;
+		k++;
+	}
+	qsort(ents, k, sizeof *ents, cmp_dirents);
+	*out = ents;
+	*nout = k;
+	ents = NULL;
+	r = 0;
+out:
+	sbx_dirents_free(ents, k);
+	free_names(names, n);
+	close(dfd);
+	return r;
+}
+
+void sbx_dirents_free(struct sbx_dirent *d, size_t n)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(d[i].name);
+	free(d);
+}
+
+int sbx_fs_exists(const struct sbx_workspace *ws, const char *rel, bool *out)
+{
+	int fd = sbx_ws_openat(ws, rel, O_PATH | O_NOFOLLOW, 0);
+
+	if (fd >= 0) {
+		close(fd);
+		*out = true;
+		return 0;
+	}
+	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP) {
+		*out = false;
+		return 0;
+	}
+	return fd;
+}
+
+int sbx_fs_mkdir(const struct sbx_workspace *ws, const char *rel, bool recursive)
+{
+	return sbx_ws_mkdir(ws, rel, recursive);
+}
+
+/* Remove name (a directory when known) from dfd, recursively, never
+ * following a symlink: children are opened with sbx_ws_open_child. */
+static int remove_tree(int dfd, const char *name, int depth)
+{
+	char **names = NULL;
+	size_t n = 0;
+	int cfd = -1, r;
+
+	if (depth > WALK_DEPTH_MAX)
+		return -ELOOP;
+	cfd = sbx_ws_open_child(dfd, name, O_RDONLY | O_DIRECTORY, 0);
+	if (cfd == -ELOOP || cfd == -ENOTDIR) {
+		/* Swapped for a link or a file since we looked: unlink it as
+		 * what it now is, never descend through it. */
+		r = unlinkat(dfd, name, 0) < 0 ? -errno : 0;
+		goto out;
+	}
+	if (cfd < 0) {
+		r = cfd;
+		goto out;
+	}
+	r = list_names(cfd, &names, &n);
+	if (r < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+
+		if (fstatat(cfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+			r = -errno;
+			goto out;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			r = remove_tree(cfd, names[i], depth + 1);
+		} else if (unlinkat(cfd, names[i], 0) < 0) {
+			r = -errno;
+			if (r == -EISDIR) /* became a directory */
+				r = remove_tree(cfd, names[i], depth + 1);
+		}
+		if (r == -ENOENT)
+			r = 0;
+		if (r < 0)
+			goto out;
+	}
+	r = unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+	if (r == -ENOTDIR) /* swapped for a non-directory: remove that */
+		r = unlinkat(dfd, name, 0) < 0 ? -errno : 0;
+out:
+	free_names(names, n);
+	if (cfd >= 0)
+		close(cfd);
+	return r;
+}
+
+int sbx_fs_rm(const struct sbx_workspace *ws, const char *rel, bool recursive, bool force, bool *removed)
+{
+	const char *leaf;
+	struct stat st;
+	int pfd = -1, r;
+
+	*removed = false;
+	if (is_root_rel(rel))
+		return -SBX_E_ROOT;
+	r = sbx_ws_open_parent(ws, rel, false, &pfd, &leaf);
+	if (r == -SBX_E_PARENT_MISSING)
+		r = -ENOENT;
+	if (r < 0)
+		goto out;
+	r = check_not_root(ws, rel, pfd, leaf);
+	if (r < 0)
+		goto out;
+	if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		r = unlinkat(pfd, leaf, 0) < 0 ? -errno : 0;
+		if (r == -EISDIR && !recursive)
+			r = unlinkat(pfd, leaf, AT_REMOVEDIR) < 0 ? -errno : 0;
+		else if (r == -EISDIR)
+			r = remove_tree(pfd, leaf, 0);
+	} else if (!recursive) {
+		r = unlinkat(pfd, leaf, AT_REMOVEDIR) < 0 ? -errno : 0;
+		if (r == -ENOTDIR)
+			r = unlinkat(pfd, leaf, 0) < 0 ? -errno : 0;
+	} else {
+		r = remove_tree(pfd, leaf, 0);
+	}
+	if (r == -EEXIST)
+		r = -ENOTEMPTY;
+	if (r == 0)
+		*removed = true;
+out:
+	if (r < 0 && force && (r == -ENOENT || r == -ENOTDIR) && !*removed)
+		r = 0;
+	if (pfd >= 0)
+		close(pfd);
+	return r;
+}
+
+int sbx_fs_move(const struct sbx_workspace *ws, const char *from, const char *to, bool overwrite)
+{
+	const char *fleaf, *tleaf;
+	int fpfd = -1, tpfd = -1, r;
+
+	if (is_root_rel(from) || is_root_rel(to))
+		return -SBX_E_ROOT;
+	r = sbx_ws_open_parent(ws, from, false, &fpfd, &fleaf);
+	if (r == -SBX_E_PARENT_MISSING)
+		r = -ENOENT;
+	if (r < 0)
+		goto out;
+	r = sbx_ws_open_parent(ws, to, false, &tpfd, &tleaf);
+	if (r < 0)
+		goto out;
+	r = check_not_root(ws, from, fpfd, fleaf);
+	if (r == 0)
+		r = check_not_root(ws, to, tpfd, tleaf);
+	if (r < 0)
+		goto out;
+	if (renameat2(fpfd, fleaf, tpfd, tleaf, overwrite ? 0 : RENAME_NOREPLACE) < 0) {
+		r = -errno;
+		if (r == -EEXIST && overwrite)
+			r = -ENOTEMPTY;
+		goto out;
+	}
+	r = 0;
+out:
+	if (fpfd >= 0)
+		close(fpfd);
+	if (tpfd >= 0)
+		close(tpfd);
+	return r;
+}
+
+struct sbx_upload {
+	int dirfd;
+	int fd;
+	char *leaf;
+	char tmp[SBX_NAME_MAX + 1];
+	uint64_t size;
+};
+
+static void upload_free(struct sbx_upload *up, bool unlink_tmp)
+{
+	if (up->fd >= 0)
+		close(up->fd);
+	if (unlink_tmp && up->tmp[0])
+		unlinkat(up->dirfd, up->tmp, 0);
+	if (up->dirfd >= 0)
+		close(up->dirfd);
+	free(up->leaf);
+	free(up);
+}
+
+static int tmp_name(char out[SBX_NAME_MAX + 1], const char *leaf)
+{
+	unsigned char rnd[TMP_RAND_HEX / 2];
+	char hex[TMP_RAND_HEX + 1];
+	size_t got = 0;
+	int n;
+
+	while (got < sizeof rnd) {
+		ssize_t k = getrandom(rnd + got, sizeof rnd - got, 0);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		got += (size_t)k;
+	}
+	for (size_t i = 0; i < sizeof rnd; i++)
+		snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+	n = (int)strnlen(leaf, TMP_LEAF_MAX);
+	snprintf(out, SBX_NAME_MAX + 1, TMP_PREFIX "%.*s-%s", n, leaf, hex);
+	return 0;
+}
+
+int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, const char *rel, bool mkparents)
+{
+	const struct sbx_owner *own = sbx_workspace_owner(ws);
+	struct sbx_upload *up = NULL;
+	const char *leaf;
+	struct stat st;
+	int pfd = -1, r;
+
+	r = sbx_ws_open_parent(ws, rel, mkparents, &pfd, &leaf);
+	if (r < 0)
+		return r;
+	/* The target is replaced by rename, never written through: a symlink
+	 * there is replaced as a link, not followed. */
+	if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+		close(pfd);
+		return -EISDIR;
+	}
+	up = xcalloc(1, sizeof *up);
+	up->dirfd = pfd;
+	up->fd = -1;
+	up->leaf = xstrdup(leaf);
+	for (int i = 0; i < 8; i++) {
+		r = tmp_name(up->tmp, leaf);
+		if (r < 0)
+			break;
+		up->fd = sbx_ws_open_child(pfd, up->tmp, O_CREAT | O_EXCL | O_WRONLY, 0644);
+		r = up->fd < 0 ? up->fd : 0;
+		if (r != -EEXIST)
+			break;
+	}
+	if (r < 0) {
+		up->tmp[0] = '\0'; /* not ours to remove */
+		goto out;
+	}
+	if (fchmod(up->fd, 0644) < 0 ||
+	    (own->chown && fchown(up->fd, own->uid, own->gid) < 0)) {
+		r = -errno;
+		goto out;
+	}
+	*out = up;
+	up = NULL;
+	r = 0;
+out:
+	if (up)
+		upload_free(up, true);
+	return r;
+}
+
+int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n)
+{
+	const char *c = p;
+
+	while (n > 0) {
+		ssize_t k = write(up->fd, c, n);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			return -EIO;
+		c += k;
+		n -= (size_t)k;
+		up->size += (uint64_t)k;
+	}
+	return 0;
+}
+
+int sbx_upload_commit(struct sbx_upload **pup, uint64_t *size)
+{
+	struct sbx_upload *up = *pup;
+	int r;
+
+	*pup = NULL;
+	if (fsync(up->fd) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = close(up->fd);
+	up->fd = -1;
+	if (r < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (renameat(up->dirfd, up->tmp, up->dirfd, up->leaf) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	up->tmp[0] = '\0';
+	/* The rename is done: a failing directory fsync is reported, but the
+	 * new file is in place. */
+	r = fsync(up->dirfd) < 0 ? -errno : 0;
+	if (size)
+		*size = up->size;
+fail:
+	upload_free(up, true);
+	return r;
+}
+
+void sbx_upload_abort(struct sbx_upload **pup)
+{
+	if (!pup || !*pup)
+		return;
+	upload_free(*pup, true);
+	*pup = NULL;
+}
+
+int sbx_fs_write(const struct sbx_workspace *ws, const char *rel, const void *p, size_t n, bool mkparents)
+{
+	struct sbx_upload *up = NULL;
+	int r;
+
+	r = sbx_upload_begin(&up, ws, rel, mkparents);
+	if (r < 0)
+		return r;
+	r = sbx_upload_write(up, p, n);
+	if (r < 0) {
+		sbx_upload_abort(&up);
+		return r;
+	}
+	return sbx_upload_commit(&up, NULL);
+}
+
+static int sweep_dir(int dfd, int depth)
+{
+	char **names = NULL;
+	size_t n = 0;
+	int count = 0, r;
+
+	if (depth > WALK_DEPTH_MAX)
+		return 0;
+	r = list_names(dfd, &names, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+		int cfd;
+
+		if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISREG(st.st_mode) && strncmp(names[i], TMP_PREFIX, TMP_PREFIX_LEN) == 0) {
+			if (unlinkat(dfd, names[i], 0) == 0)
+				count++;
+			continue;
+		}
+		if (!S_ISDIR(st.st_mode))
+			continue;
+		cfd = sbx_ws_open_child(dfd, names[i], O_RDONLY | O_DIRECTORY, 0);
+		if (cfd < 0)
+			continue; /* swapped for a link, or unreadable: skip */
+		r = sweep_dir(cfd, depth + 1);
+		close(cfd);
+		if (r > 0)
+			count += r;
+	}
+	free_names(names, n);
+	return count;
+}
+
+int sbx_fs_sweep_temps(const struct sbx_workspace *ws)
+{
+	int dfd, r;
+
+	dfd = sbx_ws_openat(ws, "", O_RDONLY | O_DIRECTORY, 0);
+	if (dfd < 0)
+		return dfd;
+	r = sweep_dir(dfd, 0);
+	close(dfd);
+	return r;
+}

@@ -1,0 +1,91 @@
+#pragma once
+/* The file operations of the SandboxApi on rel paths (see workspace.h),
+ * fd-relative beneath the workspace fd. No HTTP here. Every function
+ * returns 0 or a negative errno / -SBX_E_* (common/errors.h). */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "sandbox/workspace.h"
+
+enum sbx_ftype { SBX_FT_FILE, SBX_FT_DIR, SBX_FT_SYMLINK, SBX_FT_OTHER };
+const char *sbx_ftype_name(enum sbx_ftype t); /* "file", "directory", "symlink", "other" */
+
+struct sbx_stat {
+	enum sbx_ftype type;
+	bool is_symlink;  /* rel itself is a symlink */
+	bool followed;    /* a symlink whose target stays inside: fields describe the target */
+	uint64_t size;
+	struct timespec mtime;
+	mode_t mode;      /* permission bits (07777) */
+};
+
+/* Stat rel. A symlink inside the workspace is followed (is_symlink, followed);
+ * a dangling or escaping one is described as itself (type SYMLINK,
+ * followed false). Errors: -ENOENT, -EXDEV (a parent escapes), ... */
+int sbx_fs_stat(const struct sbx_workspace *ws, const char *rel, struct sbx_stat *out);
+
+/* Open a regular file for reading (O_RDONLY|O_CLOEXEC) into *fd, its size in
+ * *size. Never opens a FIFO, socket or device (checked through an O_PATH fd
+ * first): -SBX_E_SPECIAL. Directory: -EISDIR. -ENOENT, -EXDEV. */
+int sbx_fs_open_read(const struct sbx_workspace *ws, const char *rel, int *fd, uint64_t *size);
+
+struct sbx_dirent {
+	char *name;
+	enum sbx_ftype type; /* lstat type: a symlink is SBX_FT_SYMLINK */
+	uint64_t size;
+	struct timespec mtime;
+};
+/* Entries of directory rel, sorted bytewise, without "." and "..".
+ * Free with sbx_dirents_free. -ENOENT, -ENOTDIR, -EXDEV. */
+int sbx_fs_readdir(const struct sbx_workspace *ws, const char *rel, struct sbx_dirent **out, size_t *n);
+void sbx_dirents_free(struct sbx_dirent *d, size_t n);
+
+/* *out = whether rel exists (lstat sense: a dangling link exists).
+ * Errors only for -EXDEV (a parent escapes) and I/O errors. */
+int sbx_fs_exists(const struct sbx_workspace *ws, const char *rel, bool *out);
+
+/* mkdir rel (0755, owned as the workspace says). Not recursive: -EEXIST if
+ * anything is there, -SBX_E_PARENT_MISSING if the parent is missing.
+ * Recursive: existing directories are fine, -EEXIST/-ENOTDIR if a
+ * non-directory is in the way. */
+int sbx_fs_mkdir(const struct sbx_workspace *ws, const char *rel, bool recursive);
+
+/* Remove rel without following it if it is a symlink. -SBX_E_ROOT for "",
+ * "sessions" and "sessions/<segment>". Directory without recursive:
+ * -ENOTEMPTY if not empty (an empty one is removed). force: missing is a
+ * success with *removed false. Recursive removal walks with fd-relative
+ * opens (O_NOFOLLOW) and never leaves the workspace. */
+int sbx_fs_rm(const struct sbx_workspace *ws, const char *rel, bool recursive, bool force, bool *removed);
+
+/* renameat from -> to (both rel, inside the workspace). Without overwrite,
+ * -EEXIST if to exists (renameat2 RENAME_NOREPLACE). Roots: -SBX_E_ROOT.
+ * Missing from: -ENOENT; missing parent of to: -SBX_E_PARENT_MISSING. */
+int sbx_fs_move(const struct sbx_workspace *ws, const char *from, const char *to, bool overwrite);
+
+/* Atomic replacement of a file: a temp file beside the target
+ * (".sandboxd-tmp-<leaf>-<random>", O_CREAT|O_EXCL|O_NOFOLLOW, 0644,
+ * owned as the workspace says), written, fsync'ed, renameat'ed over the
+ * target, then the directory fsync'ed. A reader sees the old content or
+ * the new, never a mix; abort leaves the old file as it was. */
+struct sbx_upload;
+/* -SBX_E_PARENT_MISSING (parent missing and !mkparents), -EISDIR (target is
+ * a directory), -EXDEV, -ENOTDIR, ... */
+int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, const char *rel, bool mkparents);
+/* Append n bytes. -ENOSPC, -EDQUOT, -EFBIG, -EIO ... (the upload stays
+ * abortable). */
+int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n);
+/* fsync, rename into place, fsync the directory, free. *size = bytes. On
+ * error the temp file is removed and the upload freed all the same. */
+int sbx_upload_commit(struct sbx_upload **up, uint64_t *size);
+/* Remove the temp file and free. Accepts NULL / *up NULL. */
+void sbx_upload_abort(struct sbx_upload **up);
+/* begin + write + commit of a buffer. */
+int sbx_fs_write(const struct sbx_workspace *ws, const char *rel, const void *p, size_t n, bool mkparents);
+
+/* Remove temp files of interrupted writes (".sandboxd-tmp-*") anywhere in
+ * the workspace, never following symlinks. Returns how many were removed,
+ * or a negative errno. */
+int sbx_fs_sweep_temps(const struct sbx_workspace *ws);

@@ -1,0 +1,854 @@
+#include "sandbox/runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/pidfd.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/errors.h"
+#include "common/xmalloc.h"
+#include "sandbox/collector.h"
+#include "sandbox/workspace.h"
+
+#define READ_BUF (64 * 1024)
+#define READS_PER_WAKE 16 /* fairness between busy jobs */
+#define DRAIN_MS 150	  /* pipes held open by a detached grandchild */
+#define TAIL_MAX 256
+#define NO_DEADLINE INT64_MAX
+
+enum watch_kind { W_STDIN, W_STDOUT, W_STDERR, W_PIDFD, W_COUNT };
+
+struct job;
+
+struct watch {
+	struct job *job;
+	enum watch_kind kind;
+};
+
+struct job {
+	uint64_t id;
+	struct job *next_all; /* r->all, under r->mu */
+	struct job *next_q;   /* r->pending, under r->mu */
+	struct job *next_run; /* runner thread only */
+	bool cancel_req;      /* under r->mu */
+
+	/* the deep copy of the request */
+	struct sbx_exec_req req;
+	char *command, *cwd_rel, *host_dir, *cgroup_name, *exec_id;
+	char **env;
+	char *stdin_data;
+	sbx_event_cb cb;
+	void *ctx;
+
+	/* runner thread only from here */
+	struct watch w[W_COUNT];
+	int fd[W_COUNT];
+	size_t stdin_off;
+	pid_t pid;
+	struct sbx_collector *out, *err;
+	int last_stream;
+	int64_t start_mono, started_at;
+	int64_t last_out_mono, last_output_at;
+	int64_t timeout_at, kill_at, next_hb, drain_until;
+	int status;
+	bool reaped, timed_out, idle, cancelled, term_sent, kill_sent;
+};
+
+struct sbx_runner {
+	pthread_mutex_t mu;
+	struct job *all;
+	struct job *pending, *pending_tail;
+	bool cancel_dirty;
+	bool stop;
+	size_t active;
+	uint64_t next_id;
+
+	/* runner thread only */
+	pthread_t thread;
+	int epfd, efd, tfd;
+	int64_t armed;
+	struct job *running;
+	char *buf;
+	char efd_tag, tfd_tag;
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t epoch_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t add_ms(int64_t t, uint64_t ms)
+{
+	if (ms >= (uint64_t)(NO_DEADLINE - t))
+		return NO_DEADLINE;
+	return t + (int64_t)ms;
+}
+
+void sbx_exec_result_clear(struct sbx_exec_result *res)
+{
+	if (!res)
+		return;
+	free(res->stdout_text);
+	free(res->stderr_text);
+	free(res->stdout_spill);
+	free(res->stderr_spill);
+	res->stdout_text = res->stderr_text = NULL;
+	res->stdout_spill = res->stderr_spill = NULL;
+	res->stdout_len = res->stderr_len = 0;
+}
+
+static void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	for (int k = 0; k < W_COUNT; k++)
+		if (j->fd[k] >= 0)
+			close(j->fd[k]);
+	sbx_collector_free(&j->out);
+	sbx_collector_free(&j->err);
+	free(j->command);
+	free(j->cwd_rel);
+	free(j->host_dir);
+	free(j->cgroup_name);
+	free(j->exec_id);
+	if (j->env) {
+		for (char **e = j->env; *e; e++)
+			free(*e);
+		free(j->env);
+	}
+	free(j->stdin_data);
+	free(j);
+}
+
+static struct job *job_copy(const struct sbx_exec_req *req)
+{
+	struct job *j = xcalloc(1, sizeof(*j));
+	const char *host = req->spawn.workspace_host_dir;
+	size_t n = 0;
+
+	j->req = *req;
+	j->command = xstrdup(req->spawn.command);
+	j->cwd_rel = xstrdup(req->spawn.cwd_rel ? req->spawn.cwd_rel : "");
+	if (!host && req->ws)
+		host = sbx_workspace_host_dir(req->ws);
+	j->host_dir = host ? xstrdup(host) : NULL;
+	j->cgroup_name = req->spawn.cgroup_name ? xstrdup(req->spawn.cgroup_name) : NULL;
+	j->exec_id = req->id ? xstrdup(req->id) : NULL;
+	if (req->spawn.env) {
+		while (req->spawn.env[n])
+			n++;
+		j->env = xcalloc(n + 1, sizeof(*j->env));
+		for (size_t i = 0; i < n; i++)
+			j->env[i] = xstrdup(req->spawn.env[i]);
+	}
+	if (req->stdin_len > 0) {
+		j->stdin_data = xmalloc(req->stdin_len);
+		memcpy(j->stdin_data, req->stdin_data, req->stdin_len);
+	}
+	/* the copy's pointers now point at the job's own strings */
+	j->req.spawn.command = j->command;
+	j->req.spawn.cwd_rel = j->cwd_rel;
+	j->req.spawn.workspace_host_dir = j->host_dir;
+	j->req.spawn.cgroup_name = j->cgroup_name;
+	j->req.spawn.env = (const char *const *)j->env;
+	j->req.id = j->exec_id;
+	j->req.stdin_data = j->stdin_data;
+	for (int k = 0; k < W_COUNT; k++) {
+		j->fd[k] = -1;
+		j->w[k].job = j;
+		j->w[k].kind = (enum watch_kind)k;
+	}
+	j->pid = -1;
+	j->timeout_at = j->kill_at = j->next_hb = j->drain_until = NO_DEADLINE;
+	return j;
+}
+
+static void emit(struct job *j, struct sbx_event *ev, int spawn_error)
+{
+	ev->job = j->id;
+	ev->at_ms = epoch_ms();
+	j->cb(j->ctx, ev, spawn_error);
+}
+
+static void unwatch(struct sbx_runner *r, struct job *j, int k)
+{
+	if (j->fd[k] < 0)
+		return;
+	epoll_ctl(r->epfd, EPOLL_CTL_DEL, j->fd[k], NULL);
+	close(j->fd[k]);
+	j->fd[k] = -1;
+}
+
+static int watch(struct sbx_runner *r, struct job *j, int k, uint32_t events)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = &j->w[k]};
+
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, j->fd[k], &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+static void signal_group(struct job *j, int sig)
+{
+	if (j->reaped || j->pid <= 0)
+		return;
+	/* The leader is not reaped yet, so its pid (and group id) cannot
+	 * have been reused. */
+	if (kill(-j->pid, sig) < 0 && j->fd[W_PIDFD] >= 0)
+		pidfd_send_signal(j->fd[W_PIDFD], sig, NULL, 0);
+}
+
+/* Start stopping: SIGTERM now, SIGKILL after the grace. */
+static void stop_job(struct job *j, int64_t now)
+{
+	if (j->term_sent || j->reaped)
+		return;
+	signal_group(j, SIGTERM);
+	j->term_sent = true;
+	j->kill_at = add_ms(now, j->req.kill_grace_ms);
+	j->timeout_at = NO_DEADLINE;
+	/* heartbeats go on through the grace: it still runs */
+}
+
+/* Write what the pipe takes without blocking. SIGPIPE is blocked around
+ * the write (and a pending one consumed) so a child that closed its stdin
+ * gives EPIPE instead of killing the server. */
+static void feed_stdin(struct sbx_runner *r, struct job *j)
+{
+	sigset_t pipe_set, old, pending;
+	bool was_pending;
+
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	sigpending(&pending);
+	was_pending = sigismember(&pending, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	while (j->stdin_off < j->req.stdin_len) {
+		ssize_t w =
+		    write(j->fd[W_STDIN], j->stdin_data + j->stdin_off, j->req.stdin_len - j->stdin_off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN)
+			break;
+		if (w < 0) {
+			if (errno == EPIPE && !was_pending) {
+				struct timespec zero = {0, 0};
+
+				sigtimedwait(&pipe_set, NULL, &zero);
+			}
+			j->stdin_off = j->req.stdin_len;
+			break;
+		}
+		j->stdin_off += (size_t)w;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (j->stdin_off >= j->req.stdin_len)
+		unwatch(r, j, W_STDIN);
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+static void new_collector(struct job *j, struct sbx_collector **c, const char *suffix)
+{
+	char rel[160];
+	const char *spill = NULL;
+
+	if (j->req.ws && j->exec_id) {
+		snprintf(rel, sizeof(rel), ".sandboxd/spill/%s.%s", j->exec_id, suffix);
+		spill = rel;
+	}
+	sbx_collector_new(c, j->req.max_output_bytes, j->req.ws, spill, j->req.spill_cap);
+}
+
+/* Pipes, spawn on this (the long-lived) thread, epoll registration. */
+static int job_start(struct sbx_runner *r, struct job *j)
+{
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+	int pidfd = -1, rc;
+	pid_t pid = -1;
+
+	if (!j->req.backend || !j->command) {
+		rc = -EINVAL;
+		goto out;
+	}
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	j->req.spawn.stdin_fd = in[0];
+	j->req.spawn.stdout_fd = out[1];
+	j->req.spawn.stderr_fd = err[1];
+	j->start_mono = mono_ms();
+	j->started_at = epoch_ms();
+	rc = sbx_backend_spawn(j->req.backend, &j->req.spawn, &pid, &pidfd);
+	j->req.spawn.stdin_fd = j->req.spawn.stdout_fd = j->req.spawn.stderr_fd = -1;
+	if (rc)
+		goto out;
+	j->pid = pid;
+	j->fd[W_PIDFD] = pidfd;
+	j->fd[W_STDIN] = in[1];
+	j->fd[W_STDOUT] = out[0];
+	j->fd[W_STDERR] = err[0];
+	in[1] = out[0] = err[0] = -1;
+	new_collector(j, &j->out, "stdout");
+	new_collector(j, &j->err, "stderr");
+	rc = watch(r, j, W_PIDFD, EPOLLIN);
+	if (!rc)
+		rc = set_nonblock(j->fd[W_STDOUT]);
+	if (!rc)
+		rc = set_nonblock(j->fd[W_STDERR]);
+	if (!rc)
+		rc = watch(r, j, W_STDOUT, EPOLLIN);
+	if (!rc)
+		rc = watch(r, j, W_STDERR, EPOLLIN);
+	if (rc) {
+		/* It would run unobserved: kill it, reap it, report a failure. */
+		kill(-pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		for (int k = 0; k < W_COUNT; k++)
+			unwatch(r, j, k);
+		j->pid = -1;
+		goto out;
+	}
+	if (j->req.stdin_len == 0 || set_nonblock(j->fd[W_STDIN])) {
+		unwatch(r, j, W_STDIN);
+	} else {
+		feed_stdin(r, j);
+		if (j->fd[W_STDIN] >= 0 && watch(r, j, W_STDIN, EPOLLOUT))
+			unwatch(r, j, W_STDIN);
+	}
+	j->last_out_mono = j->start_mono;
+	if (j->req.timeout_ms)
+		j->timeout_at = add_ms(j->start_mono, j->req.timeout_ms);
+	if (j->req.heartbeat_ms)
+		j->next_hb = add_ms(j->start_mono, j->req.heartbeat_ms);
+out:
+	for (int k = 0; k < 2; k++) {
+		if (in[k] >= 0)
+			close(in[k]);
+		if (out[k] >= 0)
+			close(out[k]);
+		if (err[k] >= 0)
+			close(err[k]);
+	}
+	return rc;
+}
+
+static void read_stream(struct sbx_runner *r, struct job *j, int k)
+{
+	struct sbx_collector *c = k == W_STDOUT ? j->out : j->err;
+
+	for (int i = 0; i < READS_PER_WAKE && j->fd[k] >= 0; i++) {
+		ssize_t n = read(j->fd[k], r->buf, READ_BUF);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			unwatch(r, j, k);
+			return;
+		}
+		sbx_collector_feed(c, r->buf, (size_t)n);
+		j->last_out_mono = mono_ms();
+		j->last_output_at = epoch_ms();
+		j->last_stream = k;
+		if (j->req.want_output_events) {
+			struct sbx_event ev = {
+			    .kind = SBX_EV_OUTPUT,
+			    .stream = k == W_STDOUT ? 1 : 2,
+			    .data = r->buf,
+			    .len = (size_t)n,
+			};
+
+			emit(j, &ev, 0);
+		}
+		if ((size_t)n < READ_BUF)
+			return;
+	}
+}
+
+static void reap(struct sbx_runner *r, struct job *j)
+{
+	int st = 0;
+	pid_t w;
+
+	do {
+		w = waitpid(j->pid, &st, WNOHANG);
+	} while (w < 0 && errno == EINTR);
+	if (w == 0)
+		return; /* not yet: the pidfd stays watched */
+	/* Whatever the leader left behind in its group goes with it, before
+	 * the reap frees the pid (and with it the group id) for reuse. */
+	if (w > 0)
+		kill(-j->pid, SIGKILL);
+	if (w < 0)
+		j->status = -1; /* someone else reaped it (SIGCHLD ignored?) */
+	else if (WIFEXITED(st))
+		j->status = WEXITSTATUS(st);
+	else if (WIFSIGNALED(st))
+		j->status = 128 + WTERMSIG(st);
+	else
+		j->status = -1;
+	j->reaped = true;
+	unwatch(r, j, W_PIDFD);
+	unwatch(r, j, W_STDIN);
+	j->timeout_at = j->kill_at = j->next_hb = NO_DEADLINE;
+	j->drain_until = add_ms(mono_ms(), DRAIN_MS);
+}
+
+static void handle_event(struct sbx_runner *r, struct watch *w, uint32_t events)
+{
+	struct job *j = w->job;
+
+	switch (w->kind) {
+	case W_STDIN:
+		if (j->fd[W_STDIN] < 0)
+			break;
+		if (events & (EPOLLERR | EPOLLHUP))
+			unwatch(r, j, W_STDIN);
+		else
+			feed_stdin(r, j);
+		break;
+	case W_STDOUT:
+	case W_STDERR:
+		read_stream(r, j, w->kind);
+		break;
+	case W_PIDFD:
+		if (j->fd[W_PIDFD] >= 0)
+			reap(r, j);
+		break;
+	default:
+		break;
+	}
+}
+
+static void report_exit(struct sbx_runner *r, struct job *j)
+{
+	struct sbx_exec_result res = {0};
+	struct sbx_event ev = {.kind = SBX_EV_EXIT, .result = &res};
+	const char *sp;
+
+	for (int k = 0; k < W_COUNT; k++)
+		unwatch(r, j, k);
+	sbx_backend_reap(j->req.backend, &j->req.spawn);
+	res.exit_code = j->timed_out ? 124 : j->status;
+	res.timed_out = j->timed_out;
+	res.idle = j->idle;
+	res.cancelled = j->cancelled;
+	res.truncated = sbx_collector_truncated(j->out) || sbx_collector_truncated(j->err);
+	sbx_collector_finish(j->out, &res.stdout_text, &res.stdout_len);
+	sbx_collector_finish(j->err, &res.stderr_text, &res.stderr_len);
+	res.stdout_bytes = sbx_collector_total(j->out);
+	res.stderr_bytes = sbx_collector_total(j->err);
+	sp = sbx_collector_spill_path(j->out);
+	res.stdout_spill = sp ? xstrdup(sp) : NULL;
+	sp = sbx_collector_spill_path(j->err);
+	res.stderr_spill = sp ? xstrdup(sp) : NULL;
+	res.started_at_ms = j->started_at;
+	res.finished_at_ms = epoch_ms();
+	emit(j, &ev, 0);
+	sbx_exec_result_clear(&res);
+}
+
+/* Forget the job: out of r->all (cancel now answers -ESRCH), one less active. */
+static void unregister(struct sbx_runner *r, struct job *j)
+{
+	pthread_mutex_lock(&r->mu);
+	for (struct job **p = &r->all; *p; p = &(*p)->next_all) {
+		if (*p == j) {
+			*p = j->next_all;
+			break;
+		}
+	}
+	r->active--;
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void heartbeat(struct job *j, int64_t now)
+{
+	char tail[TAIL_MAX];
+	struct sbx_event ev = {.kind = SBX_EV_HEARTBEAT, .tail = tail};
+
+	tail[0] = '\0';
+	if (j->last_stream)
+		sbx_collector_tail(j->last_stream == W_STDOUT ? j->out : j->err, tail, sizeof(tail));
+	ev.pid = j->pid;
+	ev.elapsed_ms = now - j->start_mono;
+	ev.stdout_bytes = sbx_collector_total(j->out);
+	ev.stderr_bytes = sbx_collector_total(j->err);
+	ev.last_output_at_ms = j->last_output_at;
+	emit(j, &ev, 0);
+}
+
+static int64_t idle_at(const struct job *j)
+{
+	if (!j->req.idle_timeout_ms || j->reaped || j->term_sent)
+		return NO_DEADLINE;
+	return add_ms(j->last_out_mono, j->req.idle_timeout_ms);
+}
+
+/* Fire what is due; returns the job's next deadline. */
+static int64_t job_due(struct sbx_runner *r, struct job *j, int64_t now)
+{
+	int64_t next = NO_DEADLINE, t;
+
+	if (!j->reaped) {
+		if (j->timeout_at <= now && !j->term_sent) {
+			j->timed_out = true;
+			stop_job(j, now);
+		}
+		if (idle_at(j) <= now) {
+			j->timed_out = true;
+			j->idle = true;
+			stop_job(j, now);
+		}
+		if (j->kill_at <= now) {
+			if (!j->kill_sent)
+				signal_group(j, SIGKILL);
+			j->kill_sent = true;
+			j->kill_at = NO_DEADLINE;
+		}
+		if (j->next_hb <= now) {
+			heartbeat(j, now);
+			j->next_hb = add_ms(now, j->req.heartbeat_ms);
+		}
+	} else if (j->drain_until <= now) {
+		/* a detached grandchild holds the pipes: stop waiting */
+		unwatch(r, j, W_STDOUT);
+		unwatch(r, j, W_STDERR);
+		return NO_DEADLINE;
+	}
+	t = idle_at(j);
+	next = j->timeout_at < next ? j->timeout_at : next;
+	next = t < next ? t : next;
+	next = j->kill_at < next ? j->kill_at : next;
+	next = j->next_hb < next ? j->next_hb : next;
+	if (j->reaped)
+		next = j->drain_until < next ? j->drain_until : next;
+	return next;
+}
+
+static void apply_cancel(struct job *j, int64_t now)
+{
+	/* the first of timeout and cancel wins; an exited job is done */
+	if (j->reaped || j->term_sent)
+		return;
+	j->cancelled = true;
+	stop_job(j, now);
+}
+
+/* New jobs and cancel requests from other threads. */
+static void take_control(struct sbx_runner *r)
+{
+	struct job *q, *next;
+	uint64_t v;
+	int64_t now;
+
+	while (read(r->efd, &v, sizeof(v)) < 0 && errno == EINTR)
+		;
+	pthread_mutex_lock(&r->mu);
+	q = r->pending;
+	r->pending = r->pending_tail = NULL;
+	pthread_mutex_unlock(&r->mu);
+	for (; q; q = next) {
+		int rc;
+
+		next = q->next_q;
+		q->next_q = NULL;
+		pthread_mutex_lock(&r->mu);
+		rc = q->cancel_req ? -ECANCELED : 0;
+		q->cancel_req = false;
+		pthread_mutex_unlock(&r->mu);
+		if (!rc)
+			rc = job_start(r, q);
+		if (rc) {
+			struct sbx_event ev = {.kind = SBX_EV_EXIT};
+
+			unregister(r, q);
+			emit(q, &ev, rc);
+			job_free(q);
+			continue;
+		}
+		q->next_run = r->running;
+		r->running = q;
+		{
+			struct sbx_event ev = {.kind = SBX_EV_START, .pid = q->pid};
+
+			emit(q, &ev, 0);
+		}
+	}
+	now = mono_ms();
+	pthread_mutex_lock(&r->mu);
+	if (r->cancel_dirty) {
+		r->cancel_dirty = false;
+		for (struct job *j = r->all; j; j = j->next_all) {
+			if (j->cancel_req && j->pid > 0) {
+				j->cancel_req = false;
+				apply_cancel(j, now);
+			}
+		}
+	}
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void arm_timer(struct sbx_runner *r, int64_t at, int64_t now)
+{
+	struct itimerspec its = {0};
+
+	/* An earlier arming stays: it fires early at worst and is re-armed. */
+	if (at == NO_DEADLINE || (r->armed > now && r->armed <= at))
+		return;
+	its.it_value.tv_sec = at / 1000;
+	its.it_value.tv_nsec = (at % 1000) * 1000000;
+	if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+		its.it_value.tv_nsec = 1;
+	timerfd_settime(r->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+	r->armed = at;
+}
+
+static bool should_stop(struct sbx_runner *r)
+{
+	bool stop;
+
+	if (r->running)
+		return false;
+	pthread_mutex_lock(&r->mu);
+	stop = r->stop && !r->pending;
+	pthread_mutex_unlock(&r->mu);
+	return stop;
+}
+
+static void *runner_main(void *arg)
+{
+	struct sbx_runner *r = arg;
+	struct epoll_event evs[64];
+
+	for (;;) {
+		int64_t now, next = NO_DEADLINE;
+		int n = epoll_wait(r->epfd, evs, 64, -1);
+
+		if (n < 0 && errno != EINTR)
+			abort(); /* only EBADF/EFAULT/EINVAL: a bug */
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &r->efd_tag) {
+				take_control(r);
+			} else if (p == &r->tfd_tag) {
+				uint64_t v;
+
+				if (read(r->tfd, &v, sizeof(v)) < 0) {
+					/* EAGAIN: re-armed meanwhile */
+				}
+				r->armed = NO_DEADLINE;
+			} else {
+				handle_event(r, p, evs[i].events);
+			}
+		}
+		/* Jobs finish only here, after the batch: an event later in the
+		 * batch may still point at one. */
+		now = mono_ms();
+		for (struct job **pj = &r->running; *pj;) {
+			struct job *j = *pj;
+			int64_t t = job_due(r, j, now);
+
+			if (j->reaped && j->fd[W_STDOUT] < 0 && j->fd[W_STDERR] < 0) {
+				*pj = j->next_run;
+				unregister(r, j);
+				report_exit(r, j);
+				job_free(j);
+				continue;
+			}
+			if (t < next)
+				next = t;
+			pj = &j->next_run;
+		}
+		arm_timer(r, next, now);
+		if (should_stop(r))
+			break;
+	}
+	return NULL;
+}
+
+int sbx_runner_new(struct sbx_runner **out)
+{
+	struct sbx_runner *r = xcalloc(1, sizeof(*r));
+	struct epoll_event ev = {.events = EPOLLIN};
+	int rc;
+
+	r->epfd = r->efd = r->tfd = -1;
+	r->armed = NO_DEADLINE;
+	r->next_id = 1;
+	pthread_mutex_init(&r->mu, NULL);
+	r->buf = xmalloc(READ_BUF);
+	r->epfd = epoll_create1(EPOLL_CLOEXEC);
+	r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (r->epfd < 0 || r->efd < 0 || r->tfd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	ev.data.ptr = &r->efd_tag;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->efd, &ev) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	ev.data.ptr = &r->tfd_tag;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->tfd, &ev) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = -pthread_create(&r->thread, NULL, runner_main, r);
+	if (rc)
+		goto fail;
+	*out = r;
+	return 0;
+fail:
+	if (r->epfd >= 0)
+		close(r->epfd);
+	if (r->efd >= 0)
+		close(r->efd);
+	if (r->tfd >= 0)
+		close(r->tfd);
+	pthread_mutex_destroy(&r->mu);
+	free(r->buf);
+	free(r);
+	return rc;
+}
+
+static void wake(struct sbx_runner *r)
+{
+	uint64_t one = 1;
+
+	while (write(r->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+void sbx_runner_free(struct sbx_runner **pr)
+{
+	struct sbx_runner *r;
+
+	if (!pr || !*pr)
+		return;
+	r = *pr;
+	pthread_mutex_lock(&r->mu);
+	r->stop = true;
+	pthread_mutex_unlock(&r->mu);
+	sbx_runner_cancel_all(r);
+	pthread_join(r->thread, NULL);
+	close(r->epfd);
+	close(r->efd);
+	close(r->tfd);
+	pthread_mutex_destroy(&r->mu);
+	free(r->buf);
+	free(r);
+	*pr = NULL;
+}
+
+int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx,
+		      uint64_t *job)
+{
+	struct job *j;
+
+	if (!r || !req || !cb || !req->backend || !req->spawn.command)
+		return -EINVAL;
+	j = job_copy(req);
+	j->cb = cb;
+	j->ctx = ctx;
+	pthread_mutex_lock(&r->mu);
+	if (r->stop) {
+		pthread_mutex_unlock(&r->mu);
+		job_free(j);
+		return -ESHUTDOWN;
+	}
+	j->id = r->next_id++;
+	j->next_all = r->all;
+	r->all = j;
+	if (r->pending_tail)
+		r->pending_tail->next_q = j;
+	else
+		r->pending = j;
+	r->pending_tail = j;
+	r->active++;
+	if (job)
+		*job = j->id;
+	pthread_mutex_unlock(&r->mu);
+	wake(r);
+	return 0;
+}
+
+int sbx_runner_cancel(struct sbx_runner *r, uint64_t job)
+{
+	int rc = -ESRCH;
+
+	if (!r)
+		return -EINVAL;
+	pthread_mutex_lock(&r->mu);
+	for (struct job *j = r->all; j; j = j->next_all) {
+		if (j->id == job) {
+			j->cancel_req = true;
+			r->cancel_dirty = true;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&r->mu);
+	if (!rc)
+		wake(r);
+	return rc;
+}
+
+void sbx_runner_cancel_all(struct sbx_runner *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->mu);
+	for (struct job *j = r->all; j; j = j->next_all)
+		j->cancel_req = true;
+	r->cancel_dirty = true;
+	pthread_mutex_unlock(&r->mu);
+	wake(r);
+}
+
+size_t sbx_runner_active(struct sbx_runner *r)
+{
+	size_t n;
+
+	if (!r)
+		return 0;
+	pthread_mutex_lock(&r->mu);
+	n = r->active;
+	pthread_mutex_unlock(&r->mu);
+	return n;
+}

@@ -1,0 +1,341 @@
+/* Subcommands other than serve: tenant, token, migrate, audit. They open
+ * the store directly (WAL lets them run while the server does). */
+#include "server/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "auth/auth.h"
+#include "common/buf.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/audit.h"
+#include "store/store.h"
+
+static int open_store(struct sbx_config *cfg, bool migrate, struct store **s)
+{
+	char err[512] = "";
+	if (mkdir(cfg->data_dir, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "sandboxd: cannot create %s: %s\n", cfg->data_dir, strerror(errno));
+		return -errno;
+	}
+	int rc = store_open(s, cfg->db_path, migrate, err, sizeof err);
+	if (rc < 0)
+		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : strerror(-rc));
+	return rc;
+}
+
+static bool tenant_name_ok(const char *n)
+{
+	size_t len = strlen(n);
+	if (len < 1 || len > 63)
+		return false;
+	if (!((n[0] >= 'a' && n[0] <= 'z') || (n[0] >= '0' && n[0] <= '9')))
+		return false;
+	for (size_t i = 1; i < len; i++)
+		if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= '0' && n[i] <= '9') || n[i] == '_' || n[i] == '-'))
+			return false;
+	return true;
+}
+
+static int read_whole(const char *path, size_t max, unsigned char **out, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -errno;
+	struct buf b;
+	buf_init(&b, max);
+	char tmp[4096];
+	size_t n;
+	int rc = 0;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		if ((rc = buf_append(&b, tmp, n)) < 0)
+			break;
+	fclose(f);
+	if (rc < 0) {
+		buf_free(&b);
+		return rc;
+	}
+	*out = (unsigned char *)buf_steal(&b, len);
+	return 0;
+}
+
+/* A generated secret is 32 random bytes written as 43 base64url characters;
+ * the secret *is* that text, so a gateway can paste it as it is. */
+static char *generate_secret(void)
+{
+	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	unsigned char rnd[33];
+	if (auth_random(rnd, sizeof rnd) < 0)
+		return NULL;
+	char *s = xmalloc(45);
+	size_t o = 0;
+	for (size_t i = 0; i < 33; i += 3) {
+		unsigned v = (unsigned)rnd[i] << 16 | (unsigned)rnd[i + 1] << 8 | rnd[i + 2];
+		s[o++] = b64[(v >> 18) & 63];
+		s[o++] = b64[(v >> 12) & 63];
+		s[o++] = b64[(v >> 6) & 63];
+		s[o++] = b64[v & 63];
+	}
+	s[43] = '\0'; /* 43 characters carry 258 bits; keep 256 bits' worth and more */
+	return s;
+}
+
+static int tenant_add(struct store *s, const struct cli_args *a)
+{
+	if (a->nwords != 2) {
+		fprintf(stderr, "sandboxd: usage: tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n");
+		return 2;
+	}
+	const char *name = a->words[1];
+	if (!tenant_name_ok(name)) {
+		fprintf(stderr, "sandboxd: tenant name must match [a-z0-9][a-z0-9_-]{0,62}\n");
+		return 2;
+	}
+	struct store_tenant t = { 0 };
+	snprintf(t.name, sizeof t.name, "%s", name);
+	t.operator_tenant = a->operator_tenant;
+	t.created_at = now_ms();
+	char *generated = NULL;
+	int rc;
+	if (a->secret_file && a->public_key) {
+		fprintf(stderr, "sandboxd: give --secret-file or --public-key, not both\n");
+		return 2;
+	}
+	if (a->public_key) {
+		enum auth_alg alg;
+		const char *why = NULL;
+		if (!a->alg || auth_alg_parse(a->alg, &alg) < 0 || alg == AUTH_ALG_HS256) {
+			fprintf(stderr, "sandboxd: --public-key needs --alg RS256 or --alg ES256\n");
+			return 2;
+		}
+		if ((rc = read_whole(a->public_key, 64 * 1024, &t.key, &t.key_len)) < 0) {
+			fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, strerror(-rc));
+			return 1;
+		}
+		if (auth_check_public_key(t.key, t.key_len, alg, &why) < 0) {
+			fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, why);
+			free(t.key);
+			return 1;
+		}
+		snprintf(t.alg, sizeof t.alg, "%s", auth_alg_name(alg));
+	} else {
+		if (a->alg && strcmp(a->alg, "HS256") != 0) {
+			fprintf(stderr, "sandboxd: --alg %s needs --public-key\n", a->alg);
+			return 2;
+		}
+		snprintf(t.alg, sizeof t.alg, "HS256");
+		if (a->secret_file) {
+			if ((rc = read_whole(a->secret_file, 64 * 1024, &t.key, &t.key_len)) < 0) {
+				fprintf(stderr, "sandboxd: %s: %s\n", a->secret_file, strerror(-rc));
+				return 1;
+			}
+			/* One trailing newline is an artefact of editors and echo, not key material. */
+			if (t.key_len && t.key[t.key_len - 1] == '\n')
+				t.key_len--;
+			if (t.key_len && t.key[t.key_len - 1] == '\r')
+				t.key_len--;
+			if (t.key_len < 32) {
+				fprintf(stderr, "sandboxd: an HS256 secret must be at least 32 bytes (256 bits)\n");
+				free(t.key);
+				return 1;
+			}
+		} else {
+			generated = generate_secret();
+			if (!generated) {
+				fprintf(stderr, "sandboxd: cannot read random bytes\n");
+				return 1;
+			}
+			t.key = (unsigned char *)xstrdup(generated);
+			t.key_len = strlen(generated);
+		}
+	}
+	rc = store_tenant_add(s, &t);
+	free(t.key);
+	if (rc == -EEXIST) {
+		fprintf(stderr, "sandboxd: tenant %s exists\n", name);
+		free(generated);
+		return 1;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot add tenant %s: %s\n", name, strerror(rc < -4095 ? EIO : -rc));
+		free(generated);
+		return 1;
+	}
+	printf("tenant %s added (%s%s)\n", name, t.alg, a->operator_tenant ? ", operator" : "");
+	if (generated) {
+		printf("secret: %s\n", generated);
+		printf("(the secret is shown once; store it now. It is the HS256 key of this tenant's tokens.)\n");
+		free(generated);
+	}
+	return 0;
+}
+
+int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
+{
+	if (a->nwords < 1) {
+		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | tenant list | tenant remove NAME\n");
+		return 2;
+	}
+	struct store *s = NULL;
+	if (open_store(cfg, true, &s) < 0)
+		return 1;
+	int status = 2;
+	const char *verb = a->words[0];
+	if (strcmp(verb, "add") == 0) {
+		status = tenant_add(s, a);
+	} else if (strcmp(verb, "list") == 0) {
+		struct store_tenant *v = NULL;
+		size_t n = 0;
+		if (store_tenant_list(s, &v, &n) < 0) {
+			fprintf(stderr, "sandboxd: cannot list tenants\n");
+			status = 1;
+		} else {
+			printf("%-32s %-6s %-9s %s\n", "NAME", "ALG", "OPERATOR", "CREATED");
+			for (size_t i = 0; i < n; i++) {
+				char ts[40];
+				rfc3339_ms(v[i].created_at, ts, sizeof ts);
+				printf("%-32s %-6s %-9s %s\n", v[i].name, v[i].alg, v[i].operator_tenant ? "yes" : "no", ts);
+			}
+			store_tenants_free(v, n);
+			status = 0;
+		}
+	} else if (strcmp(verb, "remove") == 0 && a->nwords == 2) {
+		int rc = store_tenant_remove(s, a->words[1]);
+		if (rc == -ENOENT) {
+			fprintf(stderr, "sandboxd: no tenant %s\n", a->words[1]);
+			status = 1;
+		} else if (rc < 0) {
+			fprintf(stderr, "sandboxd: cannot remove tenant %s\n", a->words[1]);
+			status = 1;
+		} else {
+			printf("tenant %s removed (its workspace directory is left on disk: %s/tenants/%s)\n",
+			       a->words[1], cfg->data_dir, a->words[1]);
+			status = 0;
+		}
+	} else {
+		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | tenant list | tenant remove NAME\n");
+	}
+	store_close(&s);
+	return status;
+}
+
+int cli_token(struct sbx_config *cfg, const struct cli_args *a)
+{
+	if (!a->tenant) {
+		fprintf(stderr, "sandboxd: usage: token --tenant NAME [--scope \"...\"] [--ttl SECONDS]\n");
+		return 2;
+	}
+	struct store *s = NULL;
+	if (open_store(cfg, true, &s) < 0)
+		return 1;
+	struct store_tenant t;
+	int status = 1;
+	int rc = store_tenant_get(s, a->tenant, &t);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: no tenant %s\n", a->tenant);
+		goto out;
+	}
+	if (strcmp(t.alg, "HS256") != 0) {
+		fprintf(stderr, "sandboxd: tenant %s uses %s: mint its tokens with its private key\n", a->tenant, t.alg);
+		store_tenant_clear(&t);
+		goto out;
+	}
+	int64_t now = now_ms() / 1000;
+	char *tok = auth_mint_hs256(t.key, t.key_len, t.name, a->scope, now, now + a->ttl, cfg->audience);
+	store_tenant_clear(&t);
+	if (!tok) {
+		fprintf(stderr, "sandboxd: cannot mint a token\n");
+		goto out;
+	}
+	printf("%s\n", tok);
+	free(tok);
+	status = 0;
+out:
+	store_close(&s);
+	return status;
+}
+
+int cli_migrate(struct sbx_config *cfg, const struct cli_args *a)
+{
+	(void)a;
+	struct store *s = NULL;
+	if (open_store(cfg, false, &s) < 0 && !s) {
+		/* Behind the binary (or new): open with migrations applied. */
+		if (open_store(cfg, true, &s) < 0)
+			return 1;
+		printf("database %s migrated to schema version %d\n", cfg->db_path, store_schema_version(s));
+		store_close(&s);
+		return 0;
+	}
+	printf("database %s is at schema version %d (current)\n", cfg->db_path, store_schema_version(s));
+	store_close(&s);
+	return 0;
+}
+
+struct audit_print {
+	const char *format;
+	size_t n;
+};
+
+static int print_record(void *ctx, const struct store_audit *r)
+{
+	struct audit_print *p = ctx;
+	if (strcmp(p->format, "table") == 0) {
+		char ts[40];
+		rfc3339_ms(r->at, ts, sizeof ts);
+		printf("%-8lld %-24s %-12s %-6s %-22s %-4d %-7s %s\n", (long long)r->id, ts, r->tenant, r->method,
+		       r->route, r->status, r->outcome, r->target ? r->target : "");
+	} else {
+		json_t *j = route_audit_json(r);
+		char *t = json_dumps(j, JSON_COMPACT);
+		printf("%s%s%s", strcmp(p->format, "json") == 0 && p->n ? ",\n" : "", t,
+		       strcmp(p->format, "ndjson") == 0 ? "\n" : "");
+		free(t);
+		json_decref(j);
+	}
+	p->n++;
+	return 0;
+}
+
+int cli_audit(struct sbx_config *cfg, const struct cli_args *a)
+{
+	const char *format = a->format ? a->format : "table";
+	if (strcmp(format, "table") && strcmp(format, "json") && strcmp(format, "ndjson")) {
+		fprintf(stderr, "sandboxd: --format must be table, json or ndjson\n");
+		return 2;
+	}
+	struct store_audit_filter f = { .tenant = a->tenant, .route = a->route, .outcome = a->outcome,
+					.session = a->session, .session_len = a->session ? strlen(a->session) : 0,
+					.limit = a->limit > 0 ? (size_t)a->limit : 100 };
+	if (a->since && rfc3339_parse(a->since, &f.since) < 0) {
+		fprintf(stderr, "sandboxd: --since must be an RFC 3339 time\n");
+		return 2;
+	}
+	if (a->until && rfc3339_parse(a->until, &f.until) < 0) {
+		fprintf(stderr, "sandboxd: --until must be an RFC 3339 time\n");
+		return 2;
+	}
+	struct store *s = NULL;
+	if (open_store(cfg, false, &s) < 0)
+		return 1;
+	struct audit_print p = { format, 0 };
+	if (strcmp(format, "table") == 0)
+		printf("%-8s %-24s %-12s %-6s %-22s %-4s %-7s %s\n", "ID", "AT", "TENANT", "METHOD", "ROUTE", "STAT",
+		       "OUTCOME", "TARGET");
+	if (strcmp(format, "json") == 0)
+		printf("[");
+	int64_t last = 0;
+	int rc = store_audit_query(s, &f, print_record, &p, &last);
+	if (strcmp(format, "json") == 0)
+		printf("]\n");
+	store_close(&s);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot read the audit table\n");
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,304 @@
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "auth/auth.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/metrics.h"
+#include "routes/route.h"
+
+struct srv_http {
+	struct MHD_Daemon *d;
+	struct app *app;
+	char *cert, *key;
+	uint16_t port;
+};
+
+static char *read_file(const char *path, char *err, size_t errsz)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		snprintf(err, errsz, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	struct buf b;
+	buf_init(&b, 1u << 20);
+	char tmp[4096];
+	size_t n;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		if (buf_append(&b, tmp, n) < 0)
+			break;
+	fclose(f);
+	return buf_steal(&b, NULL);
+}
+
+static int parse_listen(const char *listen, struct sockaddr_storage *ss, char *err, size_t errsz)
+{
+	char host[256];
+	const char *colon = strrchr(listen, ':');
+	if (!colon || colon == listen) {
+		snprintf(err, errsz, "listen: expected HOST:PORT, got '%s'", listen);
+		return -EINVAL;
+	}
+	size_t hl = (size_t)(colon - listen);
+	if (listen[0] == '[' && hl >= 2 && listen[hl - 1] == ']') {
+		listen++;
+		hl -= 2;
+	}
+	if (hl >= sizeof host) {
+		snprintf(err, errsz, "listen: host too long");
+		return -EINVAL;
+	}
+	memcpy(host, listen, hl);
+	host[hl] = '\0';
+	char *end = NULL;
+	long port = strtol(colon + 1, &end, 10);
+	if (*end || port < 0 || port > 65535) {
+		snprintf(err, errsz, "listen: bad port '%s'", colon + 1);
+		return -EINVAL;
+	}
+	memset(ss, 0, sizeof *ss);
+	struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+	if (strcmp(host, "localhost") == 0)
+		snprintf(host, sizeof host, "127.0.0.1");
+	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)port);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)port);
+		return 0;
+	}
+	snprintf(err, errsz, "listen: '%s' is not an IPv4 or IPv6 address", host);
+	return -EINVAL;
+}
+
+static void make_request_id(struct req *r)
+{
+	const char *given = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+	if (given) {
+		/* Echo the client's id when it is sane (bounded, printable, no spaces). */
+		size_t n = strlen(given);
+		bool ok = n > 0 && n < sizeof r->request_id;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = given[i] > 0x20 && given[i] < 0x7f;
+		if (ok) {
+			memcpy(r->request_id, given, n + 1);
+			return;
+		}
+	}
+	unsigned char rnd[12];
+	auth_random(rnd, sizeof rnd);
+	for (size_t i = 0; i < sizeof rnd; i++)
+		snprintf(r->request_id + 2 * i, 3, "%02x", rnd[i]);
+}
+
+static void client_address(struct req *r)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	r->client[0] = '\0';
+	if (!ci || !ci->client_addr)
+		return;
+	const struct sockaddr *sa = ci->client_addr;
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->client, sizeof r->client);
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->client, sizeof r->client);
+}
+
+static enum MHD_Result fail(struct req *r, int code)
+{
+	if (r->status)
+		return MHD_YES; /* a response is already queued */
+	return route_render_error(r, code) == 0 ? MHD_YES : MHD_NO;
+}
+
+/* How much of a refused request body is read and dropped before giving up. */
+#define SWALLOW_MAX (64ll << 20)
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+				  const char *version, const char *upload_data, size_t *upload_data_size,
+				  void **con_cls)
+{
+	struct srv_http *h = cls;
+	struct req *r = *con_cls;
+	if (!r) {
+		r = xcalloc(1, sizeof *r);
+		r->app = h->app;
+		r->conn = conn;
+		r->started_ns = mono_ns();
+		r->at_ms = now_ms();
+		snprintf(r->method, sizeof r->method, "%s", method);
+		r->url = xstrdup(url);
+		buf_init(&r->body, (size_t)h->app->cfg->max_buffered_bytes);
+		make_request_id(r);
+		client_address(r);
+		metrics_inflight(h->app->metrics, 1);
+		*con_cls = r;
+		int rc = route_begin(r);
+		if (rc < 0)
+			r->pending_error = rc; /* answered once the body is read (or given up on) */
+		return MHD_YES;
+	}
+	if (r->status) {
+		/* Already answered: swallow what is left. */
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (r->suspended) {
+		/* Resumed: the handler has something to say. */
+		r->suspended = false;
+		if (!r->on_resume)
+			return MHD_YES;
+		int rc = r->on_resume(r);
+		return rc < 0 ? fail(r, rc) : MHD_YES;
+	}
+	if (*upload_data_size) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		if (!r->pending_error) {
+			int rc = route_body(r, upload_data, n);
+			if (rc < 0)
+				r->pending_error = rc;
+		} else {
+			r->bytes_in += (int64_t)n;
+		}
+		/* A refused body is read and dropped so the client sees the answer
+		 * rather than a reset, up to a bound; past it, answer and close. */
+		if (r->pending_error && r->bytes_in > SWALLOW_MAX)
+			return fail(r, r->pending_error);
+		return MHD_YES;
+	}
+	if (r->ran) {
+		/* Called again while a handler's response is pending (a resumed
+		 * request without a new answer): nothing to do. */
+		return MHD_YES;
+	}
+	if (r->pending_error)
+		return fail(r, r->pending_error);
+	int rc = route_run(r);
+	if (rc < 0)
+		return fail(r, rc);
+	return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	struct srv_http *h = cls;
+	struct req *r = *con_cls;
+	if (!r)
+		return;
+	*con_cls = NULL;
+	r->closed = true;
+	metrics_inflight(h->app->metrics, -1);
+	route_complete(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	log_msg("warn", "libmicrohttpd: %s", msg);
+}
+
+int srv_http_start(struct srv_http **out, struct app *app, char *err, size_t errsz)
+{
+	const struct sbx_config *cfg = app->cfg;
+	struct sockaddr_storage ss;
+	int rc = parse_listen(cfg->listen, &ss, err, errsz);
+	if (rc < 0)
+		return rc;
+	struct srv_http *h = xcalloc(1, sizeof *h);
+	h->app = app;
+	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+	if (ss.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	if (cfg->tls_cert || cfg->tls_key) {
+		if (!cfg->tls_cert || !cfg->tls_key) {
+			snprintf(err, errsz, "TLS needs both --tls-cert and --tls-key");
+			rc = -EINVAL;
+			goto fail;
+		}
+		h->cert = read_file(cfg->tls_cert, err, errsz);
+		h->key = h->cert ? read_file(cfg->tls_key, err, errsz) : NULL;
+		if (!h->cert || !h->key) {
+			rc = -ENOENT;
+			goto fail;
+		}
+		flags |= MHD_USE_TLS;
+	}
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : (unsigned)(ncpu > 0 ? ncpu : 1);
+	struct MHD_OptionItem tls_opts[] = {
+		{ MHD_OPTION_HTTPS_MEM_CERT, 0, h->cert },
+		{ MHD_OPTION_HTTPS_MEM_KEY, 0, h->key },
+		/* TLS 1.2 and newer only, GnuTLS priority string. */
+		{ MHD_OPTION_HTTPS_PRIORITIES, 0,
+		  (void *)"SECURE256:+SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE" },
+		{ MHD_OPTION_END, 0, NULL },
+	};
+	h->d = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+		MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned)cfg->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_bytes,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+		MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, (flags & MHD_USE_TLS) ? tls_opts : tls_opts + 3,
+		MHD_OPTION_END);
+	if (!h->d) {
+		snprintf(err, errsz, "cannot listen on %s (address in use, or bad TLS files?)", cfg->listen);
+		rc = -EADDRINUSE;
+		goto fail;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+	h->port = di ? di->port : 0;
+	*out = h;
+	return 0;
+fail:
+	free(h->cert);
+	free(h->key);
+	free(h);
+	return rc;
+}
+
+uint16_t srv_http_port(const struct srv_http *h)
+{
+	return h->port;
+}
+
+void srv_http_quiesce(struct srv_http *h)
+{
+	if (h && h->d)
+		MHD_quiesce_daemon(h->d);
+}
+
+void srv_http_stop(struct srv_http **hp)
+{
+	struct srv_http *h = *hp;
+	if (!h)
+		return;
+	if (h->d)
+		MHD_stop_daemon(h->d);
+	free(h->cert);
+	free(h->key);
+	free(h);
+	*hp = NULL;
+}

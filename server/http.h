@@ -1,0 +1,17 @@
+#pragma once
+/* The HTTP daemon: libmicrohttpd with an internal epoll thread pool,
+ * suspend/resume, limits, TLS; hands each request to routes/. */
+#include <stddef.h>
+#include <stdint.h>
+
+struct app;
+struct srv_http;
+
+/* Start listening on app->cfg->listen. Errors: -errno with err filled. */
+int srv_http_start(struct srv_http **out, struct app *app, char *err, size_t errsz);
+/* The port actually bound (useful with port 0). */
+uint16_t srv_http_port(const struct srv_http *h);
+/* Stop accepting new connections (the listening socket is closed). */
+void srv_http_quiesce(struct srv_http *h);
+/* Stop the daemon (every suspended connection must have been resumed). */
+void srv_http_stop(struct srv_http **h);

@@ -1,0 +1,170 @@
+/* sandboxd serve: open the store, recover, start the backend, the runner
+ * and the HTTP daemon, then wait for SIGTERM/SIGINT and shut down in
+ * order: stop accepting, cancel commands, let in-flight requests finish
+ * (bounded), stop the daemon, close the store. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/metrics.h"
+#include "routes/watch.h"
+#include "sandbox/backend.h"
+#include "sandbox/fsops.h"
+#include "sandbox/runner.h"
+#include "sandbox/workspace.h"
+#include "server/cli.h"
+#include "server/http.h"
+#include "store/store.h"
+
+static int signal_pipe[2] = { -1, -1 };
+
+static void on_signal(int sig)
+{
+	int saved = errno;
+	char c = (char)sig;
+	ssize_t n = write(signal_pipe[1], &c, 1);
+	(void)n;
+	errno = saved;
+}
+
+/* Remove temp files that interrupted writes left in every workspace. */
+static void sweep_workspaces(struct app *a)
+{
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	if (store_tenant_list(a->store, &v, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct tenant *t = NULL;
+		if (app_tenant_get(a, v[i].name, &t) < 0)
+			continue;
+		int removed = sbx_fs_sweep_temps(t->ws);
+		if (removed > 0)
+			log_msg("info", "removed %d temporary files of interrupted writes in tenant %s", removed,
+				t->name);
+		app_tenant_put(a, &t);
+	}
+	store_tenants_free(v, n);
+}
+
+int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
+{
+	(void)args;
+	int status = 1;
+	char err[512] = "";
+	struct store *store = NULL;
+	struct sbx_backend *backend = NULL;
+	struct sbx_runner *runner = NULL;
+	struct srv_http *http = NULL;
+	struct app app;
+	bool app_ready = false;
+
+	if (strcmp(cfg->backend, "local") == 0 && !cfg->allow_unsafe_local) {
+		fprintf(stderr, "sandboxd: --backend local isolates nothing; it needs --allow-unsafe-local "
+				"(development only)\n");
+		return 2;
+	}
+	if (strcmp(cfg->backend, "local") != 0 && strcmp(cfg->backend, "bwrap") != 0) {
+		fprintf(stderr, "sandboxd: --backend must be bwrap or local\n");
+		return 2;
+	}
+	/* Commands must get default signal dispositions; the server itself
+	 * must survive writes to pipes whose reader is gone. */
+	signal(SIGPIPE, SIG_IGN);
+	if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return 1;
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+
+	if (mkdir(cfg->data_dir, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "sandboxd: cannot create %s: %s\n", cfg->data_dir, strerror(errno));
+		goto out;
+	}
+	int rc = store_open(&store, cfg->db_path, true, err, sizeof err);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : strerror(-rc));
+		goto out;
+	}
+	int lost = 0, failed = 0;
+	store_recover(store, &lost, &failed);
+	if (lost || failed)
+		log_msg("info", "recovered: %d execs marked lost, %d transfers marked failed", lost, failed);
+
+	struct sbx_backend_config bc = { .name = cfg->backend, .use_cgroups = cfg->use_cgroups };
+	rc = sbx_backend_new(&backend, &bc);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
+			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)" : strerror(-rc > 4095 ? EIO : -rc));
+		goto out;
+	}
+	if (strcmp(cfg->backend, "local") == 0)
+		log_msg("warn", "backend local: commands run on the host WITHOUT isolation (development only)");
+	rc = sbx_runner_new(&runner);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", strerror(-rc));
+		goto out;
+	}
+
+	app_init(&app, cfg, store, err, sizeof err);
+	app_ready = true;
+	app.backend = backend;
+	app.runner = runner;
+	watch_new(&app.watch);
+	sweep_workspaces(&app);
+
+	rc = srv_http_start(&http, &app, err, sizeof err);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err);
+		goto out;
+	}
+	char health[256] = "";
+	sbx_backend_health(backend, health, sizeof health);
+	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s", cfg->listen,
+		srv_http_port(http), cfg->tls_cert ? "https" : "http", cfg->data_dir, cfg->backend, health);
+
+	for (;;) {
+		struct pollfd pfd = { .fd = signal_pipe[0], .events = POLLIN };
+		if (poll(&pfd, 1, -1) > 0)
+			break;
+	}
+	log_msg("info", "shutting down: no new connections, cancelling commands");
+	app.stopping = true;
+	srv_http_quiesce(http);
+	sbx_runner_cancel_all(runner);
+	/* In-flight requests get a bounded time to finish. */
+	int64_t deadline = mono_ns() + cfg->shutdown_grace_s * 1000000000LL;
+	while (sbx_runner_active(runner) > 0 && mono_ns() < deadline)
+		usleep(10000);
+	/* The runner reports what is left (resuming their connections) before
+	 * the daemon stops: libmicrohttpd must not stop with suspended ones. */
+	sbx_runner_free(&runner);
+	usleep(50000);
+	status = 0;
+out:
+	sbx_runner_free(&runner);
+	srv_http_stop(&http);
+	if (app_ready) {
+		watch_free(&app.watch);
+	}
+	if (app_ready)
+		app_fini(&app);
+	sbx_backend_free(&backend);
+	store_close(&store);
+	if (status == 0)
+		log_msg("info", "stopped");
+	close(signal_pipe[0]);
+	close(signal_pipe[1]);
+	return status;
+}

@@ -1,0 +1,509 @@
+/* Open, pragmas, migrations, recovery and the helpers the table files share.
+ *
+ * Durability: WAL with synchronous=NORMAL. A commit survives a crash of
+ * the process at any instant; a power loss (or kernel crash) can lose the
+ * last transactions committed since the previous WAL checkpoint sync, but
+ * never corrupts the database. */
+#include "store/store_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/embedded.h"
+#include "common/errors.h"
+#include "common/xmalloc.h"
+
+int64_t store_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t store_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int store_rc(int rc)
+{
+	switch (rc) {
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW:
+		return 0;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_CONSTRAINT_PRIMARYKEY:
+	case SQLITE_CONSTRAINT_UNIQUE:
+		return -EEXIST;
+	case SQLITE_CONSTRAINT_FOREIGNKEY:
+		/* The referenced tenant does not exist (or went away). */
+		return -ENOENT;
+	case SQLITE_CONSTRAINT_CHECK:
+	case SQLITE_CONSTRAINT_NOTNULL:
+		/* A value outside the schema's domain: a caller bug or bad input. */
+		return -EINVAL;
+	default:
+		return -SBX_E_STORE;
+	}
+}
+
+sqlite3_stmt *store_stmt(struct store *s, enum store_stmt_id id, const char *sql)
+{
+	sqlite3_stmt *st = s->stmts[id];
+
+	if (!st) {
+		if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+			sqlite3_finalize(st);
+			return NULL;
+		}
+		s->stmts[id] = st;
+		return st;
+	}
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return st;
+}
+
+int store_step_done(sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+
+	if (rc == SQLITE_DONE || rc == SQLITE_ROW)
+		rc = SQLITE_OK;
+	sqlite3_reset(st);
+	return store_rc(rc);
+}
+
+static int run_cached(struct store *s, enum store_stmt_id id, const char *sql)
+{
+	sqlite3_stmt *st = store_stmt(s, id, sql);
+
+	if (!st)
+		return -SBX_E_STORE;
+	return store_step_done(st);
+}
+
+int store_tx_begin(struct store *s)
+{
+	return run_cached(s, ST_BEGIN, "BEGIN IMMEDIATE");
+}
+
+int store_tx_commit(struct store *s)
+{
+	int r = run_cached(s, ST_COMMIT, "COMMIT");
+
+	if (r)
+		store_tx_rollback(s);
+	return r;
+}
+
+void store_tx_rollback(struct store *s)
+{
+	if (!sqlite3_get_autocommit(s->db))
+		run_cached(s, ST_ROLLBACK, "ROLLBACK");
+}
+
+int store_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n)
+{
+	if (!p)
+		return sqlite3_bind_null(st, i);
+	if (n == 0)
+		return sqlite3_bind_zeroblob(st, i, 0);
+	return sqlite3_bind_blob64(st, i, p, n, SQLITE_TRANSIENT);
+}
+
+int store_bind_text(sqlite3_stmt *st, int i, const char *str)
+{
+	if (!str)
+		return sqlite3_bind_null(st, i);
+	return sqlite3_bind_text(st, i, str, -1, SQLITE_TRANSIENT);
+}
+
+char *store_col_strdup(sqlite3_stmt *st, int i)
+{
+	const unsigned char *t;
+
+	if (sqlite3_column_type(st, i) == SQLITE_NULL)
+		return NULL;
+	t = sqlite3_column_text(st, i);
+	return xstrndup(t ? (const char *)t : "", (size_t)sqlite3_column_bytes(st, i));
+}
+
+char *store_col_blobdup(sqlite3_stmt *st, int i, size_t *len)
+{
+	const void *b = sqlite3_column_blob(st, i);
+	size_t n = (size_t)sqlite3_column_bytes(st, i);
+	char *p = xmalloc(n + 1);
+
+	if (n)
+		memcpy(p, b, n);
+	p[n] = '\0';
+	if (len)
+		*len = n;
+	return p;
+}
+
+void store_col_copy(sqlite3_stmt *st, int i, char *dst, size_t dstsz)
+{
+	const unsigned char *t = sqlite3_column_text(st, i);
+	size_t n = (size_t)sqlite3_column_bytes(st, i);
+
+	if (!dstsz)
+		return;
+	if (!t)
+		n = 0;
+	if (n >= dstsz)
+		n = dstsz - 1;
+	if (n)
+		memcpy(dst, t, n);
+	dst[n] = '\0';
+}
+
+/* ---- migrations ---- */
+
+static int migration_number(const char *name)
+{
+	char *end = NULL;
+	long v;
+
+	errno = 0;
+	v = strtol(name, &end, 10);
+	if (errno || end == name || *end != '_' || v <= 0 || v > 1000000)
+		return -1;
+	return (int)v;
+}
+
+int store_known_version(void)
+{
+	int best = 0;
+
+	for (size_t i = 0; i < embedded_migrations_count; i++) {
+		int n = migration_number(embedded_migrations[i].name);
+		if (n > best)
+			best = n;
+	}
+	return best;
+}
+
+static int read_user_version(sqlite3 *db, int *v)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(st);
+		if (rc == SQLITE_ROW) {
+			*v = sqlite3_column_int(st, 0);
+			rc = SQLITE_OK;
+		}
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_OK ? 0 : store_rc(rc);
+}
+
+int store_schema_version(struct store *s)
+{
+	int v = 0, r;
+
+	pthread_mutex_lock(&s->lock);
+	r = read_user_version(s->db, &v);
+	pthread_mutex_unlock(&s->lock);
+	return r ? r : v;
+}
+
+static void newer_msg(char *err, size_t errsz, int have, int known)
+{
+	if (err && errsz)
+		snprintf(err, errsz,
+			 "database schema version %d is newer than this binary (%d); upgrade sandboxd", have,
+			 known);
+}
+
+/* s->lock held. */
+static int migrate_locked(struct store *s, int *from, int *to, char *err, size_t errsz)
+{
+	int known = store_known_version();
+	int v = 0, r;
+	char *msg = NULL;
+	char pragma[64];
+
+	r = store_tx_begin(s);
+	if (r) {
+		if (err && errsz)
+			snprintf(err, errsz, "cannot begin the migration transaction: %s",
+				 sqlite3_errmsg(s->db));
+		return r;
+	}
+	/* Read inside the write transaction: another process may have just
+	 * migrated the same file. */
+	r = read_user_version(s->db, &v);
+	if (r)
+		goto out;
+	if (v > known) {
+		newer_msg(err, errsz, v, known);
+		r = -EPROTO;
+		goto out;
+	}
+	for (size_t i = 0; i < embedded_migrations_count; i++) {
+		const struct embedded_file *m = &embedded_migrations[i];
+		int n = migration_number(m->name);
+
+		if (n < 0) {
+			if (err && errsz)
+				snprintf(err, errsz, "embedded migration %s has no leading number", m->name);
+			r = -SBX_E_STORE;
+			goto out;
+		}
+		if (n <= v)
+			continue;
+		if (sqlite3_exec(s->db, m->data, NULL, NULL, &msg) != SQLITE_OK) {
+			r = store_rc(sqlite3_extended_errcode(s->db));
+			if (err && errsz)
+				snprintf(err, errsz, "migration %s failed: %s", m->name, msg ? msg : "?");
+			goto out;
+		}
+	}
+	if (v < known) {
+		snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", known);
+		if (sqlite3_exec(s->db, pragma, NULL, NULL, &msg) != SQLITE_OK) {
+			r = store_rc(sqlite3_extended_errcode(s->db));
+			if (err && errsz)
+				snprintf(err, errsz, "setting user_version failed: %s", msg ? msg : "?");
+			goto out;
+		}
+	}
+	r = store_tx_commit(s);
+	if (r && err && errsz)
+		snprintf(err, errsz, "committing the migrations failed: %s", sqlite3_errmsg(s->db));
+	if (!r) {
+		if (from)
+			*from = v;
+		if (to)
+			*to = v < known ? known : v;
+	}
+out:
+	sqlite3_free(msg);
+	if (r)
+		store_tx_rollback(s);
+	return r;
+}
+
+int store_migrate(struct store *s, int *from, int *to)
+{
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = migrate_locked(s, from, to, NULL, 0);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+/* ---- open / close ---- */
+
+static int exec_pragma(sqlite3 *db, const char *sql, const char *want)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, r = 0;
+
+	rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+	if (rc != SQLITE_OK) {
+		r = store_rc(rc);
+		goto out;
+	}
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		r = store_rc(rc);
+		goto out;
+	}
+	if (want && (rc != SQLITE_ROW || !sqlite3_column_text(st, 0) ||
+		     strcmp((const char *)sqlite3_column_text(st, 0), want) != 0))
+		r = -SBX_E_STORE;
+out:
+	sqlite3_finalize(st);
+	return r;
+}
+
+static int open_conn(sqlite3 **out, const char *path, int flags, char *err, size_t errsz)
+{
+	sqlite3 *db = NULL;
+	int rc;
+
+	rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		if (err && errsz)
+			snprintf(err, errsz, "cannot open %s: %s", path,
+				 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+		sqlite3_close(db);
+		return rc == SQLITE_FULL ? -ENOSPC : -SBX_E_STORE;
+	}
+	sqlite3_extended_result_codes(db, 1);
+	sqlite3_busy_timeout(db, 5000);
+	*out = db;
+	return 0;
+}
+
+int store_open(struct store **out, const char *path, bool migrate, char *err, size_t errsz)
+{
+	struct store *s = xcalloc(1, sizeof *s);
+	pthread_condattr_t ca;
+	int known = store_known_version();
+	int v = 0, r;
+
+	if (err && errsz)
+		err[0] = '\0';
+	s->path = xstrdup(path);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->rlock, NULL);
+	pthread_mutex_init(&s->alock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->awake, &ca);
+	pthread_cond_init(&s->adone, &ca);
+	pthread_condattr_destroy(&ca);
+	atomic_init(&s->audit_failures, 0);
+
+	r = open_conn(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errsz);
+	if (r)
+		goto fail;
+	if ((r = exec_pragma(s->db, "PRAGMA journal_mode=WAL", "wal")) ||
+	    (r = exec_pragma(s->db, "PRAGMA synchronous=NORMAL", NULL)) ||
+	    (r = exec_pragma(s->db, "PRAGMA foreign_keys=ON", NULL))) {
+		if (err && errsz)
+			snprintf(err, errsz, "cannot configure %s: %s", path, sqlite3_errmsg(s->db));
+		goto fail;
+	}
+	r = read_user_version(s->db, &v);
+	if (r) {
+		if (err && errsz)
+			snprintf(err, errsz, "cannot read the schema version of %s: %s", path,
+				 sqlite3_errmsg(s->db));
+		goto fail;
+	}
+	if (v > known) {
+		newer_msg(err, errsz, v, known);
+		r = -EPROTO;
+		goto fail;
+	}
+	if (v < known) {
+		if (!migrate) {
+			if (err && errsz)
+				snprintf(err, errsz,
+					 "database schema version %d is behind this binary (%d); run "
+					 "`sandboxd migrate`",
+					 v, known);
+			r = -ESTALE;
+			goto fail;
+		}
+		pthread_mutex_lock(&s->lock);
+		r = migrate_locked(s, NULL, NULL, err, errsz);
+		pthread_mutex_unlock(&s->lock);
+		if (r)
+			goto fail;
+	}
+	/* A read-only connection for long reads, opened after the schema
+	 * exists; in WAL mode its reads never block the writer. */
+	r = open_conn(&s->rdb, path, SQLITE_OPEN_READONLY, err, errsz);
+	if (r)
+		goto fail;
+	r = store_audit_start(s);
+	if (r) {
+		if (err && errsz)
+			snprintf(err, errsz, "cannot start the audit writer thread");
+		goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	store_close(&s);
+	return r;
+}
+
+void store_close(struct store **p)
+{
+	struct store *s;
+
+	if (!p || !*p)
+		return;
+	s = *p;
+	store_audit_stop(s);
+	for (size_t i = 0; i < ST__COUNT; i++)
+		sqlite3_finalize(s->stmts[i]);
+	sqlite3_close(s->rdb);
+	sqlite3_close(s->db);
+	pthread_cond_destroy(&s->awake);
+	pthread_cond_destroy(&s->adone);
+	pthread_mutex_destroy(&s->alock);
+	pthread_mutex_destroy(&s->rlock);
+	pthread_mutex_destroy(&s->lock);
+	free(s->q);
+	free(s->path);
+	free(s);
+	*p = NULL;
+}
+
+int store_check_writable(struct store *s)
+{
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = store_tx_begin(s);
+	if (!r)
+		store_tx_rollback(s);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_recover(struct store *s, int *lost_execs, int *failed_transfers)
+{
+	static const char *const sql[] = {
+	    "UPDATE execs SET state = 'lost', finished_at = ?1 WHERE state = 'running'",
+	    "UPDATE transfers SET state = 'failed', error = 'interrupted by a restart', finished_at = ?1 "
+	    "WHERE state = 'active'",
+	    "UPDATE transfers SET state = 'expired' WHERE state = 'minted' AND expires_at <= ?1",
+	};
+	int counts[3] = {0, 0, 0};
+	int64_t now = store_now_ms();
+	sqlite3_stmt *st = NULL;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = store_tx_begin(s);
+	if (r)
+		goto out;
+	for (size_t i = 0; i < 3; i++) {
+		/* Run once at start-up: not worth a cache slot. */
+		if (sqlite3_prepare_v2(s->db, sql[i], -1, &st, NULL) != SQLITE_OK) {
+			r = -SBX_E_STORE;
+			goto out;
+		}
+		sqlite3_bind_int64(st, 1, now);
+		r = store_step_done(st);
+		sqlite3_finalize(st);
+		st = NULL;
+		if (r)
+			goto out;
+		counts[i] = sqlite3_changes(s->db);
+	}
+	r = store_tx_commit(s);
+out:
+	if (r)
+		store_tx_rollback(s);
+	pthread_mutex_unlock(&s->lock);
+	if (!r) {
+		if (lost_execs)
+			*lost_execs = counts[0];
+		if (failed_transfers)
+			*failed_transfers = counts[1];
+	}
+	return r;
+}

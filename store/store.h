@@ -1,0 +1,184 @@
+#pragma once
+/* The SQLite store: the only place with SQL. One file per table family
+ * (store.c: open, pragmas, migrations, recovery; tenants.c, sessions.c,
+ * execs.c, transfers.c, audit.c). Knows nothing of HTTP or of sandbox/.
+ * Times are Unix epoch milliseconds. Every function returns 0 or a
+ * negative errno: -ENOENT (no such row), -EEXIST (unique key taken),
+ * -ENOSPC (SQLITE_FULL: 507), -SBX_E_STORE (any other SQLite failure:
+ * 503 store_unavailable), -EPROTO (database newer than this binary).
+ * Thread-safe: one serialised write connection (BEGIN IMMEDIATE for write
+ * transactions) and a batched audit writer thread. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct store;
+
+/* Open (creating) the database file at path: WAL, busy_timeout,
+ * synchronous=NORMAL, foreign_keys=ON. Migrations run only when migrate
+ * is true; without it a database behind the binary answers -ESTALE. A
+ * database newer than the binary: -EPROTO. err gets a human message. */
+int store_open(struct store **out, const char *path, bool migrate, char *err, size_t errsz);
+/* Flush the audit queue, stop its thread, close. Accepts NULL. */
+void store_close(struct store **s);
+
+/* Apply embedded migrations (migrations/NNNN_name.sql) above PRAGMA
+ * user_version, all in one transaction. from and to receive the versions. */
+int store_migrate(struct store *s, int *from, int *to);
+int store_schema_version(struct store *s);
+/* The highest migration number embedded in this binary. */
+int store_known_version(void);
+
+/* Readiness: a write transaction can be begun (BEGIN IMMEDIATE; ROLLBACK). */
+int store_check_writable(struct store *s);
+
+/* Start-up recovery: execs left 'running' become 'lost', transfers left
+ * 'active' become 'failed', minted transfers past expiry 'expired'. */
+int store_recover(struct store *s, int *lost_execs, int *failed_transfers);
+
+/* ---- tenants.c ---- */
+struct store_tenant {
+	char name[64];
+	char alg[8];          /* "HS256", "RS256", "ES256" */
+	unsigned char *key;   /* secret or PEM public key; owned */
+	size_t key_len;
+	bool operator_tenant;
+	int64_t slot;         /* sandbox uid = uid_base + slot; assigned by add */
+	int64_t created_at;
+};
+/* Insert; assigns the lowest free slot into t->slot. -EEXIST. */
+int store_tenant_add(struct store *s, struct store_tenant *t);
+/* -ENOENT. Free with store_tenant_clear. */
+int store_tenant_get(struct store *s, const char *name, struct store_tenant *out);
+/* All tenants by name. Free with store_tenants_free. */
+int store_tenant_list(struct store *s, struct store_tenant **out, size_t *n);
+/* Removes the tenant and, by cascade, its sessions, execs, transfers. -ENOENT. */
+int store_tenant_remove(struct store *s, const char *name);
+void store_tenant_clear(struct store_tenant *t);
+void store_tenants_free(struct store_tenant *t, size_t n);
+
+/* ---- sessions.c ---- */
+/* Derives a directory segment for a key; salt 0 first, then 1, 2, ... on
+ * a collision with another key's segment. out holds at least 64 bytes. */
+typedef void (*store_segment_fn)(const char *key, size_t len, unsigned salt, char *out);
+
+struct store_session {
+	char *key;            /* owned; key_len bytes + NUL */
+	size_t key_len;
+	char segment[64];
+	int64_t created_at, last_used_at;
+};
+/* Find the session (tenant, key) or create it with a segment no other key
+ * of the tenant has. last_used_at is refreshed at most once a minute
+ * (so a request does not pay a write for it). *created tells whether the
+ * row is new. */
+int store_session_get_or_create(struct store *s, const char *tenant, const char *key, size_t key_len,
+				store_segment_fn seg, int64_t now, char segment[64], bool *created);
+/* The tenant's sessions, most recently used first. Free with store_sessions_free. */
+int store_session_list(struct store *s, const char *tenant, size_t limit, struct store_session **out, size_t *n);
+/* Delete the row; -ENOENT. The segment is returned so the caller can remove the directory. */
+int store_session_delete(struct store *s, const char *tenant, const char *key, size_t key_len, char segment[64]);
+void store_sessions_free(struct store_session *v, size_t n);
+
+/* ---- execs.c ---- */
+struct store_exec {
+	char tenant[64];
+	char id[72];
+	char *session;        /* owned */
+	size_t session_len;
+	char *command;        /* owned */
+	char *cwd;            /* owned: wire path */
+	char *request_hash;   /* owned: hex digest of the canonical request */
+	char state[16];       /* running, exited, timed_out, cancelled, lost */
+	bool has_exit_code;
+	int exit_code;
+	char *result;         /* owned: ShellResult JSON, or NULL */
+	int64_t started_at;
+	int64_t finished_at;  /* 0 while running */
+};
+/* Insert a 'running' row (fail closed: the command must not start unless
+ * this returns 0). -EEXIST when (tenant, id) exists. */
+int store_exec_begin(struct store *s, const struct store_exec *e);
+/* Finish: state, exit code, result JSON, finished_at. */
+int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
+		      const char *result, int64_t finished_at);
+/* -ENOENT. Free with store_exec_clear. */
+int store_exec_get(struct store *s, const char *tenant, const char *id, struct store_exec *out);
+/* Newest first; state/session may be NULL (no filter); results omitted
+ * (result NULL) when with_result is false. */
+int store_exec_list(struct store *s, const char *tenant, const char *state, const char *session,
+		    size_t session_len, size_t limit, bool with_result, struct store_exec **out, size_t *n);
+void store_exec_clear(struct store_exec *e);
+void store_execs_free(struct store_exec *v, size_t n);
+
+/* ---- transfers.c ---- */
+struct store_transfer {
+	unsigned char token_hash[32];
+	char tenant[64];
+	char *session;        /* owned */
+	size_t session_len;
+	char *path;           /* owned: rel path */
+	char direction[8];    /* read, write */
+	char state[8];        /* minted, active, done, failed, expired */
+	int64_t bytes;
+	char sha256[65];      /* hex or "" */
+	char *error;          /* owned or NULL */
+	int64_t created_at, expires_at, started_at, finished_at;
+};
+int store_transfer_mint(struct store *s, const struct store_transfer *t);
+/* Atomically move a 'minted', unexpired transfer to 'active' and return
+ * it (one UPDATE ... WHERE state='minted'): of two racing callers one
+ * wins. -ENOENT unknown; -SBX_E_TOKEN_USED when not 'minted' any more;
+ * -SBX_E_TOKEN_EXPIRED when past expires_at (the row becomes 'expired'). */
+int store_transfer_claim(struct store *s, const unsigned char hash[32], int64_t now, struct store_transfer *out);
+/* Final state 'done' or 'failed', bytes, sha256 (may be NULL), error (may be NULL). */
+int store_transfer_finish(struct store *s, const unsigned char hash[32], const char *state, int64_t bytes,
+			  const char *sha256, const char *error, int64_t now);
+int store_transfer_get(struct store *s, const unsigned char hash[32], struct store_transfer *out);
+void store_transfer_clear(struct store_transfer *t);
+
+/* ---- audit.c ---- */
+struct store_audit {
+	int64_t id;           /* assigned by the store */
+	int64_t at;
+	const char *tenant;   /* "" when unauthenticated */
+	const char *session;  /* may be NULL */
+	size_t session_len;
+	const char *request_id;
+	const char *method;
+	const char *route;
+	const char *target;   /* may be NULL */
+	int status;
+	const char *outcome;  /* ok, denied, error */
+	bool has_exit_code;
+	int exit_code;
+	int64_t bytes_in, bytes_out;
+	double duration_ms;
+	const char *client;
+};
+/* Queue one record for the batched writer (strings are copied). Never
+ * blocks on the disk; commits happen in groups at least every 50 ms.
+ * Returns 0, or -SBX_E_STORE when the queue is over its bound (the record
+ * is dropped and counted). */
+int store_audit_append(struct store *s, const struct store_audit *a);
+/* Wait until everything queued before this call is committed. */
+int store_audit_flush(struct store *s);
+/* Records that could not be written (queue full or SQLite errors). */
+uint64_t store_audit_failures(struct store *s);
+
+struct store_audit_filter {
+	const char *tenant;   /* NULL: all tenants (admin) */
+	int64_t since, until; /* 0: open */
+	const char *session;  /* NULL: any */
+	size_t session_len;
+	const char *route;    /* NULL: any */
+	const char *outcome;  /* NULL: any */
+	int64_t after;        /* cursor: only ids > after */
+	size_t limit;
+};
+/* Oldest first (by id). cb gets each record (strings borrowed for the
+ * call); return non-zero from cb to stop. *last_id = id of the last record
+ * given to cb. Runs on its own read connection so it never blocks writers. */
+typedef int (*store_audit_cb)(void *ctx, const struct store_audit *a);
+int store_audit_query(struct store *s, const struct store_audit_filter *f, store_audit_cb cb, void *ctx,
+		      int64_t *last_id);

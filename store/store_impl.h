@@ -1,0 +1,106 @@
+#pragma once
+/* Internal to store/: the store struct, the statement cache and the small
+ * helpers every table file uses. Nothing outside store/ includes this. */
+#include "store/store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Cached statements on the write connection, one slot each. The SQL text
+ * stays next to its use (store_stmt(s, ST_X, "...")); the slot only caches. */
+enum store_stmt_id {
+	ST_TENANT_FREE_SLOT,
+	ST_TENANT_INSERT,
+	ST_TENANT_GET,
+	ST_TENANT_LIST,
+	ST_TENANT_DELETE,
+	ST_SESSION_GET,
+	ST_SESSION_TOUCH,
+	ST_SESSION_SEGMENT_TAKEN,
+	ST_SESSION_INSERT,
+	ST_SESSION_LIST,
+	ST_SESSION_DELETE,
+	ST_EXEC_INSERT,
+	ST_EXEC_FINISH,
+	ST_EXEC_GET,
+	ST_EXEC_LIST,
+	ST_TRANSFER_INSERT,
+	ST_TRANSFER_CLAIM,
+	ST_TRANSFER_STATE,
+	ST_TRANSFER_EXPIRE,
+	ST_TRANSFER_FINISH,
+	ST_TRANSFER_GET,
+	ST_AUDIT_INSERT,
+	ST_BEGIN,
+	ST_COMMIT,
+	ST_ROLLBACK,
+	ST__COUNT
+};
+
+struct audit_rec;
+
+struct store {
+	char *path;
+
+	/* The one write connection. Every use holds lock: SQLite transactions
+	 * are per connection, so two threads must never interleave on it. */
+	sqlite3 *db;
+	pthread_mutex_t lock;
+	sqlite3_stmt *stmts[ST__COUNT];
+
+	/* Read-only connection for long reads (audit queries). */
+	sqlite3 *rdb;
+	pthread_mutex_t rlock;
+
+	/* Batched audit writer. */
+	pthread_mutex_t alock;
+	pthread_cond_t awake; /* writer waits: records or stop */
+	pthread_cond_t adone; /* flushers wait: committed advanced */
+	struct audit_rec **q;
+	size_t qn, qcap;
+	int64_t qfirst_ms;     /* monotonic time of the oldest queued record */
+	uint64_t appended;     /* seq of the last accepted record */
+	uint64_t committed;    /* every seq <= this has been handled */
+	uint64_t flush_target; /* a flusher waits for this seq */
+	uint64_t fail_seq;     /* highest seq that failed to be written */
+	bool stop;
+	bool thread_started;
+	pthread_t thread;
+	atomic_uint_fast64_t audit_failures;
+};
+
+/* The cached statement for id (prepared on first use, reset and unbound
+ * before it is handed out). Caller holds s->lock. NULL on a prepare
+ * failure (a schema/SQL bug), which callers report as -SBX_E_STORE. */
+sqlite3_stmt *store_stmt(struct store *s, enum store_stmt_id id, const char *sql);
+/* Map an SQLite result code (extended codes are on) to 0 / negative errno. */
+int store_rc(int rc);
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK on the write connection; s->lock held. */
+int store_tx_begin(struct store *s);
+int store_tx_commit(struct store *s);
+void store_tx_rollback(struct store *s);
+/* Step a statement expected to return no row (INSERT/UPDATE/DELETE). */
+int store_step_done(sqlite3_stmt *st);
+
+int64_t store_now_ms(void);
+int64_t store_mono_ms(void);
+
+/* Binding helpers: a zero-length blob must not become NULL. */
+int store_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n);
+int store_bind_text(sqlite3_stmt *st, int i, const char *str); /* NULL binds NULL */
+
+/* Column helpers: copies owned by the caller, NUL-terminated. */
+char *store_col_strdup(sqlite3_stmt *st, int i);	       /* NULL for SQL NULL */
+char *store_col_blobdup(sqlite3_stmt *st, int i, size_t *len); /* "" for SQL NULL */
+void store_col_copy(sqlite3_stmt *st, int i, char *dst, size_t dstsz);
+
+/* audit.c, called by store.c */
+int store_audit_start(struct store *s);
+void store_audit_stop(struct store *s);
+/* For tests: the EXPLAIN QUERY PLAN details (one per line) of the query
+ * store_audit_query would run for f. */
+int store_audit_query_plan(struct store *s, const struct store_audit_filter *f, char *out, size_t outsz);

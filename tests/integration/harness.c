@@ -1,0 +1,377 @@
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/xmalloc.h"
+
+const char *it_bin(void)
+{
+	const char *b = getenv("SANDBOXD_BIN");
+	return b ? b : "./sandboxd";
+}
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t n = sizeof a;
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &n) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+char *it_cli(struct it_server *s, int *status, const char *args)
+{
+	char *cmd = xasprintf("'%s' %s --data-dir '%s' 2>>'%s'", it_bin(), args, s->dir, s->log);
+	FILE *p = popen(cmd, "r");
+	free(cmd);
+	if (!p)
+		return NULL;
+	struct buf b;
+	buf_init(&b, 1u << 24);
+	char tmp[4096];
+	size_t n;
+	while ((n = fread(tmp, 1, sizeof tmp, p)) > 0)
+		buf_append(&b, tmp, n);
+	int st = pclose(p);
+	if (status)
+		*status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return buf_steal(&b, NULL);
+}
+
+char *it_token(struct it_server *s, const char *tenant, const char *scope)
+{
+	char *args = scope ? xasprintf("token --tenant %s --scope '%s' --ttl 600", tenant, scope)
+			   : xasprintf("token --tenant %s --ttl 600", tenant);
+	int st = 0;
+	char *out = it_cli(s, &st, args);
+	free(args);
+	if (!out || st != 0) {
+		free(out);
+		return NULL;
+	}
+	out[strcspn(out, "\n")] = '\0';
+	return out;
+}
+
+static int wait_healthy(struct it_server *s)
+{
+	for (int i = 0; i < 300; i++) {
+		struct it_resp r;
+		if (it_http(s, "GET", "/healthz", NULL, NULL, NULL, 0, &r) == 0) {
+			long st = r.status;
+			it_resp_free(&r);
+			if (st == 200)
+				return 0;
+		}
+		int status;
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+			fprintf(stderr, "harness: server exited during start; log %s\n", s->log);
+			s->pid = 0;
+			return -1;
+		}
+		usleep(20000);
+	}
+	return -1;
+}
+
+static int spawn(struct it_server *s, const char *const *extra)
+{
+	s->port = free_port();
+	snprintf(s->base, sizeof s->base, "%s://127.0.0.1:%d", s->tls ? "https" : "http", s->port);
+	char listen[64];
+	snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
+	const char *argv[64] = { it_bin(), "serve", "--data-dir", s->dir, "--listen", listen };
+	int n = 6;
+	for (int i = 0; extra && extra[i] && n < 62; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, 2);
+			dup2(fd, 1);
+		}
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	s->pid = pid;
+	return wait_healthy(s);
+}
+
+int it_start(struct it_server *s, const char *const *extra)
+{
+	memset(s, 0, sizeof *s);
+	for (int i = 0; extra && extra[i]; i++)
+		if (strcmp(extra[i], "--tls-cert") == 0)
+			s->tls = true;
+	snprintf(s->dir, sizeof s->dir, "/tmp/sandboxd-it-XXXXXX");
+	if (!mkdtemp(s->dir))
+		return -1;
+	chmod(s->dir, 0755);
+	snprintf(s->log, sizeof s->log, "%s.log", s->dir);
+	int st = 0;
+	static const char *const tenants[] = { "tenant add acme", "tenant add globex", "tenant add ops --operator" };
+	for (size_t i = 0; i < 3; i++) {
+		free(it_cli(s, &st, tenants[i]));
+		if (st != 0)
+			return -1;
+	}
+	return spawn(s, extra);
+}
+
+int it_restart(struct it_server *s, const char *const *extra)
+{
+	return spawn(s, extra);
+}
+
+int it_stop(struct it_server *s, int sig)
+{
+	if (s->pid <= 0)
+		return -1;
+	kill(s->pid, sig);
+	int status = 0;
+	for (int i = 0; i < 3000; i++) {
+		pid_t r = waitpid(s->pid, &status, WNOHANG);
+		if (r == s->pid)
+			break;
+		if (i == 2999) {
+			kill(s->pid, SIGKILL);
+			waitpid(s->pid, &status, 0);
+		}
+		usleep(10000);
+	}
+	s->pid = 0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void it_cleanup(struct it_server *s)
+{
+	if (s->pid > 0)
+		it_stop(s, SIGKILL);
+	if (!*s->dir)
+		return;
+	if (getenv("IT_KEEP")) {
+		fprintf(stderr, "harness: kept %s (log %s)\n", s->dir, s->log);
+		return;
+	}
+	char *cmd = xasprintf("rm -rf '%s' '%s'", s->dir, s->log);
+	int rc = system(cmd);
+	(void)rc;
+	free(cmd);
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *ud)
+{
+	buf_append(ud, p, sz * n);
+	return sz * n;
+}
+
+int it_http(struct it_server *s, const char *method, const char *path, const char *token,
+	    const char *const *headers, const void *body, size_t len, struct it_resp *out)
+{
+	memset(out, 0, sizeof *out);
+	CURL *c = curl_easy_init();
+	struct buf b, h;
+	buf_init(&b, 1u << 30);
+	buf_init(&h, 1u << 20);
+	char *url = xasprintf("%s%s", s->base, path);
+	struct curl_slist *hl = NULL;
+	char *auth = NULL;
+	if (token) {
+		auth = xasprintf("Authorization: Bearer %s", token);
+		hl = curl_slist_append(hl, auth);
+	}
+	for (int i = 0; headers && headers[i]; i++)
+		hl = curl_slist_append(hl, headers[i]);
+	hl = curl_slist_append(hl, "Expect:");
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+	if (strcmp(method, "HEAD") == 0)
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	}
+	CURLcode rc = curl_easy_perform(c);
+	if (rc == CURLE_OK) {
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+		out->body = buf_steal(&b, &out->len);
+		out->headers = buf_steal(&h, NULL);
+	}
+	buf_free(&b);
+	buf_free(&h);
+	curl_slist_free_all(hl);
+	curl_easy_cleanup(c);
+	free(url);
+	free(auth);
+	return rc == CURLE_OK ? 0 : -1;
+}
+
+char *it_header(const struct it_resp *r, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = r->headers; p && *p;) {
+		const char *eol = strstr(p, "\r\n");
+		if (!eol)
+			break;
+		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
+			const char *v = p + n + 1;
+			while (*v == ' ')
+				v++;
+			return xstrndup(v, (size_t)(eol - v));
+		}
+		p = eol + 2;
+	}
+	return NULL;
+}
+
+json_t *it_json(const struct it_resp *r)
+{
+	if (!r->body)
+		return NULL;
+	return json_loadb(r->body, r->len, 0, NULL);
+}
+
+const char *it_error_code(const struct it_resp *r)
+{
+	static char code[64];
+	code[0] = '\0';
+	json_t *j = it_json(r);
+	const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+	if (c)
+		snprintf(code, sizeof code, "%s", c);
+	json_decref(j);
+	return code;
+}
+
+void it_resp_free(struct it_resp *r)
+{
+	free(r->body);
+	free(r->headers);
+	memset(r, 0, sizeof *r);
+}
+
+char *it_raw(struct it_server *s, const void *data, size_t len, int timeout_ms)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	const char *p = data;
+	size_t off = 0;
+	while (off < len) {
+		ssize_t w = send(fd, p + off, len - off, MSG_NOSIGNAL);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	struct buf b;
+	buf_init(&b, 1u << 20);
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	while (poll(&pfd, 1, timeout_ms) > 0) {
+		char tmp[4096];
+		ssize_t r = recv(fd, tmp, sizeof tmp, 0);
+		if (r <= 0)
+			break;
+		buf_append(&b, tmp, (size_t)r);
+	}
+	close(fd);
+	return buf_steal(&b, NULL);
+}
+
+long it_rss_kib(struct it_server *s)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)s->pid);
+	FILE *f = fopen(path, "r");
+	long kib = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			kib = strtol(line + 6, NULL, 10);
+	fclose(f);
+	return kib;
+}
+
+int it_fd_count(struct it_server *s)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)s->pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+bool it_alive(struct it_server *s)
+{
+	return s->pid > 0 && kill(s->pid, 0) == 0 && waitpid(s->pid, NULL, WNOHANG) == 0;
+}
+
+int it_write_file(const char *path, const char *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return -1;
+	size_t w = fwrite(data, 1, len, f);
+	fclose(f);
+	return w == len ? 0 : -1;
+}
+
+char *it_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	struct buf b;
+	buf_init(&b, 1u << 30);
+	char tmp[65536];
+	size_t n;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		buf_append(&b, tmp, n);
+	fclose(f);
+	return buf_steal(&b, len);
+}

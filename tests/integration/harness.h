@@ -1,0 +1,67 @@
+#pragma once
+/* Integration harness: starts the real sandboxd binary on a free loopback
+ * port with a temporary data directory, and drives it over HTTP with
+ * libcurl. Every helper aborts the test (cmocka fail) on harness errors. */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct it_server {
+	pid_t pid;
+	char dir[256];        /* temporary data directory */
+	char log[300];        /* the server's stderr */
+	int port;
+	char base[64];        /* "http://127.0.0.1:PORT" */
+	bool tls;
+};
+
+struct it_resp {
+	long status;
+	char *body;
+	size_t len;
+	char *headers;        /* raw response header block */
+};
+
+/* The binary under test ($SANDBOXD_BIN). */
+const char *it_bin(void);
+/* Make a data directory with tenants "acme" and "globex" (HS256) and
+ * "ops" (HS256, operator), then start `serve` with extra args (NULL
+ * terminated, may be NULL). Waits for /healthz. 0 or -1. */
+int it_start(struct it_server *s, const char *const *extra);
+/* Like it_start but on an existing data directory (restart). */
+int it_restart(struct it_server *s, const char *const *extra);
+/* Send sig and wait; returns the exit status (or 128+signal). */
+int it_stop(struct it_server *s, int sig);
+/* Remove the data directory. */
+void it_cleanup(struct it_server *s);
+/* Run `sandboxd <args> --data-dir DIR` and return its stdout (caller
+ * frees); *status gets the exit status. */
+char *it_cli(struct it_server *s, int *status, const char *args);
+/* Mint a token: scope NULL means no scope claim. Caller frees. */
+char *it_token(struct it_server *s, const char *tenant, const char *scope);
+
+/* One request. token may be NULL; headers: NULL-terminated "Name: value"
+ * list or NULL; body may be NULL. Returns 0 or -1 (transport error). */
+int it_http(struct it_server *s, const char *method, const char *path, const char *token,
+	    const char *const *headers, const void *body, size_t len, struct it_resp *out);
+/* Value of a response header (case-insensitive), or NULL; caller frees. */
+char *it_header(const struct it_resp *r, const char *name);
+/* Parsed JSON body (new reference) or NULL. */
+json_t *it_json(const struct it_resp *r);
+/* The error code of a wire error body, or "" — borrowed from a static buffer. */
+const char *it_error_code(const struct it_resp *r);
+void it_resp_free(struct it_resp *r);
+
+/* Send raw bytes on a new TCP connection and return what came back
+ * within timeout_ms (caller frees), NULL on connect failure. */
+char *it_raw(struct it_server *s, const void *data, size_t len, int timeout_ms);
+/* The server's RSS in KiB and open fd count, from /proc. */
+long it_rss_kib(struct it_server *s);
+int it_fd_count(struct it_server *s);
+/* Whether the server process is alive. */
+bool it_alive(struct it_server *s);
+/* Write a file on the host (for setting up tests). */
+int it_write_file(const char *path, const char *data, size_t len);
+/* Read a host file whole; NULL if missing. Caller frees. */
+char *it_read_file(const char *path, size_t *len);

@@ -1,0 +1,865 @@
+/* auth: one test per bad token of security.md "tokens", plus the good
+ * tokens each refusal is measured against. Tokens are built by hand here
+ * (own base64url, own HMAC) so that every refusal test differs from an
+ * accepted token in exactly the property under test. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jwt.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/pem.h>
+
+#include "auth/auth.h"
+#include "common/xmalloc.h"
+
+#define NOW ((int64_t)1700000000)
+
+static const unsigned char secret[] = "0123456789abcdef0123456789abcdef";
+static const unsigned char ops_secret[] = "fedcba9876543210fedcba9876543210";
+static const unsigned char wrong_secret[] = "0123456789abcdef0123456789abcdeX";
+#define SECRET_LEN 32
+
+struct keys {
+	char *rsa_pub, *rsa_priv;
+	char *ec_pub, *ec_priv;
+};
+static struct keys keys;
+
+struct tenant {
+	const char *name;
+	struct auth_key key;
+};
+static struct tenant tenants[5];
+
+static int lookup(void *ctx, const char *name, struct auth_key *key)
+{
+	(void)ctx;
+	for (size_t i = 0; i < sizeof tenants / sizeof tenants[0]; i++) {
+		if (tenants[i].name && strcmp(tenants[i].name, name) == 0) {
+			*key = tenants[i].key;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* ---- token building ---- */
+
+static char *b64url(const void *data, size_t len)
+{
+	char *out = xmalloc(4 * ((len + 2) / 3) + 1);
+	int n = EVP_EncodeBlock((unsigned char *)out, data, (int)len);
+	int o = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (out[i] == '=')
+			break;
+		out[o++] = out[i] == '+' ? '-' : out[i] == '/' ? '_' : out[i];
+	}
+	out[o] = '\0';
+	return out;
+}
+
+static char *signing_input(const char *hdr, const char *pl)
+{
+	char *h = b64url(hdr, strlen(hdr)), *p = b64url(pl, strlen(pl));
+	char *s = xasprintf("%s.%s", h, p);
+
+	free(h);
+	free(p);
+	return s;
+}
+
+/* header.payload signed with HMAC-SHA256 under key. */
+static char *hs256_token(const char *hdr, const char *pl, const void *key, size_t key_len)
+{
+	char *in = signing_input(hdr, pl);
+	unsigned char md[32];
+	unsigned md_len = 0;
+	char *sig, *tok;
+
+	assert_non_null(HMAC(EVP_sha256(), key, (int)key_len, (unsigned char *)in, strlen(in), md, &md_len));
+	sig = b64url(md, md_len);
+	tok = xasprintf("%s.%s", in, sig);
+	free(in);
+	free(sig);
+	return tok;
+}
+
+#define HDR_HS256 "{\"alg\":\"HS256\",\"typ\":\"JWT\"}"
+
+static char *acme(const char *pl)
+{
+	return hs256_token(HDR_HS256, pl, secret, SECRET_LEN);
+}
+
+/* A payload for tenant with exp and extra members (",..." or ""). */
+static char *payload(const char *tenant, int64_t exp, const char *extra)
+{
+	return xasprintf("{\"tenant\":\"%s\",\"iat\":%lld,\"exp\":%lld%s}", tenant, (long long)NOW,
+			 (long long)exp, extra);
+}
+
+/* A valid acme token expiring in a minute. */
+static char *acme_valid(void)
+{
+	char *pl = payload("acme", NOW + 60, "");
+	char *tok = acme(pl);
+
+	free(pl);
+	return tok;
+}
+
+/* Signed with libjwt and a PEM private key. */
+static char *pem_token(jwt_alg_t alg, const char *priv, const char *pl)
+{
+	jwt_t *jwt = NULL;
+	char *s, *tok;
+
+	assert_int_equal(jwt_new(&jwt), 0);
+	assert_int_equal(jwt_set_alg(jwt, alg, (const unsigned char *)priv, (int)strlen(priv)), 0);
+	assert_int_equal(jwt_add_grants_json(jwt, pl), 0);
+	s = jwt_encode_str(jwt);
+	assert_non_null(s);
+	tok = xstrdup(s);
+	free(s); /* libjwt 1.10 has no jwt_free_str; its default allocator is malloc */
+	jwt_free(jwt);
+	return tok;
+}
+
+/* ---- verifying ---- */
+
+static int verify_cfg(const char *tok, const struct auth_config *cfg, struct auth_claims *c, const char **why)
+{
+	return auth_verify(tok, strlen(tok), cfg, NOW, lookup, NULL, c, why);
+}
+
+static void expect_ok(const char *tok, const struct auth_config *cfg, struct auth_claims *c)
+{
+	const char *why = "unset";
+	int rc = verify_cfg(tok, cfg, c, &why);
+
+	if (rc != 0)
+		print_error("refused: %s\n", why ? why : "(null)");
+	assert_int_equal(rc, 0);
+	assert_null(why);
+}
+
+static void expect_refused(const char *tok, const struct auth_config *cfg, const char *reason)
+{
+	struct auth_claims c;
+	const char *why = NULL;
+
+	memset(&c, 0x5a, sizeof c);
+	assert_int_equal(verify_cfg(tok, cfg, &c, &why), -EACCES);
+	assert_non_null(why);
+	assert_string_equal(why, reason);
+	/* Nothing of a refused token leaks to the caller. */
+	assert_string_equal(c.tenant, "");
+	assert_int_equal(c.scopes, 0);
+}
+
+/* Sign pl for acme, expect a refusal with reason, then free. */
+static void acme_refused(char *pl, const struct auth_config *cfg, const char *reason)
+{
+	char *tok = acme(pl);
+
+	expect_refused(tok, cfg, reason);
+	free(tok);
+	free(pl);
+}
+
+static void acme_ok(char *pl, const struct auth_config *cfg, struct auth_claims *c)
+{
+	char *tok = acme(pl);
+
+	expect_ok(tok, cfg, c);
+	free(tok);
+	free(pl);
+}
+
+/* ---- fixtures ---- */
+
+static char *pem_of(EVP_PKEY *pk, bool priv)
+{
+	BIO *bio = BIO_new(BIO_s_mem());
+	char *data = NULL, *out;
+	long n;
+
+	assert_non_null(bio);
+	if (priv)
+		assert_int_equal(PEM_write_bio_PrivateKey(bio, pk, NULL, NULL, 0, NULL, NULL), 1);
+	else
+		assert_int_equal(PEM_write_bio_PUBKEY(bio, pk), 1);
+	n = BIO_get_mem_data(bio, &data);
+	assert_true(n > 0);
+	out = xstrndup(data, (size_t)n);
+	BIO_free(bio);
+	return out;
+}
+
+static int group_setup(void **state)
+{
+	EVP_PKEY *rsa = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
+	EVP_PKEY *ec = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+
+	if (!rsa || !ec)
+		return -1;
+	keys.rsa_pub = pem_of(rsa, false);
+	keys.rsa_priv = pem_of(rsa, true);
+	keys.ec_pub = pem_of(ec, false);
+	keys.ec_priv = pem_of(ec, true);
+	EVP_PKEY_free(rsa);
+	EVP_PKEY_free(ec);
+
+	tenants[0] = (struct tenant){"acme", {AUTH_ALG_HS256, secret, SECRET_LEN, false}};
+	tenants[1] = (struct tenant){"ops", {AUTH_ALG_HS256, ops_secret, SECRET_LEN, true}};
+	tenants[2] = (struct tenant){
+	    "rsa1", {AUTH_ALG_RS256, (unsigned char *)keys.rsa_pub, strlen(keys.rsa_pub), false}};
+	tenants[3] = (struct tenant){
+	    "ec1", {AUTH_ALG_ES256, (unsigned char *)keys.ec_pub, strlen(keys.ec_pub), false}};
+	tenants[4] = (struct tenant){"nokey", {AUTH_ALG_HS256, (const unsigned char *)"", 0, false}};
+	(void)state;
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	free(keys.rsa_pub);
+	free(keys.rsa_priv);
+	free(keys.ec_pub);
+	free(keys.ec_priv);
+	(void)state;
+	return 0;
+}
+
+/* ---- accepted tokens ---- */
+
+static void test_minted_hs256_accepted(void **state)
+{
+	struct auth_claims c;
+	char *tok = auth_mint_hs256(secret, SECRET_LEN, "acme", NULL, NOW, NOW + 60, NULL);
+
+	assert_non_null(tok);
+	expect_ok(tok, NULL, &c);
+	assert_string_equal(c.tenant, "acme");
+	assert_int_equal(c.exp, NOW + 60);
+	assert_int_equal(c.scopes, AUTH_SCOPE_DEFAULT);
+	assert_false(c.admin_refused);
+	free(tok);
+	(void)state;
+}
+
+static void test_minted_with_scope_and_aud(void **state)
+{
+	struct auth_config cfg = {.audience = "sandboxd"};
+	struct auth_claims c;
+	char *tok = auth_mint_hs256(secret, SECRET_LEN, "acme", "audit:read", NOW, NOW + 60, "sandboxd");
+
+	assert_non_null(tok);
+	expect_ok(tok, &cfg, &c);
+	assert_int_equal(c.scopes, AUTH_SCOPE_AUDIT_READ);
+	free(tok);
+	/* Refuses what it could not sign honestly. */
+	assert_null(auth_mint_hs256(secret, SECRET_LEN, "Bad Name", NULL, NOW, NOW + 60, NULL));
+	assert_null(auth_mint_hs256(secret, 0, "acme", NULL, NOW, NOW + 60, NULL));
+	(void)state;
+}
+
+static void test_handmade_hs256_accepted(void **state)
+{
+	struct auth_claims c;
+
+	acme_ok(payload("acme", NOW + 60, ""), NULL, &c);
+	assert_string_equal(c.tenant, "acme");
+	(void)state;
+}
+
+static void test_rs256_accepted(void **state)
+{
+	struct auth_claims c;
+	char *pl = payload("rsa1", NOW + 60, ",\"scope\":\"exec\"");
+	char *tok = pem_token(JWT_ALG_RS256, keys.rsa_priv, pl);
+
+	expect_ok(tok, NULL, &c);
+	assert_string_equal(c.tenant, "rsa1");
+	assert_int_equal(c.scopes, AUTH_SCOPE_EXEC);
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_rs256_tampered_refused(void **state)
+{
+	char *pl = payload("rsa1", NOW + 60, "");
+	char *tok = pem_token(JWT_ALG_RS256, keys.rsa_priv, pl);
+	char *pl2 = payload("rsa1", NOW + 99999, "");
+	char *b2 = b64url(pl2, strlen(pl2));
+	char *d1 = strchr(tok, '.'), *d2 = strchr(d1 + 1, '.');
+	char *forged;
+
+	*d1 = '\0';
+	forged = xasprintf("%s.%s%s", tok, b2, d2);
+	expect_refused(forged, NULL, "bad signature");
+	free(forged);
+	free(b2);
+	free(pl2);
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_es256_accepted(void **state)
+{
+	struct auth_claims c;
+	char *pl = payload("ec1", NOW + 60, "");
+	char *tok = pem_token(JWT_ALG_ES256, keys.ec_priv, pl);
+
+	expect_ok(tok, NULL, &c);
+	assert_string_equal(c.tenant, "ec1");
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+/* ---- algorithm confusion ---- */
+
+static void test_alg_none_refused(void **state)
+{
+	char *pl = payload("acme", NOW + 60, "");
+	char *in = signing_input("{\"alg\":\"none\",\"typ\":\"JWT\"}", pl);
+	char *tok = xasprintf("%s.", in);
+
+	expect_refused(tok, NULL, "alg mismatch");
+	free(tok);
+	free(in);
+	free(pl);
+	(void)state;
+}
+
+/* Signed with the right secret: only the alg check can refuse these. */
+static void test_alg_None_refused(void **state)
+{
+	char *pl = payload("acme", NOW + 60, "");
+	char *tok = hs256_token("{\"alg\":\"None\",\"typ\":\"JWT\"}", pl, secret, SECRET_LEN);
+
+	expect_refused(tok, NULL, "alg mismatch");
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_alg_other_refused(void **state)
+{
+	static const char *hdrs[] = {
+	    "{\"alg\":\"HS384\"}",  "{\"alg\":\"RS256\"}",   "{\"alg\":\"hs256\"}",
+	    "{\"alg\":\"HS256 \"}", "{\"alg\":[\"HS256\"]}", "{\"typ\":\"JWT\"}",
+	};
+	char *pl = payload("acme", NOW + 60, "");
+
+	for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++) {
+		char *tok = hs256_token(hdrs[i], pl, secret, SECRET_LEN);
+
+		expect_refused(tok, NULL, "alg mismatch");
+		free(tok);
+	}
+	free(pl);
+	(void)state;
+}
+
+/* The attacker knows the RS256 tenant's public key and uses its PEM bytes
+ * as an HS256 secret. */
+static void test_rs256_pem_as_hs256_secret_refused(void **state)
+{
+	char *pl = payload("rsa1", NOW + 60, "");
+	char *tok = hs256_token(HDR_HS256, pl, keys.rsa_pub, strlen(keys.rsa_pub));
+
+	expect_refused(tok, NULL, "alg mismatch");
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_es256_against_rs256_tenant_refused(void **state)
+{
+	char *pl = payload("rsa1", NOW + 60, "");
+	char *tok = pem_token(JWT_ALG_ES256, keys.ec_priv, pl);
+
+	expect_refused(tok, NULL, "alg mismatch");
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_empty_key_refused(void **state)
+{
+	char *pl = payload("nokey", NOW + 60, "");
+	char *tok = hs256_token(HDR_HS256, pl, "", 0);
+
+	expect_refused(tok, NULL, "no key");
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+/* ---- signature ---- */
+
+static void test_wrong_secret_refused(void **state)
+{
+	char *pl = payload("acme", NOW + 60, "");
+	char *tok = hs256_token(HDR_HS256, pl, wrong_secret, SECRET_LEN);
+
+	expect_refused(tok, NULL, "bad signature");
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_tampered_claims_refused(void **state)
+{
+	char *pl = payload("acme", NOW + 60, "");
+	char *tok = acme(pl);
+	char *pl2 = payload("acme", NOW + 60, ",\"scope\":\"admin\"");
+	char *b2 = b64url(pl2, strlen(pl2));
+	char *d1 = strchr(tok, '.'), *d2 = strchr(d1 + 1, '.');
+	char *forged;
+
+	*d1 = '\0';
+	forged = xasprintf("%s.%s%s", tok, b2, d2);
+	expect_refused(forged, NULL, "bad signature");
+	free(forged);
+	free(b2);
+	free(pl2);
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_truncated_signature_refused(void **state)
+{
+	char *pl = payload("acme", NOW + 60, "");
+	char *in = signing_input(HDR_HS256, pl);
+	unsigned char md[32];
+	unsigned md_len = 0;
+	char *sig, *tok;
+
+	/* The first 31 bytes of the right MAC: a prefix compare would pass. */
+	assert_non_null(HMAC(EVP_sha256(), secret, SECRET_LEN, (unsigned char *)in, strlen(in), md, &md_len));
+	sig = b64url(md, 31);
+	tok = xasprintf("%s.%s", in, sig);
+	expect_refused(tok, NULL, "bad signature");
+	free(tok);
+	free(sig);
+	free(in);
+	free(pl);
+	(void)state;
+}
+
+/* ---- claims ---- */
+
+static void test_missing_exp_refused(void **state)
+{
+	acme_refused(xasprintf("{\"tenant\":\"acme\",\"iat\":%lld}", (long long)NOW), NULL, "missing exp");
+	(void)state;
+}
+
+static void test_exp_string_refused(void **state)
+{
+	acme_refused(xasprintf("{\"tenant\":\"acme\",\"exp\":\"%lld\"}", (long long)(NOW + 60)), NULL,
+		     "bad exp");
+	(void)state;
+}
+
+static void test_exp_float_refused(void **state)
+{
+	acme_refused(xasprintf("{\"tenant\":\"acme\",\"exp\":%lld.0}", (long long)(NOW + 60)), NULL,
+		     "bad exp");
+	(void)state;
+}
+
+static void test_expired_beyond_leeway_refused(void **state)
+{
+	struct auth_config cfg = {.leeway_s = 30};
+
+	acme_refused(payload("acme", NOW - 31, ""), &cfg, "expired");
+	/* The default leeway is 30 s too. */
+	acme_refused(payload("acme", NOW - 31, ""), NULL, "expired");
+	(void)state;
+}
+
+static void test_expired_within_leeway_accepted(void **state)
+{
+	struct auth_config cfg = {.leeway_s = 30};
+	struct auth_claims c;
+
+	acme_ok(payload("acme", NOW - 30, ""), &cfg, &c);
+	acme_ok(payload("acme", NOW - 30, ""), NULL, &c);
+	(void)state;
+}
+
+static void test_nbf_beyond_leeway_refused(void **state)
+{
+	struct auth_config cfg = {.leeway_s = 30};
+
+	acme_refused(payload("acme", NOW + 600, ",\"nbf\":1700000031"), &cfg, "not yet valid");
+	(void)state;
+}
+
+static void test_nbf_within_leeway_accepted(void **state)
+{
+	struct auth_config cfg = {.leeway_s = 30};
+	struct auth_claims c;
+
+	acme_ok(payload("acme", NOW + 600, ",\"nbf\":1700000030"), &cfg, &c);
+	(void)state;
+}
+
+static void test_ill_typed_optional_claims_refused(void **state)
+{
+	acme_refused(payload("acme", NOW + 60, ",\"nbf\":\"1\""), NULL, "bad nbf");
+	acme_refused(xasprintf("{\"tenant\":\"acme\",\"iat\":1.5,\"exp\":%lld}", (long long)(NOW + 60)), NULL,
+		     "bad iat");
+	acme_refused(payload("acme", NOW + 60, ",\"scope\":[\"exec\"]"), NULL, "bad scope");
+	(void)state;
+}
+
+static void test_extreme_times_no_overflow(void **state)
+{
+	struct auth_claims c;
+
+	acme_ok(payload("acme", INT64_MAX, ",\"nbf\":-9223372036854775807"), NULL, &c);
+	acme_refused(payload("acme", INT64_MIN, ""), NULL, "expired");
+	acme_refused(payload("acme", INT64_MAX, ",\"nbf\":9223372036854775807"), NULL, "not yet valid");
+	(void)state;
+}
+
+static void test_unknown_tenant_refused(void **state)
+{
+	acme_refused(payload("ghost", NOW + 60, ""), NULL, "unknown tenant");
+	(void)state;
+}
+
+static void test_bad_tenant_claim_refused(void **state)
+{
+	acme_refused(xasprintf("{\"exp\":%lld}", (long long)(NOW + 60)), NULL, "bad tenant");
+	acme_refused(xasprintf("{\"tenant\":7,\"exp\":%lld}", (long long)(NOW + 60)), NULL, "bad tenant");
+	acme_refused(payload("Acme", NOW + 60, ""), NULL, "bad tenant");
+	acme_refused(payload("-acme", NOW + 60, ""), NULL, "bad tenant");
+	acme_refused(payload("", NOW + 60, ""), NULL, "bad tenant");
+	acme_refused(
+	    payload("a234567890123456789012345678901234567890123456789012345678901234", NOW + 60, ""), NULL,
+	    "bad tenant");
+	(void)state;
+}
+
+static int lookup_down(void *ctx, const char *name, struct auth_key *key)
+{
+	(void)ctx;
+	(void)name;
+	(void)key;
+	return -EIO;
+}
+
+/* A store that is down is not the caller's fault: not -EACCES (401). */
+static void test_lookup_failure_passed_on(void **state)
+{
+	char *pl = payload("acme", NOW + 60, "");
+	char *tok = acme(pl);
+	struct auth_claims c;
+	const char *why = NULL;
+
+	assert_int_equal(auth_verify(tok, strlen(tok), NULL, NOW, lookup_down, NULL, &c, &why), -EIO);
+	assert_string_equal(why, "key lookup failed");
+	assert_int_equal(auth_verify(tok, strlen(tok), NULL, NOW, NULL, NULL, &c, &why), -EINVAL);
+	assert_int_equal(auth_verify(NULL, 0, NULL, NOW, lookup, NULL, &c, &why), -EINVAL);
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+/* ---- audience ---- */
+
+static void test_wrong_aud_refused(void **state)
+{
+	struct auth_config cfg = {.audience = "sandboxd", .leeway_s = 30};
+
+	acme_refused(payload("acme", NOW + 60, ",\"aud\":\"other\""), &cfg, "wrong aud");
+	acme_refused(payload("acme", NOW + 60, ",\"aud\":[\"other\",\"x\"]"), &cfg, "wrong aud");
+	acme_refused(payload("acme", NOW + 60, ",\"aud\":[]"), &cfg, "wrong aud");
+	acme_refused(payload("acme", NOW + 60, ",\"aud\":[\"sandboxd\",7]"), &cfg, "bad aud");
+	acme_refused(payload("acme", NOW + 60, ",\"aud\":7"), &cfg, "bad aud");
+	(void)state;
+}
+
+static void test_aud_string_and_array_accepted(void **state)
+{
+	struct auth_config cfg = {.audience = "sandboxd", .leeway_s = 30};
+	struct auth_claims c;
+
+	acme_ok(payload("acme", NOW + 60, ",\"aud\":\"sandboxd\""), &cfg, &c);
+	acme_ok(payload("acme", NOW + 60, ",\"aud\":[\"other\",\"sandboxd\"]"), &cfg, &c);
+	(void)state;
+}
+
+static void test_missing_aud_when_configured_refused(void **state)
+{
+	struct auth_config cfg = {.audience = "sandboxd", .leeway_s = 30};
+	struct auth_claims c;
+
+	acme_refused(payload("acme", NOW + 60, ""), &cfg, "missing aud");
+	/* Without a configured audience the same token passes. */
+	acme_ok(payload("acme", NOW + 60, ""), NULL, &c);
+	(void)state;
+}
+
+/* ---- shape ---- */
+
+static void test_oversized_token_refused(void **state)
+{
+	struct auth_config big = {.max_token_bytes = 65536, .leeway_s = 30};
+	struct auth_claims c;
+	char *pad = xmalloc(7000);
+	char *extra, *pl, *tok;
+
+	memset(pad, 'x', 6999);
+	pad[6999] = '\0';
+	extra = xasprintf(",\"pad\":\"%s\"", pad);
+	pl = payload("acme", NOW + 60, extra);
+	tok = acme(pl);
+	assert_true(strlen(tok) > 8192);
+	expect_refused(tok, NULL, "token too large");
+	/* The same token is fine under a larger cap: it is the size that failed. */
+	expect_ok(tok, &big, &c);
+	/* And a small configured cap applies as well. */
+	free(tok);
+	tok = acme_valid();
+	big.max_token_bytes = strlen(tok) - 1;
+	expect_refused(tok, &big, "token too large");
+	big.max_token_bytes = strlen(tok);
+	expect_ok(tok, &big, &c);
+	free(tok);
+	free(pl);
+	free(extra);
+	free(pad);
+	(void)state;
+}
+
+static void test_garbage_base64_refused(void **state)
+{
+	char *tok = acme_valid();
+	char *pl = payload("acme", NOW + 60, "");
+	char *in = signing_input(HDR_HS256, pl);
+	char *t;
+
+	expect_refused("!!!.???.***", NULL, "malformed");
+	/* Standard base64 characters and padding are not base64url. */
+	t = xasprintf("%s+", tok);
+	expect_refused(t, NULL, "malformed");
+	free(t);
+	t = xasprintf("%s=", tok);
+	expect_refused(t, NULL, "malformed");
+	free(t);
+	/* A valid token with one header character replaced. */
+	t = xstrdup(tok);
+	t[3] = '*';
+	expect_refused(t, NULL, "malformed");
+	free(t);
+	/* A header that decodes but is not JSON. */
+	t = xasprintf("bm90IGpzb24.%s", strchr(tok, '.') + 1);
+	expect_refused(t, NULL, "malformed");
+	free(t);
+	/* JSON that is not an object. */
+	t = xasprintf("WzFd.%s", strchr(tok, '.') + 1);
+	expect_refused(t, NULL, "malformed");
+	free(t);
+	/* Non-canonical base64url: "QR" and "QQ" both decode to "A". */
+	t = xasprintf("%s.QR", in);
+	expect_refused(t, NULL, "malformed");
+	free(t);
+	free(in);
+	free(pl);
+	free(tok);
+	(void)state;
+}
+
+static void test_two_part_token_refused(void **state)
+{
+	char *tok = acme_valid();
+	char *t;
+
+	*strrchr(tok, '.') = '\0';
+	expect_refused(tok, NULL, "malformed");
+	/* Three parts with an empty signature: shaped right, never valid. */
+	t = xasprintf("%s.", tok);
+	expect_refused(t, NULL, "bad signature");
+	free(t);
+	free(tok);
+	tok = acme_valid();
+	t = xasprintf("%s.e30", tok);
+	expect_refused(t, NULL, "malformed");
+	free(t);
+	expect_refused("", NULL, "malformed");
+	expect_refused("..", NULL, "malformed");
+	free(tok);
+	(void)state;
+}
+
+static void test_duplicate_claims_refused(void **state)
+{
+	acme_refused(xasprintf("{\"tenant\":\"acme\",\"exp\":%lld,\"exp\":%lld}", (long long)NOW - 999,
+			       (long long)NOW + 60),
+		     NULL, "malformed");
+	(void)state;
+}
+
+/* ---- scopes ---- */
+
+static void test_scope_parsing(void **state)
+{
+	struct auth_claims c;
+
+	acme_ok(payload("acme", NOW + 60, ""), NULL, &c);
+	assert_int_equal(c.scopes, AUTH_SCOPE_DEFAULT);
+	acme_ok(payload("acme", NOW + 60, ",\"scope\":\"fs:read exec\""), NULL, &c);
+	assert_int_equal(c.scopes, AUTH_SCOPE_FS_READ | AUTH_SCOPE_EXEC);
+	acme_ok(payload("acme", NOW + 60, ",\"scope\":\" fs:read  teleport exec fs:readx \""), NULL, &c);
+	assert_int_equal(c.scopes, AUTH_SCOPE_FS_READ | AUTH_SCOPE_EXEC);
+	acme_ok(payload("acme", NOW + 60, ",\"scope\":\"\""), NULL, &c);
+	assert_int_equal(c.scopes, 0);
+
+	assert_int_equal(auth_scopes_parse("fs:write audit:read"),
+			 AUTH_SCOPE_FS_WRITE | AUTH_SCOPE_AUDIT_READ);
+	assert_int_equal(auth_scopes_parse("frobnicate"), 0);
+	assert_int_equal(auth_scopes_parse("exe exec:"), 0);
+	assert_int_equal(auth_scopes_parse(NULL), 0);
+	(void)state;
+}
+
+static void test_admin_cleared_for_non_operator(void **state)
+{
+	struct auth_claims c;
+
+	acme_ok(payload("acme", NOW + 60, ",\"scope\":\"admin fs:read\""), NULL, &c);
+	assert_int_equal(c.scopes, AUTH_SCOPE_FS_READ);
+	assert_true(c.admin_refused);
+	(void)state;
+}
+
+static void test_admin_kept_for_operator(void **state)
+{
+	struct auth_claims c;
+	char *pl = payload("ops", NOW + 60, ",\"scope\":\"admin fs:read\"");
+	char *tok = hs256_token(HDR_HS256, pl, ops_secret, SECRET_LEN);
+
+	expect_ok(tok, NULL, &c);
+	assert_string_equal(c.tenant, "ops");
+	assert_int_equal(c.scopes, AUTH_SCOPE_ADMIN | AUTH_SCOPE_FS_READ);
+	assert_false(c.admin_refused);
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+static void test_scopes_format_round_trip(void **state)
+{
+	char buf[128], small[12];
+
+	for (unsigned bits = 0; bits < 32; bits++) {
+		auth_scopes_format(bits, buf, sizeof buf);
+		assert_int_equal(auth_scopes_parse(buf), bits);
+	}
+	auth_scopes_format(AUTH_SCOPE_FS_READ | AUTH_SCOPE_EXEC, buf, sizeof buf);
+	assert_string_equal(buf, "fs:read exec");
+	auth_scopes_format(0, buf, sizeof buf);
+	assert_string_equal(buf, "");
+	/* Too small: whole names only, never a cut one. */
+	auth_scopes_format(AUTH_SCOPE_FS_READ | AUTH_SCOPE_FS_WRITE, small, sizeof small);
+	assert_string_equal(small, "fs:read");
+	(void)state;
+}
+
+/* ---- the rest of the header ---- */
+
+static void test_alg_names(void **state)
+{
+	enum auth_alg a;
+
+	assert_string_equal(auth_alg_name(AUTH_ALG_HS256), "HS256");
+	assert_string_equal(auth_alg_name(AUTH_ALG_RS256), "RS256");
+	assert_string_equal(auth_alg_name(AUTH_ALG_ES256), "ES256");
+	assert_null(auth_alg_name((enum auth_alg)0));
+	assert_int_equal(auth_alg_parse("ES256", &a), 0);
+	assert_int_equal(a, AUTH_ALG_ES256);
+	assert_int_equal(auth_alg_parse("none", &a), -EINVAL);
+	assert_int_equal(auth_alg_parse("hs256", &a), -EINVAL);
+	(void)state;
+}
+
+static void test_random(void **state)
+{
+	unsigned char a[64], b[64];
+
+	memset(a, 0, sizeof a);
+	memset(b, 0, sizeof b);
+	assert_int_equal(auth_random(a, sizeof a), 0);
+	assert_int_equal(auth_random(b, sizeof b), 0);
+	assert_memory_not_equal(a, b, sizeof a);
+	assert_int_equal(auth_random(a, 0), 0);
+	(void)state;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_minted_hs256_accepted),
+	    cmocka_unit_test(test_minted_with_scope_and_aud),
+	    cmocka_unit_test(test_handmade_hs256_accepted),
+	    cmocka_unit_test(test_rs256_accepted),
+	    cmocka_unit_test(test_rs256_tampered_refused),
+	    cmocka_unit_test(test_es256_accepted),
+	    cmocka_unit_test(test_alg_none_refused),
+	    cmocka_unit_test(test_alg_None_refused),
+	    cmocka_unit_test(test_alg_other_refused),
+	    cmocka_unit_test(test_rs256_pem_as_hs256_secret_refused),
+	    cmocka_unit_test(test_es256_against_rs256_tenant_refused),
+	    cmocka_unit_test(test_empty_key_refused),
+	    cmocka_unit_test(test_wrong_secret_refused),
+	    cmocka_unit_test(test_tampered_claims_refused),
+	    cmocka_unit_test(test_truncated_signature_refused),
+	    cmocka_unit_test(test_missing_exp_refused),
+	    cmocka_unit_test(test_exp_string_refused),
+	    cmocka_unit_test(test_exp_float_refused),
+	    cmocka_unit_test(test_expired_beyond_leeway_refused),
+	    cmocka_unit_test(test_expired_within_leeway_accepted),
+	    cmocka_unit_test(test_nbf_beyond_leeway_refused),
+	    cmocka_unit_test(test_nbf_within_leeway_accepted),
+	    cmocka_unit_test(test_ill_typed_optional_claims_refused),
+	    cmocka_unit_test(test_extreme_times_no_overflow),
+	    cmocka_unit_test(test_unknown_tenant_refused),
+	    cmocka_unit_test(test_bad_tenant_claim_refused),
+	    cmocka_unit_test(test_lookup_failure_passed_on),
+	    cmocka_unit_test(test_wrong_aud_refused),
+	    cmocka_unit_test(test_aud_string_and_array_accepted),
+	    cmocka_unit_test(test_missing_aud_when_configured_refused),
+	    cmocka_unit_test(test_oversized_token_refused),
+	    cmocka_unit_test(test_garbage_base64_refused),
+	    cmocka_unit_test(test_two_part_token_refused),
+	    cmocka_unit_test(test_duplicate_claims_refused),
+	    cmocka_unit_test(test_scope_parsing),
+	    cmocka_unit_test(test_admin_cleared_for_non_operator),
+	    cmocka_unit_test(test_admin_kept_for_operator),
+	    cmocka_unit_test(test_scopes_format_round_trip),
+	    cmocka_unit_test(test_alg_names),
+	    cmocka_unit_test(test_random),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,768 @@
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/errors.h"
+#include "common/xmalloc.h"
+#include "sandbox/backend.h"
+
+#define TENANT_UID 100000
+#define BOMB_UID 100077
+
+struct fixture {
+	char base[64]; /* 0755, root's */
+	char ws[96];   /* the workspace, owned by TENANT_UID when root */
+	struct sbx_backend *local;
+	struct sbx_backend *bwrap;
+	bool root;
+};
+
+struct run {
+	int status;
+	char out[65536];
+	size_t out_len;
+	char err[65536];
+	size_t err_len;
+};
+
+static struct run the_run;
+
+static struct run *new_run(void)
+{
+	memset(&the_run, 0, sizeof(the_run));
+	return &the_run;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+static void remove_tree(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	if (d) {
+		while ((de = readdir(d))) {
+			struct stat st;
+			char *p;
+
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+				continue;
+			p = xasprintf("%s/%s", dir, de->d_name);
+			if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+				remove_tree(p);
+			else
+				unlink(p);
+			free(p);
+		}
+		closedir(d);
+	}
+	rmdir(dir);
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = xcalloc(1, sizeof(*f));
+	struct sbx_backend_config lc = {.name = "local"};
+	struct sbx_backend_config bc = {.name = "bwrap", .use_cgroups = true};
+
+	signal(SIGPIPE, SIG_IGN);
+	/* A secret of the "server": must never reach a command. */
+	setenv("SBX_CANARY", "canary-secret-value", 1);
+	f->root = geteuid() == 0;
+	snprintf(f->base, sizeof(f->base), "/tmp/sbx-be-XXXXXX");
+	if (!mkdtemp(f->base) || chmod(f->base, 0755) < 0)
+		return -1;
+	snprintf(f->ws, sizeof(f->ws), "%s/ws", f->base);
+	if (mkdir(f->ws, 0755) < 0)
+		return -1;
+	if (f->root && chown(f->ws, TENANT_UID, TENANT_UID) < 0)
+		return -1;
+	if (sbx_backend_new(&f->local, &lc) < 0)
+		return -1;
+	if (sbx_backend_new(&f->bwrap, &bc) < 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sbx_backend_free(&f->local);
+	sbx_backend_free(&f->bwrap);
+	remove_tree(f->base);
+	free(f);
+	return 0;
+}
+
+static struct sbx_spawn_req base_req(struct fixture *f, const char *cmd, bool drop)
+{
+	struct sbx_spawn_req r = {
+	    .command = cmd,
+	    .workspace_host_dir = f->ws,
+	    .cwd_rel = "",
+	    .uid = TENANT_UID,
+	    .gid = TENANT_UID,
+	    .drop_privs = drop && f->root,
+	    .limits = {.mem_bytes = 1ULL << 30,
+		       .nproc = 256,
+		       .fsize_bytes = 64ULL << 20,
+		       .nofile = 256,
+		       .tmp_bytes = 16ULL << 20},
+	    .stdin_fd = -1,
+	    .stdout_fd = -1,
+	    .stderr_fd = -1,
+	};
+	return r;
+}
+
+static void drain(int fd, char *buf, size_t cap, size_t *len, bool *open_)
+{
+	ssize_t n = read(fd, buf + *len, cap - 1 - *len);
+
+	if (n > 0) {
+		*len += (size_t)n;
+		if (*len == cap - 1)
+			*open_ = false;
+	} else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+		*open_ = false;
+	}
+	buf[*len] = '\0';
+}
+
+/* Spawn, collect stdout/stderr until EOF (or kill the group after
+ * timeout_ms), wait. Returns the spawn result. */
+static int run_timeout(struct sbx_backend *b, struct sbx_spawn_req *req, struct run *r, long timeout_ms)
+{
+	int outp[2], errp[2];
+	bool out_open = true, err_open = true, killed = false;
+	int64_t deadline = now_ms() + timeout_ms;
+	pid_t pid;
+	int pidfd, rc;
+
+	memset(r, 0, sizeof(*r));
+	assert_int_equal(pipe2(outp, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(errp, O_CLOEXEC), 0);
+	req->stdout_fd = outp[1];
+	req->stderr_fd = errp[1];
+	rc = sbx_backend_spawn(b, req, &pid, &pidfd);
+	close(outp[1]);
+	close(errp[1]);
+	if (rc < 0) {
+		close(outp[0]);
+		close(errp[0]);
+		return rc;
+	}
+	while (out_open || err_open) {
+		struct pollfd p[2] = {{out_open ? outp[0] : -1, POLLIN, 0},
+				      {err_open ? errp[0] : -1, POLLIN, 0}};
+		int64_t left = deadline - now_ms();
+
+		if (left <= 0 && !killed) {
+			kill(-pid, SIGKILL);
+			killed = true;
+			deadline = now_ms() + 5000;
+			continue;
+		}
+		if (left <= 0)
+			break;
+		if (poll(p, 2, (int)left) <= 0)
+			continue;
+		if (p[0].revents)
+			drain(outp[0], r->out, sizeof(r->out), &r->out_len, &out_open);
+		if (p[1].revents)
+			drain(errp[0], r->err, sizeof(r->err), &r->err_len, &err_open);
+	}
+	close(outp[0]);
+	close(errp[0]);
+	assert_int_equal(waitpid(pid, &r->status, 0), pid);
+	close(pidfd);
+	assert_false(killed);
+	return 0;
+}
+
+static int run(struct sbx_backend *b, struct sbx_spawn_req *req, struct run *r)
+{
+	return run_timeout(b, req, r, 20000);
+}
+
+static int exit_code(const struct run *r)
+{
+	if (WIFEXITED(r->status))
+		return WEXITSTATUS(r->status);
+	return 128 + WTERMSIG(r->status);
+}
+
+/* ---- local ---- */
+
+static void test_local_runs(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f, "echo hello; echo oops >&2; exit 7", false);
+	struct run *r = new_run();
+
+	assert_string_equal(sbx_backend_name(f->local), "local");
+	assert_int_equal(run(f->local, &req, r), 0);
+	assert_int_equal(exit_code(r), 7);
+	assert_string_equal(r->out, "hello\n");
+	assert_string_equal(r->err, "oops\n");
+}
+
+static void test_local_cwd_env(void **state)
+{
+	struct fixture *f = *state;
+	const char *env[] = {"FOO=bar baz", "LANG=C", NULL};
+	struct sbx_spawn_req req = base_req(f,
+					    "pwd; echo \"$FOO\"; echo $HOME; echo $LANG; "
+					    "echo ${SBX_CANARY-unset}; echo $PATH",
+					    false);
+	struct run *r = new_run();
+	char *sub = xasprintf("%s/sub", f->ws);
+	char *want;
+
+	mkdir(sub, 0755);
+	req.cwd_rel = "sub";
+	req.env = env;
+	assert_int_equal(run(f->local, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	want = xasprintf("%s\nbar baz\n%s\nC\nunset\n/usr/local/bin:/usr/bin:/bin\n", sub, f->ws);
+	assert_string_equal(r->out, want);
+	free(want);
+	free(sub);
+}
+
+static void test_local_fds_and_signals(void **state)
+{
+	struct fixture *f = *state;
+	/* A leaked fd of the server (no O_CLOEXEC) must not reach the child;
+	 * the server's ignored SIGPIPE must not either. */
+	int leak = open("/dev/null", O_RDONLY);
+	struct sbx_spawn_req req = base_req(f, "ls /proc/$$/fd; grep SigIgn /proc/self/status", false);
+	struct run *r = new_run();
+
+	assert_true(leak > 2);
+	assert_int_equal(run(f->local, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	assert_string_equal(r->out, "0\n1\n2\nSigIgn:\t0000000000000000\n");
+	close(leak);
+}
+
+static void test_local_drop_privs(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f, "id -u; id -g; id -G; ulimit -n", true);
+	struct run *r = new_run();
+
+	if (!f->root) {
+		skip();
+	}
+	assert_int_equal(run(f->local, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	assert_string_equal(r->out, "100000\n100000\n100000\n256\n");
+}
+
+static void test_spawn_errors(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f, "true", false);
+	struct sbx_backend_config bad = {.name = "chroot"};
+	struct sbx_backend_config nobw = {.name = "bwrap", .bwrap_path = "/nonexistent/bwrap"};
+	struct sbx_backend *b = NULL;
+	struct run *r = new_run();
+	char *link = xasprintf("%s/escape", f->ws);
+	char *file = xasprintf("%s/plain", f->ws);
+	int fd;
+
+	assert_int_equal(sbx_backend_new(&b, &bad), -EINVAL);
+	assert_null(b);
+	assert_int_equal(sbx_backend_new(&b, &nobw), -ENOENT);
+	assert_null(b);
+
+	req.cwd_rel = "../..";
+	assert_int_equal(run(f->local, &req, r), -EINVAL);
+	assert_int_equal(run(f->bwrap, &req, r), -EINVAL);
+	req.cwd_rel = "/etc";
+	assert_int_equal(run(f->bwrap, &req, r), -EINVAL);
+	req.cwd_rel = "missing";
+	assert_int_equal(run(f->local, &req, r), -ENOENT);
+	assert_int_equal(run(f->bwrap, &req, r), -ENOENT);
+	assert_int_equal(symlink("/etc", link), 0);
+	req.cwd_rel = "escape";
+	assert_int_equal(run(f->local, &req, r), -EXDEV);
+	assert_int_equal(run(f->bwrap, &req, r), -EXDEV);
+	fd = open(file, O_WRONLY | O_CREAT, 0644);
+	assert_true(fd >= 0);
+	close(fd);
+	req.cwd_rel = "plain";
+	assert_int_equal(run(f->bwrap, &req, r), -ENOTDIR);
+	unlink(link);
+	unlink(file);
+	free(link);
+	free(file);
+}
+
+/* ---- bwrap ---- */
+
+static void test_health(void **state)
+{
+	struct fixture *f = *state;
+	char msg[256];
+
+	assert_string_equal(sbx_backend_name(f->bwrap), "bwrap");
+	assert_int_equal(sbx_backend_health(f->bwrap, msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "bwrap 0."));
+	assert_non_null(strstr(msg, "seccomp on"));
+	assert_non_null(strstr(msg, "rlimits on"));
+	if (f->root && access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) == 0)
+		assert_non_null(strstr(msg, "cgroup memory+pids v1"));
+	assert_int_equal(sbx_backend_health(f->local, msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "local"));
+}
+
+static void test_bwrap_identity(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f,
+					    "id -u; id -un; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' "
+					    "/proc/self/status",
+					    true);
+	struct run *r = new_run();
+	char *want;
+
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	want = xasprintf("%u\nsandbox\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n"
+			 "NoNewPrivs:\t1\nSeccomp:\t2\n",
+			 f->root ? TENANT_UID : (unsigned)getuid());
+	assert_string_equal(r->out, want);
+	free(want);
+}
+
+static void test_bwrap_no_userns_no_net(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f,
+					    "unshare -Ur true 2>/dev/null && echo userns;"
+					    "unshare -n true 2>/dev/null && echo netns;"
+					    "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ';"
+					    "getent hosts example.com >/dev/null && echo resolved;"
+					    "ls /proc | grep -c '^[0-9]'",
+					    true);
+	struct run *r = new_run();
+
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	/* Only loopback; a private pid namespace (bwrap's init, sh, and the
+	 * pipeline's ls/grep: a handful of processes, none of the host's). */
+	assert_int_equal(strncmp(r->out, "lo\n", 3), 0);
+	assert_true(atol(r->out + 3) > 0 && atol(r->out + 3) < 8);
+}
+
+static void test_bwrap_filesystem(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req =
+	    base_req(f,
+		     "touch /usr/x 2>/dev/null && echo usr-writable;"
+		     "touch /etc/x 2>/dev/null && echo etc-writable;"
+		     "test -e /etc/shadow && echo shadow;"
+		     "test -e /home && echo home; test -e /root && echo rootdir;"
+		     "test -e /sys && echo sys; test -e /var && echo var;"
+		     "echo hi > /tmp/small && cat /tmp/small;"
+		     "head -c 20000000 /dev/zero > /tmp/big 2>/dev/null && echo tmp-unbounded;"
+		     "rm -f /tmp/big;"
+		     "grep -c . /etc/passwd; grep '^sandbox:' /etc/passwd | cut -d: -f6;"
+		     "cat /etc/hosts | head -1",
+		     true);
+	struct run *r = new_run();
+	char *want;
+
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	want = xasprintf("hi\n3\n/workspace\n127.0.0.1\tlocalhost\n");
+	assert_string_equal(r->out, want);
+	free(want);
+}
+
+static void test_bwrap_env_fds(void **state)
+{
+	struct fixture *f = *state;
+	const char *env[] = {"FOO=bar baz", "EMPTY=", NULL};
+	int leak = open("/dev/null", O_RDONLY); /* no O_CLOEXEC on purpose */
+	struct sbx_spawn_req req = base_req(f,
+					    "env | sort; echo --; tr '\\0' '\\n' < /proc/1/environ; "
+					    "echo --; ls /proc/$$/fd; grep SigIgn /proc/self/status",
+					    true);
+	struct run *r = new_run();
+
+	assert_true(leak > 2);
+	req.env = env;
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	assert_null(strstr(r->out, "canary"));
+	assert_string_equal(r->out, "EMPTY=\nFOO=bar baz\nHOME=/workspace\nLANG=C.UTF-8\n"
+				    "PATH=/usr/local/bin:/usr/bin:/bin\nPWD=/workspace\nUSER=sandbox\n"
+				    "--\n--\n0\n1\n2\nSigIgn:\t0000000000000000\n");
+	close(leak);
+}
+
+static void test_bwrap_workspace_ownership(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f,
+					    "echo data > made; cp /bin/true su; chmod 4755 su; "
+					    "chmod u+s made; ls -n su | cut -d' ' -f3",
+					    true);
+	struct run *r = new_run();
+	char *made = xasprintf("%s/made", f->ws);
+	char *su = xasprintf("%s/su", f->ws);
+	struct stat st;
+
+	if (!f->root) {
+		free(made);
+		free(su);
+		skip();
+	}
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	assert_int_equal(stat(made, &st), 0);
+	assert_int_equal(st.st_uid, TENANT_UID);
+	assert_int_equal(st.st_gid, TENANT_UID);
+	assert_int_equal(stat(su, &st), 0);
+	assert_int_equal(st.st_uid, TENANT_UID);
+	/* Whatever the mode, no root-owned setuid file. */
+	assert_false(st.st_uid == 0 && (st.st_mode & S_ISUID));
+	unlink(made);
+	unlink(su);
+	free(made);
+	free(su);
+}
+
+static void test_bwrap_cwd_exit(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f, "pwd; exit 42", true);
+	struct run *r = new_run();
+	char *dir = xasprintf("%s/a", f->ws);
+	char *dir2 = xasprintf("%s/a/b c", f->ws);
+
+	assert_int_equal(mkdir(dir, 0755), 0);
+	assert_int_equal(mkdir(dir2, 0755), 0);
+	req.cwd_rel = "a/b c";
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(exit_code(r), 42);
+	assert_string_equal(r->out, "/workspace/a/b c\n");
+
+	req.cwd_rel = "";
+	req.command = "kill -TERM $$";
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(exit_code(r), 128 + SIGTERM);
+
+	/* The command is one argv element: quotes and ; are the shell's. */
+	req.command = "echo 'a;b' \"$(echo c)\"";
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_string_equal(r->out, "a;b c\n");
+	rmdir(dir2);
+	rmdir(dir);
+	free(dir);
+	free(dir2);
+}
+
+static void test_bwrap_limits(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f,
+					    "ulimit -n; ulimit -v; ulimit -c; ulimit -p;"
+					    "head -c 100000 /dev/zero > big; echo rc=$?",
+					    true);
+	struct run *r = new_run();
+	char *big = xasprintf("%s/big", f->ws);
+	struct stat st;
+
+	req.limits.nofile = 64;
+	req.limits.fsize_bytes = 4096;
+	req.limits.mem_bytes = 512ULL << 20;
+	req.limits.nproc = 100;
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(strncmp(r->out, "64\n524288\n0\n100\nrc=", 19), 0);
+	assert_string_not_equal(r->out + 19, "0\n");
+	assert_int_equal(stat(big, &st), 0);
+	assert_true(st.st_size <= 4096);
+	unlink(big);
+	free(big);
+}
+
+/* Processes whose real uid is uid, from the host's /proc. */
+static int count_uid(uid_t uid)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d))) {
+		char path[300];
+		struct stat st;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s", de->d_name);
+		if (stat(path, &st) == 0 && st.st_uid == uid)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static void spawn_bg(struct sbx_backend *b, struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
+{
+	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+	req->stdout_fd = devnull;
+	req->stderr_fd = devnull;
+	assert_int_equal(sbx_backend_spawn(b, req, pid, pidfd), 0);
+	close(devnull);
+}
+
+static void test_kill_group(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_backend *backends[2] = {f->local, f->bwrap};
+	char *late = xasprintf("%s/late", f->ws);
+	char *late2 = xasprintf("%s/late2", f->ws);
+	pid_t pid[2];
+	int pidfd[2], i, status;
+
+	for (i = 0; i < 2; i++) {
+		struct sbx_spawn_req req = base_req(
+		    f,
+		    i == 0 ? "(sleep 1; touch late) & sleep 30"
+			   : "(sleep 1; touch late) & setsid sh -c 'sleep 1; touch late2' & sleep 30",
+		    true);
+
+		spawn_bg(backends[i], &req, &pid[i], &pidfd[i]);
+	}
+	sleep_ms(300);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(getpgid(pid[i]), pid[i]);
+		assert_int_equal(kill(-pid[i], SIGKILL), 0);
+		assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+		assert_true(WIFSIGNALED(status));
+		close(pidfd[i]);
+	}
+	sleep_ms(1500);
+	assert_int_equal(access(late, F_OK), -1);
+	assert_int_equal(access(late2, F_OK), -1);
+	free(late);
+	free(late2);
+}
+
+static void test_bwrap_fork_bomb(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f, "for i in $(seq 1 2000); do sleep 5 & done; echo done", true);
+	int max = 0, n, i, status;
+	pid_t pid;
+	int pidfd;
+
+	if (!f->root)
+		skip();
+	/* A uid of its own: RLIMIT_NPROC counts per uid. No cgroup here:
+	 * the rlimit alone must hold. */
+	req.uid = req.gid = BOMB_UID;
+	req.limits.nproc = 40;
+	assert_int_equal(count_uid(BOMB_UID), 0);
+	spawn_bg(f->bwrap, &req, &pid, &pidfd);
+	for (i = 0; i < 20; i++) {
+		n = count_uid(BOMB_UID);
+		if (n > max)
+			max = n;
+		sleep_ms(50);
+	}
+	assert_true(max > 5);
+	assert_true(max <= 40);
+	kill(-pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	close(pidfd);
+	/* The pid namespace goes with bwrap: nothing of that uid is left. */
+	for (i = 0; i < 100 && count_uid(BOMB_UID) > 0; i++)
+		sleep_ms(20);
+	assert_int_equal(count_uid(BOMB_UID), 0);
+}
+
+static bool read_line(const char *path, char *buf, size_t n)
+{
+	FILE *fp = fopen(path, "r");
+	bool ok;
+
+	if (!fp)
+		return false;
+	ok = fgets(buf, (int)n, fp) != NULL;
+	fclose(fp);
+	return ok;
+}
+
+static void test_cgroups(void **state)
+{
+	struct fixture *f = *state;
+	char name[64], path[512], line[4096];
+	struct sbx_spawn_req req;
+	pid_t pid, detached;
+	int pidfd, status, i;
+	struct run *r;
+	FILE *fp;
+	bool in_mem = false, in_pids = false;
+
+	if (!f->root || access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) < 0)
+		skip();
+	snprintf(name, sizeof(name), "sandboxd/unit-%d/c1", (int)getpid());
+
+	/* bwrap: the command is in both groups with the limits set. */
+	req = base_req(f, "sleep 30", true);
+	req.cgroup_name = name;
+	req.limits.mem_bytes = 256ULL << 20;
+	req.limits.nproc = 64;
+	spawn_bg(f->bwrap, &req, &pid, &pidfd);
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp)) {
+		if (strstr(line, ":memory:/") && strstr(line, name))
+			in_mem = true;
+		if (strstr(line, ":pids:/") && strstr(line, name))
+			in_pids = true;
+	}
+	fclose(fp);
+	assert_true(in_mem);
+	assert_true(in_pids);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/%s/memory.limit_in_bytes", name);
+	assert_true(read_line(path, line, sizeof(line)));
+	assert_string_equal(line, "268435456\n");
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s/pids.max", name);
+	assert_true(read_line(path, line, sizeof(line)));
+	assert_string_equal(line, "64\n");
+	kill(-pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	close(pidfd);
+	sbx_backend_reap(f->bwrap, &req);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s", name);
+	assert_int_equal(access(path, F_OK), -1);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/%s", name);
+	assert_int_equal(access(path, F_OK), -1);
+
+	/* local: a child that detached with setsid outlives the group kill
+	 * but not the reap. */
+	{
+		struct sbx_backend_config lc = {.name = "local", .use_cgroups = true};
+		struct sbx_backend *lb = NULL;
+
+		assert_int_equal(sbx_backend_new(&lb, &lc), 0);
+		r = new_run();
+		req = base_req(f, "setsid sleep 30 >/dev/null 2>&1 </dev/null & echo $!", true);
+		req.cgroup_name = name;
+		assert_int_equal(run(lb, &req, r), 0);
+		detached = (pid_t)atol(r->out);
+		assert_true(detached > 1);
+		assert_int_equal(kill(detached, 0), 0);
+		sbx_backend_reap(lb, &req);
+		for (i = 0; i < 100 && kill(detached, 0) == 0; i++)
+			sleep_ms(20);
+		assert_int_equal(kill(detached, 0), -1);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s", name);
+		assert_int_equal(access(path, F_OK), -1);
+		sbx_backend_free(&lb);
+		assert_null(lb);
+	}
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d", (int)getpid());
+	rmdir(path);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/sandboxd/unit-%d", (int)getpid());
+	rmdir(path);
+}
+
+static void test_bwrap_seccomp(void **state)
+{
+	struct fixture *f = *state;
+	/* Straight system calls, so that only the filter can answer: with
+	 * nonsense arguments the kernel itself would say EFAULT/EINVAL/EBADF. */
+	struct sbx_spawn_req req =
+	    base_req(f,
+		     "python3 -c '\n"
+		     "import ctypes, os\n"
+		     "libc = ctypes.CDLL(None, use_errno=True)\n"
+		     "def sc(nr, *a):\n"
+		     "    libc.syscall(nr, *a)\n"
+		     "    return ctypes.get_errno()\n"
+		     "print(sc(425, 1, 0))\n"		  /* io_uring_setup: EPERM */
+		     "print(sc(435, 0, 0))\n"		  /* clone3: ENOSYS */
+		     "print(sc(101, 16, 1, 0, 0))\n"	  /* ptrace(PTRACE_ATTACH, 1): EPERM */
+		     "print(sc(16, 0, 0x100005412, 0))\n" /* ioctl(0, TIOCSTI | 1<<32) */
+		     "print(sc(250, 0, 0, 0))\n"	  /* keyctl: EPERM */
+		     "print(sc(321, 0, 0, 0))\n"	  /* bpf: EPERM */
+		     "print(sc(16, 0, 0x5401, 0))\n"	  /* ioctl(0, TCGETS) on /dev/null: ENOTTY */
+		     "'",
+		     true);
+	struct run *r = new_run();
+
+#if !defined(__x86_64__)
+	skip();
+#endif
+	if (access("/usr/bin/python3", X_OK) < 0) {
+		skip();
+	}
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_int_equal(exit_code(r), 0);
+	assert_string_equal(r->out, "1\n38\n1\n1\n1\n1\n25\n");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_local_runs),
+	    cmocka_unit_test(test_local_cwd_env),
+	    cmocka_unit_test(test_local_fds_and_signals),
+	    cmocka_unit_test(test_local_drop_privs),
+	    cmocka_unit_test(test_spawn_errors),
+	    cmocka_unit_test(test_health),
+	    cmocka_unit_test(test_bwrap_identity),
+	    cmocka_unit_test(test_bwrap_no_userns_no_net),
+	    cmocka_unit_test(test_bwrap_filesystem),
+	    cmocka_unit_test(test_bwrap_env_fds),
+	    cmocka_unit_test(test_bwrap_workspace_ownership),
+	    cmocka_unit_test(test_bwrap_cwd_exit),
+	    cmocka_unit_test(test_bwrap_limits),
+	    cmocka_unit_test(test_kill_group),
+	    cmocka_unit_test(test_bwrap_fork_bomb),
+	    cmocka_unit_test(test_cgroups),
+	    cmocka_unit_test(test_bwrap_seccomp),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,1226 @@
+/* Unit tests of sandbox/fsops.c. Every test runs on a fresh temp dir:
+ * top/ws is the workspace, top/out a host directory the workspace must
+ * never reach. Hostile symlinks are planted in ws pointing at out; after
+ * each attack, out is checked from the host side: an inotify watch must
+ * have seen no open, read, write, create, delete or attribute change, and
+ * a snapshot (modes, sizes, times, contents) must be unchanged. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/errors.h"
+#include "sandbox/fsops.h"
+#include "sandbox/workspace.h"
+
+#define TEST_UID 4242
+#define TEST_GID 4343
+#define SECRET "TOP SECRET\n"
+
+struct fx {
+	char top[64];
+	char wsdir[96];
+	char out[96];
+	struct sbx_workspace *ws;
+	int ino;     /* inotify on out and its directories */
+	char *snap;  /* baseline snapshot of out */
+};
+
+/* ---- host-side helpers ---- */
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	return remove(p);
+}
+
+static void rm_rf(const char *p)
+{
+	nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static bool am_root(void)
+{
+	return geteuid() == 0;
+}
+
+static void hpath(char *dst, size_t n, const char *base, const char *rel)
+{
+	snprintf(dst, n, "%s/%s", base, rel);
+}
+
+static bool host_exists(const char *base, const char *rel)
+{
+	char p[512];
+	struct stat st;
+
+	hpath(p, sizeof p, base, rel);
+	return lstat(p, &st) == 0;
+}
+
+static bool host_is(const char *base, const char *rel, mode_t type)
+{
+	char p[512];
+	struct stat st;
+
+	hpath(p, sizeof p, base, rel);
+	return lstat(p, &st) == 0 && (st.st_mode & S_IFMT) == type;
+}
+
+static void host_write(const char *base, const char *rel, const char *s)
+{
+	char p[512];
+	FILE *f;
+
+	hpath(p, sizeof p, base, rel);
+	f = fopen(p, "w");
+	assert_non_null(f);
+	fputs(s, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Whole file via the host path; caller frees. NULL if unreadable. */
+static char *host_read(const char *base, const char *rel)
+{
+	char p[512], *s;
+	FILE *f;
+	long n;
+
+	hpath(p, sizeof p, base, rel);
+	f = fopen(p, "r");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	s = calloc(1, (size_t)n + 1);
+	if (fread(s, 1, (size_t)n, f) != (size_t)n) {
+		free(s);
+		s = NULL;
+	}
+	fclose(f);
+	return s;
+}
+
+static void assert_host_content(const char *base, const char *rel, const char *want)
+{
+	char *s = host_read(base, rel);
+
+	assert_non_null(s);
+	assert_string_equal(s, want);
+	free(s);
+}
+
+static void host_mkdir(const char *base, const char *rel)
+{
+	char p[512];
+
+	hpath(p, sizeof p, base, rel);
+	assert_int_equal(mkdir(p, 0755), 0);
+}
+
+static void host_symlink(const char *base, const char *target, const char *rel)
+{
+	char p[512];
+
+	hpath(p, sizeof p, base, rel);
+	assert_int_equal(symlink(target, p), 0);
+}
+
+static void host_rename(const char *base, const char *from, const char *to)
+{
+	char a[512], b[512];
+
+	hpath(a, sizeof a, base, from);
+	hpath(b, sizeof b, base, to);
+	assert_int_equal(rename(a, b), 0);
+}
+
+/* Names starting with the temp prefix in a host directory. */
+static int count_temps(const char *base, const char *rel)
+{
+	char cmd[700];
+	FILE *p;
+	int n = -1;
+
+	snprintf(cmd, sizeof cmd, "find '%s/%s' -name '.sandboxd-tmp-*' | wc -l", base, rel);
+	p = popen(cmd, "r");
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+static char *fd_read_all(int fd)
+{
+	size_t cap = 256, n = 0;
+	char *s = malloc(cap);
+
+	for (;;) {
+		ssize_t k;
+		if (n + 1 >= cap)
+			s = realloc(s, cap *= 2);
+		k = read(fd, s + n, cap - n - 1);
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+	}
+	s[n] = '\0';
+	return s;
+}
+
+/* ---- the outside: snapshot and inotify ---- */
+
+static char snapbuf[16384];
+static size_t snaplen;
+static const char *snaproot;
+
+static int snap_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)flag;
+	(void)f;
+	snaplen += (size_t)snprintf(snapbuf + snaplen, sizeof snapbuf - snaplen,
+				    "%s|%o|%u:%u|%lld|%lld.%09ld|%lld.%09ld|", p + strlen(snaproot), st->st_mode,
+				    st->st_uid, st->st_gid, (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+				    st->st_mtim.tv_nsec, (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+	if (S_ISREG(st->st_mode)) {
+		FILE *fp = fopen(p, "r");
+		if (fp) {
+			size_t k = fread(snapbuf + snaplen, 1, sizeof snapbuf - snaplen - 1, fp);
+			snaplen += k;
+			fclose(fp);
+		}
+	}
+	snaplen += (size_t)snprintf(snapbuf + snaplen, sizeof snapbuf - snaplen, "\n");
+	return 0;
+}
+
+static char *snapshot(const char *dir)
+{
+	snaplen = 0;
+	snaproot = dir;
+	assert_int_equal(nftw(dir, snap_cb, 16, FTW_PHYS), 0);
+	return strndup(snapbuf, snaplen);
+}
+
+static void drain_events(struct fx *fx)
+{
+	char b[4096];
+
+	while (read(fx->ino, b, sizeof b) > 0)
+		;
+}
+
+static void add_watch(struct fx *fx, const char *rel)
+{
+	char p[512];
+
+	hpath(p, sizeof p, fx->out, rel);
+	assert_true(inotify_add_watch(fx->ino, p, IN_ALL_EVENTS) >= 0);
+}
+
+/* Nothing outside was opened, read, written, created, removed or changed. */
+static void assert_outside_untouched(struct fx *fx)
+{
+	char b[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n = read(fx->ino, b, sizeof b);
+	char *now;
+
+	if (n > 0) {
+		const struct inotify_event *e = (const struct inotify_event *)b;
+		fail_msg("outside touched: inotify mask 0x%x name \"%s\"", e->mask, e->len ? e->name : "");
+	}
+	now = snapshot(fx->out);
+	if (strcmp(now, fx->snap) != 0)
+		fail_msg("outside changed:\nbefore:\n%s\nafter:\n%s", fx->snap, now);
+	free(now);
+	drain_events(fx); /* the snapshot's own reads */
+}
+
+static int setup(void **state)
+{
+	struct fx *fx = calloc(1, sizeof *fx);
+	struct sbx_owner own = { TEST_UID, TEST_GID, am_root() };
+	char p[512];
+
+	snprintf(fx->top, sizeof fx->top, "/tmp/sbx-fs-XXXXXX");
+	assert_non_null(mkdtemp(fx->top));
+	snprintf(fx->wsdir, sizeof fx->wsdir, "%s/ws", fx->top);
+	snprintf(fx->out, sizeof fx->out, "%s/out", fx->top);
+
+	assert_int_equal(mkdir(fx->out, 0755), 0);
+	host_write(fx->out, "secret", SECRET);
+	host_mkdir(fx->out, "sub");
+	host_write(fx->out, "sub/inner.txt", "inner\n");
+	host_mkdir(fx->out, "emptydir");
+	host_write(fx->out, ".sandboxd-tmp-keep", "not yours\n");
+	fx->snap = snapshot(fx->out);
+	fx->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	assert_true(fx->ino >= 0);
+	add_watch(fx, "");
+	add_watch(fx, "sub");
+	add_watch(fx, "emptydir");
+
+	assert_int_equal(sbx_workspace_open(&fx->ws, fx->wsdir, &own), 0);
+	host_mkdir(fx->wsdir, "d");
+	host_write(fx->wsdir, "d/f.txt", "inside");
+	host_symlink(fx->wsdir, fx->out, "abs");
+	host_symlink(fx->wsdir, "../out", "rel");
+	host_symlink(fx->wsdir, "../../out", "d/rel2");
+	snprintf(p, sizeof p, "%s/secret", fx->out);
+	host_symlink(fx->wsdir, p, "abs_secret");
+	host_symlink(fx->wsdir, "../out/secret", "rel_secret");
+	snprintf(p, sizeof p, "%s/nothere", fx->out);
+	host_symlink(fx->wsdir, p, "absdangle");
+	host_symlink(fx->wsdir, "loop", "loop");
+	host_symlink(fx->wsdir, "nothere", "dangle");
+	host_symlink(fx->wsdir, "d", "in_link");
+	host_symlink(fx->wsdir, "d/f.txt", "in_file_link");
+	drain_events(fx);
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *fx = *state;
+
+	sbx_workspace_free(&fx->ws);
+	close(fx->ino);
+	rm_rf(fx->top);
+	free(fx->snap);
+	free(fx);
+	return 0;
+}
+
+/* ---- write / read ---- */
+
+static void t_ftype_name(void **state)
+{
+	(void)state;
+	assert_string_equal(sbx_ftype_name(SBX_FT_FILE), "file");
+	assert_string_equal(sbx_ftype_name(SBX_FT_DIR), "directory");
+	assert_string_equal(sbx_ftype_name(SBX_FT_SYMLINK), "symlink");
+	assert_string_equal(sbx_ftype_name(SBX_FT_OTHER), "other");
+}
+
+static void t_write_read(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_stat st;
+	uint64_t size = 0;
+	int fd = -1;
+	char *s;
+	struct stat hst;
+	char p[512];
+
+	assert_int_equal(sbx_fs_write(fx->ws, "a.txt", "hello", 5, false), 0);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "a.txt", &fd, &size), 0);
+	assert_int_equal(size, 5);
+	/* Blocking again after the O_NONBLOCK probe, and close-on-exec. */
+	assert_int_equal(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	s = fd_read_all(fd);
+	assert_string_equal(s, "hello");
+	free(s);
+	close(fd);
+
+	assert_int_equal(sbx_fs_stat(fx->ws, "a.txt", &st), 0);
+	assert_int_equal(st.type, SBX_FT_FILE);
+	assert_false(st.is_symlink);
+	assert_int_equal(st.size, 5);
+	assert_int_equal(st.mode, 0644);
+	hpath(p, sizeof p, fx->wsdir, "a.txt");
+	assert_int_equal(stat(p, &hst), 0);
+	if (am_root()) {
+		assert_int_equal(hst.st_uid, TEST_UID);
+		assert_int_equal(hst.st_gid, TEST_GID);
+	}
+
+	/* Replace: new content, new inode, no temp left behind. */
+	assert_int_equal(sbx_fs_write(fx->ws, "a.txt", "world!!", 7, false), 0);
+	assert_host_content(fx->wsdir, "a.txt", "world!!");
+	assert_int_equal(sbx_fs_write(fx->ws, "empty", "", 0, false), 0);
+	assert_host_content(fx->wsdir, "empty", "");
+	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+
+	/* Through an in-workspace link to a directory. */
+	assert_int_equal(sbx_fs_write(fx->ws, "in_link/g.txt", "g", 1, false), 0);
+	assert_host_content(fx->wsdir, "d/g.txt", "g");
+	assert_int_equal(sbx_fs_open_read(fx->ws, "in_file_link", &fd, &size), 0);
+	assert_int_equal(size, 6);
+	close(fd);
+}
+
+static void t_write_parents(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_upload *up = NULL;
+	struct stat hst;
+	char p[512];
+
+	assert_int_equal(sbx_fs_write(fx->ws, "p/q.txt", "x", 1, false), -SBX_E_PARENT_MISSING);
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, "p/q.txt", false), -SBX_E_PARENT_MISSING);
+	assert_null(up);
+	assert_false(host_exists(fx->wsdir, "p"));
+	assert_int_equal(sbx_fs_write(fx->ws, "x/y/z.txt", "deep", 4, true), 0);
+	assert_host_content(fx->wsdir, "x/y/z.txt", "deep");
+	hpath(p, sizeof p, fx->wsdir, "x/y");
+	assert_int_equal(stat(p, &hst), 0);
+	assert_int_equal(hst.st_mode & 07777, 0755);
+	if (am_root())
+		assert_int_equal(hst.st_uid, TEST_UID);
+	assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt/z", "x", 1, true), -ENOTDIR);
+	assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt/z", "x", 1, false), -ENOTDIR);
+	assert_int_equal(sbx_fs_write(fx->ws, "d", "x", 1, false), -EISDIR);
+	assert_int_equal(sbx_fs_write(fx->ws, "", "x", 1, false), -EINVAL);
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, "x/y", true), -EISDIR);
+	assert_null(up);
+	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+}
+
+static void t_write_escapes(void **state)
+{
+	struct fx *fx = *state;
+
+	assert_int_equal(sbx_fs_write(fx->ws, "abs/new.txt", "x", 1, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "abs/secret", "x", 1, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "rel/secret", "x", 1, true), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "abs/x/y.txt", "x", 1, true), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "d/rel2/sub/inner.txt", "x", 1, true), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "absdangle/x", "x", 1, true), -EXDEV);
+	/* A link as the target itself is replaced, never written through. */
+	assert_int_equal(sbx_fs_write(fx->ws, "abs_secret", "mine", 4, false), 0);
+	assert_int_equal(sbx_fs_write(fx->ws, "rel_secret", "mine", 4, false), 0);
+	assert_int_equal(sbx_fs_write(fx->ws, "absdangle", "mine", 4, false), 0);
+	assert_true(host_is(fx->wsdir, "abs_secret", S_IFREG));
+	assert_true(host_is(fx->wsdir, "absdangle", S_IFREG));
+	assert_host_content(fx->wsdir, "rel_secret", "mine");
+	assert_outside_untouched(fx);
+	assert_false(host_exists(fx->out, "nothere"));
+}
+
+static void t_upload_abort_keeps_old(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_upload *up = NULL;
+	uint64_t size = 0;
+	int fd = -1;
+	char *s;
+
+	assert_int_equal(sbx_fs_write(fx->ws, "doc", "old content", 11, false), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, "doc", false), 0);
+	assert_int_equal(sbx_upload_write(up, "new ", 4), 0);
+	assert_int_equal(sbx_upload_write(up, "partial", 7), 0);
+	/* Mid-upload a reader sees the old file, and one temp exists. */
+	assert_host_content(fx->wsdir, "doc", "old content");
+	assert_int_equal(count_temps(fx->wsdir, ""), 1);
+	sbx_upload_abort(&up);
+	assert_null(up);
+	sbx_upload_abort(&up);
+	sbx_upload_abort(NULL);
+	assert_host_content(fx->wsdir, "doc", "old content");
+	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+
+	/* Commit: a reader holding the old file keeps the old bytes, a new
+	 * open sees all of the new ones. */
+	assert_int_equal(sbx_fs_open_read(fx->ws, "doc", &fd, &size), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, "doc", false), 0);
+	assert_int_equal(sbx_upload_write(up, "brand new", 9), 0);
+	assert_int_equal(sbx_upload_commit(&up, &size), 0);
+	assert_null(up);
+	assert_int_equal(size, 9);
+	s = fd_read_all(fd);
+	assert_string_equal(s, "old content");
+	free(s);
+	close(fd);
+	assert_host_content(fx->wsdir, "doc", "brand new");
+	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+}
+
+static void t_upload_long_leaf(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_upload *up = NULL;
+	struct sbx_dirent *ents = NULL;
+	char leaf[SBX_NAME_MAX + 1];
+	size_t n = 0;
+	bool seen = false;
+
+	memset(leaf, 'L', SBX_NAME_MAX);
+	leaf[SBX_NAME_MAX] = '\0';
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, leaf, false), 0);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "", &ents, &n), 0);
+	for (size_t i = 0; i < n; i++) {
+		if (strncmp(ents[i].name, ".sandboxd-tmp-", 14) == 0) {
+			size_t len = strlen(ents[i].name);
+			assert_true(len <= SBX_NAME_MAX);
+			/* "-" and 16 lower-case hex digits at the end */
+			assert_int_equal(ents[i].name[len - 17], '-');
+			assert_int_equal(strspn(ents[i].name + len - 16, "0123456789abcdef"), 16);
+			seen = true;
+		}
+	}
+	sbx_dirents_free(ents, n);
+	assert_true(seen);
+	assert_int_equal(sbx_upload_write(up, "x", 1), 0);
+	assert_int_equal(sbx_upload_commit(&up, NULL), 0);
+	assert_true(host_is(fx->wsdir, leaf, S_IFREG));
+}
+
+/* A file-size limit makes write fail mid-upload (EFBIG, as ENOSPC would):
+ * the old file stays, the temp goes. */
+static void t_upload_write_fails(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_upload *up = NULL;
+	struct rlimit old, lim;
+	static char big[128 * 1024];
+	void (*oldsig)(int);
+	int r;
+
+	assert_int_equal(sbx_fs_write(fx->ws, "doc", "keep me", 7, false), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, "doc", false), 0);
+	memset(big, 'z', sizeof big);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 64 * 1024;
+	oldsig = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	r = sbx_upload_write(up, big, sizeof big);
+	setrlimit(RLIMIT_FSIZE, &old);
+	signal(SIGXFSZ, oldsig);
+	assert_int_equal(r, -EFBIG);
+	assert_host_content(fx->wsdir, "doc", "keep me");
+	sbx_upload_abort(&up);
+	assert_host_content(fx->wsdir, "doc", "keep me");
+	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+
+	/* Read-only parent (only meaningful without CAP_DAC_OVERRIDE). */
+	if (!am_root()) {
+		char p[512];
+		hpath(p, sizeof p, fx->wsdir, "d");
+		assert_int_equal(chmod(p, 0555), 0);
+		assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt", "x", 1, false), -EACCES);
+		assert_int_equal(chmod(p, 0755), 0);
+		assert_host_content(fx->wsdir, "d/f.txt", "inside");
+	}
+}
+
+/* The parent directory is swapped for a link out after begin: the upload
+ * holds the real directory's fd, so the file lands there, not outside. */
+static void t_upload_parent_swapped(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_upload *up = NULL;
+
+	host_mkdir(fx->wsdir, "sw");
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, "sw/secret", false), 0);
+	assert_int_equal(sbx_upload_write(up, "planted", 7), 0);
+	host_rename(fx->wsdir, "sw", "sw_real");
+	host_symlink(fx->wsdir, fx->out, "sw");
+	assert_int_equal(sbx_upload_commit(&up, NULL), 0);
+	assert_host_content(fx->wsdir, "sw_real/secret", "planted");
+	assert_outside_untouched(fx);
+
+	/* From now on every operation through "sw" refuses. */
+	uint64_t size;
+	int fd;
+	bool removed, ex;
+	struct sbx_dirent *ents;
+	size_t n;
+	struct sbx_stat st;
+	assert_int_equal(sbx_fs_open_read(fx->ws, "sw/secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "sw/secret", "x", 1, false), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "sw", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_stat(fx->ws, "sw/secret", &st), -EXDEV);
+	assert_int_equal(sbx_fs_exists(fx->ws, "sw/secret", &ex), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "sw/newdir", false), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "sw/newdir/x", true), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->ws, "sw/sub", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->ws, "sw/secret", false, false, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->ws, "sw/secret", "stolen", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->ws, "d/f.txt", "sw/planted", false), -EXDEV);
+	/* Removing "sw" removes the link only. */
+	assert_int_equal(sbx_fs_rm(fx->ws, "sw", true, false, &removed), 0);
+	assert_true(removed);
+	assert_false(host_exists(fx->wsdir, "sw"));
+	assert_true(host_is(fx->wsdir, "sw_real", S_IFDIR));
+	assert_outside_untouched(fx); /* compares out/secret's content too */
+}
+
+/* ---- open_read / stat / exists / readdir ---- */
+
+static void t_open_read_special(void **state)
+{
+	struct fx *fx = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t size = 77;
+	int fd = -1, s;
+	char p[512];
+
+	alarm(20); /* a FIFO open that blocks fails the test instead of hanging */
+	hpath(p, sizeof p, fx->wsdir, "fifo");
+	assert_int_equal(mkfifo(p, 0644), 0);
+	host_symlink(fx->wsdir, "fifo", "fifo_link");
+	assert_int_equal(sbx_fs_open_read(fx->ws, "fifo", &fd, &size), -SBX_E_SPECIAL);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "fifo_link", &fd, &size), -SBX_E_SPECIAL);
+	assert_int_equal(fd, -1);
+	assert_int_equal(size, 77);
+
+	hpath(p, sizeof p, fx->wsdir, "sock");
+	assert_true(strlen(p) < sizeof sa.sun_path);
+	memcpy(sa.sun_path, p, strlen(p) + 1);
+	s = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_true(s >= 0);
+	assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "sock", &fd, &size), -SBX_E_SPECIAL);
+	close(s);
+
+	if (am_root()) {
+		hpath(p, sizeof p, fx->wsdir, "null");
+		assert_int_equal(mknod(p, S_IFCHR | 0666, makedev(1, 3)), 0);
+		assert_int_equal(sbx_fs_open_read(fx->ws, "null", &fd, &size), -SBX_E_SPECIAL);
+	}
+	assert_int_equal(sbx_fs_open_read(fx->ws, "d", &fd, &size), -EISDIR);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "in_link", &fd, &size), -EISDIR);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "", &fd, &size), -EISDIR);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "nothere", &fd, &size), -ENOENT);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "dangle", &fd, &size), -ENOENT);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "loop", &fd, &size), -ELOOP);
+	alarm(0);
+}
+
+static void t_open_read_escapes(void **state)
+{
+	struct fx *fx = *state;
+	uint64_t size;
+	int fd = -1;
+
+	assert_int_equal(sbx_fs_open_read(fx->ws, "abs_secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "rel_secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "abs/secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "rel/secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "d/rel2/sub/inner.txt", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->ws, "absdangle", &fd, &size), -EXDEV);
+	assert_int_equal(fd, -1);
+	assert_outside_untouched(fx);
+}
+
+static void t_stat(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_stat st;
+	struct stat hst;
+	char p[512];
+
+	hpath(p, sizeof p, fx->wsdir, "d/f.txt");
+	assert_int_equal(chmod(p, 0640), 0);
+	assert_int_equal(lstat(p, &hst), 0);
+
+	assert_int_equal(sbx_fs_stat(fx->ws, "d/f.txt", &st), 0);
+	assert_int_equal(st.type, SBX_FT_FILE);
+	assert_int_equal(st.size, 6);
+	assert_int_equal(st.mode, 0640);
+	assert_false(st.is_symlink);
+	assert_false(st.followed);
+	assert_int_equal(st.mtime.tv_sec, hst.st_mtim.tv_sec);
+	assert_int_equal(st.mtime.tv_nsec, hst.st_mtim.tv_nsec);
+
+	assert_int_equal(sbx_fs_stat(fx->ws, "", &st), 0);
+	assert_int_equal(st.type, SBX_FT_DIR);
+	assert_int_equal(sbx_fs_stat(fx->ws, "d", &st), 0);
+	assert_int_equal(st.type, SBX_FT_DIR);
+	assert_int_equal(st.mode, 0755);
+
+	/* In-workspace links: followed, fields of the target. */
+	assert_int_equal(sbx_fs_stat(fx->ws, "in_file_link", &st), 0);
+	assert_int_equal(st.type, SBX_FT_FILE);
+	assert_true(st.is_symlink);
+	assert_true(st.followed);
+	assert_int_equal(st.size, 6);
+	assert_int_equal(st.mode, 0640);
+	assert_int_equal(st.mtime.tv_nsec, hst.st_mtim.tv_nsec);
+	assert_int_equal(sbx_fs_stat(fx->ws, "in_link", &st), 0);
+	assert_int_equal(st.type, SBX_FT_DIR);
+	assert_true(st.is_symlink && st.followed);
+
+	/* Escaping, dangling, looping: the link itself. */
+	static const char *const links[] = { "abs", "rel", "abs_secret", "rel_secret", "absdangle",
+					     "dangle", "loop", "d/rel2" };
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		char target[512];
+		ssize_t tl;
+		hpath(p, sizeof p, fx->wsdir, links[i]);
+		tl = readlink(p, target, sizeof target);
+		assert_true(tl > 0);
+		assert_int_equal(sbx_fs_stat(fx->ws, links[i], &st), 0);
+		if (st.type != SBX_FT_SYMLINK || !st.is_symlink || st.followed)
+			fail_msg("%s: type %d is_symlink %d followed %d", links[i], st.type, st.is_symlink,
+				 st.followed);
+		assert_int_equal(st.size, (uint64_t)tl);
+	}
+	assert_int_equal(sbx_fs_stat(fx->ws, "abs/secret", &st), -EXDEV);
+	assert_int_equal(sbx_fs_stat(fx->ws, "rel/sub", &st), -EXDEV);
+	assert_int_equal(sbx_fs_stat(fx->ws, "nothere", &st), -ENOENT);
+	assert_int_equal(sbx_fs_stat(fx->ws, "d/f.txt/x", &st), -ENOTDIR);
+
+	hpath(p, sizeof p, fx->wsdir, "fifo");
+	assert_int_equal(mkfifo(p, 0600), 0);
+	assert_int_equal(sbx_fs_stat(fx->ws, "fifo", &st), 0);
+	assert_int_equal(st.type, SBX_FT_OTHER);
+	assert_int_equal(st.mode, 0600);
+	assert_outside_untouched(fx);
+}
+
+static void t_exists(void **state)
+{
+	struct fx *fx = *state;
+	bool e = false;
+
+	assert_int_equal(sbx_fs_exists(fx->ws, "d/f.txt", &e), 0);
+	assert_true(e);
+	assert_int_equal(sbx_fs_exists(fx->ws, "", &e), 0);
+	assert_true(e);
+	assert_int_equal(sbx_fs_exists(fx->ws, "nothere", &e), 0);
+	assert_false(e);
+	assert_int_equal(sbx_fs_exists(fx->ws, "no/such/thing", &e), 0);
+	assert_false(e);
+	assert_int_equal(sbx_fs_exists(fx->ws, "d/f.txt/x", &e), 0);
+	assert_false(e);
+	/* lstat sense: links exist, whatever they point at. */
+	static const char *const links[] = { "dangle", "loop", "abs", "rel_secret", "absdangle" };
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		e = false;
+		assert_int_equal(sbx_fs_exists(fx->ws, links[i], &e), 0);
+		assert_true(e);
+	}
+	assert_int_equal(sbx_fs_exists(fx->ws, "abs/secret", &e), -EXDEV);
+	assert_int_equal(sbx_fs_exists(fx->ws, "rel/nothing", &e), -EXDEV);
+	assert_int_equal(sbx_fs_exists(fx->ws, "d/rel2/secret", &e), -EXDEV);
+	assert_outside_untouched(fx);
+}
+
+static void t_readdir(void **state)
+{
+	struct fx *fx = *state;
+	static const char *const want[] = { ".h", "B", "_", "a", "b", "dd", "ln", "z9", "\xc3\xa9" };
+	struct sbx_dirent *ents = NULL;
+	size_t n = 0;
+
+	host_mkdir(fx->wsdir, "r");
+	host_write(fx->wsdir, "r/b", "bb");
+	host_write(fx->wsdir, "r/B", "B");
+	host_write(fx->wsdir, "r/a", "aaa");
+	host_write(fx->wsdir, "r/_", "");
+	host_write(fx->wsdir, "r/.h", "");
+	host_write(fx->wsdir, "r/\xc3\xa9", "");
+	host_write(fx->wsdir, "r/z9", "");
+	host_mkdir(fx->wsdir, "r/dd");
+	host_symlink(fx->wsdir, "a", "r/ln");
+
+	assert_int_equal(sbx_fs_readdir(fx->ws, "r", &ents, &n), 0);
+	assert_int_equal(n, sizeof want / sizeof want[0]);
+	for (size_t i = 0; i < n; i++) {
+		assert_string_equal(ents[i].name, want[i]);
+		if (strcmp(want[i], "dd") == 0)
+			assert_int_equal(ents[i].type, SBX_FT_DIR);
+		else if (strcmp(want[i], "ln") == 0)
+			assert_int_equal(ents[i].type, SBX_FT_SYMLINK);
+		else
+			assert_int_equal(ents[i].type, SBX_FT_FILE);
+		if (strcmp(want[i], "a") == 0)
+			assert_int_equal(ents[i].size, 3);
+	}
+	sbx_dirents_free(ents, n);
+
+	assert_int_equal(sbx_fs_readdir(fx->ws, "r/dd", &ents, &n), 0);
+	assert_int_equal(n, 0);
+	sbx_dirents_free(ents, n);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "in_link", &ents, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(ents[0].name, "f.txt");
+	assert_string_equal(ents[1].name, "rel2");
+	assert_int_equal(ents[1].type, SBX_FT_SYMLINK);
+	sbx_dirents_free(ents, n);
+	sbx_dirents_free(NULL, 0);
+
+	assert_int_equal(sbx_fs_readdir(fx->ws, "abs", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "rel", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "d/rel2", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "abs/sub", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "d/f.txt", &ents, &n), -ENOTDIR);
+	assert_int_equal(sbx_fs_readdir(fx->ws, "nothere", &ents, &n), -ENOENT);
+	assert_outside_untouched(fx);
+}
+
+/* ---- mkdir / rm / move ---- */
+
+static void t_mkdir(void **state)
+{
+	struct fx *fx = *state;
+	struct stat hst;
+	char p[512];
+
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "m", false), 0);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "m", false), -EEXIST);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "m", true), 0);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "m/a/b", false), -SBX_E_PARENT_MISSING);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "m/a/b/c", true), 0);
+	hpath(p, sizeof p, fx->wsdir, "m/a/b/c");
+	assert_int_equal(stat(p, &hst), 0);
+	assert_true(S_ISDIR(hst.st_mode));
+	assert_int_equal(hst.st_mode & 07777, 0755);
+	if (am_root()) {
+		assert_int_equal(hst.st_uid, TEST_UID);
+		assert_int_equal(hst.st_gid, TEST_GID);
+	}
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/f.txt", false), -EEXIST);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/f.txt", true), -EEXIST);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/f.txt/x", true), -ENOTDIR);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "in_link/viaLink", false), 0);
+	assert_true(host_is(fx->wsdir, "d/viaLink", S_IFDIR));
+
+	/* Through links that leave: refused, nothing created outside. */
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs/new", false), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs/new/x", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs/sub/new", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "rel/new", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/rel2/new/x/y", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "absdangle", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "absdangle/x", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs", false), -EEXIST);
+	assert_outside_untouched(fx);
+}
+
+static void t_rm_basic(void **state)
+{
+	struct fx *fx = *state;
+	bool removed = true;
+
+	host_write(fx->wsdir, "a.txt", "a");
+	assert_int_equal(sbx_fs_rm(fx->ws, "a.txt", false, false, &removed), 0);
+	assert_true(removed);
+	assert_false(host_exists(fx->wsdir, "a.txt"));
+
+	host_mkdir(fx->wsdir, "e");
+	assert_int_equal(sbx_fs_rm(fx->ws, "e", false, false, &removed), 0);
+	assert_true(removed);
+	assert_false(host_exists(fx->wsdir, "e"));
+
+	host_mkdir(fx->wsdir, "ne");
+	host_write(fx->wsdir, "ne/x", "x");
+	assert_int_equal(sbx_fs_rm(fx->ws, "ne", false, false, &removed), -ENOTEMPTY);
+	assert_false(removed);
+	assert_true(host_exists(fx->wsdir, "ne/x"));
+	assert_int_equal(sbx_fs_rm(fx->ws, "ne", true, false, &removed), 0);
+	assert_true(removed);
+	assert_false(host_exists(fx->wsdir, "ne"));
+
+	removed = true;
+	assert_int_equal(sbx_fs_rm(fx->ws, "nothere", false, false, &removed), -ENOENT);
+	assert_false(removed);
+	assert_int_equal(sbx_fs_rm(fx->ws, "no/such", true, false, &removed), -ENOENT);
+	removed = true;
+	assert_int_equal(sbx_fs_rm(fx->ws, "nothere", false, true, &removed), 0);
+	assert_false(removed);
+	assert_int_equal(sbx_fs_rm(fx->ws, "no/such", true, true, &removed), 0);
+	assert_false(removed);
+	assert_int_equal(sbx_fs_rm(fx->ws, "d/f.txt/x", false, true, &removed), 0);
+	assert_false(removed);
+}
+
+static void t_rm_roots(void **state)
+{
+	struct fx *fx = *state;
+	bool removed = true;
+
+	host_mkdir(fx->wsdir, "sessions");
+	host_mkdir(fx->wsdir, "sessions/s1");
+	host_symlink(fx->wsdir, ".", "rootlink");
+	host_symlink(fx->wsdir, "sessions", "sesslink");
+	assert_int_equal(sbx_fs_rm(fx->ws, "", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->ws, "sessions", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->ws, "sessions/s1", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->ws, "sessions/nothere", true, true, &removed), -SBX_E_ROOT);
+	/* The same directories reached through in-workspace links. */
+	assert_int_equal(sbx_fs_rm(fx->ws, "rootlink/sessions", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->ws, "rootlink/sessions/s1", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->ws, "sesslink/s1", true, true, &removed), -SBX_E_ROOT);
+	assert_false(removed);
+	assert_true(host_is(fx->wsdir, "sessions/s1", S_IFDIR));
+	/* Below a session root is fine. */
+	host_write(fx->wsdir, "sessions/s1/f", "x");
+	assert_int_equal(sbx_fs_rm(fx->ws, "sessions/s1/f", false, false, &removed), 0);
+	assert_true(removed);
+}
+
+static void t_rm_links(void **state)
+{
+	struct fx *fx = *state;
+	bool removed = false;
+	char p[512];
+
+	/* Removing a link removes the link, recursive or not. */
+	assert_int_equal(sbx_fs_rm(fx->ws, "abs", false, false, &removed), 0);
+	assert_true(removed);
+	assert_false(host_exists(fx->wsdir, "abs"));
+	assert_int_equal(sbx_fs_rm(fx->ws, "rel", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->ws, "rel_secret", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->ws, "in_link", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->ws, "loop", true, false, &removed), 0);
+	assert_true(host_exists(fx->wsdir, "d/f.txt"));
+	assert_false(host_exists(fx->wsdir, "in_link"));
+
+	/* Through links: refused, force or not. */
+	host_symlink(fx->wsdir, fx->out, "abs");
+	assert_int_equal(sbx_fs_rm(fx->ws, "abs/secret", false, false, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->ws, "abs/secret", false, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->ws, "abs/sub", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->ws, "abs/nothing", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->ws, "d/rel2/sub", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->ws, "absdangle/x", true, true, &removed), -EXDEV);
+
+	/* A tree full of links: the tree goes, no link is followed. */
+	host_mkdir(fx->wsdir, "tree");
+	host_mkdir(fx->wsdir, "tree/a");
+	host_mkdir(fx->wsdir, "tree/a/b");
+	host_write(fx->wsdir, "tree/a/b/file", "x");
+	host_write(fx->wsdir, "tree/top", "x");
+	host_symlink(fx->wsdir, fx->out, "tree/a/out_abs");
+	host_symlink(fx->wsdir, "../../../out", "tree/a/out_rel");
+	host_symlink(fx->wsdir, "../../../out/secret", "tree/a/b/secret_rel");
+	host_symlink(fx->wsdir, "../d", "tree/in_dir");
+	host_symlink(fx->wsdir, "/", "tree/hostroot");
+	hpath(p, sizeof p, fx->wsdir, "tree/a/fifo");
+	assert_int_equal(mkfifo(p, 0644), 0);
+	assert_int_equal(sbx_fs_rm(fx->ws, "tree", true, false, &removed), 0);
+	assert_true(removed);
+	assert_false(host_exists(fx->wsdir, "tree"));
+	assert_true(host_exists(fx->wsdir, "d/f.txt"));
+	assert_true(host_exists(fx->wsdir, "d/rel2"));
+	assert_outside_untouched(fx);
+}
+
+static void t_move(void **state)
+{
+	struct fx *fx = *state;
+
+	assert_int_equal(sbx_fs_move(fx->ws, "d/f.txt", "g.txt", false), 0);
+	assert_host_content(fx->wsdir, "g.txt", "inside");
+	assert_false(host_exists(fx->wsdir, "d/f.txt"));
+	host_write(fx->wsdir, "h.txt", "hhh");
+	assert_int_equal(sbx_fs_move(fx->ws, "g.txt", "h.txt", false), -EEXIST);
+	assert_host_content(fx->wsdir, "g.txt", "inside");
+	assert_host_content(fx->wsdir, "h.txt", "hhh");
+	assert_int_equal(sbx_fs_move(fx->ws, "g.txt", "h.txt", true), 0);
+	assert_host_content(fx->wsdir, "h.txt", "inside");
+	assert_false(host_exists(fx->wsdir, "g.txt"));
+
+	assert_int_equal(sbx_fs_move(fx->ws, "nothere", "x", false), -ENOENT);
+	assert_int_equal(sbx_fs_move(fx->ws, "zz/a", "x", false), -ENOENT);
+	assert_int_equal(sbx_fs_move(fx->ws, "h.txt", "zz/b", false), -SBX_E_PARENT_MISSING);
+	assert_int_equal(sbx_fs_move(fx->ws, "h.txt", "in_link/h2.txt", false), 0);
+	assert_true(host_exists(fx->wsdir, "d/h2.txt"));
+
+	/* Directories: over a non-empty one refused, over an empty one fine. */
+	host_mkdir(fx->wsdir, "src");
+	host_write(fx->wsdir, "src/f", "f");
+	host_mkdir(fx->wsdir, "full");
+	host_write(fx->wsdir, "full/g", "g");
+	host_mkdir(fx->wsdir, "empty");
+	assert_int_equal(sbx_fs_move(fx->ws, "src", "full", false), -EEXIST);
+	assert_int_equal(sbx_fs_move(fx->ws, "src", "full", true), -ENOTEMPTY);
+	assert_int_equal(sbx_fs_move(fx->ws, "src", "empty", true), 0);
+	assert_host_content(fx->wsdir, "empty/f", "f");
+
+	/* Roots. */
+	host_mkdir(fx->wsdir, "sessions");
+	host_mkdir(fx->wsdir, "sessions/s1");
+	host_symlink(fx->wsdir, ".", "rootlink");
+	assert_int_equal(sbx_fs_move(fx->ws, "", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->ws, "sessions", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->ws, "sessions/s1", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->ws, "empty", "sessions/s2", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->ws, "empty", "sessions", true), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->ws, "rootlink/sessions/s1", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->ws, "rootlink/sessions", "x", false), -SBX_E_ROOT);
+	assert_true(host_is(fx->wsdir, "sessions/s1", S_IFDIR));
+	assert_int_equal(sbx_fs_move(fx->ws, "empty", "sessions/s1/moved", false), 0);
+
+	/* Escapes: nothing leaves, nothing is planted. */
+	assert_int_equal(sbx_fs_move(fx->ws, "abs/secret", "stolen", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->ws, "rel/sub", "stolen", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "abs/planted", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "rel/planted", true), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "d/rel2/sub/planted", true), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "abs/secret", true), -EXDEV);
+	assert_false(host_exists(fx->wsdir, "stolen"));
+	/* Moving a link moves the link. */
+	assert_int_equal(sbx_fs_move(fx->ws, "abs", "abs_moved", false), 0);
+	assert_true(host_is(fx->wsdir, "abs_moved", S_IFLNK));
+	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "abs_secret", true), 0);
+	assert_true(host_is(fx->wsdir, "abs_secret", S_IFREG));
+	assert_outside_untouched(fx);
+}
+
+/* ---- temp sweep ---- */
+
+static void t_sweep_temps(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_upload *up = NULL;
+	char p[512];
+
+	host_write(fx->wsdir, ".sandboxd-tmp-a-1", "x");
+	host_write(fx->wsdir, "d/.sandboxd-tmp-b-2", "x");
+	host_mkdir(fx->wsdir, "d/e");
+	host_write(fx->wsdir, "d/e/.sandboxd-tmp-c", "x");
+	host_mkdir(fx->wsdir, ".sandboxd-tmp-dir");
+	host_write(fx->wsdir, ".sandboxd-tmp-dir/.sandboxd-tmp-x", "x");
+	host_write(fx->wsdir, "d/e/keep.txt", "keep");
+	snprintf(p, sizeof p, "%s/.sandboxd-tmp-keep", fx->out);
+	host_symlink(fx->wsdir, p, ".sandboxd-tmp-link");
+	/* An interrupted upload's temp file is found too. */
+	assert_int_equal(sbx_upload_begin(&up, fx->ws, "d/e/up.txt", false), 0);
+	assert_int_equal(sbx_upload_write(up, "partial", 7), 0);
+
+	assert_int_equal(sbx_fs_sweep_temps(fx->ws), 5);
+	sbx_upload_abort(&up);
+	assert_false(host_exists(fx->wsdir, ".sandboxd-tmp-a-1"));
+	assert_false(host_exists(fx->wsdir, "d/.sandboxd-tmp-b-2"));
+	assert_false(host_exists(fx->wsdir, "d/e/.sandboxd-tmp-c"));
+	assert_false(host_exists(fx->wsdir, ".sandboxd-tmp-dir/.sandboxd-tmp-x"));
+	assert_true(host_is(fx->wsdir, ".sandboxd-tmp-dir", S_IFDIR));
+	assert_true(host_is(fx->wsdir, ".sandboxd-tmp-link", S_IFLNK));
+	assert_false(host_exists(fx->wsdir, "d/e/up.txt"));
+	assert_host_content(fx->wsdir, "d/e/keep.txt", "keep");
+	assert_int_equal(sbx_fs_sweep_temps(fx->ws), 0);
+	assert_outside_untouched(fx);
+}
+
+/* ---- races: a thread swaps directories for links out, files for FIFOs ---- */
+
+struct racer {
+	int wsfd;
+	int racefd;
+	atomic_bool stop;
+	long swaps;
+};
+
+static void *race_thread(void *p)
+{
+	struct racer *r = p;
+
+	while (!atomic_load(&r->stop)) {
+		if (renameat2(r->wsfd, "race", r->wsfd, "race_alt", RENAME_EXCHANGE) == 0)
+			r->swaps++;
+		renameat2(r->racefd, "sub", r->racefd, "sub_alt", RENAME_EXCHANGE);
+		renameat2(r->racefd, "data", r->racefd, "data_alt", RENAME_EXCHANGE);
+		sched_yield();
+	}
+	return NULL;
+}
+
+static long elapsed_ms(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static void t_race_swaps(void **state)
+{
+	struct fx *fx = *state;
+	struct racer rc = { .stop = false };
+	struct timespec t0;
+	pthread_t th;
+	long exdev = 0, ok = 0;
+	char p[512];
+
+	host_mkdir(fx->wsdir, "race");
+	host_write(fx->wsdir, "race/secret", "inside secret");
+	host_mkdir(fx->wsdir, "race/sub");
+	host_write(fx->wsdir, "race/sub/inner.txt", "inside inner");
+	host_write(fx->wsdir, "race/data", "data");
+	hpath(p, sizeof p, fx->wsdir, "race/data_alt");
+	assert_int_equal(mkfifo(p, 0644), 0);
+	host_symlink(fx->wsdir, fx->out, "race_alt");
+	host_symlink(fx->wsdir, "../../out/sub", "race/sub_alt");
+	rc.wsfd = open(fx->wsdir, O_PATH | O_DIRECTORY);
+	hpath(p, sizeof p, fx->wsdir, "race");
+	rc.racefd = open(p, O_PATH | O_DIRECTORY);
+	assert_true(rc.wsfd >= 0 && rc.racefd >= 0);
+	drain_events(fx);
+
+	alarm(60);
+	assert_int_equal(pthread_create(&th, NULL, race_thread, &rc), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (elapsed_ms(&t0) < 400 || ((exdev == 0 || ok == 0) && elapsed_ms(&t0) < 10000)) {
+		int res[14], k = 0, fd = -1;
+		uint64_t size;
+		bool b;
+		struct sbx_dirent *ents = NULL;
+		size_t n = 0;
+		struct sbx_stat st;
+
+		res[k++] = sbx_fs_write(fx->ws, "race/secret", "pwned", 5, false);
+		res[k++] = sbx_fs_write(fx->ws, "race/sub/inner.txt", "pwned", 5, true);
+		res[k++] = sbx_fs_mkdir(fx->ws, "race/sub/newdir/x", true);
+		res[k++] = sbx_fs_mkdir(fx->ws, "race/newdir", false);
+		res[k++] = sbx_fs_open_read(fx->ws, "race/data", &fd, &size);
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+		res[k++] = sbx_fs_open_read(fx->ws, "race/secret", &fd, &size);
+		if (fd >= 0)
+			close(fd);
+		res[k++] = sbx_fs_readdir(fx->ws, "race/sub", &ents, &n);
+		if (res[k - 1] == 0)
+			sbx_dirents_free(ents, n);
+		res[k++] = sbx_fs_stat(fx->ws, "race/sub/inner.txt", &st);
+		res[k++] = sbx_fs_exists(fx->ws, "race/sub/inner.txt", &b);
+		res[k++] = sbx_fs_move(fx->ws, "race/sub/inner.txt", "race/stolen", true);
+		res[k++] = sbx_fs_move(fx->ws, "race/stolen", "race/sub/inner.txt", true);
+		res[k++] = sbx_fs_rm(fx->ws, "race/newdir", false, true, &b);
+		res[k++] = sbx_fs_rm(fx->ws, "race/sub", true, true, &b);
+		res[k++] = sbx_fs_rm(fx->ws, "race/secret", false, true, &b);
+		for (int i = 0; i < k; i++) {
+			if (res[i] == -EXDEV)
+				exdev++;
+			else if (res[i] == 0)
+				ok++;
+		}
+	}
+	atomic_store(&rc.stop, true);
+	pthread_join(th, NULL);
+	alarm(0);
+	close(rc.wsfd);
+	close(rc.racefd);
+	assert_true(rc.swaps > 0);
+	assert_true(exdev > 0);
+	assert_true(ok > 0);
+	assert_outside_untouched(fx);
+}
+
+/* Recursive removal with a directory inside the tree being swapped for a
+ * link out between the walk's lstat and its open of that directory. */
+struct rm_racer {
+	int wsfd;
+	atomic_int idx; /* victim tree to attack, -1 none */
+	atomic_bool stop;
+};
+
+static void *rm_race_thread(void *p)
+{
+	struct rm_racer *r = p;
+	char a[64], b[64];
+
+	while (!atomic_load(&r->stop)) {
+		int i = atomic_load(&r->idx);
+		if (i < 0) {
+			sched_yield();
+			continue;
+		}
+		snprintf(a, sizeof a, "v%d/sub", i);
+		snprintf(b, sizeof b, "v%d/sub_alt", i);
+		renameat2(r->wsfd, a, r->wsfd, b, RENAME_EXCHANGE);
+	}
+	return NULL;
+}
+
+static void t_race_rm_recursive(void **state)
+{
+	struct fx *fx = *state;
+	struct rm_racer rc = { .idx = -1, .stop = false };
+	struct timespec t0;
+	pthread_t th;
+	char rel[64], p[512];
+	int i;
+
+	snprintf(p, sizeof p, "%s/sub", fx->out);
+	rc.wsfd = open(fx->wsdir, O_PATH | O_DIRECTORY);
+	assert_true(rc.wsfd >= 0);
+	alarm(60);
+	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, &rc), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++) {
+		bool removed;
+
+		snprintf(rel, sizeof rel, "v%d", i);
+		host_mkdir(fx->wsdir, rel);
+		snprintf(rel, sizeof rel, "v%d/sub", i);
+		host_mkdir(fx->wsdir, rel);
+		snprintf(rel, sizeof rel, "v%d/sub/inner.txt", i);
+		host_write(fx->wsdir, rel, "x");
+		snprintf(rel, sizeof rel, "v%d/sub_alt", i);
+		host_symlink(fx->wsdir, p, rel);
+		atomic_store(&rc.idx, i);
+		snprintf(rel, sizeof rel, "v%d", i);
+		(void)sbx_fs_rm(fx->ws, rel, true, false, &removed);
+		(void)sbx_fs_sweep_temps(fx->ws);
+		atomic_store(&rc.idx, -1);
+	}
+	atomic_store(&rc.stop, true);
+	pthread_join(th, NULL);
+	alarm(0);
+	close(rc.wsfd);
+	assert_outside_untouched(fx);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(t_ftype_name),
+		T(t_write_read),
+		T(t_write_parents),
+		T(t_write_escapes),
+		T(t_upload_abort_keeps_old),
+		T(t_upload_long_leaf),
+		T(t_upload_write_fails),
+		T(t_upload_parent_swapped),
+		T(t_open_read_special),
+		T(t_open_read_escapes),
+		T(t_stat),
+		T(t_exists),
+		T(t_readdir),
+		T(t_mkdir),
+		T(t_rm_basic),
+		T(t_rm_roots),
+		T(t_rm_links),
+		T(t_move),
+		T(t_sweep_temps),
+		T(t_race_swaps),
+		T(t_race_rm_recursive),
+	};
+#undef T
+
+	umask(022);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
