@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/errors.h"
@@ -75,6 +76,12 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	t->key.operator_tenant = st.operator_tenant;
 	t->uid = (uid_t)(a->cfg->uid_base + st.slot);
 	t->gid = (gid_t)(a->cfg->uid_base + st.slot);
+	/* tenants/<name> is search-only for others: bubblewrap, as the
+	 * tenant's uid, must reach the workspace below it. */
+	char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, t->name);
+	if (mkdir(tdir, 0711) == 0 || errno == EEXIST)
+		chmod(tdir, 0711);
+	free(tdir);
 	char *dir = xasprintf("%s/tenants/%s/workspace", a->cfg->data_dir, t->name);
 	struct sbx_owner owner = { .uid = t->uid, .gid = t->gid, .chown = a->drop_privs };
 	rc = sbx_workspace_open(&t->ws, dir, &owner);

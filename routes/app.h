@@ -17,6 +17,7 @@ struct sbx_workspace;
 struct route_metrics;
 struct route_hub;
 struct route_watch;
+struct route_execs;
 
 /* A tenant as the routes use it: its key, its workspace and its limits.
  * Reference-counted: a request holds one reference for its lifetime, so
@@ -50,6 +51,7 @@ struct app {
 	struct route_metrics *metrics;
 	struct route_hub *hub;     /* live events */
 	struct route_watch *watch; /* disconnect watcher for suspended requests */
+	struct route_execs *execs; /* commands running now (routes/exec.c) */
 	bool drop_privs;           /* server runs as root: commands and files get tenant uids */
 	int64_t started_at_ms;
 	volatile bool stopping;

@@ -29,7 +29,15 @@ int route_fs_move(struct req *r);
 #define ROUTES_SESSIONS
 
 /* routes/exec.c */
-#define ROUTES_EXEC
+int route_exec_post(struct req *r);
+int route_exec_get(struct req *r);
+int route_exec_cancel(struct req *r);
+int route_exec_list(struct req *r);
+#define ROUTES_EXEC \
+	{ "POST", "/exec", AUTH_SCOPE_EXEC, RF_JSON, route_exec_post }, \
+	{ "GET", "/exec/{id}", AUTH_SCOPE_EXEC | AUTH_SCOPE_AUDIT_READ, 0, route_exec_get }, \
+	{ "POST", "/exec/{id}/cancel", AUTH_SCOPE_EXEC, 0, route_exec_cancel }, \
+	{ "GET", "/execs", AUTH_SCOPE_EXEC | AUTH_SCOPE_AUDIT_READ, 0, route_exec_list },
 
 /* routes/transfers.c */
 #define ROUTES_TRANSFERS

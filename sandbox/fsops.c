@@ -541,8 +541,7 @@ int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, co
 		up->tmp[0] = '\0'; /* not ours to remove */
 		goto out;
 	}
-	if (fchmod(up->fd, 0644) < 0 ||
-	    (own->chown && fchown(up->fd, own->uid, own->gid) < 0)) {
+	if (fchmod(up->fd, 0644) < 0 || (own->chown && fchown(up->fd, own->uid, own->gid) < 0)) {
 		r = -errno;
 		goto out;
 	}
@@ -577,23 +576,26 @@ int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n)
 
 int sbx_upload_commit(struct sbx_upload **pup, uint64_t *size)
 {
-	struct sbx_upload *up = *pup;
+	struct sbx_upload *up;
 	int r;
 
+	if (!pup || !*pup)
+		return -EINVAL;
+	up = *pup;
 	*pup = NULL;
 	if (fsync(up->fd) < 0) {
 		r = -errno;
-		goto fail;
+		goto out;
 	}
 	r = close(up->fd);
 	up->fd = -1;
 	if (r < 0) {
 		r = -errno;
-		goto fail;
+		goto out;
 	}
 	if (renameat(up->dirfd, up->tmp, up->dirfd, up->leaf) < 0) {
 		r = -errno;
-		goto fail;
+		goto out;
 	}
 	up->tmp[0] = '\0';
 	/* The rename is done: a failing directory fsync is reported, but the
@@ -601,7 +603,7 @@ int sbx_upload_commit(struct sbx_upload **pup, uint64_t *size)
 	r = fsync(up->dirfd) < 0 ? -errno : 0;
 	if (size)
 		*size = up->size;
-fail:
+out:
 	upload_free(up, true);
 	return r;
 }

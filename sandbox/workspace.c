@@ -252,9 +252,9 @@ void sbx_path_wire(const char *rel, char *out, size_t outsz)
 static int openat2_retry(int dirfd, const char *path, int flags, mode_t mode, uint64_t resolve)
 {
 	struct open_how how = {
-		.flags = (uint64_t)(flags | O_CLOEXEC),
-		.mode = (flags & (O_CREAT | __O_TMPFILE)) ? mode : 0,
-		.resolve = resolve,
+	    .flags = (uint64_t)(flags | O_CLOEXEC),
+	    .mode = (flags & (O_CREAT | __O_TMPFILE)) ? mode : 0,
+	    .resolve = resolve,
 	};
 
 	for (int i = 0; i < OPENAT2_RETRIES; i++) {
@@ -376,7 +376,8 @@ out:
 	return r;
 }
 
-int sbx_ws_open_parent(const struct sbx_workspace *ws, const char *rel, bool mkparents, int *dirfd, const char **leaf)
+int sbx_ws_open_parent(const struct sbx_workspace *ws, const char *rel, bool mkparents, int *dirfd,
+		       const char **leaf)
 {
 	const char *slash, *name;
 	char *parent = NULL;

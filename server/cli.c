@@ -13,16 +13,16 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/audit.h"
+#include "server/datadir.h"
 #include "store/store.h"
 
 static int open_store(struct sbx_config *cfg, bool migrate, struct store **s)
 {
 	char err[512] = "";
-	if (mkdir(cfg->data_dir, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "sandboxd: cannot create %s: %s\n", cfg->data_dir, strerror(errno));
-		return -errno;
-	}
-	int rc = store_open(s, cfg->db_path, migrate, err, sizeof err);
+	int rc = srv_prepare_data_dir(cfg);
+	if (rc < 0)
+		return rc;
+	rc = store_open(s, cfg->db_path, migrate, err, sizeof err);
 	if (rc < 0)
 		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : strerror(-rc));
 	return rc;

@@ -16,6 +16,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/exec.h"
 #include "routes/metrics.h"
 #include "routes/watch.h"
 #include "sandbox/backend.h"
@@ -23,6 +24,7 @@
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "server/cli.h"
+#include "server/datadir.h"
 #include "server/http.h"
 #include "store/store.h"
 
@@ -88,10 +90,8 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 
-	if (mkdir(cfg->data_dir, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "sandboxd: cannot create %s: %s\n", cfg->data_dir, strerror(errno));
+	if (srv_prepare_data_dir(cfg) < 0)
 		goto out;
-	}
 	int rc = store_open(&store, cfg->db_path, true, err, sizeof err);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : strerror(-rc));
@@ -122,6 +122,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	app.backend = backend;
 	app.runner = runner;
 	watch_new(&app.watch);
+	route_exec_init(&app);
 	sweep_workspaces(&app);
 
 	rc = srv_http_start(&http, &app, err, sizeof err);
@@ -157,6 +158,7 @@ out:
 	srv_http_stop(&http);
 	if (app_ready) {
 		watch_free(&app.watch);
+		route_exec_fini(&app);
 	}
 	if (app_ready)
 		app_fini(&app);

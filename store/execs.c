@@ -87,6 +87,27 @@ out:
 	return r;
 }
 
+int store_exec_delete(struct store *s, const char *tenant, const char *id)
+{
+	sqlite3_stmt *st;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	st = store_stmt(s, ST_EXEC_DELETE, "DELETE FROM execs WHERE tenant = ?1 AND id = ?2 AND state = 'running'");
+	if (!st) {
+		r = -SBX_E_STORE;
+		goto out;
+	}
+	store_bind_text(st, 1, tenant);
+	store_bind_text(st, 2, id);
+	r = store_step_done(st);
+	if (!r && sqlite3_changes(s->db) == 0)
+		r = -ENOENT;
+out:
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 int store_exec_get(struct store *s, const char *tenant, const char *id, struct store_exec *out)
 {
 	sqlite3_stmt *st;

@@ -102,6 +102,9 @@ int store_exec_begin(struct store *s, const struct store_exec *e);
 /* Finish: state, exit code, result JSON, finished_at. */
 int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
 		      const char *result, int64_t finished_at);
+/* Remove a row still 'running' whose command never started (the backend
+ * refused it), so the id can be retried. -ENOENT. */
+int store_exec_delete(struct store *s, const char *tenant, const char *id);
 /* -ENOENT. Free with store_exec_clear. */
 int store_exec_get(struct store *s, const char *tenant, const char *id, struct store_exec *out);
 /* Newest first; state/session may be NULL (no filter); results omitted

@@ -41,8 +41,8 @@ struct fx {
 	char wsdir[96];
 	char out[96];
 	struct sbx_workspace *ws;
-	int ino;     /* inotify on out and its directories */
-	char *snap;  /* baseline snapshot of out */
+	int ino;    /* inotify on out and its directories */
+	char *snap; /* baseline snapshot of out */
 };
 
 /* ---- host-side helpers ---- */
@@ -202,10 +202,11 @@ static int snap_cb(const char *p, const struct stat *st, int flag, struct FTW *f
 {
 	(void)flag;
 	(void)f;
-	snaplen += (size_t)snprintf(snapbuf + snaplen, sizeof snapbuf - snaplen,
-				    "%s|%o|%u:%u|%lld|%lld.%09ld|%lld.%09ld|", p + strlen(snaproot), st->st_mode,
-				    st->st_uid, st->st_gid, (long long)st->st_size, (long long)st->st_mtim.tv_sec,
-				    st->st_mtim.tv_nsec, (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+	snaplen +=
+	    (size_t)snprintf(snapbuf + snaplen, sizeof snapbuf - snaplen,
+			     "%s|%o|%u:%u|%lld|%lld.%09ld|%lld.%09ld|", p + strlen(snaproot), st->st_mode,
+			     st->st_uid, st->st_gid, (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+			     st->st_mtim.tv_nsec, (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
 	if (S_ISREG(st->st_mode)) {
 		FILE *fp = fopen(p, "r");
 		if (fp) {
@@ -263,7 +264,7 @@ static void assert_outside_untouched(struct fx *fx)
 static int setup(void **state)
 {
 	struct fx *fx = calloc(1, sizeof *fx);
-	struct sbx_owner own = { TEST_UID, TEST_GID, am_root() };
+	struct sbx_owner own = {TEST_UID, TEST_GID, am_root()};
 	char p[512];
 
 	snprintf(fx->top, sizeof fx->top, "/tmp/sbx-fs-XXXXXX");
@@ -577,7 +578,7 @@ static void t_upload_parent_swapped(void **state)
 static void t_open_read_special(void **state)
 {
 	struct fx *fx = *state;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	uint64_t size = 77;
 	int fd = -1, s;
 	char p[512];
@@ -669,8 +670,8 @@ static void t_stat(void **state)
 	assert_true(st.is_symlink && st.followed);
 
 	/* Escaping, dangling, looping: the link itself. */
-	static const char *const links[] = { "abs", "rel", "abs_secret", "rel_secret", "absdangle",
-					     "dangle", "loop", "d/rel2" };
+	static const char *const links[] = {"abs",	 "rel",	   "abs_secret", "rel_secret",
+					    "absdangle", "dangle", "loop",	 "d/rel2"};
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
 		char target[512];
 		ssize_t tl;
@@ -712,7 +713,7 @@ static void t_exists(void **state)
 	assert_int_equal(sbx_fs_exists(fx->ws, "d/f.txt/x", &e), 0);
 	assert_false(e);
 	/* lstat sense: links exist, whatever they point at. */
-	static const char *const links[] = { "dangle", "loop", "abs", "rel_secret", "absdangle" };
+	static const char *const links[] = {"dangle", "loop", "abs", "rel_secret", "absdangle"};
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
 		e = false;
 		assert_int_equal(sbx_fs_exists(fx->ws, links[i], &e), 0);
@@ -727,7 +728,7 @@ static void t_exists(void **state)
 static void t_readdir(void **state)
 {
 	struct fx *fx = *state;
-	static const char *const want[] = { ".h", "B", "_", "a", "b", "dd", "ln", "z9", "\xc3\xa9" };
+	static const char *const want[] = {".h", "B", "_", "a", "b", "dd", "ln", "z9", "\xc3\xa9"};
 	struct sbx_dirent *ents = NULL;
 	size_t n = 0;
 
@@ -1057,7 +1058,7 @@ static long elapsed_ms(const struct timespec *t0)
 static void t_race_swaps(void **state)
 {
 	struct fx *fx = *state;
-	struct racer rc = { .stop = false };
+	struct racer rc = {.stop = false};
 	struct timespec t0;
 	pthread_t th;
 	long exdev = 0, ok = 0;
@@ -1134,6 +1135,8 @@ struct rm_racer {
 	int wsfd;
 	atomic_int idx; /* victim tree to attack, -1 none */
 	atomic_bool stop;
+	char tree;	   /* trees are <tree><idx> */
+	const char *a, *b; /* names in the tree to exchange */
 };
 
 static void *rm_race_thread(void *p)
@@ -1147,8 +1150,8 @@ static void *rm_race_thread(void *p)
 			sched_yield();
 			continue;
 		}
-		snprintf(a, sizeof a, "v%d/sub", i);
-		snprintf(b, sizeof b, "v%d/sub_alt", i);
+		snprintf(a, sizeof a, "%c%d/%s", r->tree, i, r->a);
+		snprintf(b, sizeof b, "%c%d/%s", r->tree, i, r->b);
 		renameat2(r->wsfd, a, r->wsfd, b, RENAME_EXCHANGE);
 	}
 	return NULL;
@@ -1157,7 +1160,7 @@ static void *rm_race_thread(void *p)
 static void t_race_rm_recursive(void **state)
 {
 	struct fx *fx = *state;
-	struct rm_racer rc = { .idx = -1, .stop = false };
+	struct rm_racer rc = {.idx = -1, .stop = false, .tree = 'v', .a = "sub", .b = "sub_alt"};
 	struct timespec t0;
 	pthread_t th;
 	char rel[64], p[512];
@@ -1193,31 +1196,67 @@ static void t_race_rm_recursive(void **state)
 	assert_outside_untouched(fx);
 }
 
+/* Recursive mkdir with each new directory swapped for a link out between
+ * its mkdirat and the open that continues the walk. */
+static void t_race_mkdir_recursive(void **state)
+{
+	struct fx *fx = *state;
+	struct rm_racer rc = {.idx = -1, .stop = false, .tree = 'm', .a = "n", .b = "n_alt"};
+	struct timespec t0;
+	pthread_t th;
+	char rel[64];
+	int i;
+
+	rc.wsfd = open(fx->wsdir, O_PATH | O_DIRECTORY);
+	assert_true(rc.wsfd >= 0);
+	alarm(60);
+	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, &rc), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++) {
+		snprintf(rel, sizeof rel, "m%d", i);
+		host_mkdir(fx->wsdir, rel);
+		snprintf(rel, sizeof rel, "m%d/n_alt", i);
+		host_symlink(fx->wsdir, fx->out, rel);
+		atomic_store(&rc.idx, i);
+		snprintf(rel, sizeof rel, "m%d/n/x/y", i);
+		(void)sbx_fs_mkdir(fx->ws, rel, true);
+		snprintf(rel, sizeof rel, "m%d/n/x/f.txt", i);
+		(void)sbx_fs_write(fx->ws, rel, "x", 1, true);
+		atomic_store(&rc.idx, -1);
+	}
+	atomic_store(&rc.stop, true);
+	pthread_join(th, NULL);
+	alarm(0);
+	close(rc.wsfd);
+	assert_outside_untouched(fx);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(t_ftype_name),
-		T(t_write_read),
-		T(t_write_parents),
-		T(t_write_escapes),
-		T(t_upload_abort_keeps_old),
-		T(t_upload_long_leaf),
-		T(t_upload_write_fails),
-		T(t_upload_parent_swapped),
-		T(t_open_read_special),
-		T(t_open_read_escapes),
-		T(t_stat),
-		T(t_exists),
-		T(t_readdir),
-		T(t_mkdir),
-		T(t_rm_basic),
-		T(t_rm_roots),
-		T(t_rm_links),
-		T(t_move),
-		T(t_sweep_temps),
-		T(t_race_swaps),
-		T(t_race_rm_recursive),
+	    cmocka_unit_test(t_ftype_name),
+	    T(t_write_read),
+	    T(t_write_parents),
+	    T(t_write_escapes),
+	    T(t_upload_abort_keeps_old),
+	    T(t_upload_long_leaf),
+	    T(t_upload_write_fails),
+	    T(t_upload_parent_swapped),
+	    T(t_open_read_special),
+	    T(t_open_read_escapes),
+	    T(t_stat),
+	    T(t_exists),
+	    T(t_readdir),
+	    T(t_mkdir),
+	    T(t_rm_basic),
+	    T(t_rm_roots),
+	    T(t_rm_links),
+	    T(t_move),
+	    T(t_sweep_temps),
+	    T(t_race_swaps),
+	    T(t_race_rm_recursive),
+	    T(t_race_mkdir_recursive),
 	};
 #undef T
 

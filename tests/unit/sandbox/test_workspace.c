@@ -26,9 +26,9 @@
 #define TEST_GID 4343
 
 struct fx {
-	char top[64];   /* mkdtemp dir */
+	char top[64];	/* mkdtemp dir */
 	char wsdir[96]; /* top/ws: the workspace */
-	char out[96];   /* top/out: a host dir the workspace must not reach */
+	char out[96];	/* top/out: a host dir the workspace must not reach */
 	struct sbx_workspace *ws;
 };
 
@@ -111,7 +111,7 @@ static int count_entries(const char *dir)
 static int setup(void **state)
 {
 	struct fx *fx = calloc(1, sizeof *fx);
-	struct sbx_owner own = { TEST_UID, TEST_GID, am_root() };
+	struct sbx_owner own = {TEST_UID, TEST_GID, am_root()};
 
 	snprintf(fx->top, sizeof fx->top, "/tmp/sbx-ws-XXXXXX");
 	assert_non_null(mkdtemp(fx->top));
@@ -225,33 +225,33 @@ struct norm_case {
 static void t_normalize(void **state)
 {
 	static const struct norm_case cases[] = {
-		{ "notes.txt", "sessions/s1", 0, "sessions/s1/notes.txt" },
-		{ "a/b", "sessions/s1", 0, "sessions/s1/a/b" },
-		{ ".", "sessions/s1", 0, "sessions/s1" },
-		{ "./a/./b/", "sessions/s1", 0, "sessions/s1/a/b" },
-		{ "a//b", "sessions/s1", 0, "sessions/s1/a/b" },
-		{ "../x", "sessions/s1", 0, "sessions/x" },
-		{ "../../x", "sessions/s1", 0, "x" },
-		{ "a/../..", "sessions/s1", 0, "sessions" },
-		{ "../..", "sessions/s1", 0, "" },
-		{ "../../../x", "sessions/s1", -EXDEV, NULL },
-		{ "..", "", -EXDEV, NULL },
-		{ "x", "", 0, "x" },
-		{ "/workspace", "sessions/s1", 0, "" },
-		{ "/workspace/", "sessions/s1", 0, "" },
-		{ "/workspace/a//b/./c/", "sessions/s1", 0, "a/b/c" },
-		{ "//workspace//a", "sessions/s1", 0, "a" },
-		{ "/workspace/a/../b", "sessions/s1", 0, "b" },
-		{ "/workspace/..", "sessions/s1", -EXDEV, NULL },
-		{ "/workspace/a/../../b", "sessions/s1", -EXDEV, NULL },
-		{ "/workspace/../workspace/a", "sessions/s1", -EXDEV, NULL },
-		{ "/workspacex", "sessions/s1", -EXDEV, NULL },
-		{ "/workspacex/a", "sessions/s1", -EXDEV, NULL },
-		{ "/workspac", "sessions/s1", -EXDEV, NULL },
-		{ "/etc/passwd", "sessions/s1", -EXDEV, NULL },
-		{ "/", "sessions/s1", -EXDEV, NULL },
-		{ "/./workspace", "sessions/s1", -EXDEV, NULL },
-		{ "\xc3\xa9\\x y", "sessions/s1", 0, "sessions/s1/\xc3\xa9\\x y" },
+	    {"notes.txt", "sessions/s1", 0, "sessions/s1/notes.txt"},
+	    {"a/b", "sessions/s1", 0, "sessions/s1/a/b"},
+	    {".", "sessions/s1", 0, "sessions/s1"},
+	    {"./a/./b/", "sessions/s1", 0, "sessions/s1/a/b"},
+	    {"a//b", "sessions/s1", 0, "sessions/s1/a/b"},
+	    {"../x", "sessions/s1", 0, "sessions/x"},
+	    {"../../x", "sessions/s1", 0, "x"},
+	    {"a/../..", "sessions/s1", 0, "sessions"},
+	    {"../..", "sessions/s1", 0, ""},
+	    {"../../../x", "sessions/s1", -EXDEV, NULL},
+	    {"..", "", -EXDEV, NULL},
+	    {"x", "", 0, "x"},
+	    {"/workspace", "sessions/s1", 0, ""},
+	    {"/workspace/", "sessions/s1", 0, ""},
+	    {"/workspace/a//b/./c/", "sessions/s1", 0, "a/b/c"},
+	    {"//workspace//a", "sessions/s1", 0, "a"},
+	    {"/workspace/a/../b", "sessions/s1", 0, "b"},
+	    {"/workspace/..", "sessions/s1", -EXDEV, NULL},
+	    {"/workspace/a/../../b", "sessions/s1", -EXDEV, NULL},
+	    {"/workspace/../workspace/a", "sessions/s1", -EXDEV, NULL},
+	    {"/workspacex", "sessions/s1", -EXDEV, NULL},
+	    {"/workspacex/a", "sessions/s1", -EXDEV, NULL},
+	    {"/workspac", "sessions/s1", -EXDEV, NULL},
+	    {"/etc/passwd", "sessions/s1", -EXDEV, NULL},
+	    {"/", "sessions/s1", -EXDEV, NULL},
+	    {"/./workspace", "sessions/s1", -EXDEV, NULL},
+	    {"\xc3\xa9\\x y", "sessions/s1", 0, "sessions/s1/\xc3\xa9\\x y"},
 	};
 	char out[SBX_PATH_MAX + 1];
 
@@ -321,7 +321,7 @@ static void t_workspace_open(void **state)
 {
 	struct fx *fx = *state;
 	struct sbx_workspace *ws = NULL, *keep = (struct sbx_workspace *)0x1;
-	struct sbx_owner own = { TEST_UID, TEST_GID, am_root() };
+	struct sbx_owner own = {TEST_UID, TEST_GID, am_root()};
 	char deep[256], file[256];
 	struct stat st;
 
@@ -576,7 +576,7 @@ static void t_session_dir_many_threads(void **state)
 	char seg[SBX_SEGMENT_MAX], key[32], rel[128];
 
 	for (int i = 0; i < 4; i++) {
-		args[i] = (struct ensure_arg){ fx->ws, i * 101, 0 };
+		args[i] = (struct ensure_arg){fx->ws, i * 101, 0};
 		assert_int_equal(pthread_create(&th[i], NULL, ensure_thread, &args[i]), 0);
 	}
 	for (int i = 0; i < 4; i++) {
@@ -610,21 +610,21 @@ static void t_session_dir_many_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(t_djb2),
-		cmocka_unit_test(t_segment_vector),
-		cmocka_unit_test(t_segment_nonascii),
-		cmocka_unit_test(t_segment_long),
-		cmocka_unit_test(t_segment_salt),
-		cmocka_unit_test(t_normalize),
-		cmocka_unit_test(t_normalize_invalid),
-		cmocka_unit_test(t_path_wire),
-		cmocka_unit_test_setup_teardown(t_workspace_open, setup, teardown),
-		cmocka_unit_test_setup_teardown(t_openat_escapes, setup, teardown),
-		cmocka_unit_test_setup_teardown(t_open_parent, setup, teardown),
-		cmocka_unit_test_setup_teardown(t_ws_mkdir, setup, teardown),
-		cmocka_unit_test_setup_teardown(t_session_dir, setup, teardown),
-		cmocka_unit_test_setup_teardown(t_session_dir_failure_not_memoised, setup, teardown),
-		cmocka_unit_test_setup_teardown(t_session_dir_many_threads, setup, teardown),
+	    cmocka_unit_test(t_djb2),
+	    cmocka_unit_test(t_segment_vector),
+	    cmocka_unit_test(t_segment_nonascii),
+	    cmocka_unit_test(t_segment_long),
+	    cmocka_unit_test(t_segment_salt),
+	    cmocka_unit_test(t_normalize),
+	    cmocka_unit_test(t_normalize_invalid),
+	    cmocka_unit_test(t_path_wire),
+	    cmocka_unit_test_setup_teardown(t_workspace_open, setup, teardown),
+	    cmocka_unit_test_setup_teardown(t_openat_escapes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(t_open_parent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(t_ws_mkdir, setup, teardown),
+	    cmocka_unit_test_setup_teardown(t_session_dir, setup, teardown),
+	    cmocka_unit_test_setup_teardown(t_session_dir_failure_not_memoised, setup, teardown),
+	    cmocka_unit_test_setup_teardown(t_session_dir_many_threads, setup, teardown),
 	};
 
 	umask(022);

@@ -1,0 +1,620 @@
+/* POST /exec, GET /exec/{id}, POST /exec/{id}/cancel, GET /execs.
+ *
+ * A POST /exec suspends its connection and hands the command to the
+ * runner thread; the runner's exit event finishes the store row and
+ * resumes every request waiting on that exec (the first one, and
+ * idempotent retries with the same id). A client that hangs up while
+ * its command runs cancels it (routes/watch.c notices). */
+#include "routes/exec.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth/auth.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/fields.h"
+#include "routes/handlers.h"
+#include "routes/metrics.h"
+#include "routes/watch.h"
+#include "sandbox/collector.h"
+#include "sandbox/fsops.h"
+#include "sandbox/runner.h"
+#include "sandbox/workspace.h"
+#include "store/store.h"
+
+#define ENV_MAX 256
+
+struct waiter {
+	struct req *r;
+	struct waiter *next;
+};
+
+struct exec_job {
+	struct app *app;
+	struct tenant *tenant;  /* referenced until the exit */
+	char id[72];
+	uint64_t handle;        /* the runner's */
+	int64_t watch;          /* disconnect watch of the first request */
+	int refs;               /* under registry lock */
+	bool finished;
+	struct waiter *waiters; /* under registry lock */
+	struct exec_job *next;
+};
+
+struct route_execs {
+	pthread_mutex_t mu;
+	struct exec_job *jobs;
+};
+
+/* A suspended request's view of its exec. */
+struct exec_wait {
+	struct exec_job *job;
+	json_t *result;        /* set before the resume */
+	int error;             /* or this */
+};
+
+void route_exec_init(struct app *a)
+{
+	struct route_execs *e = xcalloc(1, sizeof *e);
+	pthread_mutex_init(&e->mu, NULL);
+	a->execs = e;
+}
+
+void route_exec_fini(struct app *a)
+{
+	struct route_execs *e = a->execs;
+	if (!e)
+		return;
+	pthread_mutex_destroy(&e->mu);
+	free(e);
+	a->execs = NULL;
+}
+
+static void job_put_locked(struct exec_job *j)
+{
+	if (--j->refs > 0)
+		return;
+	app_tenant_put(j->app, &j->tenant);
+	free(j);
+}
+
+static struct exec_job *find_locked(struct route_execs *e, const char *tenant, const char *id)
+{
+	for (struct exec_job *j = e->jobs; j; j = j->next)
+		if (strcmp(j->id, id) == 0 && strcmp(j->tenant->name, tenant) == 0)
+			return j;
+	return NULL;
+}
+
+static bool id_ok(const char *id, size_t n)
+{
+	if (n < 1 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = id[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+static bool env_name_ok(const char *k)
+{
+	if (!((*k >= 'A' && *k <= 'Z') || (*k >= 'a' && *k <= 'z') || *k == '_'))
+		return false;
+	for (const char *p = k + 1; *p; p++)
+		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+			return false;
+	return strlen(k) <= 256;
+}
+
+static void sha256_hex(const char *p, size_t n, char out[65])
+{
+	unsigned char md[32];
+	unsigned int len = 0;
+	EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
+	for (size_t i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+static const char *state_of(const struct sbx_exec_result *res)
+{
+	return res->timed_out ? "timed_out" : res->cancelled ? "cancelled" : "exited";
+}
+
+static json_t *time_json(int64_t ms)
+{
+	char t[40];
+	rfc3339_ms(ms, t, sizeof t);
+	return json_string(t);
+}
+
+static json_t *result_json(const char *id, const struct sbx_exec_result *res)
+{
+	return json_pack("{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}", "id", id,
+			 "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "",
+			 res->stdout_len, "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len,
+			 "timed_out", res->timed_out, "idle", res->idle, "cancelled", res->cancelled, "truncated",
+			 res->truncated, "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes",
+			 (json_int_t)res->stderr_bytes, "stdout_spill",
+			 res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
+			 res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
+			 time_json(res->started_at_ms), "finished_at", time_json(res->finished_at_ms), "duration_ms",
+			 (json_int_t)(res->finished_at_ms - res->started_at_ms));
+}
+
+/* Runner thread: every event of a job. */
+static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
+{
+	struct exec_job *j = ctx;
+	struct app *a = j->app;
+	if (ev->kind == SBX_EV_HEARTBEAT)
+		metrics_heartbeat(a->metrics);
+	if (ev->kind != SBX_EV_EXIT)
+		return;
+
+	json_t *result = NULL;
+	int error = 0;
+	if (!ev->result) {
+		/* Never started: forget the row so the id can be retried. */
+		error = spawn_error ? spawn_error : -SBX_E_BACKEND;
+		store_exec_delete(a->store, j->tenant->name, j->id);
+		metrics_exec_finished(a->metrics, "failed", 0);
+	} else {
+		const struct sbx_exec_result *res = ev->result;
+		result = result_json(j->id, res);
+		char *text = json_dumps(result, JSON_COMPACT);
+		if (store_exec_finish(a->store, j->tenant->name, j->id, state_of(res), res->exit_code, text,
+				      res->finished_at_ms) < 0)
+			metrics_store_error(a->metrics);
+		free(text);
+		metrics_exec_finished(a->metrics, state_of(res),
+				      (double)(res->finished_at_ms - res->started_at_ms));
+	}
+	app_tenant_release_exec(a, j->tenant);
+
+	struct route_execs *e = a->execs;
+	pthread_mutex_lock(&e->mu);
+	j->finished = true;
+	for (struct exec_job **p = &e->jobs; *p; p = &(*p)->next)
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	watch_remove(a->watch, j->watch);
+	j->watch = 0;
+	while (j->waiters) {
+		struct waiter *w = j->waiters;
+		j->waiters = w->next;
+		struct exec_wait *ew = w->r->hstate;
+		ew->result = result ? json_incref(result) : NULL;
+		ew->error = error;
+		req_resume(w->r);
+		free(w);
+	}
+	job_put_locked(j); /* the runner's reference */
+	pthread_mutex_unlock(&e->mu);
+	json_decref(result);
+}
+
+/* Watch thread: the first request's client hung up. */
+static void on_hangup(void *ctx)
+{
+	struct exec_job *j = ctx;
+	sbx_runner_cancel(j->app->runner, j->handle);
+}
+
+static int exec_resume(struct req *r)
+{
+	struct exec_wait *ew = r->hstate;
+	if (ew->error)
+		return req_fail(r, ew->error,
+				ew->error == -SBX_E_BACKEND ? "the isolation backend could not start the command"
+							    : "the command could not be started");
+	json_t *res = ew->result;
+	ew->result = NULL;
+	json_t *code = json_object_get(res, "exit_code");
+	r->has_exit_code = true;
+	r->exit_code = (int)json_integer_value(code);
+	return reply_json(r, 200, res);
+}
+
+static void exec_free(struct req *r)
+{
+	struct exec_wait *ew = r->hstate;
+	if (!ew)
+		return;
+	if (ew->job) {
+		struct route_execs *e = r->app->execs;
+		pthread_mutex_lock(&e->mu);
+		for (struct waiter **p = &ew->job->waiters; *p; p = &(*p)->next)
+			if ((*p)->r == r) {
+				struct waiter *w = *p;
+				*p = w->next;
+				free(w);
+				break;
+			}
+		job_put_locked(ew->job);
+		pthread_mutex_unlock(&e->mu);
+	}
+	json_decref(ew->result);
+	free(ew);
+	r->hstate = NULL;
+}
+
+/* Wait on a running job (registry lock held): suspend r until its exit. */
+static void wait_on_locked(struct req *r, struct exec_job *j)
+{
+	struct exec_wait *ew = xcalloc(1, sizeof *ew);
+	ew->job = j;
+	j->refs++;
+	r->hstate = ew;
+	r->on_resume = exec_resume;
+	r->on_free = exec_free;
+	struct waiter *w = xcalloc(1, sizeof *w);
+	w->r = r;
+	w->next = j->waiters;
+	j->waiters = w;
+	req_suspend(r);
+}
+
+/* The same id again: the same request waits for or reads that exec; a
+ * different one is a conflict. */
+static int answer_existing(struct req *r, const char *id, const char *hash)
+{
+	struct store_exec ex;
+	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
+	if (rc == -ENOENT)
+		return rc; /* gone meanwhile (a failed start): the caller retries */
+	if (rc < 0)
+		return req_fail(r, rc, "cannot read the exec record");
+	if (strcmp(ex.request_hash, hash) != 0) {
+		store_exec_clear(&ex);
+		return req_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
+	}
+	if (strcmp(ex.state, "running") == 0) {
+		store_exec_clear(&ex);
+		struct route_execs *e = r->app->execs;
+		pthread_mutex_lock(&e->mu);
+		struct exec_job *j = find_locked(e, r->tenant->name, id);
+		if (j && !j->finished) {
+			wait_on_locked(r, j);
+			pthread_mutex_unlock(&e->mu);
+			return 0;
+		}
+		pthread_mutex_unlock(&e->mu);
+		/* It finished between the two looks: read it again. */
+		if ((rc = store_exec_get(r->app->store, r->tenant->name, id, &ex)) < 0)
+			return req_fail(r, rc, "cannot read the exec record");
+	}
+	if (strcmp(ex.state, "lost") == 0 || !ex.result) {
+		store_exec_clear(&ex);
+		return req_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
+	}
+	json_t *res = json_loads(ex.result, 0, NULL);
+	store_exec_clear(&ex);
+	if (!res)
+		return req_fail(r, -SBX_E_STORE, "the stored result is unreadable");
+	r->has_exit_code = true;
+	r->exit_code = (int)json_integer_value(json_object_get(res, "exit_code"));
+	return reply_json(r, 200, res);
+}
+
+struct exec_params {
+	const char *command, *cwd, *stdin_data, *id;
+	size_t command_len, cwd_len, stdin_len, id_len;
+	json_t *env;
+	int64_t timeout_s, idle_timeout_s, max_output;
+	bool stream;
+};
+
+int route_exec_post(struct req *r)
+{
+	struct app *a = r->app;
+	const struct sbx_config *cfg = a->cfg;
+	struct exec_params p = { .timeout_s = cfg->exec_timeout_default_s,
+				 .max_output = cfg->max_output_bytes_default };
+	const struct field f[] = {
+		{ "command", F_STRING, true, &p.command, &p.command_len, 0, 0, NULL },
+		{ "cwd", F_STRING, false, &p.cwd, &p.cwd_len, 0, 0, NULL },
+		{ "env", F_OBJECT, false, &p.env, NULL, 0, 0, NULL },
+		{ "timeout_s", F_INT, false, &p.timeout_s, NULL, 1, 604800, NULL },
+		{ "idle_timeout_s", F_INT, false, &p.idle_timeout_s, NULL, 1, 604800, NULL },
+		{ "stdin", F_STRING, false, &p.stdin_data, &p.stdin_len, 0, 0, NULL },
+		{ "max_output_bytes", F_INT, false, &p.max_output, NULL, 256, INT64_MAX, NULL },
+		{ "id", F_STRING, false, &p.id, &p.id_len, 0, 0, NULL },
+		{ "stream", F_BOOL, false, &p.stream, NULL, 0, 0, NULL },
+	};
+	int rc = fields_read(r, r->json, f, sizeof f / sizeof f[0]);
+	if (rc < 0)
+		return rc;
+	if (p.command_len == 0 || memchr(p.command, '\0', p.command_len))
+		return req_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
+	if (p.id && !id_ok(p.id, p.id_len))
+		return req_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
+	if (p.stream)
+		return req_fail(r, -EINVAL, "stream: true is not served by this build; watch GET /exec/{id}/events");
+	/* Server caps: a larger ask is clamped, not refused. */
+	if (p.timeout_s > cfg->exec_timeout_max_s)
+		p.timeout_s = cfg->exec_timeout_max_s;
+	if (p.max_output > cfg->max_output_bytes_cap)
+		p.max_output = cfg->max_output_bytes_cap;
+
+	const char *envv[ENV_MAX + 1];
+	char *envbuf[ENV_MAX];
+	size_t nenv = 0;
+	json_t *env_sorted = json_object();
+	if (p.env) {
+		const char *k;
+		json_t *v;
+		json_object_foreach(p.env, k, v) {
+			if (nenv == ENV_MAX) {
+				rc = req_fail(r, -EINVAL, "at most %d environment variables", ENV_MAX);
+				goto out;
+			}
+			if (!env_name_ok(k)) {
+				rc = req_fail(r, -EINVAL, "env name \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", k);
+				goto out;
+			}
+			if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v))) {
+				rc = req_fail(r, -EINVAL, "env value of %s must be a string without NUL bytes", k);
+				goto out;
+			}
+			envbuf[nenv] = xasprintf("%s=%s", k, json_string_value(v));
+			envv[nenv] = envbuf[nenv];
+			nenv++;
+			json_object_set(env_sorted, k, v);
+		}
+	}
+	envv[nenv] = NULL;
+
+	char cwd_rel[SBX_PATH_MAX];
+	if ((rc = req_session(r)) < 0)
+		goto out;
+	if (p.cwd) {
+		if ((rc = req_path(r, p.cwd, p.cwd_len, cwd_rel, sizeof cwd_rel)) < 0)
+			goto out;
+	} else {
+		snprintf(cwd_rel, sizeof cwd_rel, "%s", r->session_rel);
+	}
+	struct sbx_stat st;
+	if ((rc = sbx_fs_stat(r->tenant->ws, cwd_rel, &st)) < 0 || st.type != SBX_FT_DIR) {
+		rc = req_fail(r, rc < 0 ? (rc == -EXDEV ? rc : -ENOENT) : -ENOTDIR,
+			      "cwd %s is not a directory in the workspace", p.cwd ? p.cwd : "(session)");
+		goto out;
+	}
+	char cwd_wire[SBX_PATH_MAX + 16];
+	sbx_path_wire(cwd_rel, cwd_wire, sizeof cwd_wire);
+	req_set_target(r, p.command);
+
+	/* The idempotency key covers everything that changes what runs. */
+	json_t *canon = json_pack("{s:s%, s:s%, s:s, s:O, s:I, s:I, s:s%, s:I}", "command", p.command, p.command_len,
+				  "session", r->session_key, r->session_key_len, "cwd", cwd_wire, "env", env_sorted,
+				  "timeout_s", (json_int_t)p.timeout_s, "idle_timeout_s", (json_int_t)p.idle_timeout_s,
+				  "stdin", p.stdin_data ? p.stdin_data : "", p.stdin_len, "max_output_bytes",
+				  (json_int_t)p.max_output);
+	char *ctext = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(canon);
+	char hash[65];
+	sha256_hex(ctext, strlen(ctext), hash);
+	free(ctext);
+
+	char idbuf[72];
+	if (p.id) {
+		memcpy(idbuf, p.id, p.id_len);
+		idbuf[p.id_len] = '\0';
+	} else {
+		unsigned char rnd[10];
+		auth_random(rnd, sizeof rnd);
+		snprintf(idbuf, sizeof idbuf, "x");
+		for (size_t i = 0; i < sizeof rnd; i++)
+			snprintf(idbuf + 1 + 2 * i, 3, "%02x", rnd[i]);
+	}
+
+	if (a->stopping) {
+		r->retry_after_s = 5;
+		rc = req_fail(r, -SBX_E_BACKEND, "the server is shutting down");
+		goto out;
+	}
+	if (p.id && (rc = answer_existing(r, idbuf, hash)) != -ENOENT)
+		goto out; /* answered (or waiting) from the earlier exec */
+	if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
+		r->retry_after_s = 1;
+		rc = req_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
+			      (long long)cfg->tenant_max_execs);
+		goto out;
+	}
+
+	/* Fail closed: nothing runs unless its start is recorded. */
+	struct store_exec row = { 0 };
+	snprintf(row.tenant, sizeof row.tenant, "%s", r->tenant->name);
+	snprintf(row.id, sizeof row.id, "%s", idbuf);
+	row.session = r->session_key;
+	row.session_len = r->session_key_len;
+	row.command = (char *)p.command;
+	row.cwd = cwd_wire;
+	row.request_hash = hash;
+	snprintf(row.state, sizeof row.state, "running");
+	row.started_at = now_ms();
+	rc = store_exec_begin(a->store, &row);
+	if (rc < 0) {
+		app_tenant_release_exec(a, r->tenant);
+		if (rc == -EEXIST && p.id) {
+			rc = answer_existing(r, idbuf, hash);
+			if (rc == -ENOENT)
+				rc = req_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", idbuf);
+		} else if (rc == -EEXIST) {
+			rc = req_fail(r, -SBX_E_CONFLICT, "generated exec id collided; retry");
+		} else {
+			r->retry_after_s = 1;
+			rc = req_fail(r, -SBX_E_STORE, "cannot record the start of the command; it was not run");
+		}
+		goto out;
+	}
+
+	struct exec_job *j = xcalloc(1, sizeof *j);
+	j->app = a;
+	snprintf(j->id, sizeof j->id, "%s", idbuf);
+	if (app_tenant_get(a, r->tenant->name, &j->tenant) < 0) {
+		/* Removed this instant: run under the request's reference. */
+		j->tenant = r->tenant;
+		r->tenant = NULL;
+	}
+	j->refs = 1; /* the runner's */
+
+	char cgroup[160];
+	snprintf(cgroup, sizeof cgroup, "sandboxd/%s/%s", j->tenant->name, j->id);
+	struct sbx_exec_req er = {
+		.backend = a->backend,
+		.ws = j->tenant->ws,
+		.spawn = {
+			.command = p.command,
+			.workspace_host_dir = sbx_workspace_host_dir(j->tenant->ws),
+			.cwd_rel = cwd_rel,
+			.env = envv,
+			.uid = j->tenant->uid,
+			.gid = j->tenant->gid,
+			.drop_privs = a->drop_privs,
+			.limits = { .mem_bytes = (uint64_t)cfg->mem_limit_bytes, .nproc = (uint64_t)cfg->nproc_limit,
+				    .fsize_bytes = (uint64_t)cfg->fsize_limit_bytes, .nofile = (uint64_t)cfg->nofile_limit,
+				    .tmp_bytes = (uint64_t)cfg->tmp_size_bytes },
+			.cgroup_name = cgroup,
+		},
+		.id = j->id,
+		.timeout_ms = (uint64_t)p.timeout_s * 1000,
+		.idle_timeout_ms = (uint64_t)p.idle_timeout_s * 1000,
+		.kill_grace_ms = (uint64_t)cfg->exec_kill_grace_ms,
+		.stdin_data = p.stdin_data,
+		.stdin_len = p.stdin_len,
+		.max_output_bytes = (size_t)p.max_output,
+		.spill_cap = (uint64_t)cfg->spill_cap_bytes,
+		.heartbeat_ms = (uint64_t)cfg->heartbeat_ms,
+	};
+	if (strcmp(sbx_backend_name(a->backend), "local") == 0)
+		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)", j->id,
+			j->tenant->name);
+
+	struct route_execs *e = a->execs;
+	pthread_mutex_lock(&e->mu);
+	j->next = e->jobs;
+	e->jobs = j;
+	/* Suspend before the runner can possibly answer. */
+	wait_on_locked(r, j);
+	rc = sbx_runner_submit(a->runner, &er, on_event, j, &j->handle);
+	if (rc == 0) {
+		metrics_exec_started(a->metrics);
+		int fd = -1;
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (ci)
+			fd = ci->connect_fd;
+		if (fd >= 0) {
+			int64_t w = watch_add(a->watch, fd, on_hangup, j);
+			j->watch = w > 0 ? w : 0;
+		}
+	}
+	pthread_mutex_unlock(&e->mu);
+	if (rc < 0) {
+		/* Could not even queue it: report through the resume path. */
+		struct sbx_event ev = { .kind = SBX_EV_EXIT };
+		on_event(j, &ev, rc);
+	}
+	rc = 0;
+out:
+	for (size_t i = 0; i < nenv; i++)
+		free(envbuf[i]);
+	json_decref(env_sorted);
+	return rc;
+}
+
+static json_t *exec_view(const struct store_exec *ex, bool with_result)
+{
+	size_t n = 0;
+	char *session = sbx_utf8_sanitize(ex->session, ex->session_len, &n);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s%, s:s, s:o}", "id", ex->id, "state", ex->state, "command",
+			      ex->command, "session", session, n, "cwd", ex->cwd, "started_at",
+			      time_json(ex->started_at));
+	free(session);
+	if (with_result) {
+		json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;
+		json_object_set_new(o, "result", res ? res : json_null());
+	}
+	return o;
+}
+
+int route_exec_get(struct req *r)
+{
+	const char *id = r->params[0];
+	if (!id_ok(id, strlen(id)))
+		return req_fail(r, -ENOENT, "no exec %s", id);
+	struct store_exec ex;
+	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
+	if (rc == -ENOENT)
+		return req_fail(r, rc, "no exec %s", id);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot read the exec record");
+	json_t *o = exec_view(&ex, true);
+	store_exec_clear(&ex);
+	return reply_json(r, 200, o);
+}
+
+int route_exec_cancel(struct req *r)
+{
+	const char *id = r->params[0];
+	struct route_execs *e = r->app->execs;
+	uint64_t handle = 0;
+	pthread_mutex_lock(&e->mu);
+	struct exec_job *j = id_ok(id, strlen(id)) ? find_locked(e, r->tenant->name, id) : NULL;
+	if (j && !j->finished)
+		handle = j->handle;
+	pthread_mutex_unlock(&e->mu);
+	req_set_target(r, id);
+	if (handle && sbx_runner_cancel(r->app->runner, handle) == 0)
+		return reply_json(r, 202, json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));
+	struct store_exec ex;
+	int rc = id_ok(id, strlen(id)) ? store_exec_get(r->app->store, r->tenant->name, id, &ex) : -ENOENT;
+	if (rc == -ENOENT)
+		return req_fail(r, rc, "no exec %s", id);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot read the exec record");
+	char state[16];
+	snprintf(state, sizeof state, "%s", ex.state);
+	store_exec_clear(&ex);
+	return req_fail(r, -SBX_E_CONFLICT, "exec %s has already finished (%s)", id, state);
+}
+
+int route_exec_list(struct req *r)
+{
+	const char *state = req_query(r, "state");
+	const char *session = req_query(r, "session");
+	int64_t limit;
+	int rc = req_query_int(r, "limit", 100, 1, 1000, &limit);
+	if (rc < 0)
+		return rc;
+	static const char *const states[] = { "running", "exited", "timed_out", "cancelled", "lost" };
+	if (state) {
+		bool ok = false;
+		for (size_t i = 0; i < 5; i++)
+			ok |= strcmp(state, states[i]) == 0;
+		if (!ok)
+			return req_fail(r, -EINVAL, "state must be running, exited, timed_out, cancelled or lost");
+	}
+	struct store_exec *v = NULL;
+	size_t n = 0;
+	rc = store_exec_list(r->app->store, r->tenant->name, state, session, session ? strlen(session) : 0,
+			     (size_t)limit, false, &v, &n);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot list execs");
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, exec_view(&v[i], false));
+	store_execs_free(v, n);
+	return reply_json(r, 200, json_pack("{s:o}", "execs", arr));
+}
