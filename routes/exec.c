@@ -21,7 +21,9 @@
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/fields.h"
+#include "routes/errors.h"
 #include "routes/handlers.h"
+#include "routes/hub.h"
 #include "routes/metrics.h"
 #include "routes/watch.h"
 #include "sandbox/collector.h"
@@ -43,6 +45,7 @@ struct exec_job {
 	char id[72];
 	uint64_t handle;        /* the runner's */
 	int64_t watch;          /* disconnect watch of the first request */
+	struct hub_channel *chan; /* live events */
 	int refs;               /* under registry lock */
 	bool finished;
 	struct waiter *waiters; /* under registry lock */
@@ -151,15 +154,33 @@ static json_t *result_json(const char *id, const struct sbx_exec_result *res)
 			 (json_int_t)(res->finished_at_ms - res->started_at_ms));
 }
 
+static json_t *heartbeat_json(const char *id, const struct sbx_event *ev)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:o, s:s}", "id", id, "elapsed_ms", (json_int_t)ev->elapsed_ms,
+			 "stdout_bytes", (json_int_t)ev->stdout_bytes, "stderr_bytes", (json_int_t)ev->stderr_bytes,
+			 "last_output_at", ev->last_output_at_ms ? time_json(ev->last_output_at_ms) : json_null(),
+			 "tail", ev->tail ? ev->tail : "");
+}
+
 /* Runner thread: every event of a job. */
 static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 {
 	struct exec_job *j = ctx;
 	struct app *a = j->app;
-	if (ev->kind == SBX_EV_HEARTBEAT)
-		metrics_heartbeat(a->metrics);
-	if (ev->kind != SBX_EV_EXIT)
+	switch (ev->kind) {
+	case SBX_EV_START:
+		hub_channel_started(a->hub, j->chan);
 		return;
+	case SBX_EV_HEARTBEAT:
+		metrics_heartbeat(a->metrics);
+		hub_channel_heartbeat(a->hub, j->chan, heartbeat_json(j->id, ev));
+		return;
+	case SBX_EV_OUTPUT:
+		hub_channel_output(a->hub, j->chan, ev->stream, ev->data, ev->len);
+		return;
+	case SBX_EV_EXIT:
+		break;
+	}
 
 	json_t *result = NULL;
 	int error = 0;
@@ -168,6 +189,12 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 		error = spawn_error ? spawn_error : -SBX_E_BACKEND;
 		store_exec_delete(a->store, j->tenant->name, j->id);
 		metrics_exec_finished(a->metrics, "failed", 0);
+		struct wire_error w = wire_error_for(error);
+		json_t *err = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", w.code, "message",
+					"the command could not be started", "retry_hint",
+					w.retry_hint ? json_string(w.retry_hint) : json_null());
+		hub_channel_exit(a->hub, j->chan, NULL, err);
+		json_decref(err);
 	} else {
 		const struct sbx_exec_result *res = ev->result;
 		result = result_json(j->id, res);
@@ -178,7 +205,9 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 		free(text);
 		metrics_exec_finished(a->metrics, state_of(res),
 				      (double)(res->finished_at_ms - res->started_at_ms));
+		hub_channel_exit(a->hub, j->chan, result, NULL);
 	}
+	j->chan = NULL;
 	app_tenant_release_exec(a, j->tenant);
 
 	struct route_execs *e = a->execs;
@@ -266,9 +295,26 @@ static void wait_on_locked(struct req *r, struct exec_job *j)
 	req_suspend(r);
 }
 
+/* The data of an exec's `start` event. */
+static json_t *start_json(const char *id, const char *command, const char *session, size_t session_len,
+			  const char *cwd, int64_t started_at)
+{
+	size_t n = 0;
+	char *sk = sbx_utf8_sanitize(session, session_len, &n);
+	json_t *o = json_pack("{s:s, s:s, s:s%, s:s, s:o}", "id", id, "command", command, "session", sk, n, "cwd",
+			      cwd, "started_at", time_json(started_at));
+	free(sk);
+	return o;
+}
+
+json_t *exec_start_json(const struct store_exec *ex)
+{
+	return start_json(ex->id, ex->command, ex->session, ex->session_len, ex->cwd, ex->started_at);
+}
+
 /* The same id again: the same request waits for or reads that exec; a
  * different one is a conflict. */
-static int answer_existing(struct req *r, const char *id, const char *hash)
+static int answer_existing(struct req *r, const char *id, const char *hash, bool stream)
 {
 	struct store_exec ex;
 	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
@@ -286,9 +332,15 @@ static int answer_existing(struct req *r, const char *id, const char *hash)
 		pthread_mutex_lock(&e->mu);
 		struct exec_job *j = find_locked(e, r->tenant->name, id);
 		if (j && !j->finished) {
-			wait_on_locked(r, j);
-			pthread_mutex_unlock(&e->mu);
-			return 0;
+			if (!stream) {
+				wait_on_locked(r, j);
+				pthread_mutex_unlock(&e->mu);
+				return 0;
+			}
+			if (hub_subscribe_exec(r->app->hub, r, r->tenant->name, id, 0, false) == 0) {
+				pthread_mutex_unlock(&e->mu);
+				return 0;
+			}
 		}
 		pthread_mutex_unlock(&e->mu);
 		/* It finished between the two looks: read it again. */
@@ -300,9 +352,19 @@ static int answer_existing(struct req *r, const char *id, const char *hash)
 		return req_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
 	}
 	json_t *res = json_loads(ex.result, 0, NULL);
+	json_t *start = exec_start_json(&ex);
 	store_exec_clear(&ex);
-	if (!res)
+	if (!res) {
+		json_decref(start);
 		return req_fail(r, -SBX_E_STORE, "the stored result is unreadable");
+	}
+	if (stream) {
+		hub_reply_ended(r->app->hub, r, start, res);
+		json_decref(start);
+		json_decref(res);
+		return 0;
+	}
+	json_decref(start);
 	r->has_exit_code = true;
 	r->exit_code = (int)json_integer_value(json_object_get(res, "exit_code"));
 	return reply_json(r, 200, res);
@@ -340,8 +402,6 @@ int route_exec_post(struct req *r)
 		return req_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
 	if (p.id && !id_ok(p.id, p.id_len))
 		return req_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
-	if (p.stream)
-		return req_fail(r, -EINVAL, "stream: true is not served by this build; watch GET /exec/{id}/events");
 	/* Server caps: a larger ask is clamped, not refused. */
 	if (p.timeout_s > cfg->exec_timeout_max_s)
 		p.timeout_s = cfg->exec_timeout_max_s;
@@ -424,7 +484,7 @@ int route_exec_post(struct req *r)
 		rc = req_fail(r, -SBX_E_BACKEND, "the server is shutting down");
 		goto out;
 	}
-	if (p.id && (rc = answer_existing(r, idbuf, hash)) != -ENOENT)
+	if (p.id && (rc = answer_existing(r, idbuf, hash, p.stream)) != -ENOENT)
 		goto out; /* answered (or waiting) from the earlier exec */
 	if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
 		r->retry_after_s = 1;
@@ -448,7 +508,7 @@ int route_exec_post(struct req *r)
 	if (rc < 0) {
 		app_tenant_release_exec(a, r->tenant);
 		if (rc == -EEXIST && p.id) {
-			rc = answer_existing(r, idbuf, hash);
+			rc = answer_existing(r, idbuf, hash, p.stream);
 			if (rc == -ENOENT)
 				rc = req_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", idbuf);
 		} else if (rc == -EEXIST) {
@@ -469,6 +529,9 @@ int route_exec_post(struct req *r)
 		r->tenant = NULL;
 	}
 	j->refs = 1; /* the runner's */
+	j->chan = hub_channel_open(a->hub, j->tenant->name, j->id,
+				   start_json(j->id, p.command, r->session_key, r->session_key_len, cwd_wire,
+					      row.started_at));
 
 	char cgroup[160];
 	snprintf(cgroup, sizeof cgroup, "sandboxd/%s/%s", j->tenant->name, j->id);
@@ -497,6 +560,7 @@ int route_exec_post(struct req *r)
 		.max_output_bytes = (size_t)p.max_output,
 		.spill_cap = (uint64_t)cfg->spill_cap_bytes,
 		.heartbeat_ms = (uint64_t)cfg->heartbeat_ms,
+		.want_output_events = p.stream,
 	};
 	if (strcmp(sbx_backend_name(a->backend), "local") == 0)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)", j->id,
@@ -506,10 +570,16 @@ int route_exec_post(struct req *r)
 	pthread_mutex_lock(&e->mu);
 	j->next = e->jobs;
 	e->jobs = j;
-	/* Suspend before the runner can possibly answer. */
-	wait_on_locked(r, j);
+	/* Wait (or subscribe) before the runner can possibly answer. */
+	if (p.stream)
+		hub_subscribe_exec(a->hub, r, j->tenant->name, j->id, 0, true);
+	else
+		wait_on_locked(r, j);
 	rc = sbx_runner_submit(a->runner, &er, on_event, j, &j->handle);
-	if (rc == 0) {
+	if (rc == 0 && p.stream) {
+		metrics_exec_started(a->metrics);
+		hub_set_cancel(a->hub, r, j->handle);
+	} else if (rc == 0) {
 		metrics_exec_started(a->metrics);
 		int fd = -1;
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -536,12 +606,8 @@ out:
 
 static json_t *exec_view(const struct store_exec *ex, bool with_result)
 {
-	size_t n = 0;
-	char *session = sbx_utf8_sanitize(ex->session, ex->session_len, &n);
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s%, s:s, s:o}", "id", ex->id, "state", ex->state, "command",
-			      ex->command, "session", session, n, "cwd", ex->cwd, "started_at",
-			      time_json(ex->started_at));
-	free(session);
+	json_t *o = exec_start_json(ex);
+	json_object_set_new(o, "state", json_string(ex->state));
 	if (with_result) {
 		json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;
 		json_object_set_new(o, "result", res ? res : json_null());

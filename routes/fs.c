@@ -24,10 +24,11 @@
 /* The ?path= of a request, resolved into rel. */
 static int query_path(struct req *r, char *rel, size_t relsz)
 {
-	const char *p = req_query(r, "path");
+	size_t n = 0;
+	const char *p = req_query_n(r, "path", &n);
 	if (!p)
 		return req_fail(r, -EINVAL, "query parameter path is required");
-	return req_path(r, p, strlen(p), rel, relsz);
+	return req_path(r, p, n, rel, relsz);
 }
 
 static json_t *wire_path_json(const char *rel)

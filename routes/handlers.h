@@ -26,7 +26,14 @@ int route_fs_move(struct req *r);
 	{ "POST", "/fs/move", AUTH_SCOPE_FS_WRITE, RF_JSON, route_fs_move },
 
 /* routes/sessions.c */
-#define ROUTES_SESSIONS
+int route_sessions_list(struct req *r);
+int route_session_delete(struct req *r);
+/* Listing is observing (audit:read), and a gateway lists its own sessions
+ * with its ordinary token (fs:read or exec, which see the same directories
+ * anyway); deleting removes files, so it needs fs:write. */
+#define ROUTES_SESSIONS \
+	{ "GET", "/sessions", AUTH_SCOPE_AUDIT_READ | AUTH_SCOPE_FS_READ | AUTH_SCOPE_EXEC, 0, route_sessions_list }, \
+	{ "DELETE", "/session", AUTH_SCOPE_FS_WRITE, 0, route_session_delete },
 
 /* routes/exec.c */
 int route_exec_post(struct req *r);
@@ -43,7 +50,11 @@ int route_exec_list(struct req *r);
 #define ROUTES_TRANSFERS
 
 /* routes/events.c */
-#define ROUTES_EVENTS
+int route_exec_events(struct req *r);
+int route_events(struct req *r);
+#define ROUTES_EVENTS \
+	{ "GET", "/exec/{id}/events", AUTH_SCOPE_EXEC | AUTH_SCOPE_AUDIT_READ, RF_SSE, route_exec_events }, \
+	{ "GET", "/events", AUTH_SCOPE_EXEC | AUTH_SCOPE_AUDIT_READ, RF_SSE, route_events },
 
 /* routes/audit.c */
 int route_audit(struct req *r);

@@ -33,6 +33,18 @@ const char *req_query(struct req *r, const char *name)
 	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+const char *req_query_n(struct req *r, const char *name, size_t *len)
+{
+	const char *v = NULL;
+	size_t n = 0;
+	if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v, &n) != MHD_YES)
+		return NULL;
+	if (!v) /* "?path" without "=": present, empty */
+		v = "";
+	*len = n;
+	return v;
+}
+
 int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out)
 {
 	const char *v = req_query(r, name);

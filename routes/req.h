@@ -49,6 +49,8 @@ struct req {
 	const char *params[REQ_MAX_PARAMS]; /* captured {x} segments, owned */
 	struct auth_claims claims;
 	bool authed;
+	bool audit_tenant;         /* not authed, but claims.tenant and session_key name the tenant
+	                              and session the audit row belongs to (transfer-token routes) */
 	struct tenant *tenant;     /* referenced while the request lives */
 	char *session_key;         /* X-Session-Key or "default", owned */
 	size_t session_key_len;
@@ -74,6 +76,7 @@ struct req {
 	req_free_fn on_free;
 	bool suspended;
 	bool closed;               /* completion seen */
+	bool completed_ok;         /* set before on_free: the response went out whole */
 };
 
 /* Record an error for the dispatcher to render; returns code (negative). */
@@ -82,6 +85,9 @@ int req_fail(struct req *r, int code, const char *fmt, ...) __attribute__((forma
 /* Headers and query. */
 const char *req_header(struct req *r, const char *name);
 const char *req_query(struct req *r, const char *name);
+/* The same with the value's length: a decoded %00 stays in the value
+ * (req_query would cut it there), so paths can refuse it. NULL if absent. */
+const char *req_query_n(struct req *r, const char *name, size_t *len);
 /* Query parameter as an integer in [lo, hi]; def when absent. -EINVAL (with req_fail) when bad. */
 int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out);
 bool req_query_bool(struct req *r, const char *name);

@@ -27,6 +27,12 @@ struct route {
 	unsigned scope;           /* any of these scope bits suffices; 0: none */
 	unsigned flags;
 	route_handler handler;
+	/* RF_STREAM_IN routes: run at the end of route_begin, once the request
+	 * is authenticated and authorised and before any body byte arrives, to
+	 * set r->on_upload / r->on_free / r->hstate (or refuse: a negative code
+	 * is answered like any route_begin error). NULL: none. Rows written
+	 * without it leave it zero. */
+	route_handler begin;
 };
 
 extern const struct route route_table[];

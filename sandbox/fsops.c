@@ -429,6 +429,30 @@ out:
 	return r;
 }
 
+int sbx_session_dir_remove(struct sbx_workspace *ws, const char *segment)
+{
+	int sfd, r;
+
+	if (!segment || !*segment || strnlen(segment, SBX_SEGMENT_MAX) >= SBX_SEGMENT_MAX || strchr(segment, '/') ||
+	    strcmp(segment, ".") == 0 || strcmp(segment, "..") == 0)
+		return -EINVAL;
+	sbx_session_dir_forget(ws, segment);
+	sfd = sbx_ws_open_child(sbx_workspace_dirfd(ws), "sessions", O_RDONLY | O_DIRECTORY, 0);
+	/* No real sessions directory (missing, or a tenant's command put a
+	 * link or a file there): there is no session directory to remove. */
+	if (sfd == -ENOENT || sfd == -ELOOP || sfd == -ENOTDIR)
+		return 0;
+	if (sfd < 0)
+		return sfd;
+	r = remove_tree(sfd, segment, 0);
+	close(sfd);
+	if (r == -ENOENT)
+		r = 0;
+	/* Again: a request of the session may have made it anew meanwhile. */
+	sbx_session_dir_forget(ws, segment);
+	return r;
+}
+
 int sbx_fs_move(const struct sbx_workspace *ws, const char *from, const char *to, bool overwrite)
 {
 	const char *fleaf, *tleaf;

@@ -60,6 +60,15 @@ int sbx_fs_mkdir(const struct sbx_workspace *ws, const char *rel, bool recursive
  * opens (O_NOFOLLOW) and never leaves the workspace. */
 int sbx_fs_rm(const struct sbx_workspace *ws, const char *rel, bool recursive, bool force, bool *removed);
 
+/* Remove the session directory sessions/<segment> and everything in it,
+ * walking with fd-relative opens that never follow a symlink: a link put in
+ * place of "sessions", of the session directory or of anything inside it is
+ * removed as a link (or, for "sessions", left alone), never followed. Then
+ * forget sbx_session_dir_ensure's memo, so the directory is made again
+ * when the session is next used. A missing directory is a success.
+ * -EINVAL for a bad segment; other -errno. */
+int sbx_session_dir_remove(struct sbx_workspace *ws, const char *segment);
+
 /* renameat from -> to (both rel, inside the workspace). Without overwrite,
  * -EEXIST if to exists (renameat2 RENAME_NOREPLACE). Roots: -SBX_E_ROOT.
  * Missing from: -ENOENT; missing parent of to: -SBX_E_PARENT_MISSING. */

@@ -17,6 +17,7 @@
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/exec.h"
+#include "routes/hub.h"
 #include "routes/metrics.h"
 #include "routes/watch.h"
 #include "sandbox/backend.h"
@@ -122,6 +123,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	app.backend = backend;
 	app.runner = runner;
 	watch_new(&app.watch);
+	hub_new(&app.hub, &app);
 	route_exec_init(&app);
 	sweep_workspaces(&app);
 
@@ -144,6 +146,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	app.stopping = true;
 	srv_http_quiesce(http);
 	sbx_runner_cancel_all(runner);
+	hub_close_all(app.hub);
 	/* In-flight requests get a bounded time to finish. */
 	int64_t deadline = mono_ns() + cfg->shutdown_grace_s * 1000000000LL;
 	while (sbx_runner_active(runner) > 0 && mono_ns() < deadline)
@@ -157,6 +160,7 @@ out:
 	sbx_runner_free(&runner);
 	srv_http_stop(&http);
 	if (app_ready) {
+		hub_free(&app.hub);
 		watch_free(&app.watch);
 		route_exec_fini(&app);
 	}

@@ -154,6 +154,23 @@ out:
 	return r;
 }
 
+int store_session_find(struct store *s, const char *tenant, const char *key, size_t key_len, char segment[64])
+{
+	char found[64] = {0};
+	int64_t last_used = 0;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = session_lookup(s, tenant, key, key_len, found, &last_used);
+	pthread_mutex_unlock(&s->lock);
+	if (r < 0)
+		return r;
+	if (r == 0)
+		return -ENOENT;
+	memcpy(segment, found, 64);
+	return 0;
+}
+
 int store_session_list(struct store *s, const char *tenant, size_t limit, struct store_session **out,
 		       size_t *n)
 {

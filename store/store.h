@@ -76,6 +76,8 @@ int store_session_get_or_create(struct store *s, const char *tenant, const char 
 				store_segment_fn seg, int64_t now, char segment[64], bool *created);
 /* The tenant's sessions, most recently used first. Free with store_sessions_free. */
 int store_session_list(struct store *s, const char *tenant, size_t limit, struct store_session **out, size_t *n);
+/* The segment of (tenant, key) without creating or touching the row; -ENOENT. */
+int store_session_find(struct store *s, const char *tenant, const char *key, size_t key_len, char segment[64]);
 /* Delete the row; -ENOENT. The segment is returned so the caller can remove the directory. */
 int store_session_delete(struct store *s, const char *tenant, const char *key, size_t key_len, char segment[64]);
 void store_sessions_free(struct store_session *v, size_t n);

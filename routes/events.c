@@ -1,0 +1,79 @@
+/* GET /exec/{id}/events and GET /events: live progress as server-sent
+ * events, through routes/hub.c. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "routes/app.h"
+#include "routes/exec.h"
+#include "routes/handlers.h"
+#include "routes/hub.h"
+#include "store/store.h"
+
+static int64_t last_event_id(struct req *r)
+{
+	const char *v = req_header(r, "Last-Event-ID");
+	if (!v)
+		return 0;
+	char *end = NULL;
+	long long x = strtoll(v, &end, 10);
+	return (*end || x < 0) ? 0 : x;
+}
+
+/* Whose events: the token's tenant, or with admin any tenant= (NULL: all). */
+static int which_tenant(struct req *r, const char **tenant, bool allow_all)
+{
+	const char *q = req_query(r, "tenant");
+	if (r->claims.scopes & AUTH_SCOPE_ADMIN) {
+		*tenant = q ? q : (allow_all ? NULL : r->claims.tenant);
+		return 0;
+	}
+	if (q && strcmp(q, r->claims.tenant) != 0)
+		return req_fail(r, -SBX_E_SCOPE, "tenant= needs the admin scope of an operator tenant");
+	*tenant = r->claims.tenant;
+	return 0;
+}
+
+int route_exec_events(struct req *r)
+{
+	const char *tenant = NULL;
+	int rc = which_tenant(r, &tenant, false);
+	if (rc < 0)
+		return rc;
+	const char *id = r->params[0];
+	req_set_target(r, id);
+	if (hub_subscribe_exec(r->app->hub, r, tenant, id, last_event_id(r), false) == 0)
+		return 0;
+	/* Not running: answer from the store. */
+	struct store_exec ex;
+	rc = store_exec_get(r->app->store, tenant, id, &ex);
+	if (rc == -ENOENT)
+		return req_fail(r, rc, "no exec %s", id);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot read the exec record");
+	json_t *res = ex.result ? json_loads(ex.result, 0, NULL) : NULL;
+	json_t *start = exec_start_json(&ex);
+	bool running = strcmp(ex.state, "running") == 0;
+	store_exec_clear(&ex);
+	if (!res) {
+		json_decref(start);
+		/* Running with no live channel (between its last event and its
+		 * store row), or lost in a restart. */
+		return req_fail(r, running ? -EAGAIN : -SBX_E_CONFLICT,
+				running ? "the exec is finishing; retry" : "the exec was lost in a restart");
+	}
+	hub_reply_ended(r->app->hub, r, start, res);
+	json_decref(start);
+	json_decref(res);
+	return 0;
+}
+
+int route_events(struct req *r)
+{
+	const char *tenant = NULL;
+	int rc = which_tenant(r, &tenant, true);
+	if (rc < 0)
+		return rc;
+	return hub_subscribe_feed(r->app->hub, r, tenant, last_event_id(r));
+}

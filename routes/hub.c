@@ -1,0 +1,632 @@
+#include "routes/hub.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/metrics.h"
+#include "routes/req.h"
+#include "routes/watch.h"
+#include "sandbox/collector.h"
+#include "sandbox/runner.h"
+
+#define CHANNEL_RING 64           /* replayable events per exec */
+#define FEED_RING 256             /* replayable feed events */
+#define QUEUE_MAX (256 * 1024)    /* a watcher's backlog before it is dropped */
+#define QUEUE_MAX_OUTPUT (4 << 20) /* the owner of a streamed exec */
+#define KEEPALIVE_MS 15000
+
+/* One formatted event, shared by every queue it is in. */
+struct msg {
+	atomic_int refs;
+	bool output;
+	size_t len;
+	char data[];
+};
+
+struct qitem {
+	struct msg *m;
+	struct qitem *next;
+};
+
+struct sub {
+	struct route_hub *h;
+	struct hub_channel *chan; /* exec stream; NULL for a feed */
+	char tenant[64];          /* feed filter; "" = every tenant */
+	bool output;
+	struct MHD_Connection *conn;
+	struct qitem *head, *tail;
+	size_t off, qbytes, qmax;
+	bool suspended, closing, dead, req_gone, output_noted;
+	int refs; /* the request and the response */
+	int64_t last_write_ms;
+	int64_t watch;
+	uint64_t cancel_handle; /* a runner job to cancel when the client hangs up */
+	struct sub *next;
+};
+
+struct hub_channel {
+	char tenant[64];
+	char id[72];
+	json_t *start;
+	int64_t seq;
+	struct msg *ring[CHANNEL_RING];
+	size_t ring_n;
+	struct msg *start_msg;    /* kept for late joiners even when the ring has moved on */
+	bool started, ended;
+	int refs;
+	struct hub_channel *next;
+};
+
+struct feed_entry {
+	char tenant[64];
+	int64_t seq;
+	struct msg *m;
+};
+
+struct route_hub {
+	struct app *app;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct hub_channel *channels;
+	struct sub *subs;
+	int64_t feed_seq;
+	struct feed_entry feed[FEED_RING];
+	size_t feed_n;
+	pthread_t ka;
+	bool stop;
+};
+
+/* ---- messages ---- */
+
+static struct msg *msg_alloc(const char *text, size_t len, bool output)
+{
+	struct msg *m = xmalloc(sizeof *m + len);
+	atomic_init(&m->refs, 1);
+	m->output = output;
+	m->len = len;
+	memcpy(m->data, text, len);
+	return m;
+}
+
+static struct msg *msg_event(int64_t id, const char *event, json_t *data, bool output)
+{
+	char *j = json_dumps(data, JSON_COMPACT);
+	char *t = xasprintf("id: %lld\nevent: %s\ndata: %s\n\n", (long long)id, event, j);
+	struct msg *m = msg_alloc(t, strlen(t), output);
+	free(j);
+	free(t);
+	return m;
+}
+
+static struct msg *msg_comment(const char *text)
+{
+	char *t = xasprintf(": %s\n\n", text);
+	struct msg *m = msg_alloc(t, strlen(t), false);
+	free(t);
+	return m;
+}
+
+static struct msg *msg_ref(struct msg *m)
+{
+	atomic_fetch_add(&m->refs, 1);
+	return m;
+}
+
+static void msg_put(struct msg *m)
+{
+	if (m && atomic_fetch_sub(&m->refs, 1) == 1)
+		free(m);
+}
+
+/* ---- subscribers (hub lock held) ---- */
+
+static void wake(struct sub *s)
+{
+	if (s->suspended && !s->req_gone) {
+		s->suspended = false;
+		MHD_resume_connection(s->conn);
+	}
+}
+
+static void push(struct sub *s, struct msg *m)
+{
+	struct qitem *q = xmalloc(sizeof *q);
+	q->m = msg_ref(m);
+	q->next = NULL;
+	if (s->tail)
+		s->tail->next = q;
+	else
+		s->head = q;
+	s->tail = q;
+	s->qbytes += m->len;
+}
+
+static void enqueue(struct sub *s, struct msg *m)
+{
+	if (s->closing || s->dead)
+		return;
+	if (s->qbytes + m->len > s->qmax) {
+		if (m->output) {
+			/* The owner's output is in the final result anyway: drop
+			 * live chunks rather than the stream. */
+			if (!s->output_noted) {
+				struct msg *c = msg_comment("output events dropped: the client reads too slowly");
+				push(s, c);
+				msg_put(c);
+				s->output_noted = true;
+			}
+			return;
+		}
+		struct msg *c = msg_comment("dropped: the client reads too slowly");
+		push(s, c);
+		msg_put(c);
+		s->closing = true;
+		wake(s);
+		return;
+	}
+	push(s, m);
+	wake(s);
+}
+
+static void end_stream(struct sub *s)
+{
+	s->closing = true;
+	wake(s);
+}
+
+static void sub_unlink(struct route_hub *h, struct sub *s)
+{
+	for (struct sub **p = &h->subs; *p; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			return;
+		}
+}
+
+static void channel_put_locked(struct route_hub *h, struct hub_channel *c);
+
+static void sub_put_locked(struct route_hub *h, struct sub *s)
+{
+	if (--s->refs > 0)
+		return;
+	sub_unlink(h, s);
+	while (s->head) {
+		struct qitem *q = s->head;
+		s->head = q->next;
+		msg_put(q->m);
+		free(q);
+	}
+	if (s->chan)
+		channel_put_locked(h, s->chan);
+	metrics_sse(h->app->metrics, -1);
+	free(s);
+}
+
+/* libmicrohttpd asks for bytes. */
+static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct sub *s = cls;
+	struct route_hub *h = s->h;
+	(void)pos;
+	pthread_mutex_lock(&h->mu);
+	if (s->dead) {
+		pthread_mutex_unlock(&h->mu);
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	size_t n = 0;
+	while (s->head && n < max) {
+		struct qitem *q = s->head;
+		size_t take = q->m->len - s->off;
+		if (take > max - n)
+			take = max - n;
+		memcpy(buf + n, q->m->data + s->off, take);
+		n += take;
+		s->off += take;
+		if (s->off == q->m->len) {
+			s->head = q->next;
+			if (!s->head)
+				s->tail = NULL;
+			s->qbytes -= q->m->len;
+			s->off = 0;
+			msg_put(q->m);
+			free(q);
+		}
+	}
+	if (n) {
+		s->last_write_ms = now_ms();
+		pthread_mutex_unlock(&h->mu);
+		return (ssize_t)n;
+	}
+	if (s->closing) {
+		pthread_mutex_unlock(&h->mu);
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	}
+	/* Nothing to send: sleep until a publish resumes us (returning 0
+	 * without suspending would spin). */
+	s->suspended = true;
+	MHD_suspend_connection(s->conn);
+	pthread_mutex_unlock(&h->mu);
+	return 0;
+}
+
+static void response_free(void *cls)
+{
+	struct sub *s = cls;
+	struct route_hub *h = s->h;
+	pthread_mutex_lock(&h->mu);
+	sub_put_locked(h, s);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* The request completed: never touch its connection again. */
+static void request_free(struct req *r)
+{
+	struct sub *s = r->hstate;
+	struct route_hub *h = s->h;
+	r->hstate = NULL;
+	watch_remove(h->app->watch, s->watch); /* outside the hub lock: the watch callback takes it */
+	pthread_mutex_lock(&h->mu);
+	s->req_gone = true;
+	s->dead = true;
+	sub_put_locked(h, s);
+	pthread_mutex_unlock(&h->mu);
+}
+
+static void on_hangup(void *ctx)
+{
+	struct sub *s = ctx;
+	struct route_hub *h = s->h;
+	uint64_t job = 0;
+	pthread_mutex_lock(&h->mu);
+	s->dead = true;
+	job = s->cancel_handle;
+	wake(s);
+	pthread_mutex_unlock(&h->mu);
+	if (job)
+		sbx_runner_cancel(h->app->runner, job);
+}
+
+/* A subscriber for r, answering it with the event stream. Hub lock held. */
+static struct sub *sub_new_locked(struct route_hub *h, struct req *r, bool output)
+{
+	struct sub *s = xcalloc(1, sizeof *s);
+	s->h = h;
+	s->conn = r->conn;
+	s->output = output;
+	s->qmax = output ? QUEUE_MAX_OUTPUT : QUEUE_MAX;
+	s->refs = 2;
+	s->last_write_ms = now_ms();
+	s->next = h->subs;
+	h->subs = s;
+	r->hstate = s;
+	r->on_free = request_free;
+	metrics_sse(h->app->metrics, 1);
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, s,
+								      response_free);
+	MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
+	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+	reply_response(r, 200, resp);
+	/* Tell the client how long to wait before reconnecting. */
+	struct msg *m = msg_alloc("retry: 2000\n\n", 13, false);
+	push(s, m);
+	msg_put(m);
+	return s;
+}
+
+static void watch_sub(struct route_hub *h, struct req *r, struct sub *s)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return;
+	int64_t w = watch_add(h->app->watch, ci->connect_fd, on_hangup, s);
+	pthread_mutex_lock(&h->mu);
+	s->watch = w > 0 ? w : 0;
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- keepalive ---- */
+
+static void *keepalive(void *arg)
+{
+	struct route_hub *h = arg;
+	struct msg *ka = msg_comment("keepalive");
+	pthread_mutex_lock(&h->mu);
+	while (!h->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+		int64_t now = now_ms();
+		for (struct sub *s = h->subs; s; s = s->next)
+			if (!s->closing && !s->dead && now - s->last_write_ms >= KEEPALIVE_MS && !s->head) {
+				s->last_write_ms = now;
+				enqueue(s, ka);
+			}
+	}
+	pthread_mutex_unlock(&h->mu);
+	msg_put(ka);
+	return NULL;
+}
+
+void hub_new(struct route_hub **out, struct app *a)
+{
+	struct route_hub *h = xcalloc(1, sizeof *h);
+	h->app = a;
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, NULL);
+	pthread_create(&h->ka, NULL, keepalive, h);
+	*out = h;
+}
+
+void hub_close_all(struct route_hub *h)
+{
+	pthread_mutex_lock(&h->mu);
+	for (struct sub *s = h->subs; s; s = s->next)
+		end_stream(s);
+	pthread_mutex_unlock(&h->mu);
+}
+
+void hub_free(struct route_hub **hp)
+{
+	struct route_hub *h = *hp;
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->mu);
+	h->stop = true;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	pthread_join(h->ka, NULL);
+	for (size_t i = 0; i < h->feed_n; i++)
+		msg_put(h->feed[i].m);
+	while (h->channels) {
+		struct hub_channel *c = h->channels;
+		h->channels = c->next;
+		for (size_t i = 0; i < c->ring_n; i++)
+			msg_put(c->ring[i]);
+		msg_put(c->start_msg);
+		json_decref(c->start);
+		free(c);
+	}
+	pthread_cond_destroy(&h->cv);
+	pthread_mutex_destroy(&h->mu);
+	free(h);
+	*hp = NULL;
+}
+
+/* ---- channels (hub lock held) ---- */
+
+static void channel_put_locked(struct route_hub *h, struct hub_channel *c)
+{
+	if (--c->refs > 0)
+		return;
+	for (struct hub_channel **p = &h->channels; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	for (size_t i = 0; i < c->ring_n; i++)
+		msg_put(c->ring[i]);
+	msg_put(c->start_msg);
+	json_decref(c->start);
+	free(c);
+}
+
+static void ring_add(struct hub_channel *c, struct msg *m)
+{
+	if (c->ring_n == CHANNEL_RING) {
+		msg_put(c->ring[0]);
+		memmove(c->ring, c->ring + 1, (CHANNEL_RING - 1) * sizeof c->ring[0]);
+		c->ring_n--;
+	}
+	c->ring[c->ring_n++] = msg_ref(m);
+}
+
+/* Publish an event of a channel: to its subscribers and (start, heartbeat,
+ * exit) to the matching feeds. */
+static struct msg *publish(struct route_hub *h, struct hub_channel *c, const char *event, json_t *data,
+			   json_t *feed_data)
+{
+	struct msg *m = msg_event(++c->seq, event, data, false);
+	ring_add(c, m);
+	for (struct sub *s = h->subs; s; s = s->next)
+		if (s->chan == c)
+			enqueue(s, m);
+	msg_put(m); /* the ring keeps it */
+	if (!feed_data)
+		return m;
+	struct msg *f = msg_event(++h->feed_seq, event, feed_data, false);
+	if (h->feed_n == FEED_RING) {
+		msg_put(h->feed[0].m);
+		memmove(h->feed, h->feed + 1, (FEED_RING - 1) * sizeof h->feed[0]);
+		h->feed_n--;
+	}
+	struct feed_entry *e = &h->feed[h->feed_n++];
+	snprintf(e->tenant, sizeof e->tenant, "%s", c->tenant);
+	e->seq = h->feed_seq;
+	e->m = msg_ref(f);
+	for (struct sub *s = h->subs; s; s = s->next)
+		if (!s->chan && (!*s->tenant || strcmp(s->tenant, c->tenant) == 0))
+			enqueue(s, f);
+	msg_put(f);
+	return m;
+}
+
+static json_t *with_tenant(json_t *data, const char *tenant)
+{
+	json_t *o = json_copy(data);
+	json_object_set_new(o, "tenant", json_string(tenant));
+	return o;
+}
+
+struct hub_channel *hub_channel_open(struct route_hub *h, const char *tenant, const char *id, json_t *start)
+{
+	struct hub_channel *c = xcalloc(1, sizeof *c);
+	snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
+	snprintf(c->id, sizeof c->id, "%s", id);
+	c->start = start;
+	c->refs = 2; /* the hub's list until exit, and the opener's */
+	pthread_mutex_lock(&h->mu);
+	c->next = h->channels;
+	h->channels = c;
+	pthread_mutex_unlock(&h->mu);
+	return c;
+}
+
+void hub_channel_started(struct route_hub *h, struct hub_channel *c)
+{
+	pthread_mutex_lock(&h->mu);
+	c->started = true;
+	json_t *fd = with_tenant(c->start, c->tenant);
+	c->start_msg = msg_ref(publish(h, c, "start", c->start, fd));
+	json_decref(fd);
+	pthread_mutex_unlock(&h->mu);
+}
+
+void hub_channel_heartbeat(struct route_hub *h, struct hub_channel *c, json_t *data)
+{
+	pthread_mutex_lock(&h->mu);
+	json_t *fd = with_tenant(data, c->tenant);
+	publish(h, c, "heartbeat", data, fd);
+	json_decref(fd);
+	pthread_mutex_unlock(&h->mu);
+	json_decref(data);
+}
+
+void hub_channel_output(struct route_hub *h, struct hub_channel *c, int stream, const char *p, size_t n)
+{
+	pthread_mutex_lock(&h->mu);
+	bool wanted = false;
+	for (struct sub *s = h->subs; s && !wanted; s = s->next)
+		wanted = s->chan == c && s->output;
+	if (wanted) {
+		size_t len = 0;
+		char *text = sbx_utf8_sanitize(p, n, &len);
+		json_t *d = json_pack("{s:s, s:s%}", "stream", stream == 2 ? "stderr" : "stdout", "data", text, len);
+		struct msg *m = msg_event(++c->seq, "output", d, true);
+		for (struct sub *s = h->subs; s; s = s->next)
+			if (s->chan == c && s->output)
+				enqueue(s, m);
+		msg_put(m);
+		json_decref(d);
+		free(text);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+void hub_channel_exit(struct route_hub *h, struct hub_channel *c, json_t *result, json_t *error)
+{
+	pthread_mutex_lock(&h->mu);
+	if (result) {
+		json_t *fd = with_tenant(result, c->tenant);
+		publish(h, c, "exit", result, fd);
+		json_decref(fd);
+	} else if (error) {
+		publish(h, c, "error", error, NULL);
+	}
+	c->ended = true;
+	for (struct sub *s = h->subs; s; s = s->next)
+		if (s->chan == c)
+			end_stream(s);
+	/* Out of the live list: late subscribers read the store. */
+	for (struct hub_channel **p = &h->channels; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	c->next = NULL;
+	channel_put_locked(h, c); /* the list's reference */
+	channel_put_locked(h, c); /* the opener's */
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- subscribing ---- */
+
+int hub_subscribe_exec(struct route_hub *h, struct req *r, const char *tenant, const char *id, int64_t last_id,
+		       bool output)
+{
+	pthread_mutex_lock(&h->mu);
+	struct hub_channel *c = h->channels;
+	while (c && !(strcmp(c->id, id) == 0 && strcmp(c->tenant, tenant) == 0))
+		c = c->next;
+	if (!c || c->ended) {
+		pthread_mutex_unlock(&h->mu);
+		return -ENOENT;
+	}
+	struct sub *s = sub_new_locked(h, r, output);
+	s->chan = c;
+	c->refs++;
+	/* Replay what the subscriber missed; a late joiner without an id
+	 * gets `start` and the latest state. */
+	bool replayed = false;
+	if (last_id > 0 && c->ring_n > 0) {
+		/* The ring holds consecutive ids ending at c->seq, minus output. */
+		for (size_t i = 0; i < c->ring_n; i++) {
+			long long mid = 0;
+			sscanf(c->ring[i]->data, "id: %lld", &mid);
+			if (mid > last_id) {
+				push(s, c->ring[i]);
+				replayed = true;
+			} else if (mid == last_id) {
+				replayed = true; /* up to date */
+			}
+		}
+	}
+	if (!replayed && c->start_msg) {
+		/* `start`, then the most recent heartbeat if any. */
+		push(s, c->start_msg);
+		for (size_t i = c->ring_n; i-- > 0;)
+			if (strstr(c->ring[i]->data, "\nevent: heartbeat\n")) {
+				push(s, c->ring[i]);
+				break;
+			}
+	}
+	pthread_mutex_unlock(&h->mu);
+	watch_sub(h, r, s);
+	return 0;
+}
+
+int hub_subscribe_feed(struct route_hub *h, struct req *r, const char *tenant, int64_t last_id)
+{
+	pthread_mutex_lock(&h->mu);
+	struct sub *s = sub_new_locked(h, r, false);
+	snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
+	if (last_id > 0)
+		for (size_t i = 0; i < h->feed_n; i++)
+			if (h->feed[i].seq > last_id && (!tenant || strcmp(h->feed[i].tenant, tenant) == 0))
+				push(s, h->feed[i].m);
+	pthread_mutex_unlock(&h->mu);
+	watch_sub(h, r, s);
+	return 0;
+}
+
+int hub_reply_ended(struct route_hub *h, struct req *r, json_t *start, json_t *result)
+{
+	pthread_mutex_lock(&h->mu);
+	struct sub *s = sub_new_locked(h, r, false);
+	struct msg *m1 = msg_event(1, "start", start, false);
+	struct msg *m2 = msg_event(2, "exit", result, false);
+	push(s, m1);
+	push(s, m2);
+	msg_put(m1);
+	msg_put(m2);
+	s->closing = true;
+	pthread_mutex_unlock(&h->mu);
+	return 0;
+}
+
+void hub_set_cancel(struct route_hub *h, struct req *r, uint64_t job)
+{
+	struct sub *s = r->hstate;
+	pthread_mutex_lock(&h->mu);
+	s->cancel_handle = job;
+	pthread_mutex_unlock(&h->mu);
+}

@@ -1,0 +1,287 @@
+#pragma once
+/* Helpers shared by the exec and isolation suites: POST /exec and its
+ * friends, requests in background threads, polling an exec's state,
+ * processes of a uid on the host, and the sanitizer scan of the server
+ * log. Include after <cmocka.h>. Background threads never assert (cmocka's
+ * failure path is not thread-safe): they record, the main thread checks. */
+#include <ctype.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/xmalloc.h"
+#include "harness.h"
+
+static inline long it_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* POST /exec with body req (stolen). Returns the HTTP status (-1 on a
+ * transport error); *out (optional) gets the parsed body. */
+static inline long ex_post(struct it_server *s, const char *tok, const char *const *hdrs, json_t *req,
+			   json_t **out, struct it_resp *raw)
+{
+	char *body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	struct it_resp r;
+	int rc = it_http(s, "POST", "/exec", tok, hdrs, body, strlen(body), &r);
+	free(body);
+	if (out)
+		*out = rc == 0 ? it_json(&r) : NULL;
+	long st = rc == 0 ? r.status : -1;
+	if (raw)
+		*raw = r;
+	else
+		it_resp_free(&r);
+	return st;
+}
+
+/* POST /exec expecting 200; returns the ShellResult. */
+static inline json_t *ex_ok(struct it_server *s, const char *tok, const char *const *hdrs, json_t *req)
+{
+	struct it_resp raw;
+	json_t *res = NULL;
+	long st = ex_post(s, tok, hdrs, req, &res, &raw);
+	if (st != 200 || !res)
+		fprintf(stderr, "exec: expected 200, got %ld: %.*s\n", st, (int)raw.len, raw.body ? raw.body : "");
+	it_resp_free(&raw);
+	assert_int_equal(st, 200);
+	assert_non_null(res);
+	return res;
+}
+
+/* Run one command (timeout 30 s) and return its ShellResult. */
+static inline json_t *ex_run(struct it_server *s, const char *tok, const char *cmd)
+{
+	return ex_ok(s, tok, NULL, json_pack("{s:s, s:i}", "command", cmd, "timeout_s", 30));
+}
+
+static inline const char *jstr(json_t *o, const char *k)
+{
+	return json_string_value(json_object_get(o, k));
+}
+
+static inline long long jint(json_t *o, const char *k)
+{
+	return (long long)json_integer_value(json_object_get(o, k));
+}
+
+static inline bool jtrue(json_t *o, const char *k)
+{
+	return json_is_true(json_object_get(o, k));
+}
+
+/* Assert a command exited 0 and return its stdout (borrowed from res). */
+static inline const char *ex_stdout_ok(json_t *res)
+{
+	if (jint(res, "exit_code") != 0)
+		fprintf(stderr, "command failed: exit %lld, stdout %s, stderr %s\n", jint(res, "exit_code"),
+			jstr(res, "stdout"), jstr(res, "stderr"));
+	assert_int_equal(jint(res, "exit_code"), 0);
+	return jstr(res, "stdout");
+}
+
+/* GET path; returns status, *out the parsed body (optional). */
+static inline long it_get_json(struct it_server *s, const char *tok, const char *path, json_t **out)
+{
+	struct it_resp r;
+	if (it_http(s, "GET", path, tok, NULL, NULL, 0, &r) != 0) {
+		if (out)
+			*out = NULL;
+		return -1;
+	}
+	if (out)
+		*out = it_json(&r);
+	long st = r.status;
+	it_resp_free(&r);
+	return st;
+}
+
+/* Poll GET /exec/{id} until its state is one of the '|'-separated states
+ * in want (e.g. "running", "cancelled|exited"); returns the last view
+ * (new reference) or NULL on timeout. */
+static inline json_t *ex_wait_state(struct it_server *s, const char *tok, const char *id, const char *want,
+				    long timeout_ms)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/exec/%s", id);
+	long until = it_now_ms() + timeout_ms;
+	do {
+		json_t *v = NULL;
+		if (it_get_json(s, tok, path, &v) == 200 && v) {
+			const char *st = jstr(v, "state");
+			size_t n = st ? strlen(st) : 0;
+			for (const char *p = want; st && *p;) {
+				size_t k = strcspn(p, "|");
+				if (k == n && strncmp(p, st, n) == 0)
+					return v;
+				p += k;
+				if (*p == '|')
+					p++;
+			}
+		}
+		json_decref(v);
+		usleep(50000);
+	} while (it_now_ms() < until);
+	return NULL;
+}
+
+/* A request in a background thread. */
+struct bg_req {
+	struct it_server *s;
+	const char *tok;
+	const char *method, *path;
+	char *body;
+	const char *const *hdrs;
+	pthread_barrier_t *barrier; /* optional: start together */
+	struct it_resp resp;
+	int rc;
+	long ms; /* how long the request took */
+	pthread_t th;
+};
+
+static inline void *bg_main(void *arg)
+{
+	struct bg_req *b = arg;
+	if (b->barrier)
+		pthread_barrier_wait(b->barrier);
+	long t0 = it_now_ms();
+	b->rc = it_http(b->s, b->method, b->path, b->tok, b->hdrs, b->body, b->body ? strlen(b->body) : 0, &b->resp);
+	b->ms = it_now_ms() - t0;
+	return NULL;
+}
+
+/* Start POST /exec with req (stolen) in a thread. */
+static inline void bg_exec(struct bg_req *b, struct it_server *s, const char *tok, json_t *req,
+			   pthread_barrier_t *barrier)
+{
+	memset(b, 0, sizeof *b);
+	b->s = s;
+	b->tok = tok;
+	b->method = "POST";
+	b->path = "/exec";
+	b->body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	b->barrier = barrier;
+	b->rc = -1;
+	pthread_create(&b->th, NULL, bg_main, b);
+}
+
+/* Join; returns the parsed body (new reference, may be NULL). */
+static inline json_t *bg_join(struct bg_req *b)
+{
+	pthread_join(b->th, NULL);
+	free(b->body);
+	b->body = NULL;
+	return b->rc == 0 ? it_json(&b->resp) : NULL;
+}
+
+/* Host processes whose real uid is uid (and, if comm is given, whose
+ * command name is comm and whose command line contains arg). */
+static inline int host_procs_of_uid(uid_t uid, const char *comm, const char *arg)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char path[300], line[256];
+		snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		char name[64] = "";
+		long ruid = -1;
+		while (fgets(line, sizeof line, f)) {
+			if (strncmp(line, "Name:", 5) == 0)
+				sscanf(line + 5, "%63s", name);
+			else if (strncmp(line, "Uid:", 4) == 0)
+				ruid = strtol(line + 4, NULL, 10);
+		}
+		fclose(f);
+		if (ruid != (long)uid)
+			continue;
+		if (comm && strcmp(name, comm) != 0)
+			continue;
+		if (arg) {
+			snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+			size_t len = 0;
+			char *cl = it_read_file(path, &len);
+			bool hit = false;
+			for (size_t i = 0; cl && i < len; i += strlen(cl + i) + 1)
+				if (strstr(cl + i, arg))
+					hit = true;
+			free(cl);
+			if (!hit)
+				continue;
+		}
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Wait (bounded) until no process of uid matching comm/arg is left. */
+static inline int host_procs_wait_gone(uid_t uid, const char *comm, const char *arg, long timeout_ms)
+{
+	long until = it_now_ms() + timeout_ms;
+	int n;
+	while ((n = host_procs_of_uid(uid, comm, arg)) > 0 && it_now_ms() < until)
+		usleep(50000);
+	return n;
+}
+
+/* Fail if the server log holds a sanitizer report. */
+static inline void assert_log_clean(struct it_server *s)
+{
+	size_t len = 0;
+	char *log = it_read_file(s->log, &len);
+	if (!log)
+		return;
+	static const char *const bad[] = { "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+					   "WARNING: ThreadSanitizer" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *hit = strstr(log, bad[i]);
+		if (hit) {
+			const char *from = hit - log > 200 ? hit - 200 : log;
+			fprintf(stderr, "sanitizer report in %s:\n%.3000s\n", s->log, from);
+		}
+		assert_null(hit);
+	}
+	free(log);
+}
+
+/* Stop a suite's server with SIGTERM (it must exit 0), check its log,
+ * remove its data. */
+static inline int it_finish(struct it_server *s)
+{
+	int rc = 0;
+	if (s->pid > 0) {
+		int st = it_stop(s, SIGTERM);
+		if (st != 0) {
+			fprintf(stderr, "server exited %d on SIGTERM (log %s)\n", st, s->log);
+			rc = -1;
+		}
+	}
+	size_t len = 0;
+	char *log = it_read_file(s->log, &len);
+	if (log && (strstr(log, "ERROR: AddressSanitizer") || strstr(log, "ERROR: LeakSanitizer") ||
+		    strstr(log, "runtime error:"))) {
+		fprintf(stderr, "sanitizer report in the server log %s (kept)\n", s->log);
+		rc = -1;
+	}
+	free(log);
+	if (rc == 0)
+		it_cleanup(s);
+	return rc;
+}
