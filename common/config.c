@@ -61,8 +61,9 @@ static const struct option_spec specs[] = {
 	B("use-cgroups", use_cgroups, "true"),
 	B("metrics-public", metrics_public, "false"),
 	I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
-	I("audit-max-age-days", audit_max_age_days, "0", 0, 36500),
-	I("audit-max-rows", audit_max_rows, "0", 0, INT64_MAX),
+	I("retention-max-age-s", retention_max_age_s, "0", 0, INT64_MAX),
+	I("retention-max-rows", retention_max_rows, "0", 0, INT64_MAX),
+	I("retention-interval-s", retention_interval_s, "60", 1, 86400),
 	B("log-requests", log_requests, "true"),
 };
 

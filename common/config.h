@@ -36,8 +36,9 @@ struct sbx_config {
 	bool use_cgroups;
 	bool metrics_public;       /* /metrics without a token */
 	int64_t shutdown_grace_s;
-	int64_t audit_max_age_days; /* 0: keep forever */
-	int64_t audit_max_rows;     /* 0: no bound */
+	int64_t retention_max_age_s;  /* audit, exec and transfer rows; 0: keep forever */
+	int64_t retention_max_rows;   /* per table; 0: no bound */
+	int64_t retention_interval_s; /* how often the pruner runs */
 	bool log_requests;
 };
 

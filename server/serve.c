@@ -27,6 +27,7 @@
 #include "server/cli.h"
 #include "server/datadir.h"
 #include "server/http.h"
+#include "server/retention.h"
 #include "store/store.h"
 
 static int signal_pipe[2] = { -1, -1 };
@@ -69,6 +70,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	struct sbx_backend *backend = NULL;
 	struct sbx_runner *runner = NULL;
 	struct srv_http *http = NULL;
+	struct srv_retention *retention = NULL;
 	struct app app;
 	bool app_ready = false;
 
@@ -126,6 +128,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	hub_new(&app.hub, &app);
 	route_exec_init(&app);
 	sweep_workspaces(&app);
+	srv_retention_start(&retention, &app);
 
 	rc = srv_http_start(&http, &app, err, sizeof err);
 	if (rc < 0) {
@@ -157,6 +160,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	usleep(50000);
 	status = 0;
 out:
+	srv_retention_stop(&retention);
 	sbx_runner_free(&runner);
 	srv_http_stop(&http);
 	if (app_ready) {

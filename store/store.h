@@ -36,6 +36,15 @@ int store_check_writable(struct store *s);
  * 'active' become 'failed', minted transfers past expiry 'expired'. */
 int store_recover(struct store *s, int *lost_execs, int *failed_transfers);
 
+/* ---- retention.c ---- */
+typedef void (*store_pruned_exec_cb)(void *ctx, const char *tenant, const char *id);
+/* Delete audit rows, finished execs and ended transfers older than cutoff
+ * (epoch ms; 0: no age limit) and those beyond the newest max_rows of each
+ * table (0: no row limit), in transactions of at most batch rows. cb gets
+ * each deleted exec (to remove its spill files). *deleted: rows removed. */
+int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch, store_pruned_exec_cb cb, void *ctx,
+		int64_t *deleted);
+
 /* ---- tenants.c ---- */
 struct store_tenant {
 	char name[64];
