@@ -1,0 +1,39 @@
+# sandboxd on Debian 12. Build:  docker build -t sandboxd .
+# Run:    docker compose up   (see docker-compose.yml for the privileges bubblewrap needs)
+FROM debian:12-slim AS build
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        build-essential cmake pkg-config xxd \
+        libmicrohttpd-dev libjansson-dev libsqlite3-dev libjwt-dev libseccomp-dev libssl-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY CMakeLists.txt ./
+COPY cmake cmake
+COPY common common
+COPY server server
+COPY routes routes
+COPY auth auth
+COPY sandbox sandbox
+COPY store store
+COPY migrations migrations
+COPY openapi openapi
+COPY web web
+COPY tests/CMakeLists.txt tests/CMakeLists.txt
+RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j"$(nproc)" --target sandboxd
+
+FROM debian:12-slim
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        libmicrohttpd12 libjansson4 libsqlite3-0 libjwt0 libseccomp2 libssl3 \
+        bubblewrap ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --home-dir /var/lib/sandboxd --create-home --uid 999 sandboxd
+COPY --from=build /src/build/sandboxd /usr/local/bin/sandboxd
+# The service user owns the data volume. Running as a non-root user, every
+# tenant's commands run as that user inside bubblewrap's user namespace;
+# run as root (see docker-compose.yml) to get one host uid per tenant.
+USER sandboxd
+VOLUME /var/lib/sandboxd
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
+    CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
+ENTRYPOINT ["/usr/local/bin/sandboxd"]
+CMD ["serve", "--listen", "0.0.0.0:8080", "--data-dir", "/var/lib/sandboxd"]
