@@ -1,0 +1,121 @@
+/* Configuration: defaults, then the file, then the command line. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/timeutil.h"
+
+static char *write_tmp(const char *text)
+{
+	static char path[64];
+	snprintf(path, sizeof path, "/tmp/sandboxd-cfg-XXXXXX");
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
+static void test_defaults(void **state)
+{
+	(void)state;
+	struct sbx_config c;
+	cfg_defaults(&c);
+	cfg_finish(&c);
+	assert_string_equal(c.listen, "127.0.0.1:8080");
+	assert_string_equal(c.data_dir, "./sandboxd-data");
+	assert_string_equal(c.db_path, "./sandboxd-data/sandboxd.db");
+	assert_string_equal(c.backend, "bwrap");
+	assert_int_equal(c.leeway_s, 30);
+	assert_int_equal(c.max_buffered_bytes, 16 * 1024 * 1024);
+	assert_int_equal(c.heartbeat_ms, 2000);
+	assert_int_equal(c.max_output_bytes_default, 64000);
+	assert_false(c.allow_unsafe_local);
+	assert_false(c.metrics_public);
+	assert_null(c.tls_cert);
+	cfg_free(&c);
+}
+
+static void test_file_then_flags(void **state)
+{
+	(void)state;
+	struct sbx_config c;
+	char err[256];
+	cfg_defaults(&c);
+	char *path = write_tmp("{\"listen\": \"127.0.0.1:9000\", \"data_dir\": \"/srv/x\", \"heartbeat-ms\": 750,"
+			       " \"metrics-public\": true}");
+	assert_int_equal(cfg_load_file(&c, path, err, sizeof err), 0);
+	unlink(path);
+	assert_string_equal(c.listen, "127.0.0.1:9000");
+	assert_int_equal(c.heartbeat_ms, 750);
+	assert_true(c.metrics_public);
+	/* the command line comes after the file and wins */
+	assert_int_equal(cfg_set(&c, "listen", "[::1]:9001", err, sizeof err), 0);
+	assert_int_equal(cfg_set(&c, "heartbeat_ms", "100", err, sizeof err), 0);
+	cfg_finish(&c);
+	assert_string_equal(c.listen, "[::1]:9001");
+	assert_int_equal(c.heartbeat_ms, 100);
+	assert_string_equal(c.data_dir, "/srv/x");
+	assert_string_equal(c.db_path, "/srv/x/sandboxd.db");
+	cfg_free(&c);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	struct sbx_config c;
+	char err[256];
+	cfg_defaults(&c);
+	assert_int_equal(cfg_set(&c, "no-such-key", "1", err, sizeof err), -ENOENT);
+	assert_int_equal(cfg_set(&c, "heartbeat-ms", "10", err, sizeof err), -EINVAL); /* below 50 */
+	assert_int_equal(cfg_set(&c, "heartbeat-ms", "12x", err, sizeof err), -EINVAL);
+	assert_int_equal(cfg_set(&c, "use-cgroups", "yes", err, sizeof err), -EINVAL);
+	assert_int_equal(c.heartbeat_ms, 2000); /* unchanged by the refusals */
+	const char *bad[] = { "[1, 2]", "{\"heartbeat-ms\": \"fast\"}", "{\"unknown\": 1}", "{\"listen\": 5}",
+			      "{\"a\": 1, \"a\": 2}", "not json" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *path = write_tmp(bad[i]);
+		assert_int_equal(cfg_load_file(&c, path, err, sizeof err), -EINVAL);
+		assert_true(strlen(err) > 0);
+		unlink(path);
+	}
+	assert_int_equal(cfg_load_file(&c, "/nonexistent/sandboxd.json", err, sizeof err), -EINVAL);
+	cfg_free(&c);
+}
+
+static void test_rfc3339(void **state)
+{
+	(void)state;
+	int64_t ms = 0;
+	char out[40];
+	assert_int_equal(rfc3339_parse("2026-11-29T09:19:17Z", &ms), 0);
+	assert_int_equal(ms, 1795943957000LL);
+	rfc3339_ms(ms + 123, out, sizeof out);
+	assert_string_equal(out, "2026-11-29T09:19:17.123Z");
+	assert_int_equal(rfc3339_parse("2026-11-29T10:19:17.5+01:00", &ms), 0);
+	assert_int_equal(ms, 1795943957500LL);
+	assert_int_equal(rfc3339_parse("1795943957000", &ms), 0);
+	assert_int_equal(ms, 1795943957000LL);
+	assert_int_equal(rfc3339_parse("yesterday", &ms), -EINVAL);
+	assert_int_equal(rfc3339_parse("2026-13-01T00:00:00Z", &ms), -EINVAL);
+	assert_int_equal(rfc3339_parse("2026-11-29T09:19:17", &ms), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_file_then_flags),
+		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_rfc3339),
+	};
+	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
