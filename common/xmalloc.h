@@ -12,4 +12,4 @@ char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 /* printf into a fresh allocation; the caller frees it. */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-char *xvasprintf(const char *fmt, va_list ap);
+char *xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));

@@ -33,7 +33,11 @@
  * its own: no instrumentation, no allocation, no libc wrappers that touch
  * shared state (glibc's setresuid would broadcast to the *parent's*
  * threads), only raw system calls. */
+#if defined(__clang__)
+#define CHILD_FN __attribute__((no_sanitize("address", "undefined"), noinline))
+#else
 #define CHILD_FN __attribute__((no_sanitize_address, no_sanitize_undefined, noinline))
+#endif
 
 enum child_step {
 	STEP_NONE,
