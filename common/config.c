@@ -119,7 +119,7 @@ static int set_text(struct sbx_config *c, const struct option_spec *s, const cha
 
 void cfg_defaults(struct sbx_config *c)
 {
-	char err[16];
+	char err[256];
 	memset(c, 0, sizeof *c);
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
 		if (specs[i].def || specs[i].kind == K_STR)

@@ -58,8 +58,10 @@ int route_exec_events(struct req *r)
 	store_exec_clear(&ex);
 	if (!res) {
 		json_decref(start);
-		/* Running with no live channel (between its last event and its
-		 * store row), or lost in a restart. */
+		/* Running with no live channel (between its store row and its
+		 * channel), or lost in a restart. */
+		if (running)
+			r->retry_after_s = 1;
 		return req_fail(r, running ? -EAGAIN : -SBX_E_CONFLICT,
 				running ? "the exec is finishing; retry" : "the exec was lost in a restart");
 	}

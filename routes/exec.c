@@ -8,11 +8,14 @@
 #include "routes/exec.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "auth/auth.h"
 #include "common/errors.h"
@@ -184,7 +187,19 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 
 	json_t *result = NULL;
 	int error = 0;
-	if (!ev->result) {
+	const struct sbx_exec_result *res = ev->result;
+	struct sbx_exec_result never_ran = { 0 };
+	if (!res && spawn_error == -ECANCELED) {
+		/* Cancelled (by the route, a hang-up or the server stopping)
+		 * before the runner started it: nothing ran. That is a cancel,
+		 * as the caller asked, not a server error; exit_code is that of
+		 * the SIGTERM a running command would have got. */
+		never_ran.exit_code = 128 + SIGTERM;
+		never_ran.cancelled = true;
+		never_ran.started_at_ms = never_ran.finished_at_ms = ev->at_ms;
+		res = &never_ran;
+	}
+	if (!res) {
 		/* Never started: forget the row so the id can be retried. */
 		error = spawn_error ? spawn_error : -SBX_E_BACKEND;
 		store_exec_delete(a->store, j->tenant->name, j->id);
@@ -196,7 +211,6 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 		hub_channel_exit(a->hub, j->chan, NULL, err);
 		json_decref(err);
 	} else {
-		const struct sbx_exec_result *res = ev->result;
 		result = result_json(j->id, res);
 		char *text = json_dumps(result, JSON_COMPACT);
 		if (store_exec_finish(a->store, j->tenant->name, j->id, state_of(res), res->exit_code, text,
@@ -343,8 +357,11 @@ static int answer_existing(struct req *r, const char *id, const char *hash, bool
 			}
 		}
 		pthread_mutex_unlock(&e->mu);
-		/* It finished between the two looks: read it again. */
-		if ((rc = store_exec_get(r->app->store, r->tenant->name, id, &ex)) < 0)
+		/* It finished between the two looks: read it again (gone: its
+		 * start failed, and the caller may start it anew). */
+		if ((rc = store_exec_get(r->app->store, r->tenant->name, id, &ex)) == -ENOENT)
+			return rc;
+		if (rc < 0)
 			return req_fail(r, rc, "cannot read the exec record");
 	}
 	if (strcmp(ex.state, "lost") == 0 || !ex.result) {
@@ -445,12 +462,18 @@ int route_exec_post(struct req *r)
 	} else {
 		snprintf(cwd_rel, sizeof cwd_rel, "%s", r->session_rel);
 	}
-	struct sbx_stat st;
-	if ((rc = sbx_fs_stat(r->tenant->ws, cwd_rel, &st)) < 0 || st.type != SBX_FT_DIR) {
-		rc = req_fail(r, rc < 0 ? (rc == -EXDEV ? rc : -ENOENT) : -ENOTDIR,
-			      "cwd %s is not a directory in the workspace", p.cwd ? p.cwd : "(session)");
+	/* Resolved beneath the workspace fd: a symlink (made by a command) that
+	 * leads out is an escape (403 outside_workspace), not "not a
+	 * directory"; a dangling one is missing (404); one that stays inside is
+	 * followed. */
+	int cwd_fd = sbx_ws_openat(r->tenant->ws, cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+	if (cwd_fd < 0) {
+		rc = cwd_fd == -EXDEV || cwd_fd == -ENOTDIR || cwd_fd == -ELOOP ? cwd_fd : -ENOENT;
+		rc = req_fail(r, rc, "cwd %s %s", p.cwd ? p.cwd : "(session)",
+			      rc == -EXDEV ? "leaves the workspace" : "is not a directory in the workspace");
 		goto out;
 	}
+	close(cwd_fd);
 	char cwd_wire[SBX_PATH_MAX + 16];
 	sbx_path_wire(cwd_rel, cwd_wire, sizeof cwd_wire);
 	req_set_target(r, p.command);
@@ -484,15 +507,6 @@ int route_exec_post(struct req *r)
 		rc = req_fail(r, -SBX_E_BACKEND, "the server is shutting down");
 		goto out;
 	}
-	if (p.id && (rc = answer_existing(r, idbuf, hash, p.stream)) != -ENOENT)
-		goto out; /* answered (or waiting) from the earlier exec */
-	if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
-		r->retry_after_s = 1;
-		rc = req_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
-			      (long long)cfg->tenant_max_execs);
-		goto out;
-	}
-
 	/* Fail closed: nothing runs unless its start is recorded. */
 	struct store_exec row = { 0 };
 	snprintf(row.tenant, sizeof row.tenant, "%s", r->tenant->name);
@@ -503,14 +517,33 @@ int route_exec_post(struct req *r)
 	row.cwd = cwd_wire;
 	row.request_hash = hash;
 	snprintf(row.state, sizeof row.state, "running");
-	row.started_at = now_ms();
-	rc = store_exec_begin(a->store, &row);
-	if (rc < 0) {
+
+	/* The row of a new exec and its registry entry appear together, under
+	 * the registry lock: a concurrent request with the same id that reads
+	 * the row as running always finds the job to wait on (never a
+	 * "running" row without a job, which looks like one lost in a
+	 * restart). */
+	struct route_execs *e = a->execs;
+	for (int attempt = 0;; attempt++) {
+		if (p.id && (rc = answer_existing(r, idbuf, hash, p.stream)) != -ENOENT)
+			goto out; /* answered (or waiting) from the earlier exec */
+		if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
+			r->retry_after_s = 1;
+			rc = req_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
+				      (long long)cfg->tenant_max_execs);
+			goto out;
+		}
+		row.started_at = now_ms();
+		pthread_mutex_lock(&e->mu);
+		rc = store_exec_begin(a->store, &row);
+		if (rc == 0)
+			break; /* e->mu stays held until the job is registered */
+		pthread_mutex_unlock(&e->mu);
 		app_tenant_release_exec(a, r->tenant);
+		if (rc == -EEXIST && p.id && attempt < 3)
+			continue; /* a concurrent request started it: answer from that exec */
 		if (rc == -EEXIST && p.id) {
-			rc = answer_existing(r, idbuf, hash, p.stream);
-			if (rc == -ENOENT)
-				rc = req_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", idbuf);
+			rc = req_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", idbuf);
 		} else if (rc == -EEXIST) {
 			rc = req_fail(r, -SBX_E_CONFLICT, "generated exec id collided; retry");
 		} else {
@@ -566,8 +599,6 @@ int route_exec_post(struct req *r)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)", j->id,
 			j->tenant->name);
 
-	struct route_execs *e = a->execs;
-	pthread_mutex_lock(&e->mu);
 	j->next = e->jobs;
 	e->jobs = j;
 	/* Wait (or subscribe) before the runner can possibly answer. */

@@ -2,6 +2,7 @@
  * write_file, stat, readdir, exists, mkdir, rm, and move. Paths are
  * resolved by sandbox/ beneath the tenant's workspace fd; this file only
  * parses, calls, and renders. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -51,7 +52,7 @@ static int fs_error(struct req *r, int rc, const char *what, const char *rel)
 	case -EEXIST: return req_fail(r, rc, "already exists: %s", wire);
 	case -ENOTEMPTY: return req_fail(r, rc, "directory not empty: %s (use recursive)", wire);
 	case -SBX_E_SPECIAL: return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -SBX_E_ROOT: return req_fail(r, rc, "the workspace and session roots cannot be %s", what);
+	case -SBX_E_ROOT: return req_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
 	case -ELOOP: return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
 	case -ENOSPC:
 	case -EDQUOT: return req_fail(r, rc, "no space left for %s", wire);
@@ -130,6 +131,8 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
 		return -EINVAL;
 	char *e = NULL;
 	if (*p == '-') {
+		if (!isdigit((unsigned char)p[1]))
+			return -EINVAL;
 		errno = 0;
 		unsigned long long n = strtoull(p + 1, &e, 10);
 		if (errno || e == p + 1 || *e)
@@ -140,6 +143,9 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
 		*end = size - 1;
 		return 0;
 	}
+	/* strtoull alone would take " 1", "+1" and "-1" (as a huge number). */
+	if (!isdigit((unsigned char)*p))
+		return -EINVAL;
 	errno = 0;
 	unsigned long long a = strtoull(p, &e, 10);
 	if (errno || e == p || *e != '-')
@@ -147,6 +153,8 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
 	p = e + 1;
 	unsigned long long b = size ? size - 1 : 0;
 	if (*p) {
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
 		b = strtoull(p, &e, 10);
 		if (errno || *e)
 			return -EINVAL;
@@ -351,7 +359,7 @@ int route_fs_rm(struct req *r)
 		return rc;
 	bool removed = false;
 	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
-		return fs_error(r, rc, "removed", rel);
+		return fs_error(r, rc, "remove", rel);
 	return reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
 }
 
@@ -379,6 +387,6 @@ int route_fs_move(struct req *r)
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
 	req_set_target(r, target);
 	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
-		return fs_error(r, rc, "moved", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
+		return fs_error(r, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
 	return reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
 }

@@ -46,8 +46,21 @@ int route_exec_list(struct req *r);
 	{ "POST", "/exec/{id}/cancel", AUTH_SCOPE_EXEC, 0, route_exec_cancel }, \
 	{ "GET", "/execs", AUTH_SCOPE_EXEC | AUTH_SCOPE_AUDIT_READ, 0, route_exec_list },
 
-/* routes/transfers.c */
-#define ROUTES_TRANSFERS
+/* routes/transfers.c. The token is the capability of /fs/stream/{token}
+ * (public); POST /fs/transfers checks the direction's scope itself. The
+ * upload routes open their temp file in a begin hook, before the body. */
+int route_transfers_post(struct req *r);
+int route_transfer_get(struct req *r);
+int route_transfer_put_begin(struct req *r);
+int route_transfer_put(struct req *r);
+int route_fs_read_stream(struct req *r);
+int route_fs_write_stream_begin(struct req *r);
+#define ROUTES_TRANSFERS \
+	{ "POST", "/fs/transfers", AUTH_SCOPE_FS_READ | AUTH_SCOPE_FS_WRITE, RF_JSON, route_transfers_post, NULL }, \
+	{ "GET", "/fs/stream/{token}", 0, RF_PUBLIC, route_transfer_get, NULL }, \
+	{ "PUT", "/fs/stream/{token}", 0, RF_PUBLIC | RF_STREAM_IN, route_transfer_put, route_transfer_put_begin }, \
+	{ "GET", "/fs/read_stream", AUTH_SCOPE_FS_READ, 0, route_fs_read_stream, NULL }, \
+	{ "PUT", "/fs/write_stream", AUTH_SCOPE_FS_WRITE, RF_STREAM_IN, route_transfer_put, route_fs_write_stream_begin },
 
 /* routes/events.c */
 int route_exec_events(struct req *r);

@@ -10,8 +10,11 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "sandbox/collector.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
+
+#define RAW_TARGET_MAX 1024
 
 int req_fail(struct req *r, int code, const char *fmt, ...)
 {
@@ -90,12 +93,31 @@ int req_session(struct req *r)
 	return 0;
 }
 
+/* A refused path is audited as it was asked for (bounded, NUL spelled
+ * "\\0", valid UTF-8): an escape attempt must say what it tried. */
+static void set_raw_target(struct req *r, const char *wire, size_t len)
+{
+	struct buf b;
+	buf_init(&b, 2 * RAW_TARGET_MAX + 8);
+	for (size_t i = 0; i < len && i < RAW_TARGET_MAX; i++)
+		buf_append(&b, wire[i] ? &wire[i] : "\\0", wire[i] ? 1 : 2);
+	if (len > RAW_TARGET_MAX)
+		buf_append(&b, "...", 3);
+	size_t n = 0;
+	char *s = sbx_utf8_sanitize(b.ptr ? b.ptr : "", b.len, &n);
+	buf_free(&b);
+	free(r->target);
+	r->target = s;
+}
+
 int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz)
 {
 	int rc = req_session(r);
 	if (rc < 0)
 		return rc;
 	rc = sbx_path_normalize(wire, len, r->session_rel, out, outsz);
+	if (rc < 0)
+		set_raw_target(r, wire, len);
 	if (rc == -EXDEV)
 		return req_fail(r, rc, "path leaves the workspace");
 	if (rc < 0)

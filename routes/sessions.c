@@ -35,8 +35,8 @@ static json_t *session_json(const struct store_session *s)
 	sbx_path_wire(rel, dir, sizeof dir);
 	rfc3339_ms(s->created_at, created, sizeof created);
 	rfc3339_ms(s->last_used_at, used, sizeof used);
-	return json_pack("{s:o, s:s, s:s, s:s}", "key", key_json(s->key, s->key_len), "dir", dir, "created_at",
-			 created, "last_used_at", used);
+	return json_pack("{s:o, s:s, s:s, s:s}", "key", key_json(s->key, s->key_len), "dir", dir,
+			 "created_at", created, "last_used_at", used);
 }
 
 int route_sessions_list(struct req *r)
@@ -60,7 +60,8 @@ int route_sessions_list(struct req *r)
 int route_session_delete(struct req *r)
 {
 	char segment[64];
-	int rc = store_session_find(r->app->store, r->tenant->name, r->session_key, r->session_key_len, segment);
+	int rc =
+	    store_session_find(r->app->store, r->tenant->name, r->session_key, r->session_key_len, segment);
 	if (rc == -ENOENT)
 		return req_fail(r, rc, "no such session");
 	if (rc < 0)
@@ -81,6 +82,7 @@ int route_session_delete(struct req *r)
 	/* A request of the session that ran meanwhile may have made the
 	 * directory again under the memo; forget it once more. */
 	sbx_session_dir_forget(r->tenant->ws, segment);
-	return reply_json(r, 200, json_pack("{s:o, s:b}", "key", key_json(r->session_key, r->session_key_len),
-					    "removed", 1));
+	return reply_json(
+	    r, 200,
+	    json_pack("{s:o, s:b}", "key", key_json(r->session_key, r->session_key_len), "removed", 1));
 }

@@ -279,6 +279,10 @@ int sbx_fs_readdir(const struct sbx_workspace *ws, const char *rel, struct sbx_d
 			r = -errno;
 			goto out;
 		}
+		/* An upload in flight is not a file yet: it appears when it is
+		 * renamed into place. */
+		if (S_ISREG(st.st_mode) && strncmp(names[i], TMP_PREFIX, TMP_PREFIX_LEN) == 0)
+			continue;
 		ents[k].name = names[i];
 		names[i] = NULL;
 		ents[k].type = ftype_of(st.st_mode);
@@ -531,6 +535,20 @@ static int tmp_name(char out[SBX_NAME_MAX + 1], const char *leaf)
 	return 0;
 }
 
+/* Whether the symlink at rel leads out of the workspace (resolving it
+ * beneath the root gives EXDEV; an absolute target always does). A dangling
+ * link that stays inside does not. */
+static bool link_escapes(const struct sbx_workspace *ws, const char *rel)
+{
+	int fd = sbx_ws_openat(ws, rel, O_PATH, 0);
+
+	if (fd >= 0) {
+		close(fd);
+		return false;
+	}
+	return fd == -EXDEV;
+}
+
 int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, const char *rel, bool mkparents)
 {
 	const struct sbx_owner *own = sbx_workspace_owner(ws);
@@ -539,14 +557,25 @@ int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, co
 	struct stat st;
 	int pfd = -1, r;
 
+	if (!rel || !*rel)
+		return -EISDIR; /* the workspace root */
 	r = sbx_ws_open_parent(ws, rel, mkparents, &pfd, &leaf);
 	if (r < 0)
 		return r;
 	/* The target is replaced by rename, never written through: a symlink
 	 * there is replaced as a link, not followed. */
-	if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-		close(pfd);
-		return -EISDIR;
+	if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			close(pfd);
+			return -EISDIR;
+		}
+		/* Nothing outside would be written, but the path names a place
+		 * outside the workspace: refuse it as wire.md says, rather than
+		 * quietly replace the client's link with a file. */
+		if (S_ISLNK(st.st_mode) && link_escapes(ws, rel)) {
+			close(pfd);
+			return -EXDEV;
+		}
 	}
 	up = xcalloc(1, sizeof *up);
 	up->dirfd = pfd;

@@ -81,7 +81,9 @@ int sbx_fs_move(const struct sbx_workspace *ws, const char *from, const char *to
  * the new, never a mix; abort leaves the old file as it was. */
 struct sbx_upload;
 /* -SBX_E_PARENT_MISSING (parent missing and !mkparents), -EISDIR (target is
- * a directory), -EXDEV, -ENOTDIR, ... */
+ * a directory, or the root), -EXDEV (a parent leaves the workspace, or the
+ * target is a symlink leading out of it: refused, not replaced; a link that
+ * stays inside is replaced as a link), -ENOTDIR, ... */
 int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, const char *rel, bool mkparents);
 /* Append n bytes. -ENOSPC, -EDQUOT, -EFBIG, -EIO ... (the upload stays
  * abortable). */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -150,8 +151,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		metrics_inflight(h->app->metrics, 1);
 		*con_cls = r;
 		int rc = route_begin(r);
-		if (rc < 0)
+		if (rc < 0) {
 			r->pending_error = rc; /* answered once the body is read (or given up on) */
+			/* A client waiting for "100 Continue" has sent no body yet:
+			 * answer now, so a refused upload is never sent at all
+			 * (libmicrohttpd then skips the 100 and the body). */
+			const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect");
+			if (expect && strcasecmp(expect, "100-continue") == 0)
+				return fail(r, rc);
+		}
 		return MHD_YES;
 	}
 	if (r->status) {
@@ -208,7 +216,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	route_complete(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
-static void on_log(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_log(void *cls, const char *fmt, va_list ap)
 {
 	char msg[512];
 	vsnprintf(msg, sizeof msg, fmt, ap);

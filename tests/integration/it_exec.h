@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,46 @@ static inline long it_now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* wire.md "The model": the session directory segment of a key. */
+static inline void session_segment(const char *key, char *out, size_t outsz)
+{
+	unsigned long long h = 5381;
+	size_t n = strlen(key), o = 0;
+	for (size_t i = 0; i < n; i++)
+		h = h * 33 + (unsigned char)key[i];
+	for (size_t i = 0; i < n && i < 32 && o + 1 < outsz; i++) {
+		char c = key[i];
+		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
+		out[o++] = ok ? c : '_';
+	}
+	char digits[16];
+	int d = 0;
+	do {
+		digits[d++] = "0123456789abcdefghijklmnopqrstuvwxyz"[h % 36];
+		h /= 36;
+	} while (h);
+	out[o++] = '-';
+	while (d > 0 && o + 1 < outsz)
+		out[o++] = digits[--d];
+	out[o] = '\0';
+}
+
+/* "uid-base=N" for `--set`: a uid range of this test process's own. Every
+ * server's first tenant is slot 0, so servers started with the default
+ * base (other suites on this host) would all run their first tenant as
+ * uid 100000, and RLIMIT_NPROC, which counts per uid, would let one
+ * suite's fork bomb starve another's commands. */
+static inline const char *it_uid_base_arg(long *base)
+{
+	static char arg[40];
+	long b = 200000 + (long)(getpid() % 100000) * 16;
+	snprintf(arg, sizeof arg, "uid-base=%ld", b);
+	if (base)
+		*base = b;
+	return arg;
 }
 
 /* POST /exec with body req (stolen). Returns the HTTP status (-1 on a
@@ -50,7 +91,8 @@ static inline json_t *ex_ok(struct it_server *s, const char *tok, const char *co
 	json_t *res = NULL;
 	long st = ex_post(s, tok, hdrs, req, &res, &raw);
 	if (st != 200 || !res)
-		fprintf(stderr, "exec: expected 200, got %ld: %.*s\n", st, (int)raw.len, raw.body ? raw.body : "");
+		fprintf(stderr, "exec: expected 200, got %ld: %.*s\n", st, (int)raw.len,
+			raw.body ? raw.body : "");
 	it_resp_free(&raw);
 	assert_int_equal(st, 200);
 	assert_non_null(res);
@@ -153,7 +195,8 @@ static inline void *bg_main(void *arg)
 	if (b->barrier)
 		pthread_barrier_wait(b->barrier);
 	long t0 = it_now_ms();
-	b->rc = it_http(b->s, b->method, b->path, b->tok, b->hdrs, b->body, b->body ? strlen(b->body) : 0, &b->resp);
+	b->rc = it_http(b->s, b->method, b->path, b->tok, b->hdrs, b->body, b->body ? strlen(b->body) : 0,
+			&b->resp);
 	b->ms = it_now_ms() - t0;
 	return NULL;
 }
@@ -248,8 +291,8 @@ static inline void assert_log_clean(struct it_server *s)
 	char *log = it_read_file(s->log, &len);
 	if (!log)
 		return;
-	static const char *const bad[] = { "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-					   "WARNING: ThreadSanitizer" };
+	static const char *const bad[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+					  "runtime error:", "WARNING: ThreadSanitizer"};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		const char *hit = strstr(log, bad[i]);
 		if (hit) {

@@ -4,6 +4,7 @@
  * each attack, out is checked from the host side: an inotify watch must
  * have seen no open, read, write, create, delete or attribute change, and
  * a snapshot (modes, sizes, times, contents) must be unchanged. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -397,7 +398,7 @@ static void t_write_parents(void **state)
 	assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt/z", "x", 1, true), -ENOTDIR);
 	assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt/z", "x", 1, false), -ENOTDIR);
 	assert_int_equal(sbx_fs_write(fx->ws, "d", "x", 1, false), -EISDIR);
-	assert_int_equal(sbx_fs_write(fx->ws, "", "x", 1, false), -EINVAL);
+	assert_int_equal(sbx_fs_write(fx->ws, "", "x", 1, false), -EISDIR);
 	assert_int_equal(sbx_upload_begin(&up, fx->ws, "x/y", true), -EISDIR);
 	assert_null(up);
 	assert_int_equal(count_temps(fx->wsdir, ""), 0);
@@ -413,13 +414,23 @@ static void t_write_escapes(void **state)
 	assert_int_equal(sbx_fs_write(fx->ws, "abs/x/y.txt", "x", 1, true), -EXDEV);
 	assert_int_equal(sbx_fs_write(fx->ws, "d/rel2/sub/inner.txt", "x", 1, true), -EXDEV);
 	assert_int_equal(sbx_fs_write(fx->ws, "absdangle/x", "x", 1, true), -EXDEV);
-	/* A link as the target itself is replaced, never written through. */
-	assert_int_equal(sbx_fs_write(fx->ws, "abs_secret", "mine", 4, false), 0);
-	assert_int_equal(sbx_fs_write(fx->ws, "rel_secret", "mine", 4, false), 0);
-	assert_int_equal(sbx_fs_write(fx->ws, "absdangle", "mine", 4, false), 0);
-	assert_true(host_is(fx->wsdir, "abs_secret", S_IFREG));
-	assert_true(host_is(fx->wsdir, "absdangle", S_IFREG));
-	assert_host_content(fx->wsdir, "rel_secret", "mine");
+	/* A link as the target that leads out is refused (the path names a
+	 * place outside), and left as it is. */
+	assert_int_equal(sbx_fs_write(fx->ws, "abs_secret", "mine", 4, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "rel_secret", "mine", 4, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->ws, "absdangle", "mine", 4, false), -EXDEV);
+	assert_true(host_is(fx->wsdir, "abs_secret", S_IFLNK));
+	assert_true(host_is(fx->wsdir, "rel_secret", S_IFLNK));
+	assert_true(host_is(fx->wsdir, "absdangle", S_IFLNK));
+	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+	/* One that stays inside (or dangles inside) is replaced as a link,
+	 * never written through. */
+	assert_int_equal(sbx_fs_write(fx->ws, "in_file_link", "mine", 4, false), 0);
+	assert_true(host_is(fx->wsdir, "in_file_link", S_IFREG));
+	assert_host_content(fx->wsdir, "d/f.txt", "inside");
+	assert_int_equal(sbx_fs_write(fx->ws, "dangle", "mine", 4, false), 0);
+	assert_true(host_is(fx->wsdir, "dangle", S_IFREG));
+	assert_false(host_exists(fx->wsdir, "nothere"));
 	assert_outside_untouched(fx);
 	assert_false(host_exists(fx->out, "nothere"));
 }
@@ -474,18 +485,26 @@ static void t_upload_long_leaf(void **state)
 	memset(leaf, 'L', SBX_NAME_MAX);
 	leaf[SBX_NAME_MAX] = '\0';
 	assert_int_equal(sbx_upload_begin(&up, fx->ws, leaf, false), 0);
+	/* The listing hides an upload in flight... */
 	assert_int_equal(sbx_fs_readdir(fx->ws, "", &ents, &n), 0);
-	for (size_t i = 0; i < n; i++) {
-		if (strncmp(ents[i].name, ".sandboxd-tmp-", 14) == 0) {
-			size_t len = strlen(ents[i].name);
+	for (size_t i = 0; i < n; i++)
+		assert_true(strncmp(ents[i].name, ".sandboxd-tmp-", 14) != 0);
+	sbx_dirents_free(ents, n);
+	/* ...which the host sees under a bounded name. */
+	DIR *d = opendir(fx->wsdir);
+	assert_non_null(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, ".sandboxd-tmp-", 14) == 0) {
+			size_t len = strlen(e->d_name);
 			assert_true(len <= SBX_NAME_MAX);
 			/* "-" and 16 lower-case hex digits at the end */
-			assert_int_equal(ents[i].name[len - 17], '-');
-			assert_int_equal(strspn(ents[i].name + len - 16, "0123456789abcdef"), 16);
+			assert_int_equal(e->d_name[len - 17], '-');
+			assert_int_equal(strspn(e->d_name + len - 16, "0123456789abcdef"), 16);
 			seen = true;
 		}
 	}
-	sbx_dirents_free(ents, n);
+	closedir(d);
 	assert_true(seen);
 	assert_int_equal(sbx_upload_write(up, "x", 1), 0);
 	assert_int_equal(sbx_upload_commit(&up, NULL), 0);
@@ -1231,6 +1250,51 @@ static void t_race_mkdir_recursive(void **state)
 	assert_outside_untouched(fx);
 }
 
+static void t_session_dir_remove(void **state)
+{
+	struct fx *fx = *state;
+	char p[512];
+
+	assert_int_equal(sbx_session_dir_ensure(fx->ws, "s1-abc"), 0);
+	assert_int_equal(sbx_fs_write(fx->ws, "sessions/s1-abc/a/b/c.txt", "x", 1, true), 0);
+	host_symlink(fx->wsdir, fx->out, "sessions/s1-abc/a/out");
+	host_symlink(fx->wsdir, "../../d", "sessions/s1-abc/in");
+	drain_events(fx);
+	assert_int_equal(sbx_session_dir_remove(fx->ws, "s1-abc"), 0);
+	assert_false(host_exists(fx->wsdir, "sessions/s1-abc"));
+	assert_true(host_is(fx->wsdir, "sessions", S_IFDIR));
+	assert_host_content(fx->wsdir, "d/f.txt", "inside");
+	assert_outside_untouched(fx);
+	/* Missing: fine. The memo was forgotten: ensure makes it again. */
+	assert_int_equal(sbx_session_dir_remove(fx->ws, "s1-abc"), 0);
+	assert_int_equal(sbx_session_dir_ensure(fx->ws, "s1-abc"), 0);
+	assert_true(host_is(fx->wsdir, "sessions/s1-abc", S_IFDIR));
+
+	/* The session directory replaced by a link: the link goes. */
+	hpath(p, sizeof p, fx->wsdir, "sessions/s1-abc");
+	assert_int_equal(rmdir(p), 0);
+	host_symlink(fx->wsdir, fx->out, "sessions/s1-abc");
+	drain_events(fx);
+	assert_int_equal(sbx_session_dir_remove(fx->ws, "s1-abc"), 0);
+	assert_false(host_exists(fx->wsdir, "sessions/s1-abc"));
+	assert_outside_untouched(fx);
+
+	/* "sessions" itself a link: nothing is removed through it. */
+	host_mkdir(fx->wsdir, "sessions/s2-abc");
+	host_rename(fx->wsdir, "sessions", "moved");
+	host_symlink(fx->wsdir, fx->out, "sessions");
+	drain_events(fx);
+	assert_int_equal(sbx_session_dir_remove(fx->ws, "sub"), 0);
+	assert_int_equal(sbx_session_dir_remove(fx->ws, "emptydir"), 0);
+	assert_outside_untouched(fx);
+	assert_true(host_is(fx->wsdir, "moved/s2-abc", S_IFDIR));
+
+	assert_int_equal(sbx_session_dir_remove(fx->ws, ""), -EINVAL);
+	assert_int_equal(sbx_session_dir_remove(fx->ws, ".."), -EINVAL);
+	assert_int_equal(sbx_session_dir_remove(fx->ws, "a/b"), -EINVAL);
+	assert_int_equal(sbx_session_dir_remove(fx->ws, NULL), -EINVAL);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -1253,6 +1317,7 @@ int main(void)
 	    T(t_rm_roots),
 	    T(t_rm_links),
 	    T(t_move),
+	    T(t_session_dir_remove),
 	    T(t_sweep_temps),
 	    T(t_race_swaps),
 	    T(t_race_rm_recursive),

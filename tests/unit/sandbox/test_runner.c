@@ -435,7 +435,8 @@ static void test_setsid_child_does_not_block(void **state)
 {
 	struct fixture *f = *state;
 	struct sbx_exec_req req =
-	    base_req(f, "setsid sh -c 'echo $$; exec sleep 100' & sleep 0.2; echo main");
+	    base_req(f, "setsid sh -c 'echo $$ > detached.pid; exec sleep 100' & "
+			"while [ ! -s detached.pid ]; do sleep 0.02; done; cat detached.pid; echo main");
 	struct rec r;
 	int64_t t0 = mono_ms();
 	long pid;

@@ -1,0 +1,669 @@
+/* Streaming transfers (wire.md "Streaming transfers"): single-use tokens
+ * minted by POST /fs/transfers and spent by GET / PUT /fs/stream/{token},
+ * and the bearer shortcuts GET /fs/read_stream and PUT /fs/write_stream,
+ * which mint and claim a token internally so that every transfer has the
+ * same store row whichever door it came through.
+ *
+ * Downloads answer with a content reader that preads 256 KiB blocks from
+ * the open file into libmicrohttpd's buffer: memory is constant whatever
+ * the size. Uploads go through sbx_upload_* into a temp file beside the
+ * target, hashed on the way, and appear by rename only when the body ended
+ * cleanly; anything else removes the temp file and leaves the old file.
+ *
+ * A token is spent (claimed) only once everything that can be refused up
+ * front has been checked (file, range, tenant slot, parent directory): a
+ * 404, 416 or 429 leaves it usable. */
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/fields.h"
+#include "routes/fs.h"
+#include "routes/handlers.h"
+#include "routes/metrics.h"
+#include "sandbox/fsops.h"
+#include "sandbox/workspace.h"
+#include "store/store.h"
+
+#define TOKEN_BYTES 32
+#define TOKEN_CHARS 43		/* base64url of 32 bytes, no padding */
+#define DL_BLOCK (256u * 1024u) /* content-reader block: beat sendfile on loopback (performance.md) */
+#define RETRY_AFTER_BUSY_S 1
+
+static const char b64url_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/* ---- tokens ---- */
+
+static void b64url_encode(const unsigned char *in, size_t n, char *out)
+{
+	size_t o = 0, i = 0;
+	for (; i + 3 <= n; i += 3) {
+		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+		out[o++] = b64url_chars[(v >> 18) & 63];
+		out[o++] = b64url_chars[(v >> 12) & 63];
+		out[o++] = b64url_chars[(v >> 6) & 63];
+		out[o++] = b64url_chars[v & 63];
+	}
+	if (n - i == 1) {
+		uint32_t v = (uint32_t)in[i] << 16;
+		out[o++] = b64url_chars[(v >> 18) & 63];
+		out[o++] = b64url_chars[(v >> 12) & 63];
+	} else if (n - i == 2) {
+		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+		out[o++] = b64url_chars[(v >> 18) & 63];
+		out[o++] = b64url_chars[(v >> 12) & 63];
+		out[o++] = b64url_chars[(v >> 6) & 63];
+	}
+	out[o] = '\0';
+}
+
+static bool token_well_formed(const char *t)
+{
+	if (!t || strlen(t) != TOKEN_CHARS)
+		return false;
+	for (size_t i = 0; i < TOKEN_CHARS; i++)
+		if (!strchr(b64url_chars, t[i]) || t[i] == '\0')
+			return false;
+	return true;
+}
+
+/* The store keys a transfer by SHA-256 of the token text; the token itself
+ * is never stored. */
+static void token_hash(const char *tok, unsigned char out[32])
+{
+	unsigned int n = 32;
+	EVP_Digest(tok, strlen(tok), out, &n, EVP_sha256(), NULL);
+}
+
+static int token_new(char tok[TOKEN_CHARS + 1], unsigned char hash[32])
+{
+	unsigned char rnd[TOKEN_BYTES];
+	int rc = auth_random(rnd, sizeof rnd);
+	if (rc < 0)
+		return rc;
+	b64url_encode(rnd, sizeof rnd, tok);
+	token_hash(tok, hash);
+	return 0;
+}
+
+static void hex(const unsigned char *p, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", p[i]);
+}
+
+/* ---- shared ---- */
+
+static void wire_of(const char *rel, char *out, size_t outsz)
+{
+	sbx_path_wire(rel, out, outsz);
+}
+
+static int fs_fail(struct req *r, int rc, const char *what, const char *rel)
+{
+	char wire[SBX_PATH_MAX + 16];
+	wire_of(rel, wire, sizeof wire);
+	switch (rc) {
+	case -ENOENT:
+		return req_fail(r, rc, "no such file: %s", wire);
+	case -SBX_E_PARENT_MISSING:
+		return req_fail(r, rc, "parent directory missing: %s (streaming writes do not create it)",
+				wire);
+	case -EXDEV:
+		return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
+	case -EISDIR:
+		return req_fail(r, rc, "is a directory: %s", wire);
+	case -ENOTDIR:
+		return req_fail(r, rc, "a parent is not a directory: %s", wire);
+	case -SBX_E_SPECIAL:
+		return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
+	case -EINVAL:
+		return req_fail(r, rc, "cannot %s the workspace root", what);
+	case -ELOOP:
+		return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
+	case -ENOSPC:
+	case -EDQUOT:
+		return req_fail(r, rc, "no space left for %s", wire);
+	default:
+		return req_fail(r, rc, "cannot %s %s: %s", what, wire, rc < -4095 ? "error" : strerror(-rc));
+	}
+}
+
+static int token_refused(struct req *r, int rc)
+{
+	switch (rc) {
+	case -ENOENT:
+		return req_fail(r, rc, "unknown transfer token");
+	case -SBX_E_TOKEN_USED:
+		return req_fail(r, rc, "this transfer token has been used");
+	case -SBX_E_TOKEN_EXPIRED:
+		return req_fail(r, rc, "this transfer token has expired");
+	default:
+		return req_fail(r, rc, "cannot read the transfer record");
+	}
+}
+
+/* The ?path= of a bearer request, resolved (a decoded %00 is refused). */
+static int query_path(struct req *r, char *rel, size_t relsz)
+{
+	size_t n = 0;
+	const char *p = req_query_n(r, "path", &n);
+	if (!p)
+		return req_fail(r, -EINVAL, "query parameter path is required");
+	return req_path(r, p, n, rel, relsz);
+}
+
+/* One transfer as a request works on it. */
+struct xfer {
+	unsigned char hash[32];
+	bool slot;     /* holds one of the tenant's transfer slots */
+	bool finished; /* the store row has its final state */
+};
+
+static void xfer_finish(struct req *r, struct xfer *x, bool ok, int64_t bytes, const char *sha256,
+			const char *why)
+{
+	if (x->finished)
+		return;
+	x->finished = true;
+	if (store_transfer_finish(r->app->store, x->hash, ok ? "done" : "failed", bytes, sha256, why,
+				  now_ms()) < 0)
+		metrics_store_error(r->app->metrics);
+}
+
+static void xfer_release(struct req *r, struct xfer *x)
+{
+	if (x->slot && r->tenant)
+		app_tenant_release_transfer(r->app, r->tenant);
+	x->slot = false;
+}
+
+static int acquire_slot(struct req *r, struct xfer *x)
+{
+	if (app_tenant_acquire_transfer(r->app, r->tenant) < 0) {
+		r->retry_after_s = RETRY_AFTER_BUSY_S;
+		return req_fail(r, -SBX_E_TOO_MANY, "tenant %s has %lld transfers running, its limit",
+				r->tenant->name, (long long)r->app->cfg->tenant_max_transfers);
+	}
+	x->slot = true;
+	return 0;
+}
+
+/* Spend the token: an existing one (have_hash), or, for the bearer
+ * shortcuts, a fresh one minted and claimed at once so the store holds the
+ * same row as for a minted token. */
+static int claim(struct req *r, struct xfer *x, bool have_hash, const char *rel, const char *direction)
+{
+	int64_t now = now_ms();
+	int rc;
+	if (!have_hash) {
+		char tok[TOKEN_CHARS + 1];
+		if ((rc = token_new(tok, x->hash)) < 0)
+			return req_fail(r, rc, "no randomness for a transfer token");
+		struct store_transfer t = {.session = r->session_key,
+					   .session_len = r->session_key_len,
+					   .path = (char *)rel,
+					   .created_at = now,
+					   .expires_at = now + r->app->cfg->transfer_ttl_default_s * 1000};
+		memcpy(t.token_hash, x->hash, sizeof t.token_hash);
+		snprintf(t.tenant, sizeof t.tenant, "%s", r->tenant->name);
+		snprintf(t.direction, sizeof t.direction, "%s", direction);
+		if ((rc = store_transfer_mint(r->app->store, &t)) < 0)
+			return req_fail(r, rc, "cannot record the transfer");
+	}
+	rc = store_transfer_claim(r->app->store, x->hash, now, NULL);
+	return rc < 0 ? token_refused(r, rc) : 0;
+}
+
+/* /fs/stream/{token}: look the token up without spending it, and take on
+ * its tenant (workspace, audit row) and session (audit row). The request
+ * stays unauthenticated: nothing else is granted by this. */
+static int token_open(struct req *r, const char *direction, struct store_transfer *t, struct xfer *x)
+{
+	const char *tok = r->params[0];
+	if (!token_well_formed(tok))
+		return req_fail(r, -ENOENT, "unknown transfer token");
+	token_hash(tok, x->hash);
+	int rc = store_transfer_get(r->app->store, x->hash, t);
+	if (rc < 0)
+		return token_refused(r, rc);
+
+	snprintf(r->claims.tenant, sizeof r->claims.tenant, "%s", t->tenant);
+	r->audit_tenant = true;
+	free(r->session_key);
+	r->session_key = xmalloc(t->session_len + 1);
+	memcpy(r->session_key, t->session, t->session_len);
+	r->session_key[t->session_len] = '\0';
+	r->session_key_len = t->session_len;
+	char wire[SBX_PATH_MAX + 16];
+	wire_of(t->path, wire, sizeof wire);
+	req_set_target(r, wire);
+
+	if (strcmp(t->direction, direction) != 0)
+		return req_fail(r, -SBX_E_CONFLICT, "this token is for %s: use %s /fs/stream/{token}",
+				strcmp(t->direction, "write") == 0 ? "uploads" : "downloads",
+				strcmp(t->direction, "write") == 0 ? "PUT" : "GET");
+	if (strcmp(t->state, "minted") != 0 || t->expires_at <= now_ms()) {
+		/* The claim says which (used or expired) and records an expiry. */
+		rc = store_transfer_claim(r->app->store, x->hash, now_ms(), NULL);
+		if (rc == 0) { /* cannot happen: a row never goes back to minted */
+			xfer_finish(r, x, false, 0, NULL, "claimed by a refused request");
+			rc = -SBX_E_TOKEN_USED;
+		}
+		return token_refused(r, rc);
+	}
+	rc = app_tenant_get(r->app, t->tenant, &r->tenant);
+	if (rc < 0)
+		return rc == -ENOENT ? req_fail(r, rc, "unknown transfer token")
+				     : req_fail(r, rc, "cannot load the tenant");
+	return 0;
+}
+
+/* Why a transfer's connection ended before its end. */
+static const char *closed_why(const struct req *r)
+{
+	return r->app->stopping ? "the server stopped" : "the client left";
+}
+
+/* ---- downloads ---- */
+
+/* Shared by the request (on_free) and the response (its free callback):
+ * libmicrohttpd destroys the response before or after the completion
+ * callback depending on how the connection ended. */
+struct dl {
+	int refs;
+	int fd;
+	uint64_t start, len;
+	uint64_t sent; /* read from the file and handed to the connection */
+	int err;       /* positive errno of a failed read; EIO: the file shrank */
+	struct xfer x;
+};
+
+static void dl_unref(struct dl *d)
+{
+	if (__atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	if (d->fd >= 0)
+		close(d->fd);
+	free(d);
+}
+
+static ssize_t dl_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct dl *d = cls;
+	if (pos >= d->len)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	size_t want = d->len - pos < max ? (size_t)(d->len - pos) : max;
+	ssize_t n;
+	do
+		n = pread(d->fd, buf, want, (off_t)(d->start + pos));
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		/* A promised length cannot be met: end with an error, so the
+		 * client sees a truncated body rather than a short "success". */
+		d->err = n < 0 ? errno : EIO;
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	d->sent = pos + (uint64_t)n;
+	return n;
+}
+
+static void dl_resp_free(void *cls)
+{
+	dl_unref(cls);
+}
+
+static void dl_req_free(struct req *r)
+{
+	struct dl *d = r->hstate;
+	r->hstate = NULL;
+	bool ok = r->completed_ok && !d->err && d->sent == d->len;
+	char why[160] = "";
+	if (d->err)
+		snprintf(why, sizeof why, "read error after %" PRIu64 " of %" PRIu64 " bytes: %s", d->sent,
+			 d->len, d->err == EIO ? "the file shrank" : strerror(d->err));
+	else if (!ok)
+		snprintf(why, sizeof why, "%s after %" PRIu64 " of %" PRIu64 " bytes", closed_why(r), d->sent,
+			 d->len);
+	xfer_finish(r, &d->x, ok, (int64_t)d->sent, NULL, ok ? NULL : why);
+	xfer_release(r, &d->x);
+	r->bytes_out = (int64_t)d->sent;
+	metrics_bytes_streamed(r->app->metrics, 0, (int64_t)d->sent);
+	dl_unref(d);
+}
+
+static int reply_416(struct req *r, uint64_t size)
+{
+	char cr[48];
+	snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
+	json_t *body = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", "range_not_satisfiable", "message",
+				 "the range starts past the end of the file", "retry_hint");
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	size_t n = strlen(text);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, "Content-Type", "application/json");
+	MHD_add_response_header(resp, "Content-Range", cr);
+	r->bytes_out += (int64_t)n;
+	return reply_response(r, 416, resp);
+}
+
+static void dl_headers(struct MHD_Response *resp, int status, uint64_t start, uint64_t end, uint64_t size)
+{
+	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	if (status == 206) {
+		char cr[80];
+		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+}
+
+/* Answer a download of rel: x->hash names a minted token when have_hash,
+ * else one is minted. HEAD answers the headers and spends nothing. */
+static int download(struct req *r, const char *rel, struct xfer *x, bool have_hash)
+{
+	int fd = -1;
+	uint64_t size = 0;
+	int rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size);
+	if (rc < 0)
+		return fs_fail(r, rc, "read", rel);
+
+	uint64_t start = 0, end = size ? size - 1 : 0;
+	int status = 200;
+	const char *range = req_header(r, "Range");
+	if (range) {
+		rc = route_fs_parse_range(range, size, &start, &end);
+		if (rc == -ERANGE) {
+			close(fd);
+			return reply_416(r, size);
+		}
+		if (rc == 0)
+			status = 206;
+		/* A malformed Range is ignored, as RFC 9110 allows: the whole file. */
+	}
+	uint64_t len = size ? end - start + 1 : 0;
+
+	if (strcmp(r->method, "HEAD") == 0) {
+		/* libmicrohttpd sends the headers (Content-Length included) and
+		 * no body; the fd is the response's. */
+		struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
+		if (!resp) {
+			close(fd);
+			return req_fail(r, -ENOMEM, "cannot build the response");
+		}
+		dl_headers(resp, status, start, end, size);
+		return reply_response(r, status, resp);
+	}
+
+	if ((rc = acquire_slot(r, x)) < 0 || (rc = claim(r, x, have_hash, rel, "read")) < 0) {
+		xfer_release(r, x);
+		close(fd);
+		return rc;
+	}
+	struct dl *d = xcalloc(1, sizeof *d);
+	d->refs = 1;
+	d->fd = fd;
+	d->start = start;
+	d->len = len;
+	d->x = *x;
+	r->hstate = d;
+	r->on_free = dl_req_free;
+	struct MHD_Response *resp =
+	    MHD_create_response_from_callback(len, DL_BLOCK, dl_read, d, dl_resp_free);
+	if (!resp) {
+		d->err = ENOMEM;
+		return req_fail(r, -ENOMEM, "cannot build the response");
+	}
+	__atomic_add_fetch(&d->refs, 1, __ATOMIC_ACQ_REL);
+	dl_headers(resp, status, start, end, size);
+	return reply_response(r, status, resp);
+}
+
+/* GET /fs/stream/{token} */
+int route_transfer_get(struct req *r)
+{
+	struct store_transfer t = {0};
+	struct xfer x = {0};
+	int rc = token_open(r, "read", &t, &x);
+	if (rc == 0)
+		rc = download(r, t.path, &x, true);
+	store_transfer_clear(&t);
+	return rc;
+}
+
+/* GET /fs/read_stream?path=P */
+int route_fs_read_stream(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	struct xfer x = {0};
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	return download(r, rel, &x, false);
+}
+
+/* ---- uploads ---- */
+
+struct ul {
+	struct sbx_upload *up; /* NULL once committed or aborted */
+	EVP_MD_CTX *md;
+	uint64_t n, max;
+	char *rel;
+	char why[200]; /* why it failed, for the store */
+	struct xfer x;
+};
+
+static void ul_fail(struct req *r, struct ul *u)
+{
+	sbx_upload_abort(&u->up);
+	xfer_finish(r, &u->x, false, (int64_t)u->n, NULL, u->why);
+}
+
+static int ul_write(struct req *r, const char *data, size_t len)
+{
+	struct ul *u = r->hstate;
+	if (!u->up)
+		return 0;
+	if (len > u->max - u->n) {
+		snprintf(u->why, sizeof u->why, "body over max_upload_bytes (%" PRIu64 ")", u->max);
+		ul_fail(r, u);
+		return req_fail(r, -EFBIG, "the body is over the upload limit of %" PRIu64 " bytes", u->max);
+	}
+	int rc = sbx_upload_write(u->up, data, len);
+	if (rc < 0) {
+		snprintf(u->why, sizeof u->why, "write failed after %" PRIu64 " bytes: %s", u->n,
+			 rc < -4095 ? "error" : strerror(-rc));
+		ul_fail(r, u);
+		return fs_fail(r, rc, "write", u->rel);
+	}
+	EVP_DigestUpdate(u->md, data, len);
+	u->n += len;
+	return 0;
+}
+
+static void ul_free(struct req *r)
+{
+	struct ul *u = r->hstate;
+	r->hstate = NULL;
+	if (u->up) {
+		snprintf(u->why, sizeof u->why, "%s after %" PRIu64 " bytes; nothing was written",
+			 closed_why(r), u->n);
+		ul_fail(r, u);
+	}
+	/* A refusal between the claim and the first byte. */
+	xfer_finish(r, &u->x, false, (int64_t)u->n, NULL, *u->why ? u->why : "refused");
+	xfer_release(r, &u->x);
+	metrics_bytes_streamed(r->app->metrics, (int64_t)u->n, 0);
+	EVP_MD_CTX_free(u->md);
+	free(u->rel);
+	free(u);
+}
+
+/* Begin hook of both upload routes: everything that can be refused is
+ * checked before the token is spent; then the temp file waits for the body. */
+static int upload_begin(struct req *r, const char *rel, struct xfer *x, bool have_hash)
+{
+	uint64_t max = (uint64_t)r->app->cfg->max_upload_bytes;
+	const char *cl = req_header(r, "Content-Length");
+	if (cl) {
+		char *end = NULL;
+		errno = 0;
+		unsigned long long n = strtoull(cl, &end, 10);
+		if (!errno && end != cl && !*end && n > max)
+			return req_fail(r, -EFBIG,
+					"Content-Length %llu is over the upload limit of %" PRIu64 " bytes",
+					n, max);
+	}
+	struct sbx_upload *up = NULL;
+	int rc = acquire_slot(r, x);
+	if (rc < 0)
+		return rc;
+	if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0) {
+		xfer_release(r, x);
+		return fs_fail(r, rc, "write", rel);
+	}
+	if ((rc = claim(r, x, have_hash, rel, "write")) < 0) {
+		sbx_upload_abort(&up);
+		xfer_release(r, x);
+		return rc;
+	}
+	struct ul *u = xcalloc(1, sizeof *u);
+	u->up = up;
+	u->max = max;
+	u->rel = xstrdup(rel);
+	u->x = *x;
+	u->md = EVP_MD_CTX_new();
+	if (!u->md)
+		abort(); /* out of memory, as xmalloc would */
+	EVP_DigestInit_ex(u->md, EVP_sha256(), NULL);
+	r->hstate = u;
+	r->on_upload = ul_write;
+	r->on_free = ul_free;
+	return 0;
+}
+
+/* Begin hook of PUT /fs/stream/{token}. */
+int route_transfer_put_begin(struct req *r)
+{
+	struct store_transfer t = {0};
+	struct xfer x = {0};
+	int rc = token_open(r, "write", &t, &x);
+	if (rc == 0)
+		rc = upload_begin(r, t.path, &x, true);
+	store_transfer_clear(&t);
+	return rc;
+}
+
+/* Begin hook of PUT /fs/write_stream?path=P. */
+int route_fs_write_stream_begin(struct req *r)
+{
+	char rel[SBX_PATH_MAX];
+	struct xfer x = {0};
+	int rc = query_path(r, rel, sizeof rel);
+	if (rc < 0)
+		return rc;
+	return upload_begin(r, rel, &x, false);
+}
+
+/* The body ended cleanly: put the file in place. Both upload routes. */
+int route_transfer_put(struct req *r)
+{
+	struct ul *u = r->hstate;
+	if (!u || !u->up)
+		return req_fail(r, -EIO, "the upload was not started");
+	uint64_t size = 0;
+	int rc = sbx_upload_commit(&u->up, &size);
+	if (rc < 0) {
+		snprintf(u->why, sizeof u->why, "commit failed: %s", rc < -4095 ? "error" : strerror(-rc));
+		xfer_finish(r, &u->x, false, (int64_t)u->n, NULL, u->why);
+		return fs_fail(r, rc, "write", u->rel);
+	}
+	unsigned char dig[32];
+	char sha[65];
+	EVP_DigestFinal_ex(u->md, dig, NULL);
+	hex(dig, sizeof dig, sha);
+	xfer_finish(r, &u->x, true, (int64_t)size, sha, NULL);
+	char wire[SBX_PATH_MAX + 16];
+	wire_of(u->rel, wire, sizeof wire);
+	return reply_json(
+	    r, 201, json_pack("{s:s, s:I, s:s}", "path", wire, "size", (json_int_t)size, "sha256", sha));
+}
+
+/* ---- minting ---- */
+
+/* POST /fs/transfers {path, direction, ttl_s} */
+int route_transfers_post(struct req *r)
+{
+	const struct sbx_config *cfg = r->app->cfg;
+	const char *path = NULL, *direction = NULL;
+	size_t plen = 0, dlen = 0;
+	int64_t ttl = cfg->transfer_ttl_default_s;
+	const struct field f[] = {
+	    {"path", F_STRING, true, &path, &plen, 0, 0, NULL},
+	    {"direction", F_STRING, true, &direction, &dlen, 0, 0, NULL},
+	    {"ttl_s", F_INT, false, &ttl, NULL, 1, INT32_MAX, NULL},
+	};
+	int rc = fields_read(r, r->json, f, 3);
+	if (rc < 0)
+		return rc;
+	bool read;
+	if (dlen == 4 && memcmp(direction, "read", 4) == 0)
+		read = true;
+	else if (dlen == 5 && memcmp(direction, "write", 5) == 0)
+		read = false;
+	else
+		return req_fail(r, -EINVAL, "direction must be \"read\" or \"write\"");
+	if (!(r->claims.scopes & (read ? AUTH_SCOPE_FS_READ : AUTH_SCOPE_FS_WRITE)))
+		return req_fail(r, -SBX_E_SCOPE, "a %s transfer needs the scope fs:%s", direction, direction);
+	if (ttl > cfg->transfer_ttl_max_s)
+		ttl = cfg->transfer_ttl_max_s;
+
+	char rel[SBX_PATH_MAX];
+	if ((rc = req_path(r, path, plen, rel, sizeof rel)) < 0)
+		return rc;
+	/* What would refuse the transfer now refuses the mint (it is checked
+	 * again when the token is used). */
+	if (read) {
+		int fd = -1;
+		uint64_t size = 0;
+		if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
+			return fs_fail(r, rc, "read", rel);
+		close(fd);
+	} else {
+		struct sbx_upload *up = NULL;
+		if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0)
+			return fs_fail(r, rc, "write", rel);
+		sbx_upload_abort(&up);
+	}
+
+	char tok[TOKEN_CHARS + 1];
+	int64_t now = now_ms();
+	struct store_transfer t = {.session = r->session_key,
+				   .session_len = r->session_key_len,
+				   .path = rel,
+				   .created_at = now,
+				   .expires_at = now + ttl * 1000};
+	if ((rc = token_new(tok, t.token_hash)) < 0)
+		return req_fail(r, rc, "no randomness for a transfer token");
+	snprintf(t.tenant, sizeof t.tenant, "%s", r->tenant->name);
+	snprintf(t.direction, sizeof t.direction, "%s", read ? "read" : "write");
+	if ((rc = store_transfer_mint(r->app->store, &t)) < 0)
+		return req_fail(r, rc, "cannot record the transfer");
+
+	char wire[SBX_PATH_MAX + 16], url[64], exp[40];
+	wire_of(rel, wire, sizeof wire);
+	snprintf(url, sizeof url, "/fs/stream/%s", tok);
+	rfc3339_ms(t.expires_at, exp, sizeof exp);
+	return reply_json(r, 201,
+			  json_pack("{s:s, s:s, s:s, s:s, s:s}", "token", tok, "url", url, "direction",
+				    t.direction, "path", wire, "expires_at", exp));
+}

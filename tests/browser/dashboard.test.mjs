@@ -1,0 +1,297 @@
+// The dashboard (web/dashboard.html, GET /dashboard) in Debian's headless
+// Chromium, driven by playwright-core, against a real sandboxd. run.sh starts
+// the server and passes:
+//   SBX_URL             http://127.0.0.1:PORT
+//   SBX_OBSERVER_TOKEN  a token of tenant acme with scope audit:read
+//   SBX_EXEC_TOKEN      a token of tenant acme with scope exec
+//   SBX_OUT_DIR         where screenshots go
+//   CHROMIUM            the browser (default /usr/bin/chromium)
+// Run it with `node --test dashboard.test.mjs` through run.sh.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set: run this test through tests/browser/run.sh`);
+  return v;
+};
+const BASE = env('SBX_URL');
+const OBSERVER = env('SBX_OBSERVER_TOKEN');
+const EXEC = env('SBX_EXEC_TOKEN');
+const OUT = env('SBX_OUT_DIR');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+
+// The page talks to sandboxd through this TCP relay, so that the test can cut
+// its connections (a dropped network) and let them back.
+class Relay {
+  constructor(target) {
+    this.target = new URL(target);
+    this.sockets = new Set();
+    this.down = false;
+  }
+  async start() {
+    this.server = net.createServer((c) => this.accept(c));
+    await new Promise((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${this.server.address().port}`;
+  }
+  accept(c) {
+    if (this.down) { c.destroy(); return; }
+    const u = net.connect(Number(this.target.port), this.target.hostname);
+    const drop = () => { c.destroy(); u.destroy(); this.sockets.delete(c); this.sockets.delete(u); };
+    for (const s of [c, u]) { this.sockets.add(s); s.on('error', drop); s.on('close', drop); }
+    c.pipe(u);
+    u.pipe(c);
+  }
+  cut() {
+    this.down = true;
+    for (const s of this.sockets) s.destroy();
+    this.sockets.clear();
+  }
+  restore() { this.down = false; }
+  async stop() {
+    this.cut();
+    await new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+let relay, URL_;     // URL_: where the page is loaded from (the relay)
+let browser, context, page;
+const requests = [];      // every request the page made: { url, headers }
+const pageErrors = [];    // uncaught exceptions in the page
+const cspErrors = [];     // Content-Security-Policy violations
+let profileDir;
+
+// Start a command through the API (as a gateway would); resolves with the ShellResult.
+function startExec(id, command) {
+  return fetch(`${BASE}/exec`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${EXEC}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ id, command, timeout_s: 120 }),
+  }).then(async (r) => {
+    const body = await r.json();
+    assert.equal(r.status, 200, `POST /exec ${id}: ${JSON.stringify(body)}`);
+    return body;
+  });
+}
+
+const running = (id) => `#running tbody tr[data-id="${id}"]`;
+const finished = (id) => `#finished tbody tr[data-id="${id}"]`;
+const connState = () => page.locator('#conn').getAttribute('data-state');
+
+async function waitLive() {
+  await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'live');
+}
+
+before(async () => {
+  await mkdir(OUT, { recursive: true });
+  relay = new Relay(BASE);
+  await relay.start();
+  URL_ = relay.url;
+  profileDir = await mkdtemp(path.join(tmpdir(), 'sandboxd-chromium-'));
+  // launchPersistentContext: a fresh, empty --user-data-dir of our own.
+  context = await chromium.launchPersistentContext(profileDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+           '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1400, height: 900 },
+  });
+  browser = context.browser();
+  page = context.pages()[0] || await context.newPage();
+  page.setDefaultTimeout(20000);
+  page.on('request', (req) => requests.push({ url: req.url(), headers: req.headers() }));
+  page.on('pageerror', (err) => pageErrors.push(String(err)));
+  page.on('console', (msg) => {
+    if (/Content Security Policy/i.test(msg.text())) cspErrors.push(msg.text());
+  });
+});
+
+after(async () => {
+  if (context) await context.close();
+  if (browser) await browser.close();
+  if (profileDir) await rm(profileDir, { recursive: true, force: true });
+  if (relay) await relay.stop();
+});
+
+test('GET /dashboard serves the page', async () => {
+  const resp = await page.goto(`${URL_}/dashboard`);
+  assert.equal(resp.status(), 200);
+  assert.match(resp.headers()['content-type'], /^text\/html/);
+  assert.equal(await page.title(), 'sandboxd dashboard');
+  assert.equal(await page.locator('#token').getAttribute('type'), 'password');
+  assert.equal(await connState(), 'idle');
+});
+
+test('an observer token connects, and is kept in sessionStorage only', async () => {
+  await page.fill('#token', OBSERVER);
+  await page.click('#connect');
+  await waitLive();
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('sandboxd.dashboard.token')), OBSERVER);
+  assert.equal(await page.evaluate(() => localStorage.length), 0);
+  assert.equal(await page.inputValue('#token'), '', 'the input is cleared');
+  assert.ok(!page.url().includes(OBSERVER), 'no token in the page URL');
+  assert.match(await page.textContent('#identity'), /tenant acme .*audit:read/);
+});
+
+let firstRun;
+test('a command shows as running, with a ticking elapsed time, bytes and its last line', async () => {
+  firstRun = startExec('browser-run-1',
+    'echo starting; i=0; while [ $i -lt 8 ]; do i=$((i+1)); echo "tick $i"; sleep 0.5; done; echo oops >&2; exit 3');
+  const row = page.locator(running('browser-run-1'));
+  await row.waitFor();
+  assert.match(await row.locator('td').nth(1).textContent(), /echo starting/);
+  assert.equal(await row.locator('td').nth(2).textContent(), 'default');
+  // The elapsed time changes while it runs.
+  const first = await row.locator('.elapsed').textContent();
+  await page.waitForFunction(
+    ([sel, t0]) => {
+      const e = document.querySelector(sel + ' .elapsed');
+      return e && e.textContent !== t0 && e.textContent !== '–';
+    }, [running('browser-run-1'), first]);
+  // A heartbeat brought bytes and the last line.
+  await page.waitForFunction((sel) => /tick \d/.test(document.querySelector(sel + ' .tail')?.textContent || ''),
+    running('browser-run-1'));
+  assert.match(await row.locator('.stdout').textContent(), /\d+ B/);
+  const later = await row.locator('.elapsed').textContent();
+  assert.notEqual(later, first, 'elapsed ticks');
+  await page.screenshot({ path: path.join(OUT, 'dashboard-running.png'), fullPage: true });
+});
+
+test('then it moves to finished with its exit code and duration', async () => {
+  const res = await firstRun;
+  assert.equal(res.exit_code, 3, JSON.stringify(res));
+  const row = page.locator(finished('browser-run-1'));
+  await row.waitFor();
+  await page.locator(running('browser-run-1')).waitFor({ state: 'detached' });
+  const code = row.locator('.exit [data-code]');
+  assert.equal(await code.textContent(), '3');
+  assert.match(await code.getAttribute('class'), /exit-bad/);
+  assert.match(await row.locator('.duration').textContent(), /^\d+(\.\d)? s$/);
+  assert.equal(await row.locator('.flags').textContent(), '');
+});
+
+test('it stays live across a dropped connection', async () => {
+  relay.cut();
+  await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'reconnecting');
+  // Runs and ends entirely while the page is cut off.
+  const r = await startExec('browser-offline-1', 'echo while you were away');
+  assert.equal(r.exit_code, 0);
+  relay.restore();
+  await waitLive();
+  const row = page.locator(finished('browser-offline-1'));
+  await row.waitFor();
+  assert.equal(await row.locator('.exit [data-code]').textContent(), '0');
+  assert.match(await row.locator('.exit [data-code]').getAttribute('class'), /exit-ok/);
+  // And new commands still arrive live.
+  const second = startExec('browser-run-2', 'sleep 1.5; echo done');
+  await page.locator(running('browser-run-2')).waitFor();
+  await second;
+  await page.locator(finished('browser-run-2')).waitFor();
+});
+
+test('a reload rebuilds the state from the API with the token from sessionStorage', async () => {
+  await page.reload();
+  await waitLive();
+  const row = page.locator(finished('browser-run-1'));
+  await row.waitFor();
+  assert.equal(await row.locator('.exit [data-code]').textContent(), '3');
+  assert.match(await row.locator('td').nth(1).textContent(), /echo starting/);
+  await page.locator(finished('browser-offline-1')).waitFor();
+});
+
+test('a cancelled command is flagged', async () => {
+  const long = startExec('browser-long', 'echo sleeping; sleep 60');
+  const row = page.locator(running('browser-long'));
+  await row.waitFor();
+  await page.waitForFunction((sel) => document.querySelector(sel + ' .tail')?.textContent === 'sleeping',
+    running('browser-long'));
+  // The audit table has the first command by now (polled every 5 s).
+  await page.waitForFunction(() => [...document.querySelectorAll('#audit td.target')]
+    .some((td) => td.textContent.includes('echo starting')), null, { timeout: 20000 });
+  await page.screenshot({ path: path.join(OUT, 'dashboard.png'), fullPage: true });
+  const c = await fetch(`${BASE}/exec/browser-long/cancel`, { method: 'POST', headers: { Authorization: `Bearer ${EXEC}` } });
+  assert.equal(c.status, 202);
+  const res = await long;
+  assert.equal(res.cancelled, true);
+  const frow = page.locator(finished('browser-long'));
+  await frow.waitFor();
+  assert.match(await frow.locator('.flags').textContent(), /cancelled/);
+  assert.match(await frow.locator('.exit [data-code]').getAttribute('class'), /exit-warn/);
+});
+
+test('audit records show, and the observer reads can be shown too', async () => {
+  const rows = page.locator('#audit tbody tr');
+  assert.ok(await rows.count() > 0);
+  assert.ok(await rows.count() <= 20);
+  const routes = await page.locator('#audit tbody tr td:nth-child(3)').allTextContents();
+  assert.ok(routes.includes('/exec'), `routes: ${routes}`);
+  assert.ok(!routes.includes('/audit'), 'observer reads hidden by default');
+  await page.uncheck('#audit-hide-reads');
+  const all = await page.locator('#audit tbody tr td:nth-child(3)').allTextContents();
+  assert.ok(all.includes('/audit') || all.includes('/execs'), `routes: ${all}`);
+  await page.check('#audit-hide-reads');
+});
+
+test('a token without audit:read says so instead of failing', async () => {
+  await page.fill('#token', EXEC);
+  await page.click('#connect');
+  await waitLive();
+  await page.locator('#audit-notice').waitFor({ state: 'visible' });
+  assert.match(await page.textContent('#audit-notice'), /needs the audit:read scope/);
+  // The exec token may watch and list (scope exec): the finished list is there.
+  await page.locator(finished('browser-run-1')).waitFor();
+});
+
+test('a rejected token shows as such, and is not retried forever', async () => {
+  const [h, p, sig] = OBSERVER.split('.');
+  await page.fill('#token', [h, p, [...sig].reverse().join('')].join('.'));
+  await page.click('#connect');
+  await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'error');
+  assert.match(await page.textContent('#conn'), /rejected/);
+  const streams = () => requests.filter((r) => new URL(r.url).pathname === '/events').length;
+  const n = streams();
+  await page.waitForTimeout(2500); // longer than the server's retry: 2000
+  assert.equal(streams(), n, 'no reconnect with a rejected token');
+  assert.equal(await connState(), 'error');
+});
+
+test('forget drops the token and the data', async () => {
+  await page.click('#forget');
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('sandboxd.dashboard.token')), null);
+  assert.equal(await connState(), 'idle');
+  assert.equal(await page.locator('#finished tbody tr[data-id]').count(), 0);
+  assert.equal(await page.locator('#audit tbody tr[data-id]').count(), 0);
+  await page.reload();
+  assert.equal(await connState(), 'idle');
+});
+
+test('the token is in no URL but the event stream\'s, and nothing left the origin', async () => {
+  const origin = new URL(URL_).origin;
+  let sse = 0, api = 0;
+  for (const { url, headers } of requests) {
+    const u = new URL(url);
+    assert.equal(u.origin, origin, `request to another origin: ${url}`);
+    const carries = url.includes(OBSERVER) || url.includes(EXEC) || url.includes(encodeURIComponent(OBSERVER));
+    if (u.pathname === '/events') {
+      sse++;
+      assert.ok(u.searchParams.get('access_token'), 'the event stream carries access_token');
+      assert.deepEqual([...u.searchParams.keys()], ['access_token']);
+    } else {
+      assert.ok(!carries && !u.searchParams.has('access_token'), `token in a URL: ${u.pathname}`);
+      if (u.pathname !== '/dashboard') {
+        api++;
+        assert.match(headers.authorization || '', /^Bearer /, `no Authorization on ${u.pathname}`);
+      }
+    }
+    assert.ok(!headers.referer, `Referer sent on ${u.pathname}: ${headers.referer}`);
+  }
+  assert.ok(sse >= 2, `event stream opened ${sse} times`);
+  assert.ok(api >= 3, `API requests: ${api}`);
+  assert.deepEqual(pageErrors, []);
+  assert.deepEqual(cspErrors, []);
+});

@@ -1,0 +1,2259 @@
+/* The buffered file routes and the session routes, against the real binary:
+ * every route's success shape, every error code, escapes by path and by
+ * symlinks a tenant's command could plant, FIFOs, sessions and tenants kept
+ * apart, scopes, audit targets, and the buffered size limit. Whatever a
+ * test attacks, it checks the outcome from the host: the directory outside
+ * the workspace is watched with inotify (no open, read, write, create,
+ * delete, attribute change) and compared with a snapshot. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/xmalloc.h"
+#include "harness.h"
+
+#define MIB (1024u * 1024u)
+#define SECRET "TOP SECRET\n"
+
+static struct it_server srv;
+static struct it_server s2; /* the small-limit server, cleaned up by teardown should a test fail */
+static char *tok_rw;	    /* acme, default scopes: fs:read fs:write exec */
+static char *tok_ro;	    /* acme, fs:read */
+static char *tok_wo;	    /* acme, fs:write */
+static char *tok_audit;	    /* acme, audit:read */
+static char *tok_globex;    /* globex, default scopes */
+static char *tok_ops;	    /* ops, audit:read */
+static char ws[512];	    /* acme's workspace on the host */
+static char outside[128];   /* a host directory no route may reach */
+static char *out_snap;	    /* its baseline snapshot */
+static int ino = -1;	    /* inotify on it */
+
+/* ---- small helpers ---- */
+
+/* wire.md "The model": the segment of a session key, computed here
+ * independently of the server. */
+static void segment_of(const char *key, char out[80])
+{
+	static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+	uint64_t h = 5381;
+	size_t n = strlen(key), o = 0;
+	char b36[16];
+	size_t nb = 0;
+	for (size_t i = 0; i < n; i++)
+		h = h * 33 + (unsigned char)key[i];
+	for (size_t i = 0; i < n && i < 32; i++) {
+		char c = key[i];
+		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
+		out[o++] = ok ? c : '_';
+	}
+	out[o++] = '-';
+	do {
+		b36[nb++] = digits[h % 36];
+		h /= 36;
+	} while (h);
+	while (nb)
+		out[o++] = b36[--nb];
+	out[o] = '\0';
+}
+
+/* The wire path of rel inside a session: "/workspace/sessions/<seg>/rel". */
+static char *wire_in(const char *key, const char *rel)
+{
+	char seg[80];
+	segment_of(key, seg);
+	return *rel ? xasprintf("/workspace/sessions/%s/%s", seg, rel)
+		    : xasprintf("/workspace/sessions/%s", seg);
+}
+
+/* The host path of rel inside a session of acme. */
+static char *host_in(const char *key, const char *rel)
+{
+	char seg[80];
+	segment_of(key, seg);
+	return *rel ? xasprintf("%s/sessions/%s/%s", ws, seg, rel) : xasprintf("%s/sessions/%s", ws, seg);
+}
+
+static char *enc(const char *s, size_t n)
+{
+	char *o = xmalloc(3 * n + 1), *p = o;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+		    c == '_' || c == '-' || c == '~' || c == '/')
+			*p++ = (char)c;
+		else
+			p += sprintf(p, "%%%02X", c);
+	}
+	*p = '\0';
+	return o;
+}
+
+static void call(const char *method, const char *url, const char *token, const char *session,
+		 const char *reqid, const char *extra, const void *body, size_t len, struct it_resp *r)
+{
+	const char *h[4];
+	int k = 0;
+	char *sh = session ? xasprintf("X-Session-Key: %s", session) : NULL;
+	char *rh = reqid ? xasprintf("X-Request-Id: %s", reqid) : NULL;
+	if (sh)
+		h[k++] = sh;
+	if (rh)
+		h[k++] = rh;
+	if (extra)
+		h[k++] = extra;
+	h[k] = NULL;
+	int rc = it_http(&srv, method, url, token, h, body, len, r);
+	free(sh);
+	free(rh);
+	assert_int_equal(rc, 0);
+}
+
+/* GET /fs/<route>?path=<path> (encoded) in a session, with the rw token. */
+static void fs_get(const char *route, const char *path, const char *session, const char *extra,
+		   struct it_resp *r)
+{
+	char *e = enc(path, strlen(path));
+	char *url = xasprintf("/fs/%s?path=%s", route, e);
+	call("GET", url, tok_rw, session, NULL, extra, NULL, 0, r);
+	free(url);
+	free(e);
+}
+
+static void fs_put(const char *path, const char *session, const void *data, size_t len, struct it_resp *r)
+{
+	char *e = enc(path, strlen(path));
+	char *url = xasprintf("/fs/write?path=%s", e);
+	call("PUT", url, tok_rw, session, NULL, NULL, data ? data : "", len, r);
+	free(url);
+	free(e);
+}
+
+/* POST /fs/<route> with a JSON body built by json_pack (stolen). */
+static void fs_post(const char *route, const char *session, json_t *body, struct it_resp *r)
+{
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	char *url = xasprintf("/fs/%s", route);
+	call("POST", url, tok_rw, session, NULL, NULL, text, strlen(text), r);
+	free(url);
+	free(text);
+}
+
+static void show(const struct it_resp *r)
+{
+	fprintf(stderr, "  got %ld: %.*s\n", r->status, (int)(r->len > 600 ? 600 : r->len),
+		r->body ? r->body : "");
+}
+
+static void expect_status(struct it_resp *r, long status)
+{
+	if (r->status != status)
+		show(r);
+	assert_int_equal(r->status, status);
+}
+
+static void expect_error(struct it_resp *r, long status, const char *code)
+{
+	if (r->status != status || strcmp(it_error_code(r), code) != 0)
+		show(r);
+	assert_int_equal(r->status, status);
+	assert_string_equal(it_error_code(r), code);
+	char *ct = it_header(r, "Content-Type");
+	assert_non_null(ct);
+	assert_string_equal(ct, "application/json");
+	free(ct);
+}
+
+static void expect_header(const struct it_resp *r, const char *name, const char *want)
+{
+	char *v = it_header(r, name);
+	if (!v || strcmp(v, want) != 0)
+		fprintf(stderr, "  header %s: want \"%s\", got \"%s\"\n", name, want, v ? v : "(none)");
+	assert_non_null(v);
+	assert_string_equal(v, want);
+	free(v);
+}
+
+/* The response is a JSON object; returns it (caller decrefs). */
+static json_t *body_json(const struct it_resp *r)
+{
+	json_t *j = it_json(r);
+	if (!json_is_object(j))
+		show(r);
+	assert_true(json_is_object(j));
+	return j;
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	if (!s)
+		fprintf(stderr, "  no string field %s\n", k);
+	assert_non_null(s);
+	return s;
+}
+
+static bool is_rfc3339(const char *s)
+{
+	regex_t re;
+	assert_int_equal(regcomp(&re, "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$",
+				 REG_EXTENDED | REG_NOSUB),
+			 0);
+	bool ok = regexec(&re, s, 0, NULL, 0) == 0;
+	regfree(&re);
+	return ok;
+}
+
+/* Make the session's directory exist (the server creates it lazily). */
+static void touch_session(const char *key)
+{
+	struct it_resp r;
+	fs_get("exists", ".", key, NULL, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+}
+
+static bool host_exists(const char *p)
+{
+	struct stat st;
+	return lstat(p, &st) == 0;
+}
+
+static void host_put(const char *p, const char *s)
+{
+	assert_int_equal(it_write_file(p, s, strlen(s)), 0);
+}
+
+static void assert_host_content(const char *p, const char *want, size_t n)
+{
+	size_t len = 0;
+	char *s = it_read_file(p, &len);
+	if (!s)
+		fprintf(stderr, "  host file %s missing\n", p);
+	assert_non_null(s);
+	assert_int_equal(len, n);
+	assert_memory_equal(s, want, n);
+	free(s);
+}
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	return remove(p);
+}
+
+static void rm_rf(const char *p)
+{
+	nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Names under a host directory (recursively) starting with the temp prefix. */
+static int count_temps(const char *dir)
+{
+	char *cmd = xasprintf("find '%s' -name '.sandboxd-tmp-*' | wc -l", dir);
+	FILE *p = popen(cmd, "r");
+	int n = -1;
+	free(cmd);
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+/* ---- the outside: snapshot and inotify ---- */
+
+static char snapbuf[65536];
+static size_t snaplen;
+static const char *snaproot;
+
+static int snap_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)flag;
+	(void)f;
+	snaplen += (size_t)snprintf(snapbuf + snaplen, sizeof snapbuf - snaplen,
+				    "%s|%o|%lld|%lld.%09ld|%lld.%09ld|", p + strlen(snaproot), st->st_mode,
+				    (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+				    st->st_mtim.tv_nsec, (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+	if (S_ISREG(st->st_mode)) {
+		FILE *fp = fopen(p, "r");
+		if (fp) {
+			snaplen += fread(snapbuf + snaplen, 1, sizeof snapbuf - snaplen - 1, fp);
+			fclose(fp);
+		}
+	}
+	snaplen += (size_t)snprintf(snapbuf + snaplen, sizeof snapbuf - snaplen, "\n");
+	return 0;
+}
+
+static char *snapshot(const char *dir)
+{
+	snaplen = 0;
+	snaproot = dir;
+	assert_int_equal(nftw(dir, snap_cb, 16, FTW_PHYS), 0);
+	return xstrndup(snapbuf, snaplen);
+}
+
+static void drain_events(void)
+{
+	char b[4096];
+	while (read(ino, b, sizeof b) > 0)
+		;
+}
+
+/* Nothing outside was opened, read, written, created, removed or changed. */
+static void assert_outside_untouched(void)
+{
+	char b[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n = read(ino, b, sizeof b);
+	if (n > 0) {
+		const struct inotify_event *e = (const struct inotify_event *)b;
+		fail_msg("outside touched: inotify mask 0x%x name \"%s\"", e->mask, e->len ? e->name : "");
+	}
+	char *now = snapshot(outside);
+	if (strcmp(now, out_snap) != 0)
+		fail_msg("outside changed:\nbefore:\n%s\nafter:\n%s", out_snap, now);
+	free(now);
+	drain_events(); /* the snapshot's own reads */
+}
+
+/* The server's log must show no sanitizer report. */
+static int log_clean(const char *log)
+{
+	size_t n = 0;
+	char *s = it_read_file(log, &n);
+	int bad = 0;
+	if (!s)
+		return 0;
+	if (strstr(s, "AddressSanitizer") || strstr(s, "runtime error") || strstr(s, "LeakSanitizer")) {
+		fprintf(stderr, "sanitizer report in %s:\n", log);
+		for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n"))
+			if (strstr(line, "Sanitizer") || strstr(line, "runtime error") || strstr(line, "#"))
+				fprintf(stderr, "  %s\n", line);
+		bad = 1;
+	}
+	free(s);
+	return bad;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (it_start(&srv, NULL) < 0)
+		return -1;
+	tok_rw = it_token(&srv, "acme", NULL);
+	tok_ro = it_token(&srv, "acme", "fs:read");
+	tok_wo = it_token(&srv, "acme", "fs:write");
+	tok_audit = it_token(&srv, "acme", "audit:read");
+	tok_globex = it_token(&srv, "globex", NULL);
+	tok_ops = it_token(&srv, "ops", "audit:read");
+	if (!tok_rw || !tok_ro || !tok_wo || !tok_audit || !tok_globex || !tok_ops)
+		return -1;
+	snprintf(ws, sizeof ws, "%s/tenants/acme/workspace", srv.dir);
+
+	snprintf(outside, sizeof outside, "/tmp/sandboxd-outside-XXXXXX");
+	if (!mkdtemp(outside))
+		return -1;
+	char p[256];
+	snprintf(p, sizeof p, "%s/secret", outside);
+	host_put(p, SECRET);
+	snprintf(p, sizeof p, "%s/sub", outside);
+	mkdir(p, 0755);
+	snprintf(p, sizeof p, "%s/sub/inner.txt", outside);
+	host_put(p, "inner\n");
+	snprintf(p, sizeof p, "%s/emptydir", outside);
+	mkdir(p, 0755);
+	out_snap = snapshot(outside);
+	ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (ino < 0)
+		return -1;
+	inotify_add_watch(ino, outside, IN_ALL_EVENTS);
+	snprintf(p, sizeof p, "%s/sub", outside);
+	inotify_add_watch(ino, p, IN_ALL_EVENTS);
+	snprintf(p, sizeof p, "%s/emptydir", outside);
+	inotify_add_watch(ino, p, IN_ALL_EVENTS);
+	drain_events();
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	int bad = 0;
+	if (srv.pid > 0 && !it_alive(&srv)) {
+		fprintf(stderr, "the server died during the suite\n");
+		bad = 1;
+	}
+	if (srv.pid > 0)
+		it_stop(&srv, SIGTERM);
+	bad |= log_clean(srv.log);
+	it_cleanup(&srv);
+	if (*s2.dir) {
+		it_cleanup(&s2);
+		*s2.dir = '\0';
+	}
+	if (ino >= 0)
+		close(ino);
+	if (*outside)
+		rm_rf(outside);
+	free(out_snap);
+	free(tok_rw);
+	free(tok_ro);
+	free(tok_wo);
+	free(tok_audit);
+	free(tok_globex);
+	free(tok_ops);
+	return bad ? -1 : 0;
+}
+
+/* ---- success shapes ---- */
+
+static void test_write_read(void **state)
+{
+	(void)state;
+	const char *k = "t-write";
+	struct it_resp r;
+	fs_put("notes.txt", k, "hello\n", 6, &r);
+	expect_status(&r, 200);
+	expect_header(&r, "Content-Type", "application/json");
+	json_t *j = body_json(&r);
+	char *want = wire_in(k, "notes.txt");
+	assert_string_equal(jstr(j, "path"), want);
+	assert_int_equal(json_integer_value(json_object_get(j, "size")), 6);
+	assert_int_equal(json_object_size(j), 2);
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+	char *hp = host_in(k, "notes.txt");
+	assert_host_content(hp, "hello\n", 6);
+	free(hp);
+
+	fs_get("read", "notes.txt", k, NULL, &r);
+	expect_status(&r, 200);
+	expect_header(&r, "Content-Type", "text/plain; charset=utf-8");
+	assert_int_equal(r.len, 6);
+	assert_memory_equal(r.body, "hello\n", 6);
+	it_resp_free(&r);
+
+	/* Parents are created; the echoed path is absolute and normalised. */
+	fs_put("a/./b//../c.txt", k, "abc", 3, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	want = wire_in(k, "a/c.txt");
+	assert_string_equal(jstr(j, "path"), want);
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+	hp = host_in(k, "a/c.txt");
+	assert_host_content(hp, "abc", 3);
+	free(hp);
+
+	/* An absolute path lands at the workspace root. */
+	fs_put("/workspace/abs-write.txt", k, "root", 4, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "path"), "/workspace/abs-write.txt");
+	json_decref(j);
+	it_resp_free(&r);
+	hp = xasprintf("%s/abs-write.txt", ws);
+	assert_host_content(hp, "root", 4);
+	free(hp);
+
+	/* UTF-8 text, multi-byte included, reads as text. */
+	const char *utf = "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80\n";
+	fs_put("utf.txt", k, utf, strlen(utf), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_get("read", "utf.txt", k, NULL, &r);
+	expect_status(&r, 200);
+	assert_int_equal(r.len, strlen(utf));
+	assert_memory_equal(r.body, utf, strlen(utf));
+	it_resp_free(&r);
+}
+
+static void test_empty_file(void **state)
+{
+	(void)state;
+	const char *k = "t-empty";
+	struct it_resp r;
+	fs_put("empty", k, NULL, 0, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	assert_int_equal(json_integer_value(json_object_get(j, "size")), 0);
+	json_decref(j);
+	it_resp_free(&r);
+	char *hp = host_in(k, "empty");
+	struct stat st;
+	assert_int_equal(stat(hp, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_size, 0);
+	free(hp);
+
+	fs_get("read", "empty", k, NULL, &r);
+	expect_status(&r, 200);
+	assert_int_equal(r.len, 0);
+	it_resp_free(&r);
+	fs_get("read_buffer", "empty", k, NULL, &r);
+	expect_status(&r, 200);
+	assert_int_equal(r.len, 0);
+	expect_header(&r, "Content-Length", "0");
+	it_resp_free(&r);
+	/* Nothing of an empty file can be asked for. */
+	fs_get("read_buffer", "empty", k, "Range: bytes=0-", &r);
+	expect_status(&r, 416);
+	it_resp_free(&r);
+	fs_get("stat", "empty", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_int_equal(json_integer_value(json_object_get(j, "size")), 0);
+	assert_string_equal(jstr(j, "type"), "file");
+	json_decref(j);
+	it_resp_free(&r);
+}
+
+static void test_binary_and_ranges(void **state)
+{
+	(void)state;
+	const char *k = "t-binary";
+	struct it_resp r;
+	char bin[256];
+	for (int i = 0; i < 256; i++)
+		bin[i] = (char)i;
+	fs_put("bin.dat", k, bin, sizeof bin, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *hp = host_in(k, "bin.dat");
+	assert_host_content(hp, bin, sizeof bin);
+	free(hp);
+
+	fs_get("read_buffer", "bin.dat", k, NULL, &r);
+	expect_status(&r, 200);
+	expect_header(&r, "Content-Type", "application/octet-stream");
+	expect_header(&r, "Accept-Ranges", "bytes");
+	assert_int_equal(r.len, 256);
+	assert_memory_equal(r.body, bin, 256);
+	it_resp_free(&r);
+
+	static const struct {
+		const char *range;
+		long start, end;
+	} ok[] = {
+	    {"bytes=10-19", 10, 19},	 {"bytes=250-", 250, 255}, {"bytes=-6", 250, 255},
+	    {"bytes=200-999", 200, 255}, {"bytes=0-0", 0, 0},	   {"bytes=255-255", 255, 255},
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		char h[64], cr[64];
+		snprintf(h, sizeof h, "Range: %s", ok[i].range);
+		fs_get("read_buffer", "bin.dat", k, h, &r);
+		expect_status(&r, 206);
+		snprintf(cr, sizeof cr, "bytes %ld-%ld/256", ok[i].start, ok[i].end);
+		expect_header(&r, "Content-Range", cr);
+		assert_int_equal(r.len, (size_t)(ok[i].end - ok[i].start + 1));
+		assert_memory_equal(r.body, bin + ok[i].start, r.len);
+		it_resp_free(&r);
+	}
+	/* Past the end: 416 with the size. */
+	static const char *past[] = {"Range: bytes=256-", "Range: bytes=1000-2000", "Range: bytes=-0"};
+	for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
+		fs_get("read_buffer", "bin.dat", k, past[i], &r);
+		expect_status(&r, 416);
+		expect_header(&r, "Content-Range", "bytes */256");
+		it_resp_free(&r);
+	}
+	/* A malformed range is ignored: the whole file. */
+	static const char *junk[] = {"Range: bytes=5-2",  "Range: items=0-5",  "Range: bytes=0-1,4-5",
+				     "Range: bytes=x-",	  "Range: bytes= 1-2", "Range: bytes=1--5",
+				     "Range: bytes=+1-2", "Range: bytes=--5"};
+	for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+		fs_get("read_buffer", "bin.dat", k, junk[i], &r);
+		if (r.status != 200)
+			fprintf(stderr, "  %s\n", junk[i]);
+		expect_status(&r, 200);
+		assert_int_equal(r.len, 256);
+		it_resp_free(&r);
+	}
+
+	/* /fs/read of bytes that are not UTF-8: 422, the hint names read_buffer. */
+	fs_get("read", "bin.dat", k, NULL, &r);
+	expect_error(&r, 422, "not_text");
+	json_t *j = body_json(&r);
+	const char *hint = json_string_value(json_object_get(json_object_get(j, "error"), "retry_hint"));
+	assert_non_null(hint);
+	assert_non_null(strstr(hint, "/fs/read_buffer"));
+	json_decref(j);
+	it_resp_free(&r);
+	/* One bad byte in otherwise plain text is enough; so is a truncated sequence. */
+	fs_put("almost.txt", k, "caf\xc3\x28 ok", 8, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_get("read", "almost.txt", k, NULL, &r);
+	expect_error(&r, 422, "not_text");
+	it_resp_free(&r);
+	fs_put("cut.txt", k, "abc\xe2\x9c", 5, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_get("read", "cut.txt", k, NULL, &r);
+	expect_error(&r, 422, "not_text");
+	it_resp_free(&r);
+}
+
+static void test_write_atomic_replace(void **state)
+{
+	(void)state;
+	const char *k = "t-atomic";
+	struct it_resp r;
+	fs_put("f.txt", k, "old content", 11, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *hp = host_in(k, "f.txt");
+	struct stat a, b;
+	assert_int_equal(stat(hp, &a), 0);
+	/* Someone holding the old file keeps the old bytes: the new file is a
+	 * new inode renamed into place, not the old one rewritten. */
+	int fd = open(hp, O_RDONLY);
+	assert_true(fd >= 0);
+	fs_put("f.txt", k, "new", 3, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	assert_int_equal(stat(hp, &b), 0);
+	assert_true(a.st_ino != b.st_ino);
+	char old[32] = {0};
+	assert_int_equal(pread(fd, old, sizeof old - 1, 0), 11);
+	assert_string_equal(old, "old content");
+	close(fd);
+	assert_host_content(hp, "new", 3);
+	assert_int_equal(b.st_mode & 07777, 0644);
+	free(hp);
+
+	/* No temp file is left, nor shown. */
+	fs_get("readdir", ".", k, NULL, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	json_t *e = json_object_get(j, "entries");
+	assert_int_equal(json_array_size(e), 1);
+	assert_string_equal(json_string_value(json_array_get(e, 0)), "f.txt");
+	json_decref(j);
+	it_resp_free(&r);
+	/* Refused writes leave none either. */
+	fs_put(".", k, "x", 1, &r);
+	expect_error(&r, 409, "is_a_directory");
+	it_resp_free(&r);
+	hp = host_in(k, "");
+	assert_int_equal(count_temps(hp), 0);
+	free(hp);
+	assert_int_equal(count_temps(ws), 0);
+}
+
+static void test_stat(void **state)
+{
+	(void)state;
+	const char *k = "t-stat";
+	struct it_resp r;
+	fs_put("s.txt", k, "12345", 5, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *hp = host_in(k, "s.txt");
+	struct stat st;
+	assert_int_equal(stat(hp, &st), 0);
+
+	fs_get("stat", "s.txt", k, NULL, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	char *want = wire_in(k, "s.txt");
+	assert_string_equal(jstr(j, "path"), want);
+	free(want);
+	assert_string_equal(jstr(j, "type"), "file");
+	assert_int_equal(json_integer_value(json_object_get(j, "size")), 5);
+	assert_string_equal(jstr(j, "mode"), "0644");
+	assert_true(json_is_false(json_object_get(j, "is_symlink")));
+	const char *mt = jstr(j, "mtime");
+	assert_true(is_rfc3339(mt));
+	char sec[32];
+	struct tm tm;
+	gmtime_r(&st.st_mtim.tv_sec, &tm);
+	strftime(sec, sizeof sec, "%Y-%m-%dT%H:%M:%S", &tm);
+	assert_memory_equal(mt, sec, strlen(sec));
+	json_decref(j);
+	it_resp_free(&r);
+
+	assert_int_equal(chmod(hp, 0600), 0);
+	fs_get("stat", "s.txt", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "mode"), "0600");
+	json_decref(j);
+	it_resp_free(&r);
+	free(hp);
+
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "dir"), &r);
+	expect_status(&r, 201);
+	it_resp_free(&r);
+	fs_get("stat", "dir", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "type"), "directory");
+	assert_string_equal(jstr(j, "mode"), "0755");
+	json_decref(j);
+	it_resp_free(&r);
+
+	/* A link inside the workspace is followed: the target's fields. */
+	hp = host_in(k, "lnk");
+	assert_int_equal(symlink("s.txt", hp), 0);
+	free(hp);
+	fs_get("stat", "lnk", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "type"), "file");
+	assert_true(json_is_true(json_object_get(j, "is_symlink")));
+	assert_int_equal(json_integer_value(json_object_get(j, "size")), 5);
+	assert_string_equal(jstr(j, "mode"), "0600");
+	want = wire_in(k, "lnk");
+	assert_string_equal(jstr(j, "path"), want);
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+
+	/* A dangling one is described as itself, nothing invented. */
+	hp = host_in(k, "dangle");
+	assert_int_equal(symlink("nothere", hp), 0);
+	free(hp);
+	fs_get("stat", "dangle", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "type"), "symlink");
+	assert_true(json_is_true(json_object_get(j, "is_symlink")));
+	assert_null(json_object_get(j, "size"));
+	assert_null(json_object_get(j, "mtime"));
+	assert_null(json_object_get(j, "mode"));
+	json_decref(j);
+	it_resp_free(&r);
+
+	fs_get("stat", "missing", k, NULL, &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	fs_get("stat", "s.txt/below", k, NULL, &r);
+	expect_error(&r, 409, "not_a_directory");
+	it_resp_free(&r);
+	fs_get("stat", "/workspace", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "path"), "/workspace");
+	assert_string_equal(jstr(j, "type"), "directory");
+	json_decref(j);
+	it_resp_free(&r);
+}
+
+static void test_readdir(void **state)
+{
+	(void)state;
+	const char *k = "t-readdir";
+	struct it_resp r;
+	static const char *names[] = {"b", "a.txt", "B", "_x", "a", "~t", "0"};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		fs_put(names[i], k, "1234", 4, &r);
+		expect_status(&r, 200);
+		it_resp_free(&r);
+	}
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "d"), &r);
+	expect_status(&r, 201);
+	it_resp_free(&r);
+	char *hp = host_in(k, "ln");
+	assert_int_equal(symlink("a", hp), 0);
+	free(hp);
+	/* A name that is not UTF-8, made by a command. */
+	hp = host_in(k, "\xff.bin");
+	host_put(hp, "x");
+	free(hp);
+
+	/* Bytewise: "0" < "B" < "_x" < "a" < "a.txt" < "b" < "d" < "ln" < "~t" < "\xff.bin". */
+	static const char *sorted[] = {"0", "B", "_x", "a",  "a.txt",
+				       "b", "d", "ln", "~t", "\xef\xbf\xbd.bin"};
+	size_t ns = sizeof sorted / sizeof sorted[0];
+	fs_get("readdir", ".", k, NULL, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	assert_int_equal(json_object_size(j), 1);
+	json_t *e = json_object_get(j, "entries");
+	assert_int_equal(json_array_size(e), ns);
+	for (size_t i = 0; i < ns; i++)
+		assert_string_equal(json_string_value(json_array_get(e, i)), sorted[i]);
+	json_decref(j);
+	it_resp_free(&r);
+
+	fs_get("readdir", ".", k, NULL, &r);
+	it_resp_free(&r);
+	char *url = xasprintf("/fs/readdir?path=.&detail=true");
+	call("GET", url, tok_rw, k, NULL, NULL, NULL, 0, &r);
+	free(url);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	e = json_object_get(j, "entries");
+	assert_int_equal(json_array_size(e), ns);
+	for (size_t i = 0; i < ns; i++) {
+		json_t *o = json_array_get(e, i);
+		assert_string_equal(jstr(o, "name"), sorted[i]);
+		assert_true(is_rfc3339(jstr(o, "mtime")));
+		assert_true(json_is_integer(json_object_get(o, "size")));
+		const char *t = jstr(o, "type");
+		if (strcmp(sorted[i], "d") == 0)
+			assert_string_equal(t, "directory");
+		else if (strcmp(sorted[i], "ln") == 0)
+			assert_string_equal(t, "symlink");
+		else {
+			assert_string_equal(t, "file");
+			if (sorted[i][0] != '\xef')
+				assert_int_equal(json_integer_value(json_object_get(o, "size")), 4);
+		}
+	}
+	json_decref(j);
+	it_resp_free(&r);
+
+	/* An empty directory; a file; nothing. */
+	fs_get("readdir", "d", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_int_equal(json_array_size(json_object_get(j, "entries")), 0);
+	json_decref(j);
+	it_resp_free(&r);
+	fs_get("readdir", "a", k, NULL, &r);
+	expect_error(&r, 409, "not_a_directory");
+	it_resp_free(&r);
+	fs_get("readdir", "nope", k, NULL, &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+}
+
+static void test_exists(void **state)
+{
+	(void)state;
+	const char *k = "t-exists";
+	struct it_resp r;
+	fs_put("here.txt", k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *hp = host_in(k, "dangle");
+	assert_int_equal(symlink("nothere", hp), 0);
+	free(hp);
+	static const struct {
+		const char *path;
+		bool want;
+	} cases[] = {
+	    {"here.txt", true},	       {".", true},	{"/workspace", true},
+	    {"dangle", true},	       {"nope", false}, {"no/such/dir", false},
+	    {"here.txt/below", false},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		fs_get("exists", cases[i].path, k, NULL, &r);
+		expect_status(&r, 200);
+		json_t *j = body_json(&r);
+		if (json_is_true(json_object_get(j, "exists")) != cases[i].want)
+			fprintf(stderr, "  exists %s\n", cases[i].path);
+		assert_true(json_is_boolean(json_object_get(j, "exists")));
+		assert_true(json_is_true(json_object_get(j, "exists")) == cases[i].want);
+		assert_int_equal(json_object_size(j), 1);
+		json_decref(j);
+		it_resp_free(&r);
+	}
+}
+
+static void test_mkdir(void **state)
+{
+	(void)state;
+	const char *k = "t-mkdir";
+	struct it_resp r;
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "d1"), &r);
+	expect_status(&r, 201);
+	json_t *j = body_json(&r);
+	char *want = wire_in(k, "d1");
+	assert_string_equal(jstr(j, "path"), want);
+	assert_int_equal(json_object_size(j), 1);
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+	char *hp = host_in(k, "d1");
+	struct stat st;
+	assert_int_equal(stat(hp, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	free(hp);
+
+	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "d1", "recursive", 0), &r);
+	expect_error(&r, 409, "exists");
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "x/y"), &r);
+	expect_error(&r, 404, "parent_missing");
+	it_resp_free(&r);
+	hp = host_in(k, "x");
+	assert_false(host_exists(hp));
+	free(hp);
+
+	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "x/y/z", "recursive", 1), &r);
+	expect_status(&r, 201);
+	j = body_json(&r);
+	want = wire_in(k, "x/y/z");
+	assert_string_equal(jstr(j, "path"), want);
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+	hp = host_in(k, "x/y/z");
+	assert_int_equal(stat(hp, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	free(hp);
+	/* Recursive on what exists is fine. */
+	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "x/y", "recursive", 1), &r);
+	expect_status(&r, 201);
+	it_resp_free(&r);
+
+	fs_put("f", k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "f", "recursive", 1), &r);
+	expect_error(&r, 409, "exists");
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "f/sub", "recursive", 1), &r);
+	expect_error(&r, 409, "not_a_directory");
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "f/sub"), &r);
+	expect_error(&r, 409, "not_a_directory");
+	it_resp_free(&r);
+
+	/* Bodies: missing path, wrong type, unknown field, not JSON. */
+	fs_post("mkdir", k, json_pack("{s:b}", "recursive", 1), &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s, s:s}", "path", "q", "recursive", "yes"), &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "q", "recursve", 1), &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:i}", "path", 5), &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	hp = host_in(k, "q");
+	assert_false(host_exists(hp));
+	free(hp);
+}
+
+static void test_rm(void **state)
+{
+	(void)state;
+	const char *k = "t-rm";
+	struct it_resp r;
+	fs_put("f.txt", k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_post("rm", k, json_pack("{s:s}", "path", "f.txt"), &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	char *want = wire_in(k, "f.txt");
+	assert_string_equal(jstr(j, "path"), want);
+	assert_true(json_is_true(json_object_get(j, "removed")));
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+	char *hp = host_in(k, "f.txt");
+	assert_false(host_exists(hp));
+	free(hp);
+
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "empty"), &r);
+	expect_status(&r, 201);
+	it_resp_free(&r);
+	fs_post("rm", k, json_pack("{s:s}", "path", "empty"), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	hp = host_in(k, "empty");
+	assert_false(host_exists(hp));
+	free(hp);
+
+	fs_put("full/a/b.txt", k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_put("full/c.txt", k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_post("rm", k, json_pack("{s:s}", "path", "full"), &r);
+	expect_error(&r, 409, "not_empty");
+	it_resp_free(&r);
+	hp = host_in(k, "full/a/b.txt");
+	assert_true(host_exists(hp));
+	free(hp);
+	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "full", "recursive", 1), &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_true(json_is_true(json_object_get(j, "removed")));
+	json_decref(j);
+	it_resp_free(&r);
+	hp = host_in(k, "full");
+	assert_false(host_exists(hp));
+	free(hp);
+
+	fs_post("rm", k, json_pack("{s:s}", "path", "gone"), &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "gone", "force", 1), &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_true(json_is_false(json_object_get(j, "removed")));
+	json_decref(j);
+	it_resp_free(&r);
+	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "no/such/parent", "force", 1), &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_true(json_is_false(json_object_get(j, "removed")));
+	json_decref(j);
+	it_resp_free(&r);
+
+	/* A link is removed as a link; what it points at stays. */
+	fs_put("keep/inner.txt", k, "keep", 4, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	hp = host_in(k, "to-keep");
+	assert_int_equal(symlink("keep", hp), 0);
+	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "to-keep", "recursive", 1), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	assert_false(host_exists(hp));
+	free(hp);
+	hp = host_in(k, "keep/inner.txt");
+	assert_host_content(hp, "keep", 4);
+	free(hp);
+
+	/* Roots are refused however they are named. */
+	char seg[80];
+	segment_of(k, seg);
+	char *own_abs = xasprintf("/workspace/sessions/%s", seg);
+	char other[80];
+	segment_of("t-rm-other", other);
+	touch_session("t-rm-other");
+	char *other_abs = xasprintf("/workspace/sessions/%s", other);
+	const char *roots[] = {"/workspace", "/workspace/", "/workspace/sessions",
+			       ".",	     "..",	    "../..",
+			       own_abs,	     other_abs,	    "/workspace/sessions/../sessions/./"};
+	for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
+		fs_post("rm", k, json_pack("{s:s, s:b, s:b}", "path", roots[i], "recursive", 1, "force", 1),
+			&r);
+		if (r.status != 403)
+			fprintf(stderr, "  rm %s\n", roots[i]);
+		expect_error(&r, 403, "forbidden");
+		it_resp_free(&r);
+	}
+	hp = host_in(k, "keep/inner.txt");
+	assert_true(host_exists(hp));
+	free(hp);
+	hp = host_in("t-rm-other", "");
+	assert_true(host_exists(hp));
+	free(hp);
+	free(own_abs);
+	free(other_abs);
+}
+
+static void test_move(void **state)
+{
+	(void)state;
+	const char *k = "t-move";
+	struct it_resp r;
+	fs_put("a.txt", k, "AAA", 3, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_put("b.txt", k, "BBB", 3, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "a.txt", "to", "c.txt"), &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	char *want = wire_in(k, "c.txt");
+	assert_string_equal(jstr(j, "path"), want);
+	assert_int_equal(json_object_size(j), 1);
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+	char *ha = host_in(k, "a.txt"), *hb = host_in(k, "b.txt"), *hc = host_in(k, "c.txt");
+	assert_false(host_exists(ha));
+	assert_host_content(hc, "AAA", 3);
+
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "c.txt", "to", "b.txt"), &r);
+	expect_error(&r, 409, "exists");
+	it_resp_free(&r);
+	assert_host_content(hb, "BBB", 3);
+	assert_host_content(hc, "AAA", 3);
+	fs_post("move", k, json_pack("{s:s, s:s, s:b}", "from", "c.txt", "to", "b.txt", "overwrite", 1), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	assert_host_content(hb, "AAA", 3);
+	assert_false(host_exists(hc));
+
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "nope", "to", "x"), &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "b.txt", "to", "no/dir/x"), &r);
+	expect_error(&r, 404, "parent_missing");
+	it_resp_free(&r);
+	assert_host_content(hb, "AAA", 3);
+
+	/* Directories move whole; a file does not replace a directory. */
+	fs_put("dir/in.txt", k, "in", 2, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_post("move", k, json_pack("{s:s, s:s, s:b}", "from", "b.txt", "to", "dir", "overwrite", 1), &r);
+	expect_error(&r, 409, "is_a_directory");
+	it_resp_free(&r);
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "dir", "to", "dir2"), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *hin = host_in(k, "dir2/in.txt");
+	assert_host_content(hin, "in", 2);
+	free(hin);
+
+	/* Across sessions by absolute path. */
+	touch_session("t-move-2");
+	char *dst = wire_in("t-move-2", "moved.txt");
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "b.txt", "to", dst), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	free(dst);
+	char *hm = host_in("t-move-2", "moved.txt");
+	assert_host_content(hm, "AAA", 3);
+	free(hm);
+
+	/* Roots neither move nor are replaced. */
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", ".", "to", "/workspace/elsewhere"), &r);
+	expect_error(&r, 403, "forbidden");
+	it_resp_free(&r);
+	fs_post("move", k,
+		json_pack("{s:s, s:s, s:b}", "from", "dir2", "to", "/workspace/sessions", "overwrite", 1),
+		&r);
+	expect_error(&r, 403, "forbidden");
+	it_resp_free(&r);
+	fs_post("move", k, json_pack("{s:s}", "from", "dir2"), &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	free(ha);
+	free(hb);
+	free(hc);
+}
+
+/* ---- error codes ---- */
+
+static void test_type_errors(void **state)
+{
+	(void)state;
+	const char *k = "t-types";
+	struct it_resp r;
+	fs_put("file", k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "dir"), &r);
+	expect_status(&r, 201);
+	it_resp_free(&r);
+
+	fs_get("read", "dir", k, NULL, &r);
+	expect_error(&r, 409, "is_a_directory");
+	it_resp_free(&r);
+	fs_get("read_buffer", "dir", k, NULL, &r);
+	expect_error(&r, 409, "is_a_directory");
+	it_resp_free(&r);
+	fs_put("dir", k, "x", 1, &r);
+	expect_error(&r, 409, "is_a_directory");
+	it_resp_free(&r);
+	fs_put("/workspace", k, "x", 1, &r);
+	expect_error(&r, 409, "is_a_directory");
+	it_resp_free(&r);
+	fs_get("read", "file/x", k, NULL, &r);
+	expect_error(&r, 409, "not_a_directory");
+	it_resp_free(&r);
+	fs_put("file/x", k, "x", 1, &r);
+	expect_error(&r, 409, "not_a_directory");
+	it_resp_free(&r);
+	fs_post("rm", k, json_pack("{s:s}", "path", "file/x"), &r);
+	expect_error(&r, 409, "not_a_directory");
+	it_resp_free(&r);
+	fs_get("read", "nothing", k, NULL, &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	char *hp = host_in(k, "file");
+	assert_host_content(hp, "x", 1);
+	free(hp);
+}
+
+static void test_bad_request(void **state)
+{
+	(void)state;
+	const char *k = "t-bad";
+	struct it_resp r;
+	touch_session(k);
+	/* A NUL in the path, however it is spelled, never cuts the path short. */
+	static const char *nul[] = {"/fs/read?path=a%00b", "/fs/write?path=evil.txt%00.png",
+				    "/fs/stat?path=%00", "/fs/exists?path=x%00"};
+	fs_put("a", k, "a", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_put("evil.txt", k, "e", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_put("x", k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
+		bool put = strncmp(nul[i], "/fs/write", 9) == 0;
+		call(put ? "PUT" : "GET", nul[i], tok_rw, k, NULL, NULL, put ? "zz" : NULL, put ? 2 : 0, &r);
+		if (r.status != 400)
+			fprintf(stderr, "  %s\n", nul[i]);
+		expect_error(&r, 400, "bad_request");
+		it_resp_free(&r);
+	}
+	char *hp = host_in(k, "evil.txt");
+	assert_host_content(hp, "e", 1);
+	free(hp);
+	fs_post("mkdir", k, json_pack("{s:s%}", "path", "nul\0dir", (size_t)7), &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	hp = host_in(k, "nul");
+	assert_false(host_exists(hp));
+	free(hp);
+
+	/* Too long: the whole path, one component. */
+	char *longp = xmalloc(4098);
+	memset(longp, 'a', 4097);
+	for (size_t i = 100; i < 4097; i += 100)
+		longp[i] = '/';
+	longp[4097] = '\0';
+	memcpy(longp, "/workspace/", 11); /* absolute, so the session prefix does not count */
+	fs_get("read", longp, k, NULL, &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	fs_put(longp, k, "x", 1, &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	free(longp);
+	char comp[257];
+	memset(comp, 'c', 256);
+	comp[256] = '\0';
+	fs_put(comp, k, "x", 1, &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	fs_post("mkdir", k, json_pack("{s:s}", "path", comp), &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	comp[255] = '\0'; /* 255 is fine */
+	fs_put(comp, k, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+
+	/* Missing or empty path. */
+	static const char *missing[] = {"/fs/read",   "/fs/read_buffer", "/fs/stat",	  "/fs/readdir",
+					"/fs/exists", "/fs/read?path=",	 "/fs/stat?path", "/fs/read?file=a"};
+	for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+		call("GET", missing[i], tok_rw, k, NULL, NULL, NULL, 0, &r);
+		expect_error(&r, 400, "bad_request");
+		it_resp_free(&r);
+	}
+	call("PUT", "/fs/write", tok_rw, k, NULL, NULL, "x", 1, &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+
+	/* Bodies that are not a JSON object. */
+	static const char *bodies[] = {
+	    "{", "not json", "[\"path\"]", "\"path\"", "{\"path\": \"a\", \"path\": \"b\"}", ""};
+	static const char *routes[] = {"/fs/mkdir", "/fs/rm", "/fs/move"};
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+		for (size_t b = 0; b < sizeof bodies / sizeof bodies[0]; b++) {
+			call("POST", routes[i], tok_rw, k, NULL, NULL, bodies[b], strlen(bodies[b]), &r);
+			expect_error(&r, 400, "bad_request");
+			it_resp_free(&r);
+		}
+
+	/* A session key that is not 1 to 512 printable bytes. */
+	char *longkey = xmalloc(514);
+	memset(longkey, 'k', 513);
+	longkey[513] = '\0';
+	fs_get("exists", ".", longkey, NULL, &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	free(longkey);
+	assert_true(it_alive(&srv));
+}
+
+/* ---- escapes ---- */
+
+static void test_escape_by_path(void **state)
+{
+	(void)state;
+	const char *k = "t-escape";
+	struct it_resp r;
+	touch_session(k);
+	/* Raw query strings, so %2e%2e reaches the server as such. */
+	static const char *raw[] = {
+	    "../../../escape-probe",
+	    "%2e%2e/%2e%2e/%2e%2e/escape-probe",
+	    "%2E%2E%2F%2E%2E%2F%2E%2E%2Fescape-probe",
+	    "/workspace/../escape-probe",
+	    "/workspace/%2e%2e/escape-probe",
+	    "/workspace/sessions/../../escape-probe",
+	    "/etc/passwd",
+	    "%2Fetc%2Fpasswd",
+	    "/workspacex",
+	    "/workspacex/escape-probe",
+	    "/",
+	    "/tmp",
+	    "sub/../../../../escape-probe",
+	};
+	char *probe = xasprintf("%s/tenants/acme/escape-probe", srv.dir);
+	char *probe2 = xasprintf("%s/tenants/escape-probe", srv.dir);
+	char *probe3 = xasprintf("%s/tenants/acme/workspacex", srv.dir);
+	for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+		static const char *get_routes[] = {"read", "read_buffer", "stat", "readdir", "exists"};
+		for (size_t g = 0; g < sizeof get_routes / sizeof get_routes[0]; g++) {
+			char *url = xasprintf("/fs/%s?path=%s", get_routes[g], raw[i]);
+			call("GET", url, tok_rw, k, NULL, NULL, NULL, 0, &r);
+			if (r.status != 403)
+				fprintf(stderr, "  %s\n", url);
+			expect_error(&r, 403, "outside_workspace");
+			it_resp_free(&r);
+			free(url);
+		}
+		char *url = xasprintf("/fs/write?path=%s", raw[i]);
+		call("PUT", url, tok_rw, k, NULL, NULL, "pwned", 5, &r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+		free(url);
+	}
+	/* The same through JSON bodies (decoded paths). */
+	static const char *dec[] = {"../../../escape-probe",
+				    "/workspace/../escape-probe",
+				    "/etc/passwd",
+				    "/workspacex",
+				    "/",
+				    "/workspace/sessions/../../escape-probe"};
+	for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
+		fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", dec[i], "recursive", 1), &r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+		fs_post("rm", k, json_pack("{s:s, s:b, s:b}", "path", dec[i], "recursive", 1, "force", 1),
+			&r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+		fs_post("move", k, json_pack("{s:s, s:s}", "from", dec[i], "to", "stolen"), &r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+		fs_post("move", k, json_pack("{s:s, s:s}", "from", ".", "to", dec[i]), &r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+	}
+	assert_false(host_exists(probe));
+	assert_false(host_exists(probe2));
+	assert_false(host_exists(probe3));
+	free(probe);
+	free(probe2);
+	free(probe3);
+	char *stolen = host_in(k, "stolen");
+	assert_false(host_exists(stolen));
+	free(stolen);
+	/* The host's /etc/passwd was not replaced (the server runs as root here). */
+	struct stat st;
+	assert_int_equal(stat("/etc/passwd", &st), 0);
+	assert_true(st.st_size > 5);
+	/* "..", from a session, is still inside: the sessions directory. */
+	fs_get("readdir", "..", k, NULL, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	assert_outside_untouched();
+}
+
+static void test_escape_by_symlink(void **state)
+{
+	(void)state;
+	const char *k = "t-symlink";
+	struct it_resp r;
+	touch_session(k);
+	fs_put("inner/real.txt", k, "real", 4, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *secret = xasprintf("%s/secret", outside);
+	char *missing = xasprintf("%s/nothere", outside);
+	struct {
+		const char *name, *target;
+	} links[] = {
+	    {"esc", outside},	  /* absolute, to a directory outside */
+	    {"escf", secret},	  /* absolute, to a file outside */
+	    {"escd", missing},	  /* absolute, dangling outside */
+	    {"up", "../../.."},	  /* relative, to the workspace's parent */
+	    {"inner/l", outside}, /* deeper */
+	    {"inner/rel", "../../../../../../../../../../../../../../../../../../../../.."},
+	};
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		char *hp = host_in(k, links[i].name);
+		assert_int_equal(symlink(links[i].target, hp), 0);
+		free(hp);
+	}
+	/* A file just outside the workspace, reachable by "up". */
+	char *beside = xasprintf("%s/tenants/acme/beside.txt", srv.dir);
+	host_put(beside, "beside");
+	drain_events();
+
+	static const char *through[] = {"esc/secret",
+					"esc/sub/inner.txt",
+					"esc",
+					"escf",
+					"escd",
+					"up/beside.txt",
+					"inner/l/secret",
+					"inner/l/sub",
+					"inner/rel/etc/passwd",
+					"esc/emptydir",
+					"up/workspace",
+					"inner/l"};
+	for (size_t i = 0; i < sizeof through / sizeof through[0]; i++) {
+		static const char *reads[] = {"read", "read_buffer", "readdir"};
+		for (size_t g = 0; g < sizeof reads / sizeof reads[0]; g++) {
+			fs_get(reads[g], through[i], k, NULL, &r);
+			if (r.status != 403)
+				fprintf(stderr, "  %s %s\n", reads[g], through[i]);
+			expect_error(&r, 403, "outside_workspace");
+			it_resp_free(&r);
+		}
+	}
+	/* Below a link that leaves: stat and exists refuse too. */
+	static const char *below[] = {"esc/secret", "esc/sub", "up/beside.txt", "inner/l/secret",
+				      "esc/nothere"};
+	for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
+		fs_get("stat", below[i], k, NULL, &r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+		fs_get("exists", below[i], k, NULL, &r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+	}
+	/* A link that leaves is described as itself, never followed. */
+	static const char *self[] = {"esc", "escf", "escd", "up", "inner/l", "inner/rel"};
+	for (size_t i = 0; i < sizeof self / sizeof self[0]; i++) {
+		fs_get("stat", self[i], k, NULL, &r);
+		expect_status(&r, 200);
+		json_t *j = body_json(&r);
+		assert_string_equal(jstr(j, "type"), "symlink");
+		assert_true(json_is_true(json_object_get(j, "is_symlink")));
+		assert_null(json_object_get(j, "size"));
+		assert_null(json_object_get(j, "mtime"));
+		assert_null(json_object_get(j, "mode"));
+		json_decref(j);
+		it_resp_free(&r);
+		fs_get("exists", self[i], k, NULL, &r);
+		expect_status(&r, 200);
+		j = body_json(&r);
+		assert_true(json_is_true(json_object_get(j, "exists")));
+		json_decref(j);
+		it_resp_free(&r);
+	}
+	assert_outside_untouched();
+
+	/* Writes: through a link, or onto a link that leaves. */
+	static const char *writes[] = {"esc/new.txt",	"esc/secret",	     "escf",
+				       "escd",		"esc/sub/inner.txt", "esc/deep/er/new.txt",
+				       "up/beside.txt", "up/new.txt",	     "inner/l/new.txt"};
+	for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+		fs_put(writes[i], k, "pwned", 5, &r);
+		if (r.status != 403)
+			fprintf(stderr, "  write %s\n", writes[i]);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+	}
+	/* mkdir, plain and recursive. */
+	static const char *dirs[] = {"esc/newdir", "esc/a/b/c", "esc", "up/newdir", "inner/l/x/y", "escd"};
+	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+		fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", dirs[i], "recursive", 1), &r);
+		if (r.status != 403)
+			fprintf(stderr, "  mkdir -p %s\n", dirs[i]);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+	}
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "esc/newdir"), &r);
+	expect_error(&r, 403, "outside_workspace");
+	it_resp_free(&r);
+	/* rm below a link that leaves. */
+	static const char *rms[] = {"esc/secret", "esc/sub", "esc/emptydir", "up/beside.txt", "inner/l/sub"};
+	for (size_t i = 0; i < sizeof rms / sizeof rms[0]; i++) {
+		fs_post("rm", k, json_pack("{s:s, s:b, s:b}", "path", rms[i], "recursive", 1, "force", 1),
+			&r);
+		expect_error(&r, 403, "outside_workspace");
+		it_resp_free(&r);
+	}
+	/* move out of, or into, a link that leaves. */
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "esc/secret", "to", "stolen"), &r);
+	expect_error(&r, 403, "outside_workspace");
+	it_resp_free(&r);
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "up/beside.txt", "to", "stolen"), &r);
+	expect_error(&r, 403, "outside_workspace");
+	it_resp_free(&r);
+	fs_post("move", k,
+		json_pack("{s:s, s:s, s:b}", "from", "inner/real.txt", "to", "esc/planted", "overwrite", 1),
+		&r);
+	expect_error(&r, 403, "outside_workspace");
+	it_resp_free(&r);
+	fs_post("move", k,
+		json_pack("{s:s, s:s, s:b}", "from", "inner/real.txt", "to", "esc/secret", "overwrite", 1),
+		&r);
+	expect_error(&r, 403, "outside_workspace");
+	it_resp_free(&r);
+	assert_outside_untouched();
+	assert_host_content(beside, "beside", 6);
+	char *p = xasprintf("%s/tenants/acme/new.txt", srv.dir);
+	assert_false(host_exists(p));
+	free(p);
+	p = xasprintf("%s/tenants/acme/newdir", srv.dir);
+	assert_false(host_exists(p));
+	free(p);
+	p = host_in(k, "inner/real.txt");
+	assert_host_content(p, "real", 4);
+	free(p);
+	p = host_in(k, "stolen");
+	assert_false(host_exists(p));
+	free(p);
+
+	/* Links themselves may be moved and removed, as links. */
+	fs_post("move", k, json_pack("{s:s, s:s}", "from", "escf", "to", "escf2"), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char lt[256] = {0};
+	p = host_in(k, "escf2");
+	assert_true(readlink(p, lt, sizeof lt - 1) > 0);
+	assert_string_equal(lt, secret);
+	free(p);
+	/* Recursive removal of a tree holding links that leave removes the links. */
+	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "inner", "recursive", 1), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	p = host_in(k, "inner");
+	assert_false(host_exists(p));
+	free(p);
+	static const char *gone[] = {"esc", "escf2", "escd", "up"};
+	for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
+		fs_post("rm", k, json_pack("{s:s, s:b}", "path", gone[i], "recursive", 1), &r);
+		expect_status(&r, 200);
+		it_resp_free(&r);
+		p = host_in(k, gone[i]);
+		assert_false(host_exists(p));
+		free(p);
+	}
+	assert_outside_untouched();
+	assert_host_content(beside, "beside", 6);
+	unlink(beside);
+	free(beside);
+	free(secret);
+	free(missing);
+}
+
+static void test_in_workspace_links(void **state)
+{
+	(void)state;
+	const char *k = "t-inlinks";
+	struct it_resp r;
+	fs_put("d/f.txt", k, "inside", 6, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *hp = host_in(k, "ld");
+	assert_int_equal(symlink("d", hp), 0);
+	free(hp);
+	/* A link to the workspace root, from inside a session: still inside. */
+	hp = host_in(k, "root");
+	assert_int_equal(symlink("../..", hp), 0);
+	free(hp);
+	fs_get("read", "ld/f.txt", k, NULL, &r);
+	expect_status(&r, 200);
+	assert_int_equal(r.len, 6);
+	it_resp_free(&r);
+	fs_get("readdir", "ld", k, NULL, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_put("ld/g.txt", k, "via link", 8, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	hp = host_in(k, "d/g.txt");
+	assert_host_content(hp, "via link", 8);
+	free(hp);
+	fs_get("stat", "ld", k, NULL, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	assert_string_equal(jstr(j, "type"), "directory");
+	assert_true(json_is_true(json_object_get(j, "is_symlink")));
+	json_decref(j);
+	it_resp_free(&r);
+	/* Roots reached through a link are still roots. */
+	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "root/sessions", "recursive", 1), &r);
+	expect_error(&r, 403, "forbidden");
+	it_resp_free(&r);
+	char seg[80];
+	segment_of(k, seg);
+	char *via = xasprintf("root/sessions/%s", seg);
+	fs_post("rm", k, json_pack("{s:s, s:b}", "path", via, "recursive", 1), &r);
+	expect_error(&r, 403, "forbidden");
+	it_resp_free(&r);
+	free(via);
+	hp = host_in(k, "d/f.txt");
+	assert_true(host_exists(hp));
+	free(hp);
+}
+
+static void test_fifo(void **state)
+{
+	(void)state;
+	const char *k = "t-fifo";
+	struct it_resp r;
+	touch_session(k);
+	char *hp = host_in(k, "pipe");
+	assert_int_equal(mkfifo(hp, 0644), 0);
+	static const char *routes[] = {"read", "read_buffer"};
+	for (size_t i = 0; i < 2; i++) {
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		fs_get(routes[i], "pipe", k, NULL, &r);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		expect_error(&r, 403, "forbidden");
+		it_resp_free(&r);
+		assert_true(b.tv_sec - a.tv_sec < 3);
+	}
+	/* Through a link too. */
+	char *lp = host_in(k, "to-pipe");
+	assert_int_equal(symlink("pipe", lp), 0);
+	free(lp);
+	fs_get("read", "to-pipe", k, NULL, &r);
+	expect_error(&r, 403, "forbidden");
+	it_resp_free(&r);
+	fs_get("stat", "pipe", k, NULL, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	assert_string_equal(jstr(j, "type"), "other");
+	json_decref(j);
+	it_resp_free(&r);
+	struct stat st;
+	assert_int_equal(lstat(hp, &st), 0);
+	assert_true(S_ISFIFO(st.st_mode));
+	free(hp);
+	assert_true(it_alive(&srv));
+}
+
+/* ---- sessions, tenants, scopes, audit ---- */
+
+static void test_session_isolation(void **state)
+{
+	(void)state;
+	struct it_resp r;
+	/* wire.md's example, to keep segment_of honest. */
+	char seg[80];
+	segment_of("chat:42", seg);
+	assert_string_equal(seg, "chat_42-29c5c2leqt");
+	fs_put("same.txt", "chat:42", "alpha", 5, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	assert_string_equal(jstr(j, "path"), "/workspace/sessions/chat_42-29c5c2leqt/same.txt");
+	json_decref(j);
+	it_resp_free(&r);
+	fs_put("same.txt", "chat:43", "beta", 4, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_get("read", "same.txt", "chat:42", NULL, &r);
+	expect_status(&r, 200);
+	assert_int_equal(r.len, 5);
+	assert_memory_equal(r.body, "alpha", 5);
+	it_resp_free(&r);
+	fs_get("read", "same.txt", "chat:43", NULL, &r);
+	expect_status(&r, 200);
+	assert_int_equal(r.len, 4);
+	assert_memory_equal(r.body, "beta", 4);
+	it_resp_free(&r);
+	char *h1 = host_in("chat:42", "same.txt"), *h2 = host_in("chat:43", "same.txt");
+	assert_host_content(h1, "alpha", 5);
+	assert_host_content(h2, "beta", 4);
+	free(h1);
+	free(h2);
+	/* Keys longer than the readable prefix, equal in it, stay apart. */
+	char ka[80], kb[80];
+	memset(ka, 'k', 40);
+	memcpy(kb, ka, 40);
+	ka[40] = 'A';
+	kb[40] = 'B';
+	ka[41] = kb[41] = '\0';
+	fs_put("who", ka, "A", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_put("who", kb, "B", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	fs_get("read", "who", ka, NULL, &r);
+	expect_status(&r, 200);
+	assert_memory_equal(r.body, "A", 1);
+	it_resp_free(&r);
+	/* No header: the session "default". */
+	fs_put("d.txt", NULL, "d", 1, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	char *want = wire_in("default", "d.txt");
+	assert_string_equal(jstr(j, "path"), want);
+	free(want);
+	json_decref(j);
+	it_resp_free(&r);
+}
+
+static void test_tenant_isolation(void **state)
+{
+	(void)state;
+	const char *k = "t-tenant";
+	struct it_resp r;
+	fs_put("secret.txt", k, "acme only", 9, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	char *abs = wire_in(k, "secret.txt");
+	char *missing = wire_in(k, "never-was.txt");
+	char *e = enc(abs, strlen(abs)), *em = enc(missing, strlen(missing));
+
+	/* globex asks for acme's absolute path: its own workspace, not found. */
+	char *u1 = xasprintf("/fs/read?path=%s", e), *u2 = xasprintf("/fs/read?path=%s", em);
+	struct it_resp r2;
+	call("GET", u1, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r);
+	call("GET", u2, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r2);
+	expect_error(&r, 404, "not_found");
+	expect_error(&r2, 404, "not_found");
+	/* The same answer as a missing file, but for the path it names. */
+	json_t *j1 = body_json(&r), *j2 = body_json(&r2);
+	const char *m1 = json_string_value(json_object_get(json_object_get(j1, "error"), "message"));
+	const char *m2 = json_string_value(json_object_get(json_object_get(j2, "error"), "message"));
+	char *m1x = xstrndup(m1, (size_t)(strstr(m1, abs) - m1)),
+	     *m2x = xstrndup(m2, (size_t)(strstr(m2, missing) - m2));
+	assert_string_equal(m1x, m2x);
+	free(m1x);
+	free(m2x);
+	json_decref(j1);
+	json_decref(j2);
+	it_resp_free(&r);
+	it_resp_free(&r2);
+	free(u1);
+	free(u2);
+	static const char *routes[] = {"read_buffer", "stat", "readdir"};
+	for (size_t i = 0; i < 3; i++) {
+		char *u = xasprintf("/fs/%s?path=%s", routes[i], e);
+		call("GET", u, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r);
+		expect_error(&r, 404, "not_found");
+		it_resp_free(&r);
+		free(u);
+	}
+	u1 = xasprintf("/fs/exists?path=%s", e);
+	call("GET", u1, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	assert_non_null(strstr(r.body, "false"));
+	it_resp_free(&r);
+	free(u1);
+
+	/* globex's listing of /workspace/sessions never shows acme's. */
+	call("GET", "/fs/readdir?path=/workspace/sessions", tok_globex, "t-globex-own", NULL, NULL, NULL, 0,
+	     &r);
+	expect_status(&r, 200);
+	assert_non_null(strstr(r.body, "t-globex-own-"));
+	assert_null(strstr(r.body, "t-tenant-"));
+	it_resp_free(&r);
+
+	/* globex's write and rm of the same path touch only globex's workspace. */
+	u1 = xasprintf("/fs/write?path=%s", e);
+	call("PUT", u1, tok_globex, "t-globex-own", NULL, NULL, "globex", 6, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	free(u1);
+	char *mine = host_in(k, "secret.txt");
+	assert_host_content(mine, "acme only", 9);
+	char seg[80];
+	segment_of(k, seg);
+	char *theirs = xasprintf("%s/tenants/globex/workspace/sessions/%s/secret.txt", srv.dir, seg);
+	assert_host_content(theirs, "globex", 6);
+	char *body = xasprintf("{\"path\": \"%s\"}", abs);
+	call("POST", "/fs/rm", tok_globex, "t-globex-own", NULL, NULL, body, strlen(body), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	free(body);
+	assert_false(host_exists(theirs));
+	assert_host_content(mine, "acme only", 9);
+	free(theirs);
+	free(mine);
+	free(abs);
+	free(missing);
+	free(e);
+	free(em);
+}
+
+static void test_scopes(void **state)
+{
+	(void)state;
+	const char *k = "t-scopes";
+	struct it_resp r;
+	fs_put("r.txt", k, "readable", 8, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	/* fs:read reads and cannot change anything. */
+	call("GET", "/fs/read?path=r.txt", tok_ro, k, NULL, NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	call("PUT", "/fs/write?path=ro.txt", tok_ro, k, NULL, NULL, "x", 1, &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	call("PUT", "/fs/write?path=r.txt", tok_ro, k, NULL, NULL, "x", 1, &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	const char *mk = "{\"path\": \"ro-dir\"}", *rm = "{\"path\": \"r.txt\"}",
+		   *mv = "{\"from\": \"r.txt\", \"to\": \"moved.txt\"}";
+	call("POST", "/fs/mkdir", tok_ro, k, NULL, NULL, mk, strlen(mk), &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	call("POST", "/fs/rm", tok_ro, k, NULL, NULL, rm, strlen(rm), &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	call("POST", "/fs/move", tok_ro, k, NULL, NULL, mv, strlen(mv), &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	char *p = host_in(k, "ro.txt");
+	assert_false(host_exists(p));
+	free(p);
+	p = host_in(k, "ro-dir");
+	assert_false(host_exists(p));
+	free(p);
+	p = host_in(k, "r.txt");
+	assert_host_content(p, "readable", 8);
+	free(p);
+	/* fs:write alone, and audit:read, cannot read. */
+	static const char *reads[] = {"read", "read_buffer", "stat", "readdir", "exists"};
+	for (size_t i = 0; i < 5; i++) {
+		char *u = xasprintf("/fs/%s?path=r.txt", reads[i]);
+		call("GET", u, tok_wo, k, NULL, NULL, NULL, 0, &r);
+		expect_error(&r, 403, "insufficient_scope");
+		it_resp_free(&r);
+		call("GET", u, tok_audit, k, NULL, NULL, NULL, 0, &r);
+		expect_error(&r, 403, "insufficient_scope");
+		it_resp_free(&r);
+		call("GET", u, NULL, k, NULL, NULL, NULL, 0, &r);
+		expect_error(&r, 401, "unauthorized");
+		it_resp_free(&r);
+		free(u);
+	}
+	call("PUT", "/fs/write?path=wo.txt", tok_audit, k, NULL, NULL, "x", 1, &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	call("PUT", "/fs/write?path=wo.txt", tok_wo, k, NULL, NULL, "x", 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+}
+
+/* The audit record with this request id, polled for up to 2 s. */
+static json_t *find_audit(const char *request_id)
+{
+	for (int i = 0; i < 40; i++) {
+		struct it_resp r;
+		char *u = NULL;
+		call("GET", "/audit?limit=1000", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
+		json_t *j = r.status == 200 ? it_json(&r) : NULL;
+		it_resp_free(&r);
+		json_t *found = NULL;
+		for (;;) {
+			size_t k;
+			json_t *rec;
+			json_array_foreach(json_object_get(j, "records"), k, rec)
+			{
+				const char *rid = json_string_value(json_object_get(rec, "request_id"));
+				if (rid && strcmp(rid, request_id) == 0) {
+					found = json_incref(rec);
+					break;
+				}
+			}
+			json_t *next = json_object_get(j, "next");
+			if (found || !json_is_string(next))
+				break;
+			u = xasprintf("/audit?limit=1000&after=%s", json_string_value(next));
+			call("GET", u, tok_audit, NULL, NULL, NULL, NULL, 0, &r);
+			free(u);
+			json_decref(j);
+			j = r.status == 200 ? it_json(&r) : NULL;
+			it_resp_free(&r);
+			if (!j)
+				break;
+		}
+		json_decref(j);
+		if (found)
+			return found;
+		usleep(50000);
+	}
+	return NULL;
+}
+
+static void test_audit_target(void **state)
+{
+	(void)state;
+	const char *k = "t-audit";
+	struct it_resp r;
+	call("PUT", "/fs/write?path=x/../aud.txt", tok_rw, k, "fs-audit-write", NULL, "audited", 7, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	call("GET", "/fs/read?path=./sub/../aud.txt", tok_rw, k, "fs-audit-read", NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	const char *mv = "{\"from\": \"aud.txt\", \"to\": \"/workspace/sessions/../aud2.txt\"}";
+	call("POST", "/fs/move", tok_rw, k, "fs-audit-move", NULL, mv, strlen(mv), &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	call("GET", "/fs/read?path=/workspace/../etc/passwd", tok_rw, k, "fs-audit-escape", NULL, NULL, 0,
+	     &r);
+	expect_error(&r, 403, "outside_workspace");
+	it_resp_free(&r);
+	call("PUT", "/fs/write?path=nope.txt", tok_ro, k, "fs-audit-scope", NULL, "x", 1, &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+
+	json_t *a = find_audit("fs-audit-write");
+	assert_non_null(a);
+	char *want = wire_in(k, "aud.txt");
+	assert_string_equal(jstr(a, "target"), want);
+	assert_string_equal(jstr(a, "route"), "/fs/write");
+	assert_string_equal(jstr(a, "method"), "PUT");
+	assert_string_equal(jstr(a, "session"), k);
+	assert_string_equal(jstr(a, "outcome"), "ok");
+	assert_int_equal(json_integer_value(json_object_get(a, "status")), 200);
+	assert_int_equal(json_integer_value(json_object_get(a, "bytes_in")), 7);
+	json_decref(a);
+
+	a = find_audit("fs-audit-read");
+	assert_non_null(a);
+	assert_string_equal(jstr(a, "target"), want);
+	assert_int_equal(json_integer_value(json_object_get(a, "bytes_out")), 7);
+	json_decref(a);
+	free(want);
+
+	a = find_audit("fs-audit-move");
+	assert_non_null(a);
+	char *from = wire_in(k, "aud.txt");
+	char *t = xasprintf("%s -> /workspace/aud2.txt", from);
+	assert_string_equal(jstr(a, "target"), t);
+	free(t);
+	free(from);
+	json_decref(a);
+
+	/* A refused escape is recorded with the path that was asked for. */
+	a = find_audit("fs-audit-escape");
+	assert_non_null(a);
+	assert_string_equal(jstr(a, "outcome"), "denied");
+	assert_int_equal(json_integer_value(json_object_get(a, "status")), 403);
+	assert_string_equal(jstr(a, "target"), "/workspace/../etc/passwd");
+	json_decref(a);
+	a = find_audit("fs-audit-scope");
+	assert_non_null(a);
+	assert_string_equal(jstr(a, "outcome"), "denied");
+	json_decref(a);
+}
+
+static void test_sessions_routes(void **state)
+{
+	(void)state;
+	struct it_resp r;
+	const char *k = "gw:del \"me\" \\ {}";
+	fs_put("a/b/c.txt", k, "bye", 3, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	/* Links that leave, inside the session, are removed as links. */
+	char *hp = host_in(k, "a/esc");
+	assert_int_equal(symlink(outside, hp), 0);
+	free(hp);
+	hp = host_in(k, "escf");
+	char *secret = xasprintf("%s/secret", outside);
+	assert_int_equal(symlink(secret, hp), 0);
+	free(secret);
+	free(hp);
+	drain_events();
+
+	/* Listed with any of audit:read, fs:read, exec. */
+	const char *listers[] = {tok_audit, tok_ro, tok_rw};
+	for (size_t i = 0; i < 3; i++) {
+		call("GET", "/sessions", listers[i], NULL, NULL, NULL, NULL, 0, &r);
+		expect_status(&r, 200);
+		expect_header(&r, "Content-Type", "application/json");
+		json_t *j = body_json(&r);
+		assert_int_equal(json_object_size(j), 1);
+		json_t *v = json_object_get(j, "sessions");
+		assert_true(json_is_array(v));
+		json_t *mine = NULL, *s;
+		size_t x;
+		json_array_foreach(v, x, s)
+		{
+			assert_int_equal(json_object_size(s), 4);
+			assert_true(is_rfc3339(jstr(s, "created_at")));
+			assert_true(is_rfc3339(jstr(s, "last_used_at")));
+			assert_true(strcmp(jstr(s, "created_at"), jstr(s, "last_used_at")) <= 0);
+			assert_true(strncmp(jstr(s, "dir"), "/workspace/sessions/", 20) == 0);
+			if (strcmp(jstr(s, "key"), k) == 0)
+				mine = s;
+		}
+		assert_non_null(mine);
+		char *dir = wire_in(k, "");
+		assert_string_equal(jstr(mine, "dir"), dir);
+		free(dir);
+		json_decref(j);
+		it_resp_free(&r);
+	}
+	call("GET", "/sessions", tok_wo, NULL, NULL, NULL, NULL, 0, &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	call("GET", "/sessions?limit=0", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
+	expect_error(&r, 400, "bad_request");
+	it_resp_free(&r);
+	call("GET", "/sessions?limit=1", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	assert_int_equal(json_array_size(json_object_get(j, "sessions")), 1);
+	json_decref(j);
+	it_resp_free(&r);
+	/* Listing is not using: it creates no session (ops has none). */
+	for (int i = 0; i < 2; i++) {
+		call("GET", "/sessions", tok_ops, NULL, NULL, NULL, NULL, 0, &r);
+		expect_status(&r, 200);
+		j = body_json(&r);
+		assert_int_equal(json_array_size(json_object_get(j, "sessions")), 0);
+		json_decref(j);
+		it_resp_free(&r);
+	}
+	/* Another tenant's list never shows acme's. */
+	call("GET", "/sessions", tok_globex, NULL, NULL, NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	assert_null(strstr(r.body, "gw:del"));
+	it_resp_free(&r);
+
+	/* Deleting needs fs:write; globex cannot delete acme's. */
+	call("DELETE", "/session", tok_ro, k, NULL, NULL, NULL, 0, &r);
+	expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	call("DELETE", "/session", tok_globex, k, NULL, NULL, NULL, 0, &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	char *dirp = host_in(k, "");
+	assert_true(host_exists(dirp));
+
+	call("DELETE", "/session", tok_rw, k, "fs-session-delete", NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "key"), k);
+	assert_true(json_is_true(json_object_get(j, "removed")));
+	assert_int_equal(json_object_size(j), 2);
+	json_decref(j);
+	it_resp_free(&r);
+	assert_false(host_exists(dirp));
+	assert_outside_untouched();
+	call("GET", "/sessions", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	assert_null(strstr(r.body, "gw:del"));
+	it_resp_free(&r);
+	call("DELETE", "/session", tok_rw, k, NULL, NULL, NULL, 0, &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	call("DELETE", "/session", tok_rw, "never-used", NULL, NULL, NULL, 0, &r);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	json_t *a = find_audit("fs-session-delete");
+	assert_non_null(a);
+	char *dw = wire_in(k, "");
+	assert_string_equal(jstr(a, "target"), dw);
+	free(dw);
+	json_decref(a);
+
+	/* Used again, the session comes back with a fresh directory. */
+	fs_post("mkdir", k, json_pack("{s:s}", "path", "again"), &r);
+	expect_status(&r, 201);
+	it_resp_free(&r);
+	assert_true(host_exists(dirp));
+	fs_get("readdir", ".", k, NULL, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_int_equal(json_array_size(json_object_get(j, "entries")), 1);
+	json_decref(j);
+	it_resp_free(&r);
+
+	/* A session directory that a command replaced by a link to the
+	 * outside: the link goes, the outside stays. */
+	rm_rf(dirp);
+	assert_int_equal(symlink(outside, dirp), 0);
+	drain_events();
+	call("DELETE", "/session", tok_rw, k, NULL, NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	assert_false(host_exists(dirp));
+	assert_outside_untouched();
+	free(dirp);
+
+	/* The default session, by no header. */
+	touch_session(NULL);
+	hp = host_in("default", "");
+	assert_true(host_exists(hp));
+	call("DELETE", "/session", tok_rw, NULL, NULL, NULL, NULL, 0, &r);
+	expect_status(&r, 200);
+	j = body_json(&r);
+	assert_string_equal(jstr(j, "key"), "default");
+	json_decref(j);
+	it_resp_free(&r);
+	assert_false(host_exists(hp));
+	free(hp);
+	/* The workspace and other sessions are left alone. */
+	hp = host_in("chat:42", "same.txt");
+	assert_host_content(hp, "alpha", 5);
+	free(hp);
+}
+
+/* ---- the buffered limit ---- */
+
+static void make_sparse(const char *path, off_t size)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, size), 0);
+	close(fd);
+}
+
+static void test_too_large_default(void **state)
+{
+	(void)state;
+	const char *k = "t-large";
+	struct it_resp r;
+	touch_session(k);
+	size_t n = 16 * MIB + 1;
+	char *big = xmalloc(n);
+	memset(big, 'z', n);
+	fs_put("big.txt", k, big, n, &r);
+	expect_error(&r, 413, "too_large");
+	json_t *j = body_json(&r);
+	const char *hint = json_string_value(json_object_get(json_object_get(j, "error"), "retry_hint"));
+	assert_non_null(hint);
+	assert_non_null(strstr(hint, "stream"));
+	json_decref(j);
+	it_resp_free(&r);
+	char *hp = host_in(k, "big.txt");
+	assert_false(host_exists(hp));
+	free(hp);
+	/* Exactly the limit is fine. */
+	fs_put("limit.txt", k, big, n - 1, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	free(big);
+	char *sd = host_in(k, "");
+	assert_int_equal(count_temps(sd), 0);
+	free(sd);
+
+	hp = host_in(k, "huge.bin");
+	make_sparse(hp, (off_t)(16 * MIB + 1));
+	free(hp);
+	fs_get("read", "huge.bin", k, NULL, &r);
+	expect_error(&r, 413, "too_large");
+	it_resp_free(&r);
+	fs_get("read_buffer", "huge.bin", k, NULL, &r);
+	expect_error(&r, 413, "too_large");
+	it_resp_free(&r);
+	/* A part of it within the limit may be read. */
+	fs_get("read_buffer", "huge.bin", k, "Range: bytes=100-199", &r);
+	expect_status(&r, 206);
+	assert_int_equal(r.len, 100);
+	it_resp_free(&r);
+	assert_true(it_alive(&srv));
+}
+
+static void test_too_large_small_limit(void **state)
+{
+	(void)state;
+	const char *extra[] = {"--set", "max-buffered-bytes=1048576", NULL};
+	assert_int_equal(it_start(&s2, extra), 0);
+	char *t = it_token(&s2, "acme", NULL);
+	assert_non_null(t);
+	size_t n = MIB + 1;
+	char *big = xmalloc(n);
+	memset(big, 'q', n);
+	struct it_resp r;
+	const char *h[] = {"X-Session-Key: small", NULL};
+	assert_int_equal(it_http(&s2, "PUT", "/fs/write?path=over.txt", t, h, big, n, &r), 0);
+	expect_error(&r, 413, "too_large");
+	it_resp_free(&r);
+	assert_int_equal(it_http(&s2, "PUT", "/fs/write?path=at.txt", t, h, big, n - 1, &r), 0);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+	assert_int_equal(it_http(&s2, "GET", "/fs/read_buffer?path=at.txt", t, h, NULL, 0, &r), 0);
+	expect_status(&r, 200);
+	assert_int_equal(r.len, MIB);
+	it_resp_free(&r);
+	char seg[80];
+	segment_of("small", seg);
+	char *over = xasprintf("%s/tenants/acme/workspace/sessions/%s/over.txt", s2.dir, seg);
+	assert_false(host_exists(over));
+	free(over);
+	char *hp = xasprintf("%s/tenants/acme/workspace/sessions/%s/file.txt", s2.dir, seg);
+	assert_int_equal(it_write_file(hp, big, n), 0);
+	free(hp);
+	static const char *routes[] = {"/fs/read?path=file.txt", "/fs/read_buffer?path=file.txt"};
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(it_http(&s2, "GET", routes[i], t, h, NULL, 0, &r), 0);
+		expect_error(&r, 413, "too_large");
+		it_resp_free(&r);
+	}
+	/* A JSON body over the limit is refused the same way. */
+	char *jb = xmalloc(n + 32);
+	int off = snprintf(jb, n + 32, "{\"path\": \"");
+	memset(jb + off, 'p', n);
+	memcpy(jb + off + n, "\"}", 3);
+	assert_int_equal(it_http(&s2, "POST", "/fs/mkdir", t, h, jb, strlen(jb), &r), 0);
+	expect_error(&r, 413, "too_large");
+	it_resp_free(&r);
+	free(jb);
+	assert_true(it_alive(&s2));
+	assert_int_equal(it_stop(&s2, SIGTERM), 0);
+	assert_int_equal(log_clean(s2.log), 0);
+	it_cleanup(&s2);
+	*s2.dir = '\0';
+	free(big);
+	free(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_write_read),
+	    cmocka_unit_test(test_empty_file),
+	    cmocka_unit_test(test_binary_and_ranges),
+	    cmocka_unit_test(test_write_atomic_replace),
+	    cmocka_unit_test(test_stat),
+	    cmocka_unit_test(test_readdir),
+	    cmocka_unit_test(test_exists),
+	    cmocka_unit_test(test_mkdir),
+	    cmocka_unit_test(test_rm),
+	    cmocka_unit_test(test_move),
+	    cmocka_unit_test(test_type_errors),
+	    cmocka_unit_test(test_bad_request),
+	    cmocka_unit_test(test_escape_by_path),
+	    cmocka_unit_test(test_escape_by_symlink),
+	    cmocka_unit_test(test_in_workspace_links),
+	    cmocka_unit_test(test_fifo),
+	    cmocka_unit_test(test_session_isolation),
+	    cmocka_unit_test(test_tenant_isolation),
+	    cmocka_unit_test(test_scopes),
+	    cmocka_unit_test(test_audit_target),
+	    cmocka_unit_test(test_sessions_routes),
+	    cmocka_unit_test(test_too_large_default),
+	    cmocka_unit_test(test_too_large_small_limit),
+	};
+	return cmocka_run_group_tests_name("fs", tests, setup, teardown);
+}
