@@ -18,6 +18,22 @@
 #define AUDIT_LIMIT_MAX 1000
 #define NDJSON_BATCH 500
 
+/* A stored text as a JSON string (absent: dflt, or null when dflt is
+ * NULL). Rows written by older versions may hold bytes that are not
+ * UTF-8, which json_string refuses (and json_pack with it). */
+static json_t *text_json(const char *s, const char *dflt)
+{
+	if (!s)
+		return dflt ? json_string(dflt) : json_null();
+	size_t n = strlen(s);
+	if (sbx_utf8_valid(s, n))
+		return json_stringn(s, n);
+	char *t = sbx_utf8_sanitize(s, n, &n);
+	json_t *j = json_stringn(t, n);
+	free(t);
+	return j;
+}
+
 json_t *route_audit_json(const struct store_audit *a)
 {
 	char at[40];
@@ -29,14 +45,13 @@ json_t *route_audit_json(const struct store_audit *a)
 		session = json_stringn(s, n);
 		free(s);
 	}
-	return json_pack("{s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:o, s:i, s:s, s:o, s:I, s:I, s:f, s:o}", "id",
-			 (json_int_t)a->id, "at", at, "tenant", a->tenant ? a->tenant : "", "session", session,
-			 "request_id", a->request_id ? a->request_id : "", "method", a->method ? a->method : "",
-			 "route", a->route ? a->route : "", "target", a->target ? json_string(a->target) : json_null(),
-			 "status", a->status, "outcome", a->outcome ? a->outcome : "", "exit_code",
-			 a->has_exit_code ? json_integer(a->exit_code) : json_null(), "bytes_in",
-			 (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms",
-			 a->duration_ms, "client", a->client ? json_string(a->client) : json_null());
+	return json_pack("{s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o, s:I, s:I, s:f, s:o}", "id",
+			 (json_int_t)a->id, "at", at, "tenant", text_json(a->tenant, ""), "session", session,
+			 "request_id", text_json(a->request_id, ""), "method", text_json(a->method, ""), "route",
+			 text_json(a->route, ""), "target", text_json(a->target, NULL), "status", a->status, "outcome",
+			 text_json(a->outcome, ""), "exit_code", a->has_exit_code ? json_integer(a->exit_code) : json_null(),
+			 "bytes_in", (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms",
+			 a->duration_ms, "client", text_json(a->client, NULL));
 }
 
 /* The filter strings point into the request (query values), which live as
@@ -118,10 +133,13 @@ static int collect_ndjson(void *ctx, const struct store_audit *a)
 {
 	struct buf *b = ctx;
 	json_t *j = route_audit_json(a);
-	char *t = json_dumps(j, JSON_COMPACT);
+	char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	buf_append(b, t, strlen(t));
-	buf_append(b, "\n", 1);
+	if (!t)
+		return 0;
+	/* Past the buffer's bound the line is dropped whole, never cut. */
+	if (b->len + strlen(t) + 1 <= b->max && buf_append(b, t, strlen(t)) == 0)
+		buf_append(b, "\n", 1);
 	free(t);
 	return 0;
 }
@@ -190,6 +208,10 @@ int route_audit(struct req *r)
 		q->remaining = req_query(r, "limit") ? q->f.limit : SIZE_MAX;
 		struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
 									      ndjson_reader, q, ndjson_free);
+		if (!resp) {
+			query_free(q);
+			return -ENOMEM;
+		}
 		MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
 		return reply_response(r, 200, resp);
 	}

@@ -20,9 +20,19 @@ int req_fail(struct req *r, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	free(r->error_msg);
-	r->error_msg = xvasprintf(fmt, ap);
+	char *msg = xvasprintf(fmt, ap);
 	va_end(ap);
+	/* Messages quote the URL and query, which arrive percent-decoded and
+	 * may be any bytes: jansson refuses invalid UTF-8, and the error body
+	 * and the log line must still be written. */
+	size_t n = strlen(msg);
+	if (!sbx_utf8_valid(msg, n)) {
+		char *s = sbx_utf8_sanitize(msg, n, &n);
+		free(msg);
+		msg = s;
+	}
+	free(r->error_msg);
+	r->error_msg = msg;
 	return code;
 }
 
@@ -130,8 +140,10 @@ int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outs
 
 void req_set_target(struct req *r, const char *target)
 {
+	/* Targets come from URL segments too (ids): keep the audit UTF-8. */
+	size_t n = strlen(target);
 	free(r->target);
-	r->target = xstrdup(target);
+	r->target = sbx_utf8_valid(target, n) ? xstrdup(target) : sbx_utf8_sanitize(target, n, &n);
 }
 
 void reply_common_headers(struct req *r, struct MHD_Response *resp)
@@ -146,10 +158,12 @@ int reply_response(struct req *r, int status, struct MHD_Response *resp)
 	if (!resp)
 		return -ENOMEM;
 	reply_common_headers(r, resp);
-	r->status = status;
 	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
 	MHD_destroy_response(resp);
-	return ok == MHD_YES ? 0 : -EIO;
+	if (ok != MHD_YES)
+		return -EIO; /* nothing queued: the dispatcher may still answer */
+	r->status = status;
+	return 0;
 }
 
 int reply_bytes(struct req *r, int status, const char *content_type, const void *p, size_t n)

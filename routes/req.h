@@ -60,6 +60,7 @@ struct req {
 	int status;
 	int64_t bytes_out;
 	char *error_msg;           /* set by req_fail */
+	const char *log_detail;    /* static text for the log line only, never the client */
 	const char *error_code;    /* wire code override, e.g. "token_used" */
 	int64_t retry_after_s;
 	char *allow;               /* Allow header for 405 */

@@ -15,6 +15,7 @@
 #include "routes/errors.h"
 #include "routes/handlers.h"
 #include "routes/metrics.h"
+#include "sandbox/collector.h"
 #include "store/store.h"
 
 #define R_FS_READ AUTH_SCOPE_FS_READ
@@ -121,7 +122,11 @@ static int authenticate(struct req *r)
 			app_tenant_put(r->app, &r->tenant);
 		if (rc == -SBX_E_STORE || rc == -ENOSPC)
 			return req_fail(r, -SBX_E_STORE, "cannot read the tenant registry");
-		return req_fail(r, -SBX_E_UNAUTHORIZED, "invalid token: %s", why ? why : "refused");
+		/* The client learns only "expired" or "invalid": which tenants
+		 * exist, or which check failed, is for the log alone. */
+		r->log_detail = why;
+		return req_fail(r, -SBX_E_UNAUTHORIZED, "%s",
+				why && strcmp(why, "expired") == 0 ? "token expired" : "invalid token");
 	}
 	r->authed = true;
 	const char *tid = req_header(r, "X-Tenant-Id");
@@ -257,10 +262,17 @@ int route_render_error(struct req *r, int code)
 	json_t *hint = w.retry_hint ? json_string(w.retry_hint) : json_null();
 	json_t *body = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", wcode, "message",
 				 r->error_msg ? r->error_msg : wcode, "retry_hint", hint);
-	char *text = json_dumps(body, JSON_COMPACT);
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
+	if (!text) /* never unanswered: the code alone (static ASCII) */
+		text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"retry_hint\":null}}", wcode,
+				 wcode);
 	size_t n = strlen(text);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return -ENOMEM;
+	}
 	MHD_add_response_header(resp, "Content-Type", "application/json");
 	if (w.status == 401)
 		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
@@ -297,8 +309,11 @@ static void log_line(struct req *r, double ms, const char *route)
 	/* A capability in the path (/fs/stream/{token}) stays out of the log:
 	 * the route pattern is logged instead. */
 	bool secret_path = r->route && (r->route->flags & RF_PUBLIC) && strstr(r->route->pattern, "{token}");
+	/* The path arrives percent-decoded: any bytes (jansson wants UTF-8). */
+	size_t pn = 0;
+	char *path = secret_path ? xstrdup(route) : sbx_utf8_sanitize(r->url, strlen(r->url), &pn);
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:I, s:I, s:s}", "ts", "", "request_id",
-			      r->request_id, "method", r->method, "path", secret_path ? route : r->url, "route",
+			      r->request_id, "method", r->method, "path", path, "route",
 			      route, "status", r->status, "duration_ms", ms, "bytes_in", (json_int_t)r->bytes_in,
 			      "bytes_out", (json_int_t)r->bytes_out, "tenant", names_tenant(r) ? r->claims.tenant : "");
 	char ts[40];
@@ -306,10 +321,14 @@ static void log_line(struct req *r, double ms, const char *route)
 	json_object_set_new(j, "ts", json_string(ts));
 	if (r->error_msg)
 		json_object_set_new(j, "error", json_string(r->error_msg));
-	char *t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-	fprintf(stderr, "%s\n", t);
+	if (r->log_detail)
+		json_object_set_new(j, "detail", json_string(r->log_detail));
+	char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+	if (t)
+		fprintf(stderr, "%s\n", t);
 	free(t);
 	json_decref(j);
+	free(path);
 }
 
 void route_complete(struct req *r, bool ok)

@@ -46,6 +46,8 @@ static void *loop(void *arg)
 		int n = epoll_wait(w->ep, evs, 64, -1);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0)
+			abort(); /* only EBADF/EFAULT/EINVAL: a bug (as in the runner) */
 		pthread_mutex_lock(&w->lock);
 		if (w->stop) {
 			pthread_mutex_unlock(&w->lock);
@@ -69,16 +71,24 @@ static void *loop(void *arg)
 int watch_new(struct route_watch **out)
 {
 	struct route_watch *w = xcalloc(1, sizeof *w);
+	int rc = 0;
 	pthread_mutex_init(&w->lock, NULL);
 	w->next_handle = 1;
 	w->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (w->ep < 0)
+		rc = -errno;
 	w->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (w->ep < 0 || w->stopfd < 0)
+	if (!rc && w->stopfd < 0)
+		rc = -errno;
+	if (rc)
 		goto fail;
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
-	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->stopfd, &ev) < 0)
+	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->stopfd, &ev) < 0) {
+		rc = -errno;
 		goto fail;
-	if (pthread_create(&w->thread, NULL, loop, w) != 0)
+	}
+	rc = -pthread_create(&w->thread, NULL, loop, w); /* returns the error, sets no errno */
+	if (rc)
 		goto fail;
 	*out = w;
 	return 0;
@@ -89,7 +99,7 @@ fail:
 		close(w->stopfd);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
-	return -errno ? -errno : -ENOMEM;
+	return rc;
 }
 
 void watch_free(struct route_watch **wp)
@@ -133,8 +143,9 @@ int64_t watch_add(struct route_watch *w, int fd, watch_cb cb, void *ctx)
 	}
 	e->next = w->entries;
 	w->entries = e;
+	int64_t handle = e->handle; /* once unlocked, a hang-up may fire and free e */
 	pthread_mutex_unlock(&w->lock);
-	return e->handle;
+	return handle;
 }
 
 void watch_remove(struct route_watch *w, int64_t handle)

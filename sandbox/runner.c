@@ -755,6 +755,20 @@ static void wake(struct sbx_runner *r)
 		;
 }
 
+void sbx_runner_stop(struct sbx_runner *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->mu);
+	bool first = !r->stop;
+	r->stop = true;
+	pthread_mutex_unlock(&r->mu);
+	if (!first)
+		return;
+	sbx_runner_cancel_all(r);
+	pthread_join(r->thread, NULL);
+}
+
 void sbx_runner_free(struct sbx_runner **pr)
 {
 	struct sbx_runner *r;
@@ -762,11 +776,7 @@ void sbx_runner_free(struct sbx_runner **pr)
 	if (!pr || !*pr)
 		return;
 	r = *pr;
-	pthread_mutex_lock(&r->mu);
-	r->stop = true;
-	pthread_mutex_unlock(&r->mu);
-	sbx_runner_cancel_all(r);
-	pthread_join(r->thread, NULL);
+	sbx_runner_stop(r);
 	close(r->epfd);
 	close(r->efd);
 	close(r->tfd);

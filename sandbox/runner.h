@@ -71,8 +71,12 @@ struct sbx_event {
 typedef void (*sbx_event_cb)(void *ctx, const struct sbx_event *ev, int spawn_error);
 
 int sbx_runner_new(struct sbx_runner **out);
-/* Cancels every running job (as a cancel), waits for them to be reaped and
- * reported, stops the thread, frees. */
+/* Refuse new jobs (submit: -ESHUTDOWN), cancel every running job, wait
+ * until each is reaped and reported, and stop the thread. Afterwards the
+ * runner stays valid memory: cancel answers -ESRCH. Idempotent. Never call
+ * it from an event callback (it waits for the thread running it). */
+void sbx_runner_stop(struct sbx_runner *r);
+/* sbx_runner_stop, then free. */
 void sbx_runner_free(struct sbx_runner **r);
 
 /* Queue a job; the runner thread spawns it. The request is deep-copied.

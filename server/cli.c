@@ -3,6 +3,7 @@
 #include "server/cli.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,11 @@ int cli_token(struct sbx_config *cfg, const struct cli_args *a)
 		goto out;
 	}
 	int64_t now = now_ms() / 1000;
+	if (a->ttl > INT64_MAX - now) {
+		fprintf(stderr, "sandboxd: --ttl is too large\n");
+		store_tenant_clear(&t);
+		goto out;
+	}
 	char *tok = auth_mint_hs256(t.key, t.key_len, t.name, a->scope, now, now + a->ttl, cfg->audience);
 	store_tenant_clear(&t);
 	if (!tok) {
@@ -281,17 +287,38 @@ struct audit_print {
 	size_t n;
 };
 
+/* A tenant chose the target (a path, a command): on an operator's
+ * terminal its control characters (ESC, C1 as UTF-8) become '?'. */
+static char *term_safe(const char *s)
+{
+	char *o = xstrdup(s ? s : "");
+	for (unsigned char *p = (unsigned char *)o; *p; p++) {
+		if (*p < 0x20 || *p == 0x7f)
+			*p = '?';
+		else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+			p[0] = p[1] = '?';
+	}
+	return o;
+}
+
 static int print_record(void *ctx, const struct store_audit *r)
 {
 	struct audit_print *p = ctx;
 	if (strcmp(p->format, "table") == 0) {
 		char ts[40];
 		rfc3339_ms(r->at, ts, sizeof ts);
-		printf("%-8lld %-24s %-12s %-6s %-22s %-4d %-7s %s\n", (long long)r->id, ts, r->tenant, r->method,
-		       r->route, r->status, r->outcome, r->target ? r->target : "");
+		char *method = term_safe(r->method), *target = term_safe(r->target);
+		printf("%-8lld %-24s %-12s %-6s %-22s %-4d %-7s %s\n", (long long)r->id, ts, r->tenant, method,
+		       r->route, r->status, r->outcome, target);
+		free(method);
+		free(target);
 	} else {
 		json_t *j = route_audit_json(r);
-		char *t = json_dumps(j, JSON_COMPACT);
+		char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		if (!t) {
+			json_decref(j);
+			return 0;
+		}
 		printf("%s%s%s", strcmp(p->format, "json") == 0 && p->n ? ",\n" : "", t,
 		       strcmp(p->format, "ndjson") == 0 ? "\n" : "");
 		free(t);

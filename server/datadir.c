@@ -13,8 +13,9 @@
 static int ensure_dir(const char *path, mode_t mode)
 {
 	if (mkdir(path, mode) < 0 && errno != EEXIST) {
-		fprintf(stderr, "sandboxd: cannot create %s: %s\n", path, strerror(errno));
-		return -errno;
+		int err = errno; /* fprintf may change errno */
+		fprintf(stderr, "sandboxd: cannot create %s: %s\n", path, strerror(err));
+		return -err;
 	}
 	struct stat st;
 	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -23,8 +24,9 @@ static int ensure_dir(const char *path, mode_t mode)
 	}
 	/* Only ever narrow "others" to search; never open a directory wider. */
 	if ((st.st_mode & 0777) != mode && st.st_uid == geteuid() && chmod(path, mode) < 0) {
-		fprintf(stderr, "sandboxd: cannot chmod %s: %s\n", path, strerror(errno));
-		return -errno;
+		int err = errno;
+		fprintf(stderr, "sandboxd: cannot chmod %s: %s\n", path, strerror(err));
+		return -err;
 	}
 	return 0;
 }
@@ -43,8 +45,9 @@ int srv_prepare_data_dir(const struct sbx_config *cfg)
 	 * umask); its -wal and -shm files copy this mode. */
 	int fd = open(cfg->db_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
-		fprintf(stderr, "sandboxd: cannot open %s: %s\n", cfg->db_path, strerror(errno));
-		return -errno;
+		int err = errno;
+		fprintf(stderr, "sandboxd: cannot open %s: %s\n", cfg->db_path, strerror(err));
+		return -err;
 	}
 	fchmod(fd, 0600);
 	close(fd);

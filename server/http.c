@@ -37,10 +37,18 @@ static char *read_file(const char *path, char *err, size_t errsz)
 	buf_init(&b, 1u << 20);
 	char tmp[4096];
 	size_t n;
+	int rc = 0;
 	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-		if (buf_append(&b, tmp, n) < 0)
+		if ((rc = buf_append(&b, tmp, n)) < 0)
 			break;
+	if (rc == 0 && ferror(f))
+		rc = -EIO;
 	fclose(f);
+	if (rc < 0) { /* a cut-off PEM would fail later with a vaguer message */
+		snprintf(err, errsz, "%s: %s", path, rc == -E2BIG ? "larger than 1 MiB" : "read error");
+		buf_free(&b);
+		return NULL;
+	}
 	return buf_steal(&b, NULL);
 }
 
@@ -143,7 +151,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		r->conn = conn;
 		r->started_ns = mono_ns();
 		r->at_ms = now_ms();
+		/* The method is echoed into the log, the audit and a 405's
+		 * message: printable ASCII only. */
 		snprintf(r->method, sizeof r->method, "%s", method);
+		for (char *m = r->method; *m; m++)
+			if ((unsigned char)*m <= 0x20 || (unsigned char)*m >= 0x7f)
+				*m = '?';
 		r->url = xstrdup(url);
 		buf_init(&r->body, (size_t)h->app->cfg->max_buffered_bytes);
 		make_request_id(r);
@@ -223,6 +236,11 @@ __attribute__((format(printf, 2, 0))) static void on_log(void *cls, const char *
 	size_t n = strlen(msg);
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
 		msg[--n] = '\0';
+	/* Messages may quote what a client sent: keep them printable ASCII
+	 * (log_msg needs valid UTF-8). */
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)msg[i] < 0x20 || (unsigned char)msg[i] >= 0x7f)
+			msg[i] = '?';
 	log_msg("warn", "libmicrohttpd: %s", msg);
 }
 
@@ -262,6 +280,10 @@ int srv_http_start(struct srv_http **out, struct app *app, char *err, size_t err
 		  (void *)"SECURE256:+SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE" },
 		{ MHD_OPTION_END, 0, NULL },
 	};
+	/* No MHD_OPTION_LISTENING_ADDRESS_REUSE: its 1 is SO_REUSEPORT, with
+	 * which a second server (or any process of this uid) binds the same
+	 * port and silently takes a share of the connections and their tokens.
+	 * libmicrohttpd's default SO_REUSEADDR is enough for a quick restart. */
 	h->d = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 		MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -269,7 +291,7 @@ int srv_http_start(struct srv_http **out, struct app *app, char *err, size_t err
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_bytes,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-		MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, (flags & MHD_USE_TLS) ? tls_opts : tls_opts + 3,
+		MHD_OPTION_ARRAY, (flags & MHD_USE_TLS) ? tls_opts : tls_opts + 3,
 		MHD_OPTION_END);
 	if (!h->d) {
 		snprintf(err, errsz, "cannot listen on %s (address in use, or bad TLS files?)", cfg->listen);

@@ -1,5 +1,6 @@
 /* sandboxd: defaults, then the config file, then the command line, then
  * the subcommand from a table. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -78,8 +79,9 @@ struct pending {
 static int parse_ll(const char *opt, const char *v, long long *out)
 {
 	char *end = NULL;
+	errno = 0;
 	long long x = strtoll(v, &end, 10);
-	if (!*v || *end || x < 0) {
+	if (!*v || *end || errno || x < 0) {
 		fprintf(stderr, "sandboxd: %s: expected a non-negative integer, got '%s'\n", opt, v);
 		return -1;
 	}

@@ -124,7 +124,12 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	app_ready = true;
 	app.backend = backend;
 	app.runner = runner;
-	watch_new(&app.watch);
+	rc = watch_new(&app.watch);
+	if (rc < 0) {
+		/* Without it no suspended request notices its client leaving. */
+		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", strerror(-rc));
+		goto out;
+	}
 	hub_new(&app.hub, &app);
 	route_exec_init(&app);
 	sweep_workspaces(&app);
@@ -155,14 +160,18 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	while (sbx_runner_active(runner) > 0 && mono_ns() < deadline)
 		usleep(10000);
 	/* The runner reports what is left (resuming their connections) before
-	 * the daemon stops: libmicrohttpd must not stop with suspended ones. */
-	sbx_runner_free(&runner);
+	 * the daemon stops: libmicrohttpd must not stop with suspended ones.
+	 * It stays allocated until the daemon is gone, so a late cancel or
+	 * submit from a request thread finds a stopped runner, not freed
+	 * memory. */
+	sbx_runner_stop(runner);
 	usleep(50000);
 	status = 0;
 out:
 	srv_retention_stop(&retention);
-	sbx_runner_free(&runner);
+	sbx_runner_stop(runner);
 	srv_http_stop(&http);
+	sbx_runner_free(&runner);
 	if (app_ready) {
 		hub_free(&app.hub);
 		watch_free(&app.watch);

@@ -154,6 +154,13 @@ static void test_404_405(void **state)
 	assert_string_equal(allow, "GET");
 	free(allow);
 	it_resp_free(&r);
+	/* The path arrives percent-decoded and the message quotes it: bytes
+	 * that are not UTF-8 still get a JSON 404 (they used to kill the
+	 * server: jansson refused the message and strlen(NULL) followed). */
+	assert_int_equal(it_http(&srv, "GET", "/%ff%fe", NULL, NULL, NULL, 0, &r), 0);
+	expect_error(&r, 404, "not_found");
+	it_resp_free(&r);
+	assert_true(it_alive(&srv));
 }
 
 static void test_413_body(void **state)
