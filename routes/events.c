@@ -65,10 +65,10 @@ int route_exec_events(struct req *r)
 		return req_fail(r, running ? -EAGAIN : -SBX_E_CONFLICT,
 				running ? "the exec is finishing; retry" : "the exec was lost in a restart");
 	}
-	hub_reply_ended(r->app->hub, r, start, res);
+	rc = hub_reply_ended(r->app->hub, r, start, res);
 	json_decref(start);
 	json_decref(res);
-	return 0;
+	return rc;
 }
 
 int route_events(struct req *r)

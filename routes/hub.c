@@ -25,11 +25,19 @@
 #define KEEPALIVE_MS 15000
 
 /* One formatted event, shared by every queue it is in. */
+enum msg_kind {
+	MSG_OTHER,     /* start, comments */
+	MSG_OUTPUT,    /* output chunks: only to the owner of a streamed exec */
+	MSG_HEARTBEAT,
+	MSG_FINAL,     /* exit or error: the last event of an exec's stream */
+};
+
 struct msg {
 	atomic_int refs;
-	bool output;
+	enum msg_kind kind;
+	int64_t id;    /* the event's id: (0: none) */
 	size_t len;
-	char data[];
+	char data[];   /* len bytes, NUL-terminated */
 };
 
 struct qitem {
@@ -40,12 +48,14 @@ struct qitem {
 struct sub {
 	struct route_hub *h;
 	struct hub_channel *chan; /* exec stream; NULL for a feed */
+	bool feed;                /* a tenant feed */
 	char tenant[64];          /* feed filter; "" = every tenant */
 	bool output;
 	struct MHD_Connection *conn;
+	struct req *r;            /* until req_gone: bytes_out for the audit */
 	struct qitem *head, *tail;
 	size_t off, qbytes, qmax;
-	bool suspended, closing, dead, req_gone, output_noted;
+	bool suspended, closing, dead, req_gone, output_noted, heartbeat_noted;
 	int refs; /* the request and the response */
 	int64_t last_write_ms;
 	int64_t watch;
@@ -83,34 +93,48 @@ struct route_hub {
 	size_t feed_n;
 	pthread_t ka;
 	bool stop;
+	bool closed; /* hub_close_all ran: new streams end after their replay */
 };
 
 /* ---- messages ---- */
 
-static struct msg *msg_alloc(const char *text, size_t len, bool output)
+static struct msg *msg_alloc(const char *text, size_t len, enum msg_kind kind)
 {
-	struct msg *m = xmalloc(sizeof *m + len);
+	struct msg *m = xmalloc(sizeof *m + len + 1);
 	atomic_init(&m->refs, 1);
-	m->output = output;
+	m->kind = kind;
+	m->id = 0;
 	m->len = len;
 	memcpy(m->data, text, len);
+	m->data[len] = '\0';
 	return m;
 }
 
-static struct msg *msg_event(int64_t id, const char *event, json_t *data, bool output)
+static struct msg *msg_event(int64_t id, const char *event, json_t *data, enum msg_kind kind)
 {
+	/* Compact JSON has no raw newline: one data line. Formatted straight
+	 * into the message (an output chunk is up to a read buffer large). */
+	char head[96];
+	int hn = snprintf(head, sizeof head, "id: %lld\nevent: %s\ndata: ", (long long)id, event);
 	char *j = json_dumps(data, JSON_COMPACT);
-	char *t = xasprintf("id: %lld\nevent: %s\ndata: %s\n\n", (long long)id, event, j);
-	struct msg *m = msg_alloc(t, strlen(t), output);
+	size_t jn = j ? strlen(j) : 4;
+	size_t len = (size_t)hn + jn + 2;
+	struct msg *m = xmalloc(sizeof *m + len + 1);
+	atomic_init(&m->refs, 1);
+	m->kind = kind;
+	m->id = id;
+	m->len = len;
+	memcpy(m->data, head, (size_t)hn);
+	memcpy(m->data + hn, j ? j : "null", jn);
+	memcpy(m->data + hn + jn, "\n\n", 3);
 	free(j);
-	free(t);
 	return m;
 }
 
 static struct msg *msg_comment(const char *text)
 {
 	char *t = xasprintf(": %s\n\n", text);
-	struct msg *m = msg_alloc(t, strlen(t), false);
+	struct msg *m = msg_alloc(t, strlen(t), MSG_OTHER);
 	free(t);
 	return m;
 }
@@ -150,20 +174,33 @@ static void push(struct sub *s, struct msg *m)
 	s->qbytes += m->len;
 }
 
+static void note(struct sub *s, bool *noted, const char *text)
+{
+	if (*noted)
+		return;
+	struct msg *c = msg_comment(text);
+	push(s, c);
+	msg_put(c);
+	*noted = true;
+}
+
 static void enqueue(struct sub *s, struct msg *m)
 {
 	if (s->closing || s->dead)
 		return;
-	if (s->qbytes + m->len > s->qmax) {
-		if (m->output) {
+	/* The last event of a stream always goes out: it is one message,
+	 * shared with every other queue, and the stream ends with it. */
+	if (m->kind != MSG_FINAL && s->qbytes + m->len > s->qmax) {
+		if (m->kind == MSG_OUTPUT) {
 			/* The owner's output is in the final result anyway: drop
 			 * live chunks rather than the stream. */
-			if (!s->output_noted) {
-				struct msg *c = msg_comment("output events dropped: the client reads too slowly");
-				push(s, c);
-				msg_put(c);
-				s->output_noted = true;
-			}
+			note(s, &s->output_noted, "output events dropped: the client reads too slowly");
+			return;
+		}
+		if (s->output && m->kind == MSG_HEARTBEAT) {
+			/* The owner of a streamed exec waits for its result: skip
+			 * heartbeats while it catches up rather than end its stream. */
+			note(s, &s->heartbeat_noted, "heartbeats dropped: the client reads too slowly");
 			return;
 		}
 		struct msg *c = msg_comment("dropped: the client reads too slowly");
@@ -243,6 +280,8 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (n) {
 		s->last_write_ms = now_ms();
+		if (!s->req_gone)
+			s->r->bytes_out += (int64_t)n; /* this thread completes the request too */
 		pthread_mutex_unlock(&h->mu);
 		return (ssize_t)n;
 	}
@@ -277,8 +316,13 @@ static void request_free(struct req *r)
 	pthread_mutex_lock(&h->mu);
 	s->req_gone = true;
 	s->dead = true;
+	/* The owner of a streamed exec went away before its end (libmicrohttpd
+	 * noticed first, e.g. a failed write): that cancels the command too. */
+	uint64_t job = !r->completed_ok && s->chan && !s->chan->ended ? s->cancel_handle : 0;
 	sub_put_locked(h, s);
 	pthread_mutex_unlock(&h->mu);
+	if (job)
+		sbx_runner_cancel(h->app->runner, job);
 }
 
 static void on_hangup(void *ctx)
@@ -295,28 +339,25 @@ static void on_hangup(void *ctx)
 		sbx_runner_cancel(h->app->runner, job);
 }
 
-/* A subscriber for r, answering it with the event stream. Hub lock held. */
+/* A subscriber for r (hub lock held); sub_answer() then answers r. */
 static struct sub *sub_new_locked(struct route_hub *h, struct req *r, bool output)
 {
 	struct sub *s = xcalloc(1, sizeof *s);
 	s->h = h;
 	s->conn = r->conn;
+	s->r = r;
 	s->output = output;
 	s->qmax = output ? QUEUE_MAX_OUTPUT : QUEUE_MAX;
 	s->refs = 2;
+	s->closing = h->closed; /* shutting down: the replay, then the end */
 	s->last_write_ms = now_ms();
 	s->next = h->subs;
 	h->subs = s;
 	r->hstate = s;
 	r->on_free = request_free;
 	metrics_sse(h->app->metrics, 1);
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, s,
-								      response_free);
-	MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
-	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-	reply_response(r, 200, resp);
 	/* Tell the client how long to wait before reconnecting. */
-	struct msg *m = msg_alloc("retry: 2000\n\n", 13, false);
+	struct msg *m = msg_alloc("retry: 2000\n\n", 13, MSG_OTHER);
 	push(s, m);
 	msg_put(m);
 	return s;
@@ -331,6 +372,28 @@ static void watch_sub(struct route_hub *h, struct req *r, struct sub *s)
 	pthread_mutex_lock(&h->mu);
 	s->watch = w > 0 ? w : 0;
 	pthread_mutex_unlock(&h->mu);
+}
+
+/* Answer r with the stream of s, and watch its client for a hang-up.
+ * Without the hub lock: a response libmicrohttpd refuses is freed at
+ * once, and response_free takes the lock. The reader cannot run before
+ * the handler returns (this thread), so nothing is sent early. */
+static int sub_answer(struct route_hub *h, struct req *r, struct sub *s, bool watch)
+{
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, s,
+								      response_free);
+	if (!resp) {
+		pthread_mutex_lock(&h->mu);
+		sub_put_locked(h, s); /* the response's reference */
+		pthread_mutex_unlock(&h->mu);
+		return -ENOMEM;
+	}
+	MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
+	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+	int rc = reply_response(r, 200, resp);
+	if (rc == 0 && watch)
+		watch_sub(h, r, s);
+	return rc;
 }
 
 /* ---- keepalive ---- */
@@ -370,6 +433,7 @@ void hub_new(struct route_hub **out, struct app *a)
 void hub_close_all(struct route_hub *h)
 {
 	pthread_mutex_lock(&h->mu);
+	h->closed = true;
 	for (struct sub *s = h->subs; s; s = s->next)
 		end_stream(s);
 	pthread_mutex_unlock(&h->mu);
@@ -432,10 +496,10 @@ static void ring_add(struct hub_channel *c, struct msg *m)
 
 /* Publish an event of a channel: to its subscribers and (start, heartbeat,
  * exit) to the matching feeds. */
-static struct msg *publish(struct route_hub *h, struct hub_channel *c, const char *event, json_t *data,
-			   json_t *feed_data)
+static struct msg *publish(struct route_hub *h, struct hub_channel *c, const char *event, enum msg_kind kind,
+			   json_t *data, json_t *feed_data)
 {
-	struct msg *m = msg_event(++c->seq, event, data, false);
+	struct msg *m = msg_event(++c->seq, event, data, kind);
 	ring_add(c, m);
 	for (struct sub *s = h->subs; s; s = s->next)
 		if (s->chan == c)
@@ -443,7 +507,8 @@ static struct msg *publish(struct route_hub *h, struct hub_channel *c, const cha
 	msg_put(m); /* the ring keeps it */
 	if (!feed_data)
 		return m;
-	struct msg *f = msg_event(++h->feed_seq, event, feed_data, false);
+	/* In a feed no event is the last one. */
+	struct msg *f = msg_event(++h->feed_seq, event, feed_data, kind == MSG_FINAL ? MSG_OTHER : kind);
 	if (h->feed_n == FEED_RING) {
 		msg_put(h->feed[0].m);
 		memmove(h->feed, h->feed + 1, (FEED_RING - 1) * sizeof h->feed[0]);
@@ -454,7 +519,7 @@ static struct msg *publish(struct route_hub *h, struct hub_channel *c, const cha
 	e->seq = h->feed_seq;
 	e->m = msg_ref(f);
 	for (struct sub *s = h->subs; s; s = s->next)
-		if (!s->chan && (!*s->tenant || strcmp(s->tenant, c->tenant) == 0))
+		if (s->feed && (!*s->tenant || strcmp(s->tenant, c->tenant) == 0))
 			enqueue(s, f);
 	msg_put(f);
 	return m;
@@ -486,7 +551,7 @@ void hub_channel_started(struct route_hub *h, struct hub_channel *c)
 	pthread_mutex_lock(&h->mu);
 	c->started = true;
 	json_t *fd = with_tenant(c->start, c->tenant);
-	c->start_msg = msg_ref(publish(h, c, "start", c->start, fd));
+	c->start_msg = msg_ref(publish(h, c, "start", MSG_OTHER, c->start, fd));
 	json_decref(fd);
 	pthread_mutex_unlock(&h->mu);
 }
@@ -495,7 +560,7 @@ void hub_channel_heartbeat(struct route_hub *h, struct hub_channel *c, json_t *d
 {
 	pthread_mutex_lock(&h->mu);
 	json_t *fd = with_tenant(data, c->tenant);
-	publish(h, c, "heartbeat", data, fd);
+	publish(h, c, "heartbeat", MSG_HEARTBEAT, data, fd);
 	json_decref(fd);
 	pthread_mutex_unlock(&h->mu);
 	json_decref(data);
@@ -504,14 +569,20 @@ void hub_channel_heartbeat(struct route_hub *h, struct hub_channel *c, json_t *d
 void hub_channel_output(struct route_hub *h, struct hub_channel *c, int stream, const char *p, size_t n)
 {
 	pthread_mutex_lock(&h->mu);
+	/* Format the chunk only when an owner has room for it. */
 	bool wanted = false;
-	for (struct sub *s = h->subs; s && !wanted; s = s->next)
-		wanted = s->chan == c && s->output;
+	for (struct sub *s = h->subs; s; s = s->next)
+		if (s->chan == c && s->output && !s->closing && !s->dead) {
+			if (s->qbytes < s->qmax)
+				wanted = true;
+			else
+				note(s, &s->output_noted, "output events dropped: the client reads too slowly");
+		}
 	if (wanted) {
 		size_t len = 0;
 		char *text = sbx_utf8_sanitize(p, n, &len);
 		json_t *d = json_pack("{s:s, s:s%}", "stream", stream == 2 ? "stderr" : "stdout", "data", text, len);
-		struct msg *m = msg_event(++c->seq, "output", d, true);
+		struct msg *m = msg_event(++c->seq, "output", d, MSG_OUTPUT);
 		for (struct sub *s = h->subs; s; s = s->next)
 			if (s->chan == c && s->output)
 				enqueue(s, m);
@@ -527,10 +598,10 @@ void hub_channel_exit(struct route_hub *h, struct hub_channel *c, json_t *result
 	pthread_mutex_lock(&h->mu);
 	if (result) {
 		json_t *fd = with_tenant(result, c->tenant);
-		publish(h, c, "exit", result, fd);
+		publish(h, c, "exit", MSG_FINAL, result, fd);
 		json_decref(fd);
 	} else if (error) {
-		publish(h, c, "error", error, NULL);
+		publish(h, c, "error", MSG_FINAL, error, NULL);
 	}
 	c->ended = true;
 	for (struct sub *s = h->subs; s; s = s->next)
@@ -568,14 +639,12 @@ int hub_subscribe_exec(struct route_hub *h, struct req *r, const char *tenant, c
 	 * gets `start` and the latest state. */
 	bool replayed = false;
 	if (last_id > 0 && c->ring_n > 0) {
-		/* The ring holds consecutive ids ending at c->seq, minus output. */
+		/* The ring holds the latest events in id order (output excluded). */
 		for (size_t i = 0; i < c->ring_n; i++) {
-			long long mid = 0;
-			sscanf(c->ring[i]->data, "id: %lld", &mid);
-			if (mid > last_id) {
+			if (c->ring[i]->id > last_id) {
 				push(s, c->ring[i]);
 				replayed = true;
-			} else if (mid == last_id) {
+			} else if (c->ring[i]->id == last_id) {
 				replayed = true; /* up to date */
 			}
 		}
@@ -584,43 +653,44 @@ int hub_subscribe_exec(struct route_hub *h, struct req *r, const char *tenant, c
 		/* `start`, then the most recent heartbeat if any. */
 		push(s, c->start_msg);
 		for (size_t i = c->ring_n; i-- > 0;)
-			if (strstr(c->ring[i]->data, "\nevent: heartbeat\n")) {
+			if (c->ring[i]->kind == MSG_HEARTBEAT) {
 				push(s, c->ring[i]);
 				break;
 			}
 	}
+	s->qmax += s->qbytes; /* the replay is held by the ring anyway */
 	pthread_mutex_unlock(&h->mu);
-	watch_sub(h, r, s);
-	return 0;
+	return sub_answer(h, r, s, true);
 }
 
 int hub_subscribe_feed(struct route_hub *h, struct req *r, const char *tenant, int64_t last_id)
 {
 	pthread_mutex_lock(&h->mu);
 	struct sub *s = sub_new_locked(h, r, false);
+	s->feed = true;
 	snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
 	if (last_id > 0)
 		for (size_t i = 0; i < h->feed_n; i++)
 			if (h->feed[i].seq > last_id && (!tenant || strcmp(h->feed[i].tenant, tenant) == 0))
 				push(s, h->feed[i].m);
+	s->qmax += s->qbytes; /* the replay is held by the ring anyway */
 	pthread_mutex_unlock(&h->mu);
-	watch_sub(h, r, s);
-	return 0;
+	return sub_answer(h, r, s, true);
 }
 
 int hub_reply_ended(struct route_hub *h, struct req *r, json_t *start, json_t *result)
 {
 	pthread_mutex_lock(&h->mu);
 	struct sub *s = sub_new_locked(h, r, false);
-	struct msg *m1 = msg_event(1, "start", start, false);
-	struct msg *m2 = msg_event(2, "exit", result, false);
+	struct msg *m1 = msg_event(1, "start", start, MSG_OTHER);
+	struct msg *m2 = msg_event(2, "exit", result, MSG_FINAL);
 	push(s, m1);
 	push(s, m2);
 	msg_put(m1);
 	msg_put(m2);
 	s->closing = true;
 	pthread_mutex_unlock(&h->mu);
-	return 0;
+	return sub_answer(h, r, s, false);
 }
 
 void hub_set_cancel(struct route_hub *h, struct req *r, uint64_t job)
@@ -628,5 +698,8 @@ void hub_set_cancel(struct route_hub *h, struct req *r, uint64_t job)
 	struct sub *s = r->hstate;
 	pthread_mutex_lock(&h->mu);
 	s->cancel_handle = job;
+	bool gone = s->dead; /* hung up before the job was known */
 	pthread_mutex_unlock(&h->mu);
+	if (gone)
+		sbx_runner_cancel(h->app->runner, job);
 }

@@ -151,26 +151,9 @@ CHILD_FN static int child_main(void *arg)
 	for (i = 0; i < l->n_cgroup_fds; i++)
 		syscall(SYS_write, l->cgroup_fds[i], "0\n", 2);
 
-	for (i = 0; i < l->n_rlimits; i++) {
-		struct krlimit rl = {l->rlimits[i].value, l->rlimits[i].value};
-
-		if (syscall(SYS_prlimit64, 0, l->rlimits[i].resource, &rl, NULL) < 0)
-			child_fail(l, STEP_RLIMIT);
-	}
-
-	if (l->drop_privs) {
-		if (syscall(SYS_setgroups, 0, NULL) < 0)
-			child_fail(l, STEP_SETGROUPS);
-		if (syscall(SYS_setresgid, l->gid, l->gid, l->gid) < 0)
-			child_fail(l, STEP_SETRESGID);
-		if (syscall(SYS_setresuid, l->uid, l->uid, l->uid) < 0)
-			child_fail(l, STEP_SETRESUID);
-	}
-	/* After the credential change, which clears it. */
-	if (l->pdeathsig && syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
-		child_fail(l, STEP_PDEATHSIG);
-
-	/* Move the sources out of the way first, so that any overlap between
+	/* The fds first: RLIMIT_NOFILE below must not stop the copies (a
+	 * server with a thousand connections has no free fd under 1024).
+	 * Move the sources out of the way first, so that any overlap between
 	 * them and 0..3 cannot clobber one before it is copied. */
 	for (i = 0; i < 4; i++) {
 		int src = i < 3 ? l->std_fds[i] : l->keep_fd;
@@ -190,6 +173,25 @@ CHILD_FN static int child_main(void *arg)
 	}
 	if (syscall(SYS_close_range, hi[3] >= 0 ? 4U : 3U, ~0U, 0) < 0)
 		child_fail(l, STEP_CLOSE_RANGE);
+
+	for (i = 0; i < l->n_rlimits; i++) {
+		struct krlimit rl = {l->rlimits[i].value, l->rlimits[i].value};
+
+		if (syscall(SYS_prlimit64, 0, l->rlimits[i].resource, &rl, NULL) < 0)
+			child_fail(l, STEP_RLIMIT);
+	}
+
+	if (l->drop_privs) {
+		if (syscall(SYS_setgroups, 0, NULL) < 0)
+			child_fail(l, STEP_SETGROUPS);
+		if (syscall(SYS_setresgid, l->gid, l->gid, l->gid) < 0)
+			child_fail(l, STEP_SETRESGID);
+		if (syscall(SYS_setresuid, l->uid, l->uid, l->uid) < 0)
+			child_fail(l, STEP_SETRESUID);
+	}
+	/* After the credential change, which clears it. */
+	if (l->pdeathsig && syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		child_fail(l, STEP_PDEATHSIG);
 
 	if (l->cwd && syscall(SYS_chdir, l->cwd) < 0)
 		child_fail(l, STEP_CHDIR);

@@ -224,6 +224,38 @@ static int exit_code(const struct run *r)
 
 /* ---- local ---- */
 
+/* The server's own fds may all lie above a command's RLIMIT_NOFILE (a
+ * thousand open connections): the std fds must still reach the child. */
+static void test_std_fds_above_nofile(void **state)
+{
+	struct fixture *f = *state;
+	int fill[400];
+	int n = 0;
+	while (n < 400) {
+		fill[n] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fill[n] < 0)
+			break;
+		n++;
+	}
+	assert_true(n >= 100 && fill[n - 1] > 100);
+	struct sbx_spawn_req req = base_req(f, "echo through", true);
+	req.limits.nofile = 32;
+	struct run *r = new_run();
+	int rc = run(f->bwrap, &req, r);
+	struct sbx_spawn_req lreq = base_req(f, "echo local", false);
+	lreq.limits.nofile = 32;
+	struct run *lr = xcalloc(1, sizeof *lr);
+	int lrc = run(f->local, &lreq, lr);
+	for (int i = 0; i < n; i++)
+		close(fill[i]);
+	assert_int_equal(rc, 0);
+	assert_int_equal(exit_code(r), 0);
+	assert_string_equal(r->out, "through\n");
+	assert_int_equal(lrc, 0);
+	assert_string_equal(lr->out, "local\n");
+	free(lr);
+}
+
 static void test_local_runs(void **state)
 {
 	struct fixture *f = *state;
@@ -745,6 +777,7 @@ static void test_bwrap_seccomp(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_std_fds_above_nofile),
 	    cmocka_unit_test(test_local_runs),
 	    cmocka_unit_test(test_local_cwd_env),
 	    cmocka_unit_test(test_local_fds_and_signals),
