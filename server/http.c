@@ -96,6 +96,14 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss, char *e
 	return -EINVAL;
 }
 
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
 static void make_request_id(struct req *r)
 {
 	const char *given = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
@@ -110,10 +118,18 @@ static void make_request_id(struct req *r)
 			return;
 		}
 	}
-	unsigned char rnd[12];
-	auth_random(rnd, sizeof rnd);
-	for (size_t i = 0; i < sizeof rnd; i++)
-		snprintf(r->request_id + 2 * i, 3, "%02x", rnd[i]);
+	/* Ids must be unique, not secret: a per-thread splitmix64 sequence
+	 * seeded once from the kernel saves a getrandom() per request. */
+	static _Thread_local uint64_t state;
+	static _Thread_local bool seeded;
+	if (!seeded) {
+		if (auth_random(&state, sizeof state) < 0)
+			state = (uint64_t)mono_ns() ^ (uint64_t)(uintptr_t)&state;
+		seeded = true;
+	}
+	uint64_t a = splitmix64(&state), b = splitmix64(&state);
+	snprintf(r->request_id, sizeof r->request_id, "%016llx%08llx", (unsigned long long)a,
+		 (unsigned long long)(b >> 32));
 }
 
 static void client_address(struct req *r)
