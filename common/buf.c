@@ -84,6 +84,29 @@ char *buf_steal(struct buf *b, size_t *len)
 	return p;
 }
 
+int buf_read_file(struct buf *b, const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -errno;
+	size_t start = b->len;
+	char tmp[4096];
+	size_t n;
+	int rc = 0;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		if ((rc = buf_append(b, tmp, n)) < 0)
+			break;
+	if (rc == 0 && ferror(f))
+		rc = -EIO;
+	fclose(f);
+	if (rc < 0) {
+		b->len = start;
+		if (b->ptr)
+			b->ptr[start] = '\0';
+	}
+	return rc;
+}
+
 void buf_reset(struct buf *b)
 {
 	b->len = 0;

@@ -28,4 +28,7 @@ const char *buf_cstr(struct buf *b);
 /* Hand the allocation to the caller (who frees it); the buffer is empty. */
 char *buf_steal(struct buf *b, size_t *len);
 void buf_reset(struct buf *b);
+/* Append the whole file at path. 0, -errno (open/read), or -E2BIG when
+ * it is larger than the buffer's maximum (nothing partial is kept). */
+int buf_read_file(struct buf *b, const char *path);
 void buf_free(struct buf *b);

@@ -22,16 +22,6 @@
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 
-/* The ?path= of a request, resolved into rel. */
-static int query_path(struct req *r, char *rel, size_t relsz)
-{
-	size_t n = 0;
-	const char *p = req_query_n(r, "path", &n);
-	if (!p)
-		return req_fail(r, -EINVAL, "query parameter path is required");
-	return req_path(r, p, n, rel, relsz);
-}
-
 static json_t *wire_path_json(const char *rel)
 {
 	char wire[SBX_PATH_MAX + 16];
@@ -106,7 +96,7 @@ int route_fs_read(struct req *r)
 	char rel[SBX_PATH_MAX];
 	char *data = NULL;
 	size_t len = 0;
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	if ((rc = read_whole(r, rel, &data, &len)) < 0)
@@ -222,7 +212,7 @@ int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit)
 int route_fs_read_buffer(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	int fd = -1;
@@ -235,7 +225,7 @@ int route_fs_read_buffer(struct req *r)
 int route_fs_write(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
@@ -254,7 +244,7 @@ static void put_mtime(json_t *o, const struct timespec *ts)
 int route_fs_stat(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	struct sbx_stat st;
@@ -277,7 +267,7 @@ int route_fs_stat(struct req *r)
 int route_fs_readdir(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	struct sbx_dirent *d = NULL;
@@ -306,7 +296,7 @@ int route_fs_readdir(struct req *r)
 int route_fs_exists(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	bool exists = false;

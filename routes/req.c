@@ -138,6 +138,15 @@ int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outs
 	return 0;
 }
 
+int req_query_path(struct req *r, char *rel, size_t relsz)
+{
+	size_t n = 0;
+	const char *p = req_query_n(r, "path", &n);
+	if (!p)
+		return req_fail(r, -EINVAL, "query parameter path is required");
+	return req_path(r, p, n, rel, relsz);
+}
+
 void req_set_target(struct req *r, const char *target)
 {
 	/* Targets come from URL segments too (ids): keep the audit UTF-8. */
@@ -164,17 +173,6 @@ int reply_response(struct req *r, int status, struct MHD_Response *resp)
 		return -EIO; /* nothing queued: the dispatcher may still answer */
 	r->status = status;
 	return 0;
-}
-
-int reply_bytes(struct req *r, int status, const char *content_type, const void *p, size_t n)
-{
-	struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)p, MHD_RESPMEM_MUST_COPY);
-	if (!resp)
-		return -ENOMEM;
-	if (content_type)
-		MHD_add_response_header(resp, "Content-Type", content_type);
-	r->bytes_out += (int64_t)n;
-	return reply_response(r, status, resp);
 }
 
 int reply_static(struct req *r, int status, const char *content_type, const void *p, size_t n)

@@ -99,6 +99,9 @@ int req_session(struct req *r);
 /* Normalise a wire path against the session: rel path into out.
  * -EINVAL / -EXDEV with req_fail. */
 int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz);
+/* The ?path= parameter (a decoded %00 stays in it and is refused),
+ * resolved like req_path. */
+int req_query_path(struct req *r, char *rel, size_t relsz);
 /* Set the audit target (copied). */
 void req_set_target(struct req *r, const char *target);
 
@@ -106,7 +109,6 @@ void req_set_target(struct req *r, const char *target);
  * returns 0 (or -EIO when libmicrohttpd refuses). Common headers
  * (X-Request-Id, Cache-Control) are added for every response. */
 int reply_json(struct req *r, int status, json_t *body); /* steals body */
-int reply_bytes(struct req *r, int status, const char *content_type, const void *p, size_t n);
 int reply_static(struct req *r, int status, const char *content_type, const void *p, size_t n);
 int reply_response(struct req *r, int status, struct MHD_Response *resp); /* destroys resp */
 void reply_common_headers(struct req *r, struct MHD_Response *resp);

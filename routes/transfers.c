@@ -151,16 +151,6 @@ static int token_refused(struct req *r, int rc)
 	}
 }
 
-/* The ?path= of a bearer request, resolved (a decoded %00 is refused). */
-static int query_path(struct req *r, char *rel, size_t relsz)
-{
-	size_t n = 0;
-	const char *p = req_query_n(r, "path", &n);
-	if (!p)
-		return req_fail(r, -EINVAL, "query parameter path is required");
-	return req_path(r, p, n, rel, relsz);
-}
-
 /* One transfer as a request works on it. */
 struct xfer {
 	unsigned char hash[32];
@@ -445,7 +435,7 @@ int route_fs_read_stream(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	return download(r, rel, &x, false);
@@ -568,7 +558,7 @@ int route_fs_write_stream_begin(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
-	int rc = query_path(r, rel, sizeof rel);
+	int rc = req_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	return upload_begin(r, rel, &x, false);

@@ -44,18 +44,9 @@ static bool tenant_name_ok(const char *n)
 
 static int read_whole(const char *path, size_t max, unsigned char **out, size_t *len)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return -errno;
 	struct buf b;
 	buf_init(&b, max);
-	char tmp[4096];
-	size_t n;
-	int rc = 0;
-	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-		if ((rc = buf_append(&b, tmp, n)) < 0)
-			break;
-	fclose(f);
+	int rc = buf_read_file(&b, path);
 	if (rc < 0) {
 		buf_free(&b);
 		return rc;

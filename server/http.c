@@ -28,24 +28,11 @@ struct srv_http {
 
 static char *read_file(const char *path, char *err, size_t errsz)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		snprintf(err, errsz, "%s: %s", path, strerror(errno));
-		return NULL;
-	}
 	struct buf b;
 	buf_init(&b, 1u << 20);
-	char tmp[4096];
-	size_t n;
-	int rc = 0;
-	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-		if ((rc = buf_append(&b, tmp, n)) < 0)
-			break;
-	if (rc == 0 && ferror(f))
-		rc = -EIO;
-	fclose(f);
+	int rc = buf_read_file(&b, path);
 	if (rc < 0) { /* a cut-off PEM would fail later with a vaguer message */
-		snprintf(err, errsz, "%s: %s", path, rc == -E2BIG ? "larger than 1 MiB" : "read error");
+		snprintf(err, errsz, "%s: %s", path, rc == -E2BIG ? "larger than 1 MiB" : strerror(-rc));
 		buf_free(&b);
 		return NULL;
 	}
