@@ -38,6 +38,7 @@ static const struct {
 	{ E2BIG, { 413, "too_large", "use the streaming routes: POST /fs/transfers, GET /fs/read_stream, PUT /fs/write_stream" } },
 	{ SBX_E_NOT_TEXT, { 422, "not_text", "read bytes with GET /fs/read_buffer" } },
 	{ SBX_E_TOO_MANY, { 429, "too_many_requests", "retry after the interval in Retry-After" } },
+	{ ENOSYS, { 503, "backend_unavailable", "the kernel lacks openat2 (Linux 5.6+); the operator must fix the host" } },
 	{ EAGAIN, { 503, "backend_unavailable", "a transient state; retry after Retry-After" } },
 	{ SBX_E_BACKEND, { 503, "backend_unavailable", "the isolation backend cannot start commands now; retry after Retry-After" } },
 	{ SBX_E_STORE, { 503, "store_unavailable", "the state store cannot record this now; retry after Retry-After" } },

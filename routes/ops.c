@@ -9,6 +9,7 @@
 #include "routes/route.h"
 #include "sandbox/backend.h"
 #include "sandbox/runner.h"
+#include "sandbox/workspace.h"
 #include "store/store.h"
 
 int route_healthz(struct req *r)
@@ -22,11 +23,15 @@ int route_readyz(struct req *r)
 	char backend_msg[256] = "no backend";
 	int store_rc = store_check_writable(a->store);
 	int backend_rc = a->backend ? sbx_backend_health(a->backend, backend_msg, sizeof backend_msg) : -SBX_E_BACKEND;
-	bool ready = store_rc == 0 && backend_rc == 0 && !a->stopping;
+	bool paths_ok = sbx_openat2_supported();
+	bool ready = store_rc == 0 && backend_rc == 0 && paths_ok && !a->stopping;
 	json_t *body = json_pack("{s:s, s:{s:s}, s:{s:s, s:s, s:s}}", "status", ready ? "ready" : "unavailable",
 				 "store", "status", store_rc == 0 ? "ok" : "unavailable", "backend", "name",
 				 a->backend ? sbx_backend_name(a->backend) : "none", "status",
 				 backend_rc == 0 ? "ok" : "unavailable", "detail", backend_msg);
+	json_object_set_new(body, "workspace",
+			    json_pack("{s:s, s:s}", "status", paths_ok ? "ok" : "unavailable", "detail",
+				      paths_ok ? "openat2 path resolution" : "openat2 unavailable (Linux 5.6+ needed)"));
 	if (a->stopping)
 		json_object_set_new(body, "stopping", json_true());
 	return reply_json(r, ready ? 200 : 503, body);

@@ -530,3 +530,14 @@ void sbx_session_dir_forget(struct sbx_workspace *ws, const char *segment)
 	}
 	pthread_mutex_unlock(&ws->lock);
 }
+
+bool sbx_openat2_supported(void)
+{
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+	long fd = syscall(SYS_openat2, AT_FDCWD, ".", &how, sizeof how);
+	if (fd >= 0) {
+		close((int)fd);
+		return true;
+	}
+	return errno != ENOSYS;
+}

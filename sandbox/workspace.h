@@ -14,6 +14,11 @@
 #define SBX_PATH_MAX 4096    /* longest wire or rel path accepted */
 #define SBX_NAME_MAX 255     /* longest path component accepted */
 
+/* Whether the kernel (or the tool running us: valgrind 3.19 does not know
+ * it) offers openat2. Without it no path can be resolved safely, and every
+ * file operation fails with -ENOSYS (503). */
+bool sbx_openat2_supported(void);
+
 /* 64-bit djb2: h = 5381; h = h * 33 + byte (mod 2^64). */
 uint64_t sbx_djb2_64(const char *p, size_t n);
 

@@ -114,6 +114,9 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	}
 	if (strcmp(cfg->backend, "local") == 0)
 		log_msg("warn", "backend local: commands run on the host WITHOUT isolation (development only)");
+	if (!sbx_openat2_supported())
+		log_msg("error", "openat2 is unavailable (kernel older than 5.6, or running under a tool that "
+				 "does not know it): every file route will answer 503 and /readyz is unavailable");
 	rc = sbx_runner_new(&runner);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", strerror(-rc));

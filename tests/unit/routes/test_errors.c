@@ -46,6 +46,7 @@ static void test_table(void **state)
 	expect(-SBX_E_STORE, 503, "store_unavailable");
 	expect(-ENOSPC, 507, "insufficient_storage");
 	expect(-EDQUOT, 507, "insufficient_storage");
+	expect(-ENOSYS, 503, "backend_unavailable");
 	expect(-EIO, 500, "internal");
 	expect(-9999, 500, "internal");
 }
