@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -183,6 +184,50 @@ void it_cleanup(struct it_server *s)
 	free(cmd);
 }
 
+/* With SANDBOXD_RECORD_DIR set, every it_http response is appended as one
+ * JSON line to DIR/<pid>.ndjson: {"method", "path" (no query), "status",
+ * "content_type", "body" (parsed JSON, or null)}, plus "suite" and, when a
+ * JSON content type holds no JSON, "body_error". tests/contract/
+ * validate-responses.mjs checks them against openapi/openapi.yaml. */
+static void record_response(const char *method, const char *path, const struct it_resp *r)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	const char *dir = getenv("SANDBOXD_RECORD_DIR");
+	if (!dir || !*dir)
+		return;
+	char *ct = it_header(r, "Content-Type");
+	json_t *body = NULL;
+	bool json_ct = ct && strncasecmp(ct, "application/json", 16) == 0;
+	if (json_ct && r->len > 0)
+		body = json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL);
+	extern char *program_invocation_short_name;
+	json_t *line = json_pack("{s:s, s:s%, s:I, s:s?, s:o?, s:s}", "method", method, "path", path,
+				 strcspn(path, "?"), "status", (json_int_t)r->status, "content_type", ct,
+				 "body", body ? body : json_null(), "suite", program_invocation_short_name);
+	if (line && json_ct && !body && strcmp(method, "HEAD") != 0)
+		json_object_set_new(line, "body_error",
+				    json_string(r->len ? "the body is not JSON" : "the body is empty"));
+	char *text = line ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	if (!text)
+		fprintf(stderr, "harness: cannot record %s %s (not UTF-8?)\n", method, path);
+	else {
+		char *file = xasprintf("%s/%d.ndjson", dir, (int)getpid());
+		char *out = xasprintf("%s\n", text);
+		pthread_mutex_lock(&mu);
+		int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0 || write(fd, out, strlen(out)) != (ssize_t)strlen(out))
+			fprintf(stderr, "harness: cannot record to %s\n", file);
+		if (fd >= 0)
+			close(fd);
+		pthread_mutex_unlock(&mu);
+		free(out);
+		free(file);
+	}
+	free(text);
+	json_decref(line);
+	free(ct);
+}
+
 static size_t on_body(char *p, size_t sz, size_t n, void *ud)
 {
 	buf_append(ud, p, sz * n);
@@ -229,6 +274,7 @@ int it_http(struct it_server *s, const char *method, const char *path, const cha
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
 		out->body = buf_steal(&b, &out->len);
 		out->headers = buf_steal(&h, NULL);
+		record_response(method, path, out);
 	}
 	buf_free(&b);
 	buf_free(&h);

@@ -42,7 +42,11 @@ char *it_cli(struct it_server *s, int *status, const char *args);
 char *it_token(struct it_server *s, const char *tenant, const char *scope);
 
 /* One request. token may be NULL; headers: NULL-terminated "Name: value"
- * list or NULL; body may be NULL. Returns 0 or -1 (transport error). */
+ * list or NULL; body may be NULL. Returns 0 or -1 (transport error).
+ * With $SANDBOXD_RECORD_DIR set, each response is also appended as a JSON
+ * line to $SANDBOXD_RECORD_DIR/<pid>.ndjson (method, path without query,
+ * status, content_type, body parsed or null) for the contract test
+ * tests/contract/responses.sh. */
 int it_http(struct it_server *s, const char *method, const char *path, const char *token,
 	    const char *const *headers, const void *body, size_t len, struct it_resp *out);
 /* Value of a response header (case-insensitive), or NULL; caller frees. */

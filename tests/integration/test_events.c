@@ -1193,7 +1193,7 @@ static void test_keepalive_comment(void **state)
 	(void)state;
 	assert_true(idle_feed->got_bytes);
 	long connected = idle_feed->t_first_byte;
-	while (it_now_ms() - connected < 16500 && !idle_feed->comments)
+	while (it_now_ms() - connected < 15000 && !idle_feed->comments)
 		usleep(100 * 1000);
 	pthread_mutex_lock(&idle_feed->mu);
 	int comments = idle_feed->comments, events = idle_feed->n;
@@ -1202,7 +1202,8 @@ static void test_keepalive_comment(void **state)
 	fprintf(stderr, "keepalive: %d comments, the first after %ld ms\n", comments, first);
 	assert_int_equal(events, 0);
 	assert_true(comments >= 1);
-	assert_true(first >= 14000 && first <= 16500);
+	/* at least every 15 s (wire.md), and not a flood */
+	assert_true(first >= 11000 && first <= 15000);
 	assert_null(idle_feed->t_done ? "ended" : NULL);
 }
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs integration suites with response recording on (SANDBOXD_RECORD_DIR,
+# see tests/integration/harness.c) and validates every recorded response
+# against openapi/openapi.yaml with validate-responses.mjs. Run by CTest
+# (test contract_responses); scripts/test installs node_modules first.
+# Usage: tests/contract/responses.sh BUILD_DIR [SUITE...]
+#   SANDBOXD_BIN must name the server binary (CTest sets it).
+#   Default suites: it_test_foundation it_test_fs it_test_ops
+#   it_test_transfers it_test_exec. RECORD_KEEP=1 keeps the records.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:?usage: responses.sh BUILD_DIR [SUITE...]}"
+shift
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(it_test_foundation it_test_fs it_test_ops it_test_transfers it_test_exec)
+: "${SANDBOXD_BIN:?SANDBOXD_BIN must name the sandboxd binary}"
+if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/yaml" ]; then
+  echo "contract responses: $here/node_modules is incomplete; run (cd tests/contract && npm ci --no-audit --no-fund), as scripts/test does" >&2
+  exit 1
+fi
+rec="$(mktemp -d /tmp/sandboxd-records-XXXXXX)"
+if [ -n "${RECORD_KEEP:-}" ]; then
+  echo "contract responses: records kept in $rec"
+else
+  trap 'rm -rf "$rec"' EXIT
+fi
+failed=0
+for s in "${suites[@]}"; do
+  bin="$build/tests/$s"
+  if [ ! -x "$bin" ]; then
+    echo "contract responses: $bin is not built" >&2
+    exit 1
+  fi
+  start=$SECONDS
+  # A failing suite fails this test too (its records would be incomplete),
+  # but what it recorded is still validated.
+  if SANDBOXD_RECORD_DIR="$rec" "$bin" >"$rec/$s.log" 2>&1; then
+    echo "contract responses: $s passed ($((SECONDS - start)) s)"
+  else
+    echo "contract responses: $s FAILED ($((SECONDS - start)) s); its output:" >&2
+    tail -n 40 "$rec/$s.log" >&2
+    failed=1
+  fi
+done
+node "$here/validate-responses.mjs" "$rec" || failed=1
+exit "$failed"
