@@ -189,7 +189,7 @@ out:
 static int open_read_once(const struct sbx_workspace *ws, const char *rel, int *fdp, uint64_t *size)
 {
 	struct stat pst, st;
-	int pfd = -1, fd = -1, fl, r;
+	int pfd = -1, fd = -1, r;
 
 	pfd = sbx_ws_openat(ws, rel, O_PATH, 0);
 	if (pfd < 0)
@@ -225,8 +225,10 @@ static int open_read_once(const struct sbx_workspace *ws, const char *rel, int *
 		r = 1;
 		goto out;
 	}
-	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+	/* Blocking again. The status flags F_SETFL can change are exactly
+	 * those of the open above minus O_NONBLOCK: none (O_APPEND, O_ASYNC,
+	 * O_DIRECT, O_NOATIME were not asked for), so no F_GETFL first. */
+	if (fcntl(fd, F_SETFL, 0) < 0) {
 		r = -errno;
 		goto out;
 	}

@@ -3,6 +3,7 @@
 #include "store/store_impl.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,115 @@
 #define TOUCH_INTERVAL_MS 60000
 /* A segment function that collides this often is broken. */
 #define MAX_SALT 1024
+
+/* ---- hot-path cache: (tenant, key) -> segment ----
+ *
+ * Every request that names a session asked SQLite for its segment: a
+ * cached SELECT, but under the write connection's lock (held by the audit
+ * writer for a whole batch) and with the WAL read-lock fcntl pair. The
+ * cache answers exactly what that hot path answered: a row seen within
+ * SCACHE_TTL_MS whose last_used_at is under TOUCH_INTERVAL_MS old. Deletes
+ * through this process drop the entry (under s->lock, so no lookup can
+ * put it back from a stale read); a change by another process (a tenant
+ * removed with the CLI cascades to its sessions) is seen within
+ * SCACHE_TTL_MS, well inside the tenant cache's own 5 s. */
+#define SCACHE_SLOTS 128 /* direct-mapped; ~75 KiB per store once used */
+#define SCACHE_TTL_MS 1000
+#define SCACHE_KEY_MAX 512
+
+struct scache_ent {
+	bool used;
+	uint64_t hash;
+	int64_t cached_at, last_used;
+	size_t key_len;
+	char tenant[64];
+	char segment[64];
+	char key[SCACHE_KEY_MAX];
+};
+
+struct scache {
+	struct scache_ent ent[SCACHE_SLOTS];
+};
+
+static uint64_t scache_hash(const char *tenant, const char *key, size_t key_len)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (const char *p = tenant; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	h = (h ^ 0xff) * 1099511628211ULL;
+	for (size_t i = 0; i < key_len; i++)
+		h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+	return h;
+}
+
+static bool scache_cacheable(const char *tenant, size_t key_len)
+{
+	return strlen(tenant) < sizeof(((struct scache_ent *)0)->tenant) && key_len <= SCACHE_KEY_MAX;
+}
+
+static bool ent_is(const struct scache_ent *e, uint64_t h, const char *tenant, const char *key, size_t key_len)
+{
+	return e->used && e->hash == h && e->key_len == key_len && strcmp(e->tenant, tenant) == 0 &&
+	       memcmp(e->key, key, key_len) == 0;
+}
+
+/* 1 and segment filled on a hit the database would have answered alike. */
+static int scache_get(struct store *s, const char *tenant, const char *key, size_t key_len, int64_t now,
+		      char segment[64])
+{
+	int hit = 0;
+
+	if (!scache_cacheable(tenant, key_len))
+		return 0;
+	uint64_t h = scache_hash(tenant, key, key_len);
+	pthread_mutex_lock(&s->scache_mu);
+	if (s->scache) {
+		struct scache_ent *e = &s->scache->ent[h % SCACHE_SLOTS];
+
+		if (ent_is(e, h, tenant, key, key_len) && now - e->cached_at < SCACHE_TTL_MS &&
+		    now >= e->cached_at && now - e->last_used < TOUCH_INTERVAL_MS) {
+			memcpy(segment, e->segment, 64);
+			hit = 1;
+		}
+	}
+	pthread_mutex_unlock(&s->scache_mu);
+	return hit;
+}
+
+/* Caller holds s->lock. */
+static void scache_put(struct store *s, const char *tenant, const char *key, size_t key_len, int64_t now,
+		       int64_t last_used, const char segment[64])
+{
+	if (!scache_cacheable(tenant, key_len))
+		return;
+	uint64_t h = scache_hash(tenant, key, key_len);
+	pthread_mutex_lock(&s->scache_mu);
+	if (!s->scache)
+		s->scache = xcalloc(1, sizeof *s->scache);
+	struct scache_ent *e = &s->scache->ent[h % SCACHE_SLOTS];
+	e->used = true;
+	e->hash = h;
+	e->cached_at = now;
+	e->last_used = last_used;
+	e->key_len = key_len;
+	snprintf(e->tenant, sizeof e->tenant, "%s", tenant);
+	memcpy(e->key, key, key_len);
+	memcpy(e->segment, segment, 64);
+	pthread_mutex_unlock(&s->scache_mu);
+}
+
+/* Caller holds s->lock. */
+static void scache_drop(struct store *s, const char *tenant, const char *key, size_t key_len)
+{
+	if (!scache_cacheable(tenant, key_len))
+		return;
+	uint64_t h = scache_hash(tenant, key, key_len);
+	pthread_mutex_lock(&s->scache_mu);
+	if (s->scache && ent_is(&s->scache->ent[h % SCACHE_SLOTS], h, tenant, key, key_len))
+		s->scache->ent[h % SCACHE_SLOTS].used = false;
+	pthread_mutex_unlock(&s->scache_mu);
+}
 
 /* SELECT segment, last_used_at for (tenant, key). 1 found, 0 not, <0 error. */
 static int session_lookup(struct store *s, const char *tenant, const char *key, size_t key_len,
@@ -113,6 +223,13 @@ int store_session_get_or_create(struct store *s, const char *tenant, const char 
 	bool made = false;
 	int r;
 
+	/* The hottest path: answered from the cache, no lock, no SQLite. */
+	if (scache_get(s, tenant, key, key_len, now, found)) {
+		memcpy(segment, found, 64);
+		if (created)
+			*created = false;
+		return 0;
+	}
 	pthread_mutex_lock(&s->lock);
 	/* The hot path: the session exists and was used within the minute,
 	 * so one cached SELECT and no write transaction. */
@@ -133,9 +250,16 @@ int store_session_get_or_create(struct store *s, const char *tenant, const char 
 	if (r < 0)
 		goto out;
 	if (r == 1) {
-		r = now - last_used >= TOUCH_INTERVAL_MS ? session_touch(s, tenant, key, key_len, now) : 0;
+		if (now - last_used >= TOUCH_INTERVAL_MS) {
+			r = session_touch(s, tenant, key, key_len, now);
+			if (last_used < now)
+				last_used = now; /* what the UPDATE wrote */
+		} else {
+			r = 0;
+		}
 	} else {
 		r = session_insert(s, tenant, key, key_len, seg, now, found);
+		last_used = now;
 		made = true;
 	}
 	if (r)
@@ -144,6 +268,7 @@ int store_session_get_or_create(struct store *s, const char *tenant, const char 
 	if (r)
 		goto out;
 done:
+	scache_put(s, tenant, key, key_len, now, last_used, found);
 	memcpy(segment, found, 64);
 	if (created)
 		*created = made;
@@ -223,6 +348,8 @@ int store_session_delete(struct store *s, const char *tenant, const char *key, s
 	int r;
 
 	pthread_mutex_lock(&s->lock);
+	/* Before the DELETE and under s->lock: no lookup can re-cache the row. */
+	scache_drop(s, tenant, key, key_len);
 	st = store_stmt(s, ST_SESSION_DELETE,
 			"DELETE FROM sessions WHERE tenant = ?1 AND key = ?2 RETURNING segment");
 	if (!st) {

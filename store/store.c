@@ -363,6 +363,7 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 		err[0] = '\0';
 	s->path = xstrdup(path);
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->scache_mu, NULL);
 	pthread_mutex_init(&s->rlock, NULL);
 	pthread_mutex_init(&s->alock, NULL);
 	pthread_condattr_init(&ca);
@@ -445,6 +446,8 @@ void store_close(struct store **p)
 	pthread_mutex_destroy(&s->alock);
 	pthread_mutex_destroy(&s->rlock);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->scache_mu);
+	free(s->scache);
 	free(s->q);
 	free(s->path);
 	free(s);

@@ -43,6 +43,7 @@ enum store_stmt_id {
 };
 
 struct audit_rec;
+struct scache;
 
 struct store {
 	char *path;
@@ -52,6 +53,10 @@ struct store {
 	sqlite3 *db;
 	pthread_mutex_t lock;
 	sqlite3_stmt *stmts[ST__COUNT];
+
+	/* sessions.c's (tenant, key) -> segment cache; allocated on first use. */
+	pthread_mutex_t scache_mu;
+	struct scache *scache;
 
 	/* Read-only connection for long reads (audit queries). */
 	sqlite3 *rdb;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Syscalls per request of the server (strace -c -f attached to the running
+# sandboxd), the noise-free evidence behind the P5 and P8 figures:
+#   bench/syscalls.sh p5   # 2,000 GET /fs/read of a 4 KiB file, c1 and c64
+#   bench/syscalls.sh p8   # one exec printing 200 MB on stdout
+#   bench/syscalls.sh p7   # one 64 MiB PUT /fs/write_stream
+#   bench/syscalls.sh p2   # 100 bwrap execs of true: the server's own syscalls
+#   bench/syscalls.sh p5 --set connection-memory-bytes=32768   # server options
+# strace slows the server; only the counts mean anything, not the times.
+GOAL=SYS
+WHAT=${1:-p5}; shift || true
+SETS=("$@") # --set k=v ... for the server
+set --
+source "$(dirname "$0")/lib.sh"
+build_all
+need strace strace
+
+strace_run() { # strace_run OUT CMD...: counts over the CMD's duration
+	local out=$1; shift
+	strace -c -f -q -o "$out" -p "$SBX_PID" &
+	local st=$!
+	sleep 1
+	"$@"
+	sleep 0.5
+	kill -INT "$st"; wait "$st" 2>/dev/null || true
+}
+
+per() { # per FILE N: syscall name, calls, calls per N
+	awk -v n="$2" '$1 ~ /^[0-9.]+$/ && NF>=5 { c=$4; name=$NF; if (NF==6) name=$6; if (name == "total") next; printf "%-16s %9d %8.2f\n", name, c, c/n; tot+=c }
+	END { printf "%-16s %9d %8.2f\n", "total", tot, tot/n }' "$1"
+}
+
+mktmp W
+case $WHAT in
+p5)
+	start_sandboxd --backend local ${SETS[@]+"${SETS[@]}"}
+	head -c 4096 /dev/zero | tr '\0' 'a' >"$SBX_SESSION_DIR/f4k.txt"
+	chown 100000:100000 "$SBX_SESSION_DIR/f4k.txt" 2>/dev/null || true
+	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -m GET -u "/fs/read?path=f4k.txt" -c 1 -n 200 >/dev/null
+	# CPU per request without strace: the server's utime+stime (clock
+	# ticks) over 20,000 requests at c64.
+	cpu() { awk '{ print $14 + $15 }' "/proc/$SBX_PID/stat"; }
+	t0=$(cpu)
+	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -m GET -u "/fs/read?path=f4k.txt" -c 64 -n 313 >"$W/cpu"
+	t1=$(cpu)
+	echo "== server CPU over 20,032 requests at c64: $((t1 - t0)) ticks = $(calc "($t1 - $t0) * 1000000 / $(getconf CLK_TCK) / 20032") us per request ($(cat "$W/cpu"))"
+	for c in 1 64; do
+		n=$((2000 / c))
+		strace_run "$W/c$c" "$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -m GET -u "/fs/read?path=f4k.txt" -c "$c" -n "$n"
+		echo "== GET /fs/read 4 KiB, c$c, $((n * c)) requests: syscall calls per-request"
+		per "$W/c$c" $((n * c))
+	done
+	;;
+p8)
+	start_sandboxd --backend local ${SETS[@]+"${SETS[@]}"}
+	B='{"command":"dd if=/dev/zero bs=64k count=3052 status=none","timeout_s":900}'
+	strace_run "$W/p8" sbx_curl -o /dev/null -X POST "$SBX_URL/exec" -d "$B"
+	echo "== exec of 200 MB (3052 x 64 KiB) stdout: syscall calls per-64KiB-block"
+	per "$W/p8" 3052
+	;;
+p2)
+	# Server threads only (each tid attached, children not followed):
+	# what the server itself does per bwrap exec, bwrap excluded.
+	start_sandboxd --backend bwrap ${SETS[@]+"${SETS[@]}"}
+	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 5 >/dev/null
+	tids=(); for t in /proc/"$SBX_PID"/task/*; do tids+=(-p "${t##*/}"); done
+	strace -c -w -q -o "$W/p2" "${tids[@]}" &
+	st=$!; sleep 1
+	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 100
+	sleep 0.5; kill -INT "$st"; wait "$st" 2>/dev/null || true
+	echo "== 100 POST /exec true, bwrap backend, c1: server-thread syscall calls per exec (strace -w: wall time in each)"
+	grep -E "clock_nanosleep|rmdir|pwrite64|fcntl|mkdir|fdatasync" "$W/p2"
+	per "$W/p2" 100
+	;;
+p7)
+	start_sandboxd --backend local ${SETS[@]+"${SETS[@]}"}
+	head -c $((64 << 20)) /dev/zero >"$W/src.bin"
+	strace_run "$W/p7" sbx_curl -o /dev/null -T "$W/src.bin" "$SBX_URL/fs/write_stream?path=up.bin"
+	echo "== upload of 64 MiB (PUT /fs/write_stream): syscall calls per-MiB"
+	per "$W/p7" 64
+	;;
+esac
