@@ -566,8 +566,10 @@ int route_exec_post(struct req *r)
 				   start_json(j->id, p.command, r->session_key, r->session_key_len, cwd_wire,
 					      row.started_at));
 
-	char cgroup[160];
-	snprintf(cgroup, sizeof cgroup, "sandboxd/%s/%s", j->tenant->name, j->id);
+	/* cgroups are host-wide: the uid range (distinct per server on a host)
+	 * keeps two servers' tenant and exec names apart. */
+	char cgroup[192];
+	snprintf(cgroup, sizeof cgroup, "sandboxd/%lld/%s/%s", (long long)cfg->uid_base, j->tenant->name, j->id);
 	struct sbx_exec_req er = {
 		.backend = a->backend,
 		.ws = j->tenant->ws,
