@@ -43,8 +43,9 @@ int route_exec_events(struct req *r)
 		return rc;
 	const char *id = r->params[0];
 	req_set_target(r, id);
-	if (hub_subscribe_exec(r->app->hub, r, tenant, id, last_event_id(r), false) == 0)
-		return 0;
+	rc = hub_subscribe_exec(r->app->hub, r, tenant, id, last_event_id(r), false);
+	if (rc != -ENOENT)
+		return rc; /* answered, or a subscriber that could not answer: not a second one */
 	/* Not running: answer from the store. */
 	struct store_exec ex;
 	rc = store_exec_get(r->app->store, tenant, id, &ex);

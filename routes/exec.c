@@ -351,9 +351,12 @@ static int answer_existing(struct req *r, const char *id, const char *hash, bool
 				pthread_mutex_unlock(&e->mu);
 				return 0;
 			}
-			if (hub_subscribe_exec(r->app->hub, r, r->tenant->name, id, 0, false) == 0) {
+			rc = hub_subscribe_exec(r->app->hub, r, r->tenant->name, id, 0, false);
+			if (rc != -ENOENT) {
+				/* Answered, or a subscriber that could not answer:
+				 * never a second subscriber for r. */
 				pthread_mutex_unlock(&e->mu);
-				return 0;
+				return rc;
 			}
 		}
 		pthread_mutex_unlock(&e->mu);

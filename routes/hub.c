@@ -20,6 +20,10 @@
 
 #define CHANNEL_RING 64           /* replayable events per exec */
 #define FEED_RING 256             /* replayable feed events */
+/* ...and their bytes: an exit event carries the whole ShellResult (up to
+ * two max-output-bytes-cap streams, JSON-escaped), so a count alone would
+ * let one tenant's execs pin gigabytes. The newest event always stays. */
+#define FEED_RING_BYTES (32u << 20)
 #define QUEUE_MAX (256 * 1024)    /* a watcher's backlog before it is dropped */
 #define QUEUE_MAX_OUTPUT (4 << 20) /* the owner of a streamed exec */
 /* wire.md promises a comment at least every 15 s; the keepalive tick is 1 s,
@@ -93,6 +97,7 @@ struct route_hub {
 	int64_t feed_seq;
 	struct feed_entry feed[FEED_RING];
 	size_t feed_n;
+	size_t feed_bytes; /* the messages of feed[] */
 	pthread_t ka;
 	bool stop;
 	bool closed; /* hub_close_all ran: new streams end after their replay */
@@ -511,11 +516,13 @@ static struct msg *publish(struct route_hub *h, struct hub_channel *c, const cha
 		return m;
 	/* In a feed no event is the last one. */
 	struct msg *f = msg_event(++h->feed_seq, event, feed_data, kind == MSG_FINAL ? MSG_OTHER : kind);
-	if (h->feed_n == FEED_RING) {
+	while (h->feed_n == FEED_RING || (h->feed_n && h->feed_bytes + f->len > FEED_RING_BYTES)) {
+		h->feed_bytes -= h->feed[0].m->len;
 		msg_put(h->feed[0].m);
-		memmove(h->feed, h->feed + 1, (FEED_RING - 1) * sizeof h->feed[0]);
+		memmove(h->feed, h->feed + 1, (h->feed_n - 1) * sizeof h->feed[0]);
 		h->feed_n--;
 	}
+	h->feed_bytes += f->len;
 	struct feed_entry *e = &h->feed[h->feed_n++];
 	snprintf(e->tenant, sizeof e->tenant, "%s", c->tenant);
 	e->seq = h->feed_seq;

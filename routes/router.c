@@ -309,9 +309,14 @@ static void log_line(struct req *r, double ms, const char *route)
 	/* A capability in the path (/fs/stream/{token}) stays out of the log:
 	 * the route pattern is logged instead. */
 	bool secret_path = r->route && (r->route->flags & RF_PUBLIC) && strstr(r->route->pattern, "{token}");
+	/* Unrouted (405, or a 404 whose message quotes the path) under the
+	 * stream prefix: the token is in there all the same. */
+	bool secret_unrouted = !r->route && strncmp(r->url, "/fs/stream/", 11) == 0;
 	/* The path arrives percent-decoded: any bytes (jansson wants UTF-8). */
 	size_t pn = 0;
-	char *path = secret_path ? xstrdup(route) : sbx_utf8_sanitize(r->url, strlen(r->url), &pn);
+	char *path = secret_path	  ? xstrdup(route)
+		     : secret_unrouted ? xstrdup("/fs/stream/{token}")
+				       : sbx_utf8_sanitize(r->url, strlen(r->url), &pn);
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:I, s:I, s:s}", "ts", "", "request_id",
 			      r->request_id, "method", r->method, "path", path, "route",
 			      route, "status", r->status, "duration_ms", ms, "bytes_in", (json_int_t)r->bytes_in,
@@ -319,7 +324,7 @@ static void log_line(struct req *r, double ms, const char *route)
 	char ts[40];
 	rfc3339_ms(now_ms(), ts, sizeof ts);
 	json_object_set_new(j, "ts", json_string(ts));
-	if (r->error_msg)
+	if (r->error_msg && !secret_unrouted)
 		json_object_set_new(j, "error", json_string(r->error_msg));
 	if (r->log_detail)
 		json_object_set_new(j, "detail", json_string(r->log_detail));
