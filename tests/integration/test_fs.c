@@ -182,6 +182,33 @@ static void expect_error(struct it_resp *r, long status, const char *code)
 	free(ct);
 }
 
+/* The common one-liners: a write that must succeed, a request that must
+ * fail with a given wire error. */
+static void put_ok(const char *path, const char *session, const void *data, size_t len)
+{
+	struct it_resp r;
+	fs_put(path, session, data, len, &r);
+	expect_status(&r, 200);
+	it_resp_free(&r);
+}
+
+static void get_err(const char *route, const char *path, const char *session, const char *extra, long status,
+		    const char *code)
+{
+	struct it_resp r;
+	fs_get(route, path, session, extra, &r);
+	expect_error(&r, status, code);
+	it_resp_free(&r);
+}
+
+static void post_err(const char *route, const char *session, json_t *body, long status, const char *code)
+{
+	struct it_resp r;
+	fs_post(route, session, body, &r);
+	expect_error(&r, status, code);
+	it_resp_free(&r);
+}
+
 static void expect_header(const struct it_resp *r, const char *name, const char *want)
 {
 	char *v = it_header(r, name);
@@ -482,9 +509,7 @@ static void test_write_read(void **state)
 
 	/* UTF-8 text, multi-byte included, reads as text. */
 	const char *utf = "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80\n";
-	fs_put("utf.txt", k, utf, strlen(utf), &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("utf.txt", k, utf, strlen(utf));
 	fs_get("read", "utf.txt", k, NULL, &r);
 	expect_status(&r, 200);
 	assert_int_equal(r.len, strlen(utf));
@@ -540,9 +565,7 @@ static void test_binary_and_ranges(void **state)
 	char bin[256];
 	for (int i = 0; i < 256; i++)
 		bin[i] = (char)i;
-	fs_put("bin.dat", k, bin, sizeof bin, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("bin.dat", k, bin, sizeof bin);
 	char *hp = host_in(k, "bin.dat");
 	assert_host_content(hp, bin, sizeof bin);
 	free(hp);
@@ -604,18 +627,10 @@ static void test_binary_and_ranges(void **state)
 	json_decref(j);
 	it_resp_free(&r);
 	/* One bad byte in otherwise plain text is enough; so is a truncated sequence. */
-	fs_put("almost.txt", k, "caf\xc3\x28 ok", 8, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_get("read", "almost.txt", k, NULL, &r);
-	expect_error(&r, 422, "not_text");
-	it_resp_free(&r);
-	fs_put("cut.txt", k, "abc\xe2\x9c", 5, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_get("read", "cut.txt", k, NULL, &r);
-	expect_error(&r, 422, "not_text");
-	it_resp_free(&r);
+	put_ok("almost.txt", k, "caf\xc3\x28 ok", 8);
+	get_err("read", "almost.txt", k, NULL, 422, "not_text");
+	put_ok("cut.txt", k, "abc\xe2\x9c", 5);
+	get_err("read", "cut.txt", k, NULL, 422, "not_text");
 }
 
 static void test_write_atomic_replace(void **state)
@@ -623,9 +638,7 @@ static void test_write_atomic_replace(void **state)
 	(void)state;
 	const char *k = "t-atomic";
 	struct it_resp r;
-	fs_put("f.txt", k, "old content", 11, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("f.txt", k, "old content", 11);
 	char *hp = host_in(k, "f.txt");
 	struct stat a, b;
 	assert_int_equal(stat(hp, &a), 0);
@@ -633,9 +646,7 @@ static void test_write_atomic_replace(void **state)
 	 * new inode renamed into place, not the old one rewritten. */
 	int fd = open(hp, O_RDONLY);
 	assert_true(fd >= 0);
-	fs_put("f.txt", k, "new", 3, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("f.txt", k, "new", 3);
 	assert_int_equal(stat(hp, &b), 0);
 	assert_true(a.st_ino != b.st_ino);
 	char old[32] = {0};
@@ -670,9 +681,7 @@ static void test_stat(void **state)
 	(void)state;
 	const char *k = "t-stat";
 	struct it_resp r;
-	fs_put("s.txt", k, "12345", 5, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("s.txt", k, "12345", 5);
 	char *hp = host_in(k, "s.txt");
 	struct stat st;
 	assert_int_equal(stat(hp, &st), 0);
@@ -749,12 +758,8 @@ static void test_stat(void **state)
 	json_decref(j);
 	it_resp_free(&r);
 
-	fs_get("stat", "missing", k, NULL, &r);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	fs_get("stat", "s.txt/below", k, NULL, &r);
-	expect_error(&r, 409, "not_a_directory");
-	it_resp_free(&r);
+	get_err("stat", "missing", k, NULL, 404, "not_found");
+	get_err("stat", "s.txt/below", k, NULL, 409, "not_a_directory");
 	fs_get("stat", "/workspace", k, NULL, &r);
 	expect_status(&r, 200);
 	j = body_json(&r);
@@ -836,12 +841,8 @@ static void test_readdir(void **state)
 	assert_int_equal(json_array_size(json_object_get(j, "entries")), 0);
 	json_decref(j);
 	it_resp_free(&r);
-	fs_get("readdir", "a", k, NULL, &r);
-	expect_error(&r, 409, "not_a_directory");
-	it_resp_free(&r);
-	fs_get("readdir", "nope", k, NULL, &r);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	get_err("readdir", "a", k, NULL, 409, "not_a_directory");
+	get_err("readdir", "nope", k, NULL, 404, "not_found");
 }
 
 static void test_exists(void **state)
@@ -849,9 +850,7 @@ static void test_exists(void **state)
 	(void)state;
 	const char *k = "t-exists";
 	struct it_resp r;
-	fs_put("here.txt", k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("here.txt", k, "x", 1);
 	char *hp = host_in(k, "dangle");
 	assert_int_equal(symlink("nothere", hp), 0);
 	free(hp);
@@ -897,12 +896,8 @@ static void test_mkdir(void **state)
 	assert_true(S_ISDIR(st.st_mode));
 	free(hp);
 
-	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "d1", "recursive", 0), &r);
-	expect_error(&r, 409, "exists");
-	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:s}", "path", "x/y"), &r);
-	expect_error(&r, 404, "parent_missing");
-	it_resp_free(&r);
+	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "d1", "recursive", 0), 409, "exists");
+	post_err("mkdir", k, json_pack("{s:s}", "path", "x/y"), 404, "parent_missing");
 	hp = host_in(k, "x");
 	assert_false(host_exists(hp));
 	free(hp);
@@ -924,32 +919,16 @@ static void test_mkdir(void **state)
 	expect_status(&r, 201);
 	it_resp_free(&r);
 
-	fs_put("f", k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "f", "recursive", 1), &r);
-	expect_error(&r, 409, "exists");
-	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "f/sub", "recursive", 1), &r);
-	expect_error(&r, 409, "not_a_directory");
-	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:s}", "path", "f/sub"), &r);
-	expect_error(&r, 409, "not_a_directory");
-	it_resp_free(&r);
+	put_ok("f", k, "x", 1);
+	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "f", "recursive", 1), 409, "exists");
+	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "f/sub", "recursive", 1), 409, "not_a_directory");
+	post_err("mkdir", k, json_pack("{s:s}", "path", "f/sub"), 409, "not_a_directory");
 
 	/* Bodies: missing path, wrong type, unknown field, not JSON. */
-	fs_post("mkdir", k, json_pack("{s:b}", "recursive", 1), &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:s, s:s}", "path", "q", "recursive", "yes"), &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "q", "recursve", 1), &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:i}", "path", 5), &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	post_err("mkdir", k, json_pack("{s:b}", "recursive", 1), 400, "bad_request");
+	post_err("mkdir", k, json_pack("{s:s, s:s}", "path", "q", "recursive", "yes"), 400, "bad_request");
+	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "q", "recursve", 1), 400, "bad_request");
+	post_err("mkdir", k, json_pack("{s:i}", "path", 5), 400, "bad_request");
 	hp = host_in(k, "q");
 	assert_false(host_exists(hp));
 	free(hp);
@@ -960,9 +939,7 @@ static void test_rm(void **state)
 	(void)state;
 	const char *k = "t-rm";
 	struct it_resp r;
-	fs_put("f.txt", k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("f.txt", k, "x", 1);
 	fs_post("rm", k, json_pack("{s:s}", "path", "f.txt"), &r);
 	expect_status(&r, 200);
 	json_t *j = body_json(&r);
@@ -986,15 +963,9 @@ static void test_rm(void **state)
 	assert_false(host_exists(hp));
 	free(hp);
 
-	fs_put("full/a/b.txt", k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_put("full/c.txt", k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_post("rm", k, json_pack("{s:s}", "path", "full"), &r);
-	expect_error(&r, 409, "not_empty");
-	it_resp_free(&r);
+	put_ok("full/a/b.txt", k, "x", 1);
+	put_ok("full/c.txt", k, "x", 1);
+	post_err("rm", k, json_pack("{s:s}", "path", "full"), 409, "not_empty");
 	hp = host_in(k, "full/a/b.txt");
 	assert_true(host_exists(hp));
 	free(hp);
@@ -1008,9 +979,7 @@ static void test_rm(void **state)
 	assert_false(host_exists(hp));
 	free(hp);
 
-	fs_post("rm", k, json_pack("{s:s}", "path", "gone"), &r);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	post_err("rm", k, json_pack("{s:s}", "path", "gone"), 404, "not_found");
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "gone", "force", 1), &r);
 	expect_status(&r, 200);
 	j = body_json(&r);
@@ -1025,9 +994,7 @@ static void test_rm(void **state)
 	it_resp_free(&r);
 
 	/* A link is removed as a link; what it points at stays. */
-	fs_put("keep/inner.txt", k, "keep", 4, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("keep/inner.txt", k, "keep", 4);
 	hp = host_in(k, "to-keep");
 	assert_int_equal(symlink("keep", hp), 0);
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "to-keep", "recursive", 1), &r);
@@ -1073,12 +1040,8 @@ static void test_move(void **state)
 	(void)state;
 	const char *k = "t-move";
 	struct it_resp r;
-	fs_put("a.txt", k, "AAA", 3, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_put("b.txt", k, "BBB", 3, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("a.txt", k, "AAA", 3);
+	put_ok("b.txt", k, "BBB", 3);
 
 	fs_post("move", k, json_pack("{s:s, s:s}", "from", "a.txt", "to", "c.txt"), &r);
 	expect_status(&r, 200);
@@ -1093,9 +1056,7 @@ static void test_move(void **state)
 	assert_false(host_exists(ha));
 	assert_host_content(hc, "AAA", 3);
 
-	fs_post("move", k, json_pack("{s:s, s:s}", "from", "c.txt", "to", "b.txt"), &r);
-	expect_error(&r, 409, "exists");
-	it_resp_free(&r);
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "c.txt", "to", "b.txt"), 409, "exists");
 	assert_host_content(hb, "BBB", 3);
 	assert_host_content(hc, "AAA", 3);
 	fs_post("move", k, json_pack("{s:s, s:s, s:b}", "from", "c.txt", "to", "b.txt", "overwrite", 1), &r);
@@ -1104,21 +1065,13 @@ static void test_move(void **state)
 	assert_host_content(hb, "AAA", 3);
 	assert_false(host_exists(hc));
 
-	fs_post("move", k, json_pack("{s:s, s:s}", "from", "nope", "to", "x"), &r);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	fs_post("move", k, json_pack("{s:s, s:s}", "from", "b.txt", "to", "no/dir/x"), &r);
-	expect_error(&r, 404, "parent_missing");
-	it_resp_free(&r);
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "nope", "to", "x"), 404, "not_found");
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "b.txt", "to", "no/dir/x"), 404, "parent_missing");
 	assert_host_content(hb, "AAA", 3);
 
 	/* Directories move whole; a file does not replace a directory. */
-	fs_put("dir/in.txt", k, "in", 2, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_post("move", k, json_pack("{s:s, s:s, s:b}", "from", "b.txt", "to", "dir", "overwrite", 1), &r);
-	expect_error(&r, 409, "is_a_directory");
-	it_resp_free(&r);
+	put_ok("dir/in.txt", k, "in", 2);
+	post_err("move", k, json_pack("{s:s, s:s, s:b}", "from", "b.txt", "to", "dir", "overwrite", 1), 409, "is_a_directory");
 	fs_post("move", k, json_pack("{s:s, s:s}", "from", "dir", "to", "dir2"), &r);
 	expect_status(&r, 200);
 	it_resp_free(&r);
@@ -1138,17 +1091,13 @@ static void test_move(void **state)
 	free(hm);
 
 	/* Roots neither move nor are replaced. */
-	fs_post("move", k, json_pack("{s:s, s:s}", "from", ".", "to", "/workspace/elsewhere"), &r);
-	expect_error(&r, 403, "forbidden");
-	it_resp_free(&r);
+	post_err("move", k, json_pack("{s:s, s:s}", "from", ".", "to", "/workspace/elsewhere"), 403, "forbidden");
 	fs_post("move", k,
 		json_pack("{s:s, s:s, s:b}", "from", "dir2", "to", "/workspace/sessions", "overwrite", 1),
 		&r);
 	expect_error(&r, 403, "forbidden");
 	it_resp_free(&r);
-	fs_post("move", k, json_pack("{s:s}", "from", "dir2"), &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	post_err("move", k, json_pack("{s:s}", "from", "dir2"), 400, "bad_request");
 	free(ha);
 	free(hb);
 	free(hc);
@@ -1161,37 +1110,25 @@ static void test_type_errors(void **state)
 	(void)state;
 	const char *k = "t-types";
 	struct it_resp r;
-	fs_put("file", k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("file", k, "x", 1);
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "dir"), &r);
 	expect_status(&r, 201);
 	it_resp_free(&r);
 
-	fs_get("read", "dir", k, NULL, &r);
-	expect_error(&r, 409, "is_a_directory");
-	it_resp_free(&r);
-	fs_get("read_buffer", "dir", k, NULL, &r);
-	expect_error(&r, 409, "is_a_directory");
-	it_resp_free(&r);
+	get_err("read", "dir", k, NULL, 409, "is_a_directory");
+	get_err("read_buffer", "dir", k, NULL, 409, "is_a_directory");
 	fs_put("dir", k, "x", 1, &r);
 	expect_error(&r, 409, "is_a_directory");
 	it_resp_free(&r);
 	fs_put("/workspace", k, "x", 1, &r);
 	expect_error(&r, 409, "is_a_directory");
 	it_resp_free(&r);
-	fs_get("read", "file/x", k, NULL, &r);
-	expect_error(&r, 409, "not_a_directory");
-	it_resp_free(&r);
+	get_err("read", "file/x", k, NULL, 409, "not_a_directory");
 	fs_put("file/x", k, "x", 1, &r);
 	expect_error(&r, 409, "not_a_directory");
 	it_resp_free(&r);
-	fs_post("rm", k, json_pack("{s:s}", "path", "file/x"), &r);
-	expect_error(&r, 409, "not_a_directory");
-	it_resp_free(&r);
-	fs_get("read", "nothing", k, NULL, &r);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	post_err("rm", k, json_pack("{s:s}", "path", "file/x"), 409, "not_a_directory");
+	get_err("read", "nothing", k, NULL, 404, "not_found");
 	char *hp = host_in(k, "file");
 	assert_host_content(hp, "x", 1);
 	free(hp);
@@ -1206,15 +1143,9 @@ static void test_bad_request(void **state)
 	/* A NUL in the path, however it is spelled, never cuts the path short. */
 	static const char *nul[] = {"/fs/read?path=a%00b", "/fs/write?path=evil.txt%00.png",
 				    "/fs/stat?path=%00", "/fs/exists?path=x%00"};
-	fs_put("a", k, "a", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_put("evil.txt", k, "e", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_put("x", k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("a", k, "a", 1);
+	put_ok("evil.txt", k, "e", 1);
+	put_ok("x", k, "x", 1);
 	for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
 		bool put = strncmp(nul[i], "/fs/write", 9) == 0;
 		call(put ? "PUT" : "GET", nul[i], tok_rw, k, NULL, NULL, put ? "zz" : NULL, put ? 2 : 0, &r);
@@ -1226,9 +1157,7 @@ static void test_bad_request(void **state)
 	char *hp = host_in(k, "evil.txt");
 	assert_host_content(hp, "e", 1);
 	free(hp);
-	fs_post("mkdir", k, json_pack("{s:s%}", "path", "nul\0dir", (size_t)7), &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	post_err("mkdir", k, json_pack("{s:s%}", "path", "nul\0dir", (size_t)7), 400, "bad_request");
 	hp = host_in(k, "nul");
 	assert_false(host_exists(hp));
 	free(hp);
@@ -1240,9 +1169,7 @@ static void test_bad_request(void **state)
 		longp[i] = '/';
 	longp[4097] = '\0';
 	memcpy(longp, "/workspace/", 11); /* absolute, so the session prefix does not count */
-	fs_get("read", longp, k, NULL, &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	get_err("read", longp, k, NULL, 400, "bad_request");
 	fs_put(longp, k, "x", 1, &r);
 	expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
@@ -1253,13 +1180,9 @@ static void test_bad_request(void **state)
 	fs_put(comp, k, "x", 1, &r);
 	expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
-	fs_post("mkdir", k, json_pack("{s:s}", "path", comp), &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	post_err("mkdir", k, json_pack("{s:s}", "path", comp), 400, "bad_request");
 	comp[255] = '\0'; /* 255 is fine */
-	fs_put(comp, k, "x", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok(comp, k, "x", 1);
 
 	/* Missing or empty path. */
 	static const char *missing[] = {"/fs/read",   "/fs/read_buffer", "/fs/stat",	  "/fs/readdir",
@@ -1288,9 +1211,7 @@ static void test_bad_request(void **state)
 	char *longkey = xmalloc(514);
 	memset(longkey, 'k', 513);
 	longkey[513] = '\0';
-	fs_get("exists", ".", longkey, NULL, &r);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	get_err("exists", ".", longkey, NULL, 400, "bad_request");
 	free(longkey);
 	assert_true(it_alive(&srv));
 }
@@ -1387,9 +1308,7 @@ static void test_escape_by_symlink(void **state)
 	const char *k = "t-symlink";
 	struct it_resp r;
 	touch_session(k);
-	fs_put("inner/real.txt", k, "real", 4, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("inner/real.txt", k, "real", 4);
 	char *secret = xasprintf("%s/secret", outside);
 	char *missing = xasprintf("%s/nothere", outside);
 	struct {
@@ -1487,9 +1406,7 @@ static void test_escape_by_symlink(void **state)
 		expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 	}
-	fs_post("mkdir", k, json_pack("{s:s}", "path", "esc/newdir"), &r);
-	expect_error(&r, 403, "outside_workspace");
-	it_resp_free(&r);
+	post_err("mkdir", k, json_pack("{s:s}", "path", "esc/newdir"), 403, "outside_workspace");
 	/* rm below a link that leaves. */
 	static const char *rms[] = {"esc/secret", "esc/sub", "esc/emptydir", "up/beside.txt", "inner/l/sub"};
 	for (size_t i = 0; i < sizeof rms / sizeof rms[0]; i++) {
@@ -1499,12 +1416,8 @@ static void test_escape_by_symlink(void **state)
 		it_resp_free(&r);
 	}
 	/* move out of, or into, a link that leaves. */
-	fs_post("move", k, json_pack("{s:s, s:s}", "from", "esc/secret", "to", "stolen"), &r);
-	expect_error(&r, 403, "outside_workspace");
-	it_resp_free(&r);
-	fs_post("move", k, json_pack("{s:s, s:s}", "from", "up/beside.txt", "to", "stolen"), &r);
-	expect_error(&r, 403, "outside_workspace");
-	it_resp_free(&r);
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "esc/secret", "to", "stolen"), 403, "outside_workspace");
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "up/beside.txt", "to", "stolen"), 403, "outside_workspace");
 	fs_post("move", k,
 		json_pack("{s:s, s:s, s:b}", "from", "inner/real.txt", "to", "esc/planted", "overwrite", 1),
 		&r);
@@ -1568,9 +1481,7 @@ static void test_in_workspace_links(void **state)
 	(void)state;
 	const char *k = "t-inlinks";
 	struct it_resp r;
-	fs_put("d/f.txt", k, "inside", 6, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("d/f.txt", k, "inside", 6);
 	char *hp = host_in(k, "ld");
 	assert_int_equal(symlink("d", hp), 0);
 	free(hp);
@@ -1585,9 +1496,7 @@ static void test_in_workspace_links(void **state)
 	fs_get("readdir", "ld", k, NULL, &r);
 	expect_status(&r, 200);
 	it_resp_free(&r);
-	fs_put("ld/g.txt", k, "via link", 8, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("ld/g.txt", k, "via link", 8);
 	hp = host_in(k, "d/g.txt");
 	assert_host_content(hp, "via link", 8);
 	free(hp);
@@ -1599,15 +1508,11 @@ static void test_in_workspace_links(void **state)
 	json_decref(j);
 	it_resp_free(&r);
 	/* Roots reached through a link are still roots. */
-	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "root/sessions", "recursive", 1), &r);
-	expect_error(&r, 403, "forbidden");
-	it_resp_free(&r);
+	post_err("rm", k, json_pack("{s:s, s:b}", "path", "root/sessions", "recursive", 1), 403, "forbidden");
 	char seg[80];
 	segment_of(k, seg);
 	char *via = xasprintf("root/sessions/%s", seg);
-	fs_post("rm", k, json_pack("{s:s, s:b}", "path", via, "recursive", 1), &r);
-	expect_error(&r, 403, "forbidden");
-	it_resp_free(&r);
+	post_err("rm", k, json_pack("{s:s, s:b}", "path", via, "recursive", 1), 403, "forbidden");
 	free(via);
 	hp = host_in(k, "d/f.txt");
 	assert_true(host_exists(hp));
@@ -1636,9 +1541,7 @@ static void test_fifo(void **state)
 	char *lp = host_in(k, "to-pipe");
 	assert_int_equal(symlink("pipe", lp), 0);
 	free(lp);
-	fs_get("read", "to-pipe", k, NULL, &r);
-	expect_error(&r, 403, "forbidden");
-	it_resp_free(&r);
+	get_err("read", "to-pipe", k, NULL, 403, "forbidden");
 	fs_get("stat", "pipe", k, NULL, &r);
 	expect_status(&r, 200);
 	json_t *j = body_json(&r);
@@ -1668,9 +1571,7 @@ static void test_session_isolation(void **state)
 	assert_string_equal(jstr(j, "path"), "/workspace/sessions/chat_42-29c5c2leqt/same.txt");
 	json_decref(j);
 	it_resp_free(&r);
-	fs_put("same.txt", "chat:43", "beta", 4, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("same.txt", "chat:43", "beta", 4);
 	fs_get("read", "same.txt", "chat:42", NULL, &r);
 	expect_status(&r, 200);
 	assert_int_equal(r.len, 5);
@@ -1693,12 +1594,8 @@ static void test_session_isolation(void **state)
 	ka[40] = 'A';
 	kb[40] = 'B';
 	ka[41] = kb[41] = '\0';
-	fs_put("who", ka, "A", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
-	fs_put("who", kb, "B", 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("who", ka, "A", 1);
+	put_ok("who", kb, "B", 1);
 	fs_get("read", "who", ka, NULL, &r);
 	expect_status(&r, 200);
 	assert_memory_equal(r.body, "A", 1);
@@ -1719,9 +1616,7 @@ static void test_tenant_isolation(void **state)
 	(void)state;
 	const char *k = "t-tenant";
 	struct it_resp r;
-	fs_put("secret.txt", k, "acme only", 9, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("secret.txt", k, "acme only", 9);
 	char *abs = wire_in(k, "secret.txt");
 	char *missing = wire_in(k, "never-was.txt");
 	char *e = enc(abs, strlen(abs)), *em = enc(missing, strlen(missing));
@@ -1803,9 +1698,7 @@ static void test_scopes(void **state)
 	(void)state;
 	const char *k = "t-scopes";
 	struct it_resp r;
-	fs_put("r.txt", k, "readable", 8, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("r.txt", k, "readable", 8);
 	/* fs:read reads and cannot change anything. */
 	call("GET", "/fs/read?path=r.txt", tok_ro, k, NULL, NULL, NULL, 0, &r);
 	expect_status(&r, 200);
@@ -1969,9 +1862,7 @@ static void test_sessions_routes(void **state)
 	(void)state;
 	struct it_resp r;
 	const char *k = "gw:del \"me\" \\ {}";
-	fs_put("a/b/c.txt", k, "bye", 3, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("a/b/c.txt", k, "bye", 3);
 	/* Links that leave, inside the session, are removed as links. */
 	char *hp = host_in(k, "a/esc");
 	assert_int_equal(symlink(outside, hp), 0);
@@ -2149,9 +2040,7 @@ static void test_too_large_default(void **state)
 	assert_false(host_exists(hp));
 	free(hp);
 	/* Exactly the limit is fine. */
-	fs_put("limit.txt", k, big, n - 1, &r);
-	expect_status(&r, 200);
-	it_resp_free(&r);
+	put_ok("limit.txt", k, big, n - 1);
 	free(big);
 	char *sd = host_in(k, "");
 	assert_int_equal(count_temps(sd), 0);
@@ -2160,12 +2049,8 @@ static void test_too_large_default(void **state)
 	hp = host_in(k, "huge.bin");
 	make_sparse(hp, (off_t)(16 * MIB + 1));
 	free(hp);
-	fs_get("read", "huge.bin", k, NULL, &r);
-	expect_error(&r, 413, "too_large");
-	it_resp_free(&r);
-	fs_get("read_buffer", "huge.bin", k, NULL, &r);
-	expect_error(&r, 413, "too_large");
-	it_resp_free(&r);
+	get_err("read", "huge.bin", k, NULL, 413, "too_large");
+	get_err("read_buffer", "huge.bin", k, NULL, 413, "too_large");
 	/* A part of it within the limit may be read. */
 	fs_get("read_buffer", "huge.bin", k, "Range: bytes=100-199", &r);
 	expect_status(&r, 206);
