@@ -79,9 +79,7 @@ int store_exec_finish(struct store *s, const char *tenant, const char *id, const
 		sqlite3_bind_int(st, 4, exit_code);
 	store_bind_text(st, 5, result);
 	sqlite3_bind_int64(st, 6, finished_at);
-	r = store_step_done(st);
-	if (!r && sqlite3_changes(s->db) == 0)
-		r = -ENOENT;
+	r = store_step_one(s, st);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -100,9 +98,7 @@ int store_exec_delete(struct store *s, const char *tenant, const char *id)
 	}
 	store_bind_text(st, 1, tenant);
 	store_bind_text(st, 2, id);
-	r = store_step_done(st);
-	if (!r && sqlite3_changes(s->db) == 0)
-		r = -ENOENT;
+	r = store_step_one(s, st);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;

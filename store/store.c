@@ -83,6 +83,15 @@ int store_step_done(sqlite3_stmt *st)
 	return store_rc(rc);
 }
 
+int store_step_one(struct store *s, sqlite3_stmt *st)
+{
+	int r = store_step_done(st);
+
+	if (!r && sqlite3_changes(s->db) == 0)
+		r = -ENOENT;
+	return r;
+}
+
 static int run_cached(struct store *s, enum store_stmt_id id, const char *sql)
 {
 	sqlite3_stmt *st = store_stmt(s, id, sql);

@@ -91,6 +91,8 @@ int store_tx_commit(struct store *s);
 void store_tx_rollback(struct store *s);
 /* Step a statement expected to return no row (INSERT/UPDATE/DELETE). */
 int store_step_done(sqlite3_stmt *st);
+/* The same for an UPDATE/DELETE of one row: -ENOENT when none matched. */
+int store_step_one(struct store *s, sqlite3_stmt *st);
 
 int64_t store_now_ms(void);
 int64_t store_mono_ms(void);

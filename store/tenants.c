@@ -151,9 +151,7 @@ int store_tenant_remove(struct store *s, const char *name)
 	store_bind_text(st, 1, name);
 	/* One statement: the cascade to sessions, execs and transfers is
 	 * part of it and atomic with it. */
-	r = store_step_done(st);
-	if (!r && sqlite3_changes(s->db) == 0)
-		r = -ENOENT;
+	r = store_step_one(s, st);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;

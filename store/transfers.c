@@ -168,9 +168,7 @@ int store_transfer_finish(struct store *s, const unsigned char hash[32], const c
 	store_bind_text(st, 4, sha256 && sha256[0] ? sha256 : NULL);
 	store_bind_text(st, 5, error);
 	sqlite3_bind_int64(st, 6, now);
-	r = store_step_done(st);
-	if (!r && sqlite3_changes(s->db) == 0)
-		r = -ENOENT;
+	r = store_step_one(s, st);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;
