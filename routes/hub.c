@@ -397,6 +397,11 @@ static int sub_answer(struct route_hub *h, struct req *r, struct sub *s, bool wa
 	}
 	MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
 	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+	/* An event stream's connection ends with the stream: the server closes
+	 * it rather than waiting in keep-alive for the client to hang up (a
+	 * resumed connection in libmicrohttpd 0.9.75's epoll mode was seen to
+	 * linger until the idle timeout). EventSource reconnects anyway. */
+	MHD_add_response_header(resp, "Connection", "close");
 	int rc = reply_response(r, 200, resp);
 	if (rc == 0 && watch)
 		watch_sub(h, r, s);
