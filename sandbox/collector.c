@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/xmalloc.h"
+#include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 
 struct sbx_collector {
@@ -26,7 +27,7 @@ struct sbx_collector {
 	char *spill_wire; /* set once the spill file is open */
 	uint64_t spill_cap;
 	uint64_t spill_written;
-	int spill_fd;
+	struct sbx_upload *spill; /* published: written through its fd */
 	int spill_err; /* first spill error (negative errno), 0 if none */
 	bool spill_tried;
 };
@@ -46,24 +47,7 @@ int sbx_collector_new(struct sbx_collector **out, size_t max, struct sbx_workspa
 	c->ws = ws;
 	c->spill_rel = (ws && spill_rel && spill_cap > 0) ? xstrdup(spill_rel) : NULL;
 	c->spill_cap = spill_cap;
-	c->spill_fd = -1;
 	*out = c;
-	return 0;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
 	return 0;
 }
 
@@ -72,13 +56,13 @@ static void spill_write(struct sbx_collector *c, const char *p, size_t n)
 {
 	int rc;
 
-	if (c->spill_fd < 0 || c->spill_err)
+	if (!c->spill || c->spill_err)
 		return;
 	if (c->spill_written >= c->spill_cap)
 		return;
 	if (n > c->spill_cap - c->spill_written)
 		n = (size_t)(c->spill_cap - c->spill_written);
-	rc = write_all(c->spill_fd, p, n);
+	rc = sbx_upload_write(c->spill, p, n);
 	if (rc) {
 		c->spill_err = rc;
 		return;
@@ -86,40 +70,23 @@ static void spill_write(struct sbx_collector *c, const char *p, size_t n)
 	c->spill_written += n;
 }
 
+/* The spill file is made like an upload (a fresh temp file, created
+ * exclusively beside the target) and renamed into place at once: the
+ * runner thread never opens a name a command controls, so a FIFO, socket
+ * or link planted at the spill path is replaced, never opened. */
 static int spill_open(struct sbx_collector *c)
 {
-	const struct sbx_owner *owner;
-	const char *leaf = NULL;
-	int dfd = -1, fd = -1, rc;
+	int rc;
 
-	rc = sbx_ws_open_parent(c->ws, c->spill_rel, true, &dfd, &leaf);
-	if (rc)
-		goto out;
-	fd = openat(dfd, leaf, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd >= 0) {
-		owner = sbx_workspace_owner(c->ws);
-		if (owner && owner->chown && fchown(fd, owner->uid, owner->gid) < 0) {
-			rc = -errno;
-			goto out;
-		}
-	} else if (errno == EEXIST) {
-		/* A retried exec id: the old spill is replaced. */
-		fd = openat(dfd, leaf, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+	rc = sbx_upload_begin(&c->spill, c->ws, c->spill_rel, true);
+	if (rc == 0)
+		rc = sbx_upload_publish(c->spill);
+	if (rc) {
+		sbx_upload_abort(&c->spill);
+		return rc;
 	}
-	if (fd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	c->spill_fd = fd;
-	fd = -1;
 	c->spill_wire = xasprintf("/workspace/%s", c->spill_rel);
-	rc = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	if (dfd >= 0)
-		close(dfd);
-	return rc;
+	return 0;
 }
 
 /* The window is about to overflow for the first time: nothing has been
@@ -329,10 +296,7 @@ void sbx_collector_finish(struct sbx_collector *c, char **text, size_t *len)
 	char *head = NULL, *tail = NULL, *marker = NULL, *res;
 	size_t hl, tl, ml, hcut, tstart, omitted;
 
-	if (c->spill_fd >= 0) {
-		close(c->spill_fd);
-		c->spill_fd = -1;
-	}
+	sbx_upload_abort(&c->spill); /* published: only closes */
 	if (!sbx_collector_truncated(c)) {
 		char *all = xmalloc(c->total + 1);
 		size_t n = copy_last(c, all, c->total);
@@ -382,8 +346,7 @@ void sbx_collector_free(struct sbx_collector **pc)
 	if (!pc || !*pc)
 		return;
 	c = *pc;
-	if (c->spill_fd >= 0)
-		close(c->spill_fd);
+	sbx_upload_abort(&c->spill);
 	free(c->head);
 	free(c->ring);
 	free(c->spill_rel);

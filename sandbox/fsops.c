@@ -206,9 +206,10 @@ static int open_read_once(const struct sbx_workspace *ws, const char *rel, int *
 		r = -SBX_E_SPECIAL;
 		goto out;
 	}
-	/* O_NONBLOCK: should a FIFO have been swapped in, the open does not
-	 * wait for a writer; the fstat below then refuses it. */
-	fd = sbx_ws_openat(ws, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
+	/* Non-blocking (as every workspace open): should a FIFO have been
+	 * swapped in, the open does not wait for a writer; the fstat below
+	 * then refuses it. */
+	fd = sbx_ws_openat(ws, rel, O_RDONLY, 0);
 	if (fd < 0) {
 		r = fd;
 		goto out;
@@ -225,13 +226,7 @@ static int open_read_once(const struct sbx_workspace *ws, const char *rel, int *
 		r = 1;
 		goto out;
 	}
-	/* Blocking again. The status flags F_SETFL can change are exactly
-	 * those of the open above minus O_NONBLOCK: none (O_APPEND, O_ASYNC,
-	 * O_DIRECT, O_NOATIME were not asked for), so no F_GETFL first. */
-	if (fcntl(fd, F_SETFL, 0) < 0) {
-		r = -errno;
-		goto out;
-	}
+	/* O_NONBLOCK stays: it means nothing for a regular file. */
 	*fdp = fd;
 	*size = (uint64_t)st.st_size;
 	fd = -1;
@@ -661,6 +656,16 @@ int sbx_upload_commit(struct sbx_upload **pup, uint64_t *size)
 out:
 	upload_free(up, true);
 	return r;
+}
+
+int sbx_upload_publish(struct sbx_upload *up)
+{
+	if (!up || !up->tmp[0])
+		return -EINVAL;
+	if (renameat(up->dirfd, up->tmp, up->dirfd, up->leaf) < 0)
+		return -errno;
+	up->tmp[0] = '\0';
+	return 0;
 }
 
 void sbx_upload_abort(struct sbx_upload **pup)

@@ -91,7 +91,13 @@ int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n);
 /* fsync, rename into place, fsync the directory, free. *size = bytes. On
  * error the temp file is removed and the upload freed all the same. */
 int sbx_upload_commit(struct sbx_upload **up, uint64_t *size);
-/* Remove the temp file and free. Accepts NULL / *up NULL. */
+/* Rename the temp file into place now and keep writing to it (spill
+ * files: whatever a command planted at the target, a FIFO, a socket or a
+ * link, is replaced by the server's own regular file, which is then
+ * written through the fd, never reopened by name). No fsync. Afterwards
+ * abort only closes. -EISDIR if a directory took the target's place. */
+int sbx_upload_publish(struct sbx_upload *up);
+/* Remove the temp file (unless published) and free. Accepts NULL / *up NULL. */
 void sbx_upload_abort(struct sbx_upload **up);
 /* begin + write + commit of a buffer. */
 int sbx_fs_write(const struct sbx_workspace *ws, const char *rel, const void *p, size_t n, bool mkparents);

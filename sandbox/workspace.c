@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/errors.h"
@@ -249,10 +250,18 @@ void sbx_path_wire(const char *rel, char *out, size_t outsz)
 		snprintf(out, outsz, "/workspace/%s", rel);
 }
 
+/* Every open beneath a workspace is non-blocking and never takes a
+ * controlling terminal: a FIFO or a device a command planted there opens
+ * at once (or fails with ENXIO) instead of holding a server thread, and
+ * callers check the type of what they got (security.md item 7). O_PATH
+ * opens are exempt: they open nothing, and openat2 allows no other flag
+ * beside them. */
 static int openat2_retry(int dirfd, const char *path, int flags, mode_t mode, uint64_t resolve)
 {
+	/* O_PATH opens nothing (and openat2 refuses other flags with it). */
+	int safe = (flags & O_PATH) ? O_CLOEXEC : O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
 	struct open_how how = {
-	    .flags = (uint64_t)(flags | O_CLOEXEC),
+	    .flags = (uint64_t)(flags | safe),
 	    .mode = (flags & (O_CREAT | __O_TMPFILE)) ? mode : 0,
 	    .resolve = resolve,
 	};
@@ -540,4 +549,74 @@ bool sbx_openat2_supported(void)
 		return true;
 	}
 	return errno != ENOSYS;
+}
+
+/* The child: take the identity, walk the prefixes of dir, and exit with
+ * the number of the first one it cannot search (0: all fine). Only
+ * system calls: the parent may have threads. */
+static int reach_child(const char *dir, uid_t uid, gid_t gid)
+{
+	char prefix[PATH_MAX];
+	size_t n = strlen(dir);
+	int comp = 0;
+
+	if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
+	    syscall(SYS_setresuid, uid, uid, uid) < 0)
+		return 255;
+	if (n == 0 || n >= sizeof(prefix) || dir[0] != '/')
+		return 254;
+	for (size_t i = 1; i <= n; i++) {
+		if (dir[i] != '/' && dir[i] != '\0')
+			continue;
+		comp++;
+		memcpy(prefix, dir, i);
+		prefix[i] = '\0';
+		if (access(prefix, X_OK) < 0)
+			return comp < 250 ? comp : 250;
+	}
+	return 0;
+}
+
+int sbx_workspace_reachable(const char *dir, uid_t uid, gid_t gid, char *blocked, size_t blocked_sz)
+{
+	char *abs = NULL;
+	int status, comp;
+	pid_t pid;
+
+	abs = realpath(dir, NULL);
+	if (!abs)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		free(abs);
+		return -errno;
+	}
+	if (pid == 0)
+		_exit(reach_child(abs, uid, gid));
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR) {
+			free(abs);
+			return -errno;
+		}
+	}
+	comp = WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+	if (comp == 0) {
+		free(abs);
+		return 0;
+	}
+	if (comp >= 254) {
+		free(abs);
+		return comp == 255 ? -EPERM : -EINVAL;
+	}
+	/* The comp-th component's prefix. */
+	size_t i = 0;
+	for (int c = 0; c < comp && abs[i]; ) {
+		i++;
+		if (abs[i] == '/' || abs[i] == '\0')
+			c++;
+	}
+	abs[i] = '\0';
+	snprintf(blocked, blocked_sz, "%s", abs);
+	free(abs);
+	return -EACCES;
 }

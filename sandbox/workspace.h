@@ -47,6 +47,14 @@ int sbx_workspace_open(struct sbx_workspace **out, const char *host_dir, const s
 void sbx_workspace_free(struct sbx_workspace **ws);
 int sbx_workspace_dirfd(const struct sbx_workspace *ws);
 const char *sbx_workspace_host_dir(const struct sbx_workspace *ws);
+
+/* Whether uid:gid (no supplementary groups) can reach dir: every
+ * directory from / down to dir searchable by it, as the kernel decides
+ * (a child process takes that identity and tries; ACLs and LSMs count).
+ * 0, or -EACCES with the first directory it cannot pass copied to
+ * blocked; other -errno when the check itself failed. Call it before any
+ * thread of the server starts (it forks). */
+int sbx_workspace_reachable(const char *dir, uid_t uid, gid_t gid, char *blocked, size_t blocked_sz);
 const struct sbx_owner *sbx_workspace_owner(const struct sbx_workspace *ws);
 
 /* Normalise a wire path (wire_len bytes, may contain NUL: refused) into
@@ -61,7 +69,8 @@ void sbx_path_wire(const char *rel, char *out, size_t outsz);
 
 /* openat2(RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV) of rel
  * beneath the workspace fd ("" opens the root itself); EAGAIN retried a few
- * times. Returns the fd or a negative errno; an escape (EXDEV, or a symlink
+ * times. Always O_CLOEXEC|O_NONBLOCK|O_NOCTTY: opening what a command
+ * planted (a FIFO, a device) never blocks; check the type after opening. Returns the fd or a negative errno; an escape (EXDEV, or a symlink
  * leading out) is -EXDEV. */
 int sbx_ws_openat(const struct sbx_workspace *ws, const char *rel, int flags, mode_t mode);
 
