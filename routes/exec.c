@@ -569,10 +569,6 @@ int route_exec_post(struct req *r)
 				   start_json(j->id, p.command, r->session_key, r->session_key_len, cwd_wire,
 					      row.started_at));
 
-	/* cgroups are host-wide: the uid range (distinct per server on a host)
-	 * keeps two servers' tenant and exec names apart. */
-	char cgroup[192];
-	snprintf(cgroup, sizeof cgroup, "sandboxd/%lld/%s/%s", (long long)cfg->uid_base, j->tenant->name, j->id);
 	struct sbx_exec_req er = {
 		.backend = a->backend,
 		.ws = j->tenant->ws,
@@ -587,7 +583,6 @@ int route_exec_post(struct req *r)
 			.limits = { .mem_bytes = (uint64_t)cfg->mem_limit_bytes, .nproc = (uint64_t)cfg->nproc_limit,
 				    .fsize_bytes = (uint64_t)cfg->fsize_limit_bytes, .nofile = (uint64_t)cfg->nofile_limit,
 				    .tmp_bytes = (uint64_t)cfg->tmp_size_bytes },
-			.cgroup_name = cgroup,
 		},
 		.id = j->id,
 		.timeout_ms = (uint64_t)p.timeout_s * 1000,

@@ -17,6 +17,8 @@ int route_healthz(struct req *r)
 	return reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+#define RUNNER_STALL_MS 5000
+
 int route_readyz(struct req *r)
 {
 	struct app *a = r->app;
@@ -32,6 +34,22 @@ int route_readyz(struct req *r)
 	json_object_set_new(body, "workspace",
 			    json_pack("{s:s, s:s}", "status", paths_ok ? "ok" : "unavailable", "detail",
 				      paths_ok ? "openat2 path resolution" : "openat2 unavailable (Linux 5.6+ needed)"));
+	/* The watchdog: a runner turn never waits on a tenant, so one that
+	 * lasts seconds means no command starts, ends or times out. */
+	const char *step = "";
+	int64_t busy_ms = a->runner ? sbx_runner_busy_ms(a->runner, &step) : 0;
+	bool runner_ok = busy_ms < RUNNER_STALL_MS;
+	char runner_msg[128];
+	if (runner_ok)
+		snprintf(runner_msg, sizeof runner_msg, "turning");
+	else
+		snprintf(runner_msg, sizeof runner_msg, "stalled for %lld ms (%s)", (long long)busy_ms, step);
+	json_object_set_new(body, "runner",
+			    json_pack("{s:s, s:s}", "status", runner_ok ? "ok" : "unavailable", "detail", runner_msg));
+	if (!runner_ok) {
+		ready = false;
+		json_object_set_new(body, "status", json_string("unavailable"));
+	}
 	if (a->stopping)
 		json_object_set_new(body, "stopping", json_true());
 	return reply_json(r, ready ? 200 : 503, body);

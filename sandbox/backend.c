@@ -1,6 +1,7 @@
 #include "sandbox/backend.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sched.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/errors.h"
+#include "common/log.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
 #include "sandbox/cgroup.h"
@@ -42,6 +44,7 @@
 enum child_step {
 	STEP_NONE,
 	STEP_SETSID,
+	STEP_CGROUP,
 	STEP_RLIMIT,
 	STEP_SETGROUPS,
 	STEP_SETRESGID,
@@ -100,7 +103,6 @@ void sbx_launch_init(struct sbx_launch *l)
 	int i;
 
 	memset(l, 0, sizeof(*l));
-	l->keep_fd = -1;
 	for (i = 0; i < 3; i++)
 		l->std_fds[i] = -1;
 	for (i = 0; i < SBX_LAUNCH_MAX_CGROUPS; i++)
@@ -113,9 +115,19 @@ void sbx_launch_release(struct sbx_launch *l)
 	sbx_strv_free(&l->envp);
 	free(l->cwd);
 	l->cwd = NULL;
-	if (l->keep_fd >= 0)
-		close(l->keep_fd);
-	l->keep_fd = -1;
+	for (int i = 0; i < l->n_keep; i++)
+		close(l->keep_fds[i]);
+	l->n_keep = 0;
+}
+
+int sbx_launch_keep(struct sbx_launch *l, int fd)
+{
+	if (l->n_keep >= SBX_LAUNCH_MAX_KEEP) {
+		close(fd);
+		return -EMFILE;
+	}
+	l->keep_fds[l->n_keep] = fd;
+	return 3 + l->n_keep++;
 }
 
 CHILD_FN static void child_fail(struct sbx_launch *l, int step)
@@ -133,8 +145,8 @@ CHILD_FN static int child_main(void *arg)
 	static const uint64_t empty_mask;
 	static char *const empty_env[] = {NULL};
 	struct sbx_launch *l = arg;
-	int hi[4];
-	int i;
+	int hi[3 + SBX_LAUNCH_MAX_KEEP];
+	int i, n_fds;
 
 	/* No handler of the server may run in the child: signals were
 	 * blocked by the parent around clone; reset every disposition
@@ -147,31 +159,35 @@ CHILD_FN static int child_main(void *arg)
 	if (syscall(SYS_setsid) < 0)
 		child_fail(l, STEP_SETSID);
 
-	/* Join the cgroups while still privileged; failure degrades. */
-	for (i = 0; i < l->n_cgroup_fds; i++)
-		syscall(SYS_write, l->cgroup_fds[i], "0\n", 2);
+	/* Join the cgroups while still privileged; without them the
+	 * command does not run. */
+	for (i = 0; i < l->n_cgroup_fds; i++) {
+		if (syscall(SYS_write, l->cgroup_fds[i], "0\n", 2) != 2)
+			child_fail(l, STEP_CGROUP);
+	}
 
 	/* The fds first: RLIMIT_NOFILE below must not stop the copies (a
 	 * server with a thousand connections has no free fd under 1024).
 	 * Move the sources out of the way first, so that any overlap between
-	 * them and 0..3 cannot clobber one before it is copied. */
-	for (i = 0; i < 4; i++) {
-		int src = i < 3 ? l->std_fds[i] : l->keep_fd;
+	 * them and 0..n cannot clobber one before it is copied. */
+	n_fds = 3 + l->n_keep;
+	for (i = 0; i < n_fds; i++) {
+		int src = i < 3 ? l->std_fds[i] : l->keep_fds[i - 3];
 		long r;
 
 		hi[i] = -1;
 		if (src < 0)
 			continue;
-		r = syscall(SYS_fcntl, src, F_DUPFD, 10);
+		r = syscall(SYS_fcntl, src, F_DUPFD, 3 + SBX_LAUNCH_MAX_KEEP);
 		if (r < 0)
 			child_fail(l, STEP_DUPFD);
 		hi[i] = (int)r;
 	}
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < n_fds; i++) {
 		if (hi[i] >= 0 && syscall(SYS_dup3, hi[i], i, 0) < 0)
 			child_fail(l, STEP_DUP3);
 	}
-	if (syscall(SYS_close_range, hi[3] >= 0 ? 4U : 3U, ~0U, 0) < 0)
+	if (syscall(SYS_close_range, (unsigned)n_fds, ~0U, 0) < 0)
 		child_fail(l, STEP_CLOSE_RANGE);
 
 	for (i = 0; i < l->n_rlimits; i++) {
@@ -327,9 +343,11 @@ int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *c
 		return -EINVAL;
 	b = xcalloc(1, sizeof(*b));
 	b->ops = ops;
-	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe();
+	b->cgroup_root = xstrdup(cfg->cgroup_root ? cfg->cgroup_root : "sandboxd/default");
+	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe(b->cgroup_root);
 	rc = ops->init(b, cfg);
 	if (rc < 0) {
+		free(b->cgroup_root);
 		free(b);
 		return rc;
 	}
@@ -345,6 +363,7 @@ void sbx_backend_free(struct sbx_backend **pb)
 		return;
 	b = *pb;
 	b->ops->fini(b);
+	free(b->cgroup_root);
 	free(b);
 	*pb = NULL;
 }
@@ -416,13 +435,19 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 	l.gid = req->gid;
 	l.pdeathsig = true;
 
-	if (b->cgroups && req->cgroup_name && sbx_cgroup_name_ok(req->cgroup_name)) {
-		int n = sbx_cgroup_prepare(req->cgroup_name, &req->limits, l.cgroup_fds);
+	if (b->cgroups) {
+		int n = sbx_cgroup_prepare(b->cgroup_root, req->uid, req->seq, &req->limits, l.cgroup_fds);
 
-		if (n > 0) {
-			l.n_cgroup_fds = n;
-			cgroup_made = true;
+		if (n < 0) {
+			/* Limits are in force: without them the command does not run. */
+			b->refused_limits++;
+			log_msg("error", "command %" PRIu64 " refused: its cgroup cannot be made: %s", req->seq,
+				strerror(-n));
+			rc = -SBX_E_BACKEND;
+			goto out;
 		}
+		l.n_cgroup_fds = n;
+		cgroup_made = true;
 	}
 
 	rc = sbx_launch_start(&l, pid, pidfd);
@@ -430,8 +455,14 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		if (l.exec_fail_is_backend && l.child_step == STEP_EXEC &&
 		    (rc == -ENOENT || rc == -EACCES || rc == -ENOEXEC))
 			rc = -SBX_E_BACKEND;
+		if (l.child_step == STEP_CGROUP) {
+			b->refused_limits++;
+			log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s", req->seq,
+				strerror(-rc));
+			rc = -SBX_E_BACKEND;
+		}
 		if (cgroup_made)
-			sbx_cgroup_remove(req->cgroup_name);
+			sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
 	}
 out:
 	for (i = 0; i < l.n_cgroup_fds; i++)
@@ -444,9 +475,19 @@ out:
 
 void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req)
 {
-	if (!b || !req || !b->cgroups || !req->cgroup_name || !sbx_cgroup_name_ok(req->cgroup_name))
+	if (!b || !req || !b->cgroups)
 		return;
-	sbx_cgroup_remove(req->cgroup_name);
+	sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
+}
+
+int sbx_backend_sweep(struct sbx_backend *b)
+{
+	return b && b->cgroups ? sbx_cgroup_sweep(b->cgroup_root) : 0;
+}
+
+uint64_t sbx_backend_refused_limits(const struct sbx_backend *b)
+{
+	return b ? b->refused_limits : 0;
 }
 
 int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz)

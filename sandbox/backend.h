@@ -25,13 +25,14 @@ struct sbx_spawn_req {
 	gid_t gid;
 	bool drop_privs;
 	struct sbx_limits limits;
-	const char *cgroup_name;        /* cgroup to put the command in, e.g. "sandboxd/<tenant>/<exec id>" or NULL */
+	uint64_t seq;                   /* server-made command number (the runner's job id): names its cgroup */
 	int stdin_fd, stdout_fd, stderr_fd; /* the child's ends (-1: /dev/null); the caller closes its copies */
 };
 
 struct sbx_backend_config {
 	const char *name;       /* "bwrap" or "local" */
-	bool use_cgroups;       /* try cgroup v1/v2 memory and pids limits */
+	bool use_cgroups;       /* cgroup v1 memory and pids limits where the host allows them */
+	const char *cgroup_root; /* the server's own group, e.g. "sandboxd/<uid-base>" (NULL: "sandboxd/default") */
 	const char *bwrap_path; /* NULL: /usr/bin/bwrap */
 };
 
@@ -47,12 +48,23 @@ const char *sbx_backend_name(const struct sbx_backend *b);
  * the long-lived runner thread (bwrap's --die-with-parent is per thread).
  * Every fd above 2 is closed in the child except what bwrap must read.
  * *pid is the process (group leader); *pidfd a pidfd for it (O_CLOEXEC).
+ * When cgroups are in force and the command's group cannot be made or
+ * joined, the command does not run (fail closed): -SBX_E_BACKEND, and
+ * sbx_backend_refused_limits counts it.
  * Errors: -SBX_E_BACKEND when the backend cannot start anything, else
  * -errno. */
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
 
-/* Clean up after a command ended (e.g. remove its cgroup). */
+/* Clean up after a command ended (remove its cgroup). */
 void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req);
+
+/* At start: remove the cgroups (and kill the processes) an earlier run of
+ * this server left behind, e.g. after a kill -9. Returns how many groups
+ * were removed. */
+int sbx_backend_sweep(struct sbx_backend *b);
+
+/* Commands refused because their limits could not be applied. */
+uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);
 
 /* 0 when usable; fills msg with a one-line status either way, e.g.
  * "bwrap 0.8.0; cgroup memory+pids: v1; seccomp: on". */

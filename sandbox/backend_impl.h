@@ -20,6 +20,7 @@ void sbx_strv_free(struct sbx_strv *sv);
 
 #define SBX_LAUNCH_MAX_RLIMITS 5
 #define SBX_LAUNCH_MAX_CGROUPS 2
+#define SBX_LAUNCH_MAX_KEEP 12
 
 /* Everything the child does between clone and execve, decided in the
  * parent so the child only makes system calls. */
@@ -29,7 +30,8 @@ struct sbx_launch {
 	struct sbx_strv argv;
 	struct sbx_strv envp;
 	char *cwd;		   /* chdir before exec, or NULL */
-	int keep_fd;		   /* dup'd to fd 3 in the child (bwrap --seccomp 3), or -1; owned */
+	int keep_fds[SBX_LAUNCH_MAX_KEEP]; /* keep_fds[i] becomes fd 3 + i in the child; owned */
+	int n_keep;
 	bool exec_fail_is_backend; /* execve failing means the backend is unusable */
 
 	/* filled by the dispatch */
@@ -52,7 +54,10 @@ struct sbx_launch {
 };
 
 void sbx_launch_init(struct sbx_launch *l);
-/* Frees argv, envp, cwd and closes keep_fd. */
+/* Hand fd (owned from now on) to the child as fd 3 + n_keep; returns that
+ * number, or -EMFILE (the fd is closed) when there is no room. */
+int sbx_launch_keep(struct sbx_launch *l, int fd);
+/* Frees argv, envp, cwd and closes the keep_fds. */
 void sbx_launch_release(struct sbx_launch *l);
 /* Start l in a new session. On success *pid and *pidfd (O_CLOEXEC) are
  * set. Errors: -errno of the failing step in the child (execve, chdir,
@@ -66,7 +71,7 @@ struct sbx_backend_ops {
 	const char *name;
 	int (*init)(struct sbx_backend *b, const struct sbx_backend_config *cfg);
 	void (*fini)(struct sbx_backend *b);
-	/* Fill l->path, argv, envp, cwd, keep_fd for req. */
+	/* Fill l->path, argv, envp, cwd, keep_fds for req. */
 	int (*prepare)(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l);
 	/* Backend-specific part of the health line; 0 or -SBX_E_BACKEND. */
 	int (*health)(struct sbx_backend *b, char *msg, size_t msgsz);
@@ -75,6 +80,8 @@ struct sbx_backend_ops {
 struct sbx_backend {
 	const struct sbx_backend_ops *ops;
 	bool cgroups; /* use_cgroups asked for and the host allows it */
+	char *cgroup_root;
+	_Atomic uint64_t refused_limits;
 	void *priv;
 };
 

@@ -10,7 +10,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <dirent.h>
 
+#include "common/xmalloc.h"
 #include "sandbox/backend.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
@@ -42,27 +44,7 @@ static int write_file(const char *path, const char *s)
 	return rc;
 }
 
-bool sbx_cgroup_probe(void)
-{
-	char path[256];
-	size_t i;
-
-	for (i = 0; i < 2; i++) {
-		snprintf(path, sizeof(path), CG_ROOT "/%s/cgroup.procs", ctrls[i].hier);
-		if (access(path, W_OK) < 0)
-			return false;
-		/* v1 only: the controller's own files sit in the hierarchy. */
-		snprintf(path, sizeof(path), CG_ROOT "/%s/sandboxd", ctrls[i].hier);
-		if (mkdir(path, 0755) < 0 && errno != EEXIST)
-			return false;
-		snprintf(path, sizeof(path), CG_ROOT "/%s/sandboxd/%s", ctrls[i].hier, ctrls[i].limit_file);
-		if (access(path, W_OK) < 0)
-			return false;
-	}
-	return true;
-}
-
-bool sbx_cgroup_name_ok(const char *name)
+static bool name_ok(const char *name)
 {
 	size_t i, len, comp = 0;
 
@@ -91,15 +73,16 @@ bool sbx_cgroup_name_ok(const char *name)
 	return true;
 }
 
-/* mkdir -p below <root>/<hier>; the leaf must be new (EEXIST means a
- * leftover or a name reused: take it over, it is ours). */
-static int mkdir_p(const char *hier, const char *name)
+/* mkdir -p of <CG_ROOT>/<hier>/<rel>; each step must end as a directory
+ * (EEXIST of a control file is not success). */
+static int mkdir_p(const char *hier, const char *rel)
 {
 	char path[512];
 	size_t base, i;
+	struct stat st;
 	int n;
 
-	n = snprintf(path, sizeof(path), CG_ROOT "/%s/%s", hier, name);
+	n = snprintf(path, sizeof(path), CG_ROOT "/%s/%s", hier, rel);
 	if (n < 0 || (size_t)n >= sizeof(path))
 		return -ENAMETOOLONG;
 	base = strlen(CG_ROOT) + 1 + strlen(hier) + 1;
@@ -109,8 +92,14 @@ static int mkdir_p(const char *hier, const char *name)
 		char saved = path[i];
 
 		path[i] = '\0';
-		if (mkdir(path, 0755) < 0 && errno != EEXIST)
-			return -errno;
+		if (mkdir(path, 0755) < 0) {
+			if (errno != EEXIST)
+				return -errno;
+			if (lstat(path, &st) < 0)
+				return -errno;
+			if (!S_ISDIR(st.st_mode))
+				return -ENOTDIR;
+		}
 		path[i] = saved;
 		if (saved == '\0')
 			break;
@@ -118,83 +107,133 @@ static int mkdir_p(const char *hier, const char *name)
 	return 0;
 }
 
-static void rmdir_leaf(const char *hier, const char *name)
+static void kill_procs(const char *dir)
 {
-	char path[512], procs[560], buf[4096];
-	int attempt;
+	char procs[600], buf[4096];
+	ssize_t n;
+	int fd;
+
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+	fd = open(procs, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	for (char *p = buf, *end;; p = end) {
+		long pid = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		if (pid > 1)
+			kill((pid_t)pid, SIGKILL);
+	}
+}
+
+/* rmdir one group, killing what is left in it. EBUSY right after the reap
+ * is common (3-37 % of bwrap execs on a busy 2-vCPU VM): the sandbox's
+ * last tasks are still being released. Back off from 50 us, doubling to
+ * 10 ms, so the usual case costs well under a millisecond; give up after
+ * ~1 s of sleep. Returns 0 when the group is gone. */
+static int rmdir_group(const char *path)
+{
 	long wait_ns = 50 * 1000, slept_ns = 0;
 
-	snprintf(path, sizeof(path), CG_ROOT "/%s/%s", hier, name);
-	snprintf(procs, sizeof(procs), "%s/cgroup.procs", path);
-	/* EBUSY right after the reap is common (3-37 % of bwrap execs on a
-	 * busy 2-vCPU VM): the sandbox's last tasks are still being released.
-	 * Back off from 50 us, doubling to 10 ms, so the usual case costs well
-	 * under a millisecond rather than a fixed 10 ms on the runner thread.
-	 * The bound is the old one: it gives up after ~1 s of sleep (the old
-	 * 100 x 10 ms), now at most ~107 attempts. */
-	for (attempt = 0; attempt < 200 && slept_ns < 1000L * 1000 * 1000; attempt++) {
+	for (int attempt = 0; attempt < 200 && slept_ns < 1000L * 1000 * 1000; attempt++) {
 		struct timespec ts = {0, wait_ns};
-		ssize_t n;
-		int fd;
 
 		if (rmdir(path) == 0 || errno == ENOENT)
-			return;
+			return 0;
 		if (errno != EBUSY)
-			return;
-		/* Something still runs in there (a detached child): kill it. */
-		fd = open(procs, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			return;
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n > 0) {
-			char *p = buf, *end;
-
-			buf[n] = '\0';
-			for (;;) {
-				long pid = strtol(p, &end, 10);
-
-				if (end == p)
-					break;
-				if (pid > 1)
-					kill((pid_t)pid, SIGKILL);
-				p = end;
-			}
-		}
+			return -errno;
+		kill_procs(path);
 		nanosleep(&ts, NULL);
 		slept_ns += wait_ns;
 		if (wait_ns < 10L * 1000 * 1000)
 			wait_ns = wait_ns * 2 < 10L * 1000 * 1000 ? wait_ns * 2 : 10L * 1000 * 1000;
 	}
+	return -EBUSY;
 }
 
-int sbx_cgroup_prepare(const char *name, const struct sbx_limits *lim, int fds[2])
+static int group_path(char *out, size_t outsz, const char *hier, const char *root, uid_t uid, uint64_t seq)
 {
-	char path[560], val[32];
+	int n = snprintf(out, outsz, CG_ROOT "/%s/%s/u%u/j%" PRIu64, hier, root, (unsigned)uid, seq);
+
+	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
+}
+
+bool sbx_cgroup_probe(const char *root)
+{
+	char path[512];
 	size_t i;
-	int made = 0;
+
+	if (!name_ok(root))
+		return false;
+	for (i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), CG_ROOT "/%s/cgroup.procs", ctrls[i].hier);
+		if (access(path, W_OK) < 0)
+			return false;
+		if (mkdir_p(ctrls[i].hier, root) < 0)
+			return false;
+		/* v1 only: the controller's own files sit in every group. */
+		snprintf(path, sizeof(path), CG_ROOT "/%s/%s/%s", ctrls[i].hier, root, ctrls[i].limit_file);
+		if (access(path, W_OK) < 0)
+			return false;
+	}
+	return true;
+}
+
+int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim, int fds[2])
+{
+	char rel[300], path[600], val[32];
+	size_t i, made = 0;
 	int rc;
 
 	fds[0] = fds[1] = -1;
-	if (!sbx_cgroup_name_ok(name))
+	if (!name_ok(root))
 		return -EINVAL;
+	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
 	for (i = 0; i < 2; i++) {
 		uint64_t v = i == 0 ? lim->mem_bytes : lim->nproc;
 
-		rc = mkdir_p(ctrls[i].hier, name);
+		rc = mkdir_p(ctrls[i].hier, rel);
 		if (rc < 0)
 			goto fail;
+		rc = group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq);
+		if (rc < 0)
+			goto fail;
+		if (mkdir(path, 0755) < 0) {
+			if (errno != EEXIST) {
+				rc = -errno;
+				goto fail;
+			}
+			/* A leftover of an earlier run with the same number. */
+			rc = rmdir_group(path);
+			if (rc < 0)
+				goto fail;
+			if (mkdir(path, 0755) < 0) {
+				rc = -errno;
+				goto fail;
+			}
+		}
 		made++;
 		if (v) {
-			snprintf(path, sizeof(path), CG_ROOT "/%s/%s/%s", ctrls[i].hier, name,
-				 ctrls[i].limit_file);
+			char file[640];
+
+			snprintf(file, sizeof(file), "%s/%s", path, ctrls[i].limit_file);
 			snprintf(val, sizeof(val), "%" PRIu64, v);
-			rc = write_file(path, val);
+			rc = write_file(file, val);
 			if (rc < 0)
 				goto fail;
 		}
-		snprintf(path, sizeof(path), CG_ROOT "/%s/%s/cgroup.procs", ctrls[i].hier, name);
-		fds[i] = open(path, O_WRONLY | O_CLOEXEC);
+		{
+			char file[640];
+
+			snprintf(file, sizeof(file), "%s/cgroup.procs", path);
+			fds[i] = open(file, O_WRONLY | O_CLOEXEC);
+		}
 		if (fds[i] < 0) {
 			rc = -errno;
 			goto fail;
@@ -207,17 +246,62 @@ fail:
 			close(fds[i]);
 		fds[i] = -1;
 	}
-	for (i = 0; i < (size_t)made; i++)
-		rmdir_leaf(ctrls[i].hier, name);
+	for (i = 0; i < made; i++) {
+		if (group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq) == 0)
+			rmdir_group(path);
+	}
 	return rc;
 }
 
-void sbx_cgroup_remove(const char *name)
+void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq)
 {
-	size_t i;
+	char path[600];
 
-	if (!sbx_cgroup_name_ok(name))
+	if (!name_ok(root))
 		return;
-	for (i = 0; i < 2; i++)
-		rmdir_leaf(ctrls[i].hier, name);
+	for (size_t i = 0; i < 2; i++) {
+		if (group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq) == 0)
+			rmdir_group(path);
+	}
+}
+
+/* Remove every group below dir (not dir itself), deepest first. */
+static int sweep_dir(const char *dir, int depth)
+{
+	DIR *d;
+	struct dirent *de;
+	int removed = 0;
+
+	if (depth > 4)
+		return 0;
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char *sub;
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		sub = xasprintf("%s/%s", dir, de->d_name);
+		removed += sweep_dir(sub, depth + 1);
+		if (rmdir_group(sub) == 0)
+			removed++;
+		free(sub);
+	}
+	closedir(d);
+	return removed;
+}
+
+int sbx_cgroup_sweep(const char *root)
+{
+	char path[512];
+	int removed = 0;
+
+	if (!name_ok(root))
+		return 0;
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), CG_ROOT "/%s/%s", ctrls[i].hier, root);
+		removed += sweep_dir(path, 0);
+	}
+	return removed;
 }

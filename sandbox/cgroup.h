@@ -1,22 +1,34 @@
 #pragma once
-/* cgroup v1 memory and pids limits for one command (the hierarchies this
- * kind of host gives root; the v2 mount has no controllers). Everything
- * here degrades: a failure means "rlimits only", never a failed spawn. */
+/* cgroup v1 memory and pids limits (the hierarchies this kind of host
+ * gives root; the v2 mount has no controllers). Every name here is made by
+ * the server, never taken from a client (security.md item 8):
+ *
+ *     /sys/fs/cgroup/{memory,pids}/<root>/u<uid>/j<seq>
+ *
+ * root is the server's own ("sandboxd/<uid-base>": distinct per server on
+ * a host), u<uid> the tenant's parent, j<seq> one command, seq a number
+ * the runner counts. A command's group is always new: an existing one is
+ * a leftover, removed first, and a control file in its place is refused. */
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 struct sbx_limits;
 
-/* true when /sys/fs/cgroup/{memory,pids} are v1 hierarchies we can write. */
-bool sbx_cgroup_probe(void);
+/* true when /sys/fs/cgroup/{memory,pids} are v1 hierarchies we can write;
+ * creates <root> in both. root: "a/b" of [A-Za-z0-9_.-] components. */
+bool sbx_cgroup_probe(const char *root);
 
-/* name: "a/b/c" of [A-Za-z0-9_.-] components, no "." or "..". */
-bool sbx_cgroup_name_ok(const char *name);
+/* Create the command's group in memory and pids, set memory.limit_in_bytes
+ * and pids.max from lim (when non-zero) and open each cgroup.procs
+ * (O_WRONLY|O_CLOEXEC) into fds[0..1]. Returns 2, or -errno with nothing
+ * left open and nothing left behind: the command must then not run. */
+int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim, int fds[2]);
 
-/* Create <hier>/<name> in memory and pids, set memory.limit_in_bytes and
- * pids.max from lim (when non-zero) and open each cgroup.procs (O_WRONLY,
- * O_CLOEXEC) into fds[0..1]. Returns the number of fds opened (2), or
- * -errno with nothing left open (groups created are removed). */
-int sbx_cgroup_prepare(const char *name, const struct sbx_limits *lim, int fds[2]);
+/* Kill whatever is left in the command's groups and rmdir them. */
+void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq);
 
-/* Kill whatever is left in the groups and rmdir them. */
-void sbx_cgroup_remove(const char *name);
+/* At start: kill every process left below <root> by an earlier run of this
+ * server and remove its groups, bottom up. Returns how many groups were
+ * removed (>= 0). */
+int sbx_cgroup_sweep(const char *root);

@@ -55,7 +55,7 @@ struct job {
 
 	/* the deep copy of the request */
 	struct sbx_exec_req req;
-	char *command, *cwd_rel, *host_dir, *cgroup_name, *exec_id;
+	char *command, *cwd_rel, *host_dir, *exec_id;
 	char **env;
 	char *stdin_data;
 	sbx_event_cb cb;
@@ -84,6 +84,14 @@ struct sbx_runner {
 	bool stop;
 	size_t active;
 	uint64_t next_id;
+
+	/* the watchdog's view, written by the runner thread */
+	_Atomic int64_t busy_since; /* mono ms the turn began, 0 when waiting */
+	_Atomic(const char *) step;
+	pthread_mutex_t done_mu;
+	pthread_cond_t done_cv;
+	bool done; /* under done_mu: the thread has left its loop */
+	bool joined;
 
 	/* runner thread only */
 	pthread_t thread;
@@ -142,7 +150,6 @@ static void job_free(struct job *j)
 	free(j->command);
 	free(j->cwd_rel);
 	free(j->host_dir);
-	free(j->cgroup_name);
 	free(j->exec_id);
 	if (j->env) {
 		for (char **e = j->env; *e; e++)
@@ -165,7 +172,6 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 	if (!host && req->ws)
 		host = sbx_workspace_host_dir(req->ws);
 	j->host_dir = host ? xstrdup(host) : NULL;
-	j->cgroup_name = req->spawn.cgroup_name ? xstrdup(req->spawn.cgroup_name) : NULL;
 	j->exec_id = req->id ? xstrdup(req->id) : NULL;
 	if (req->spawn.env) {
 		while (req->spawn.env[n])
@@ -182,7 +188,6 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 	j->req.spawn.command = j->command;
 	j->req.spawn.cwd_rel = j->cwd_rel;
 	j->req.spawn.workspace_host_dir = j->host_dir;
-	j->req.spawn.cgroup_name = j->cgroup_name;
 	j->req.spawn.env = (const char *const *)j->env;
 	j->req.id = j->exec_id;
 	j->req.stdin_data = j->stdin_data;
@@ -668,6 +673,11 @@ static bool should_stop(struct sbx_runner *r)
 	return stop;
 }
 
+static void set_step(struct sbx_runner *r, const char *step)
+{
+	r->step = step;
+}
+
 static void *runner_main(void *arg)
 {
 	struct sbx_runner *r = arg;
@@ -675,14 +685,19 @@ static void *runner_main(void *arg)
 
 	for (;;) {
 		int64_t now, next = NO_DEADLINE;
-		int n = epoll_wait(r->epfd, evs, 64, -1);
+		int n;
 
+		r->busy_since = 0;
+		set_step(r, "waiting");
+		n = epoll_wait(r->epfd, evs, 64, -1);
+		r->busy_since = mono_ms();
 		if (n < 0 && errno != EINTR)
 			abort(); /* only EBADF/EFAULT/EINVAL: a bug */
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 
 			if (p == &r->efd_tag) {
+				set_step(r, "starting commands");
 				take_control(r);
 			} else if (p == &r->tfd_tag) {
 				uint64_t v;
@@ -692,9 +707,11 @@ static void *runner_main(void *arg)
 				}
 				r->armed = NO_DEADLINE;
 			} else {
+				set_step(r, "reading output");
 				handle_event(r, p, evs[i].events);
 			}
 		}
+		set_step(r, "finishing commands");
 		/* Jobs finish only here, after the batch: an event later in the
 		 * batch may still point at one. */
 		now = mono_ms();
@@ -717,6 +734,11 @@ static void *runner_main(void *arg)
 		if (should_stop(r))
 			break;
 	}
+	r->busy_since = 0;
+	pthread_mutex_lock(&r->done_mu);
+	r->done = true;
+	pthread_cond_broadcast(&r->done_cv);
+	pthread_mutex_unlock(&r->done_mu);
 	return NULL;
 }
 
@@ -729,7 +751,17 @@ int sbx_runner_new(struct sbx_runner **out)
 	r->epfd = r->efd = r->tfd = -1;
 	r->armed = NO_DEADLINE;
 	r->next_id = 1;
+	r->step = "waiting";
 	pthread_mutex_init(&r->mu, NULL);
+	pthread_mutex_init(&r->done_mu, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&r->done_cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	r->buf = xmalloc(READ_BUF);
 	r->epfd = epoll_create1(EPOLL_CLOEXEC);
 	r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -761,6 +793,8 @@ fail:
 	if (r->tfd >= 0)
 		close(r->tfd);
 	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->done_mu);
+	pthread_cond_destroy(&r->done_cv);
 	free(r->buf);
 	free(r);
 	return rc;
@@ -774,18 +808,50 @@ static void wake(struct sbx_runner *r)
 		;
 }
 
-void sbx_runner_stop(struct sbx_runner *r)
+int sbx_runner_stop_within(struct sbx_runner *r, int64_t timeout_ms)
 {
+	struct timespec until;
+	int rc = 0;
+
 	if (!r)
-		return;
+		return 0;
 	pthread_mutex_lock(&r->mu);
-	bool first = !r->stop;
 	r->stop = true;
 	pthread_mutex_unlock(&r->mu);
-	if (!first)
-		return;
 	sbx_runner_cancel_all(r);
-	pthread_join(r->thread, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (timeout_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&r->done_mu);
+	while (!r->done && rc == 0)
+		rc = pthread_cond_timedwait(&r->done_cv, &r->done_mu, &until);
+	bool done = r->done, join = done && !r->joined;
+	if (join)
+		r->joined = true;
+	pthread_mutex_unlock(&r->done_mu);
+	if (join)
+		pthread_join(r->thread, NULL);
+	return done ? 0 : -ETIMEDOUT;
+}
+
+void sbx_runner_stop(struct sbx_runner *r)
+{
+	while (r && sbx_runner_stop_within(r, 3600 * 1000) == -ETIMEDOUT)
+		;
+}
+
+int64_t sbx_runner_busy_ms(struct sbx_runner *r, const char **step)
+{
+	int64_t since = r ? r->busy_since : 0;
+	int64_t now = mono_ms();
+
+	if (step)
+		*step = r ? r->step : "stopped";
+	return since && now > since ? now - since : 0;
 }
 
 void sbx_runner_free(struct sbx_runner **pr)
@@ -800,6 +866,8 @@ void sbx_runner_free(struct sbx_runner **pr)
 	close(r->efd);
 	close(r->tfd);
 	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->done_mu);
+	pthread_cond_destroy(&r->done_cv);
 	free(r->buf);
 	free(r);
 	*pr = NULL;
@@ -822,6 +890,7 @@ int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_
 		return -ESHUTDOWN;
 	}
 	j->id = r->next_id++;
+	j->req.spawn.seq = j->id; /* the server's name for its cgroup */
 	j->next_all = r->all;
 	r->all = j;
 	if (r->pending_tail)

@@ -87,5 +87,15 @@ int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_
 int sbx_runner_cancel(struct sbx_runner *r, uint64_t job);
 /* Cancel every job (shutdown). */
 void sbx_runner_cancel_all(struct sbx_runner *r);
+/* The watchdog's view: how long the runner thread has been busy in its
+ * current turn (0 while it waits in epoll, as an idle runner does), and
+ * what it is doing (a static string, e.g. "spawning"). A turn never waits
+ * on anything a tenant controls, so a long one is a defect: /readyz turns
+ * 503 past a few seconds. Any thread may call it. */
+int64_t sbx_runner_busy_ms(struct sbx_runner *r, const char **step);
+/* sbx_runner_stop with a bound: -ETIMEDOUT when the thread has not ended
+ * within timeout_ms (it is then left running; the caller exits the
+ * process), else 0. */
+int sbx_runner_stop_within(struct sbx_runner *r, int64_t timeout_ms);
 /* Number of jobs running or queued. */
 size_t sbx_runner_active(struct sbx_runner *r);

@@ -41,24 +41,46 @@ static void on_signal(int sig)
 	errno = saved;
 }
 
-/* Remove temp files that interrupted writes left in every workspace. */
-static void sweep_workspaces(struct app *a)
+/* Check every tenant's workspace before serving: its uid must reach it
+ * (a data directory under a 0700 parent would make every command fail
+ * with a bwrap error while the probes said all is well), and temp files
+ * that interrupted writes left are removed. -1 when a tenant cannot reach
+ * its workspace. */
+static int prepare_workspaces(struct app *a)
 {
 	struct store_tenant *v = NULL;
 	size_t n = 0;
+	int rc = 0;
 	if (store_tenant_list(a->store, &v, &n) < 0)
-		return;
-	for (size_t i = 0; i < n; i++) {
+		return 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
 		struct tenant *t = NULL;
 		if (app_tenant_get(a, v[i].name, &t) < 0)
 			continue;
-		int removed = sbx_fs_sweep_temps(t->ws);
-		if (removed > 0)
-			log_msg("info", "removed %d temporary files of interrupted writes in tenant %s", removed,
-				t->name);
+		const char *dir = sbx_workspace_host_dir(t->ws);
+		char blocked[4096] = "";
+		int r = a->drop_privs ? sbx_workspace_reachable(dir, t->uid, t->gid, blocked, sizeof blocked) : 0;
+		if (r == -EACCES) {
+			fprintf(stderr,
+				"sandboxd: tenant %s (uid %u) cannot reach its workspace %s: %s is not searchable "
+				"by that uid. Fix: chmod o+x %s (0711 is enough), or put --data-dir where every "
+				"parent directory is searchable\n",
+				t->name, (unsigned)t->uid, dir, blocked, blocked);
+			rc = -1;
+		} else if (r < 0) {
+			log_msg("warn", "cannot check that tenant %s reaches its workspace: %s", t->name,
+				strerror(-r));
+		}
+		if (rc == 0) {
+			int removed = sbx_fs_sweep_temps(t->ws);
+			if (removed > 0)
+				log_msg("info", "removed %d temporary files of interrupted writes in tenant %s",
+					removed, t->name);
+		}
 		app_tenant_put(a, &t);
 	}
 	store_tenants_free(v, n);
+	return rc;
 }
 
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
@@ -105,13 +127,21 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	if (lost || failed)
 		log_msg("info", "recovered: %d execs marked lost, %d transfers marked failed", lost, failed);
 
-	struct sbx_backend_config bc = { .name = cfg->backend, .use_cgroups = cfg->use_cgroups };
+	/* cgroups are host-wide: the uid range (distinct per server on a
+	 * host) names this server's own group. */
+	char cgroup_root[64];
+	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
+	struct sbx_backend_config bc = { .name = cfg->backend, .use_cgroups = cfg->use_cgroups,
+					 .cgroup_root = cgroup_root };
 	rc = sbx_backend_new(&backend, &bc);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
 			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)" : strerror(-rc > 4095 ? EIO : -rc));
 		goto out;
 	}
+	int swept = sbx_backend_sweep(backend);
+	if (swept > 0)
+		log_msg("info", "removed %d cgroups left by an earlier run", swept);
 	if (strcmp(cfg->backend, "local") == 0)
 		log_msg("warn", "backend local: commands run on the host WITHOUT isolation (development only)");
 	if (!sbx_openat2_supported())
@@ -135,7 +165,8 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	}
 	hub_new(&app.hub, &app);
 	route_exec_init(&app);
-	sweep_workspaces(&app);
+	if (prepare_workspaces(&app) < 0)
+		goto out;
 	srv_retention_start(&retention, &app);
 
 	rc = srv_http_start(&http, &app, err, sizeof err);
@@ -167,7 +198,18 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	 * It stays allocated until the daemon is gone, so a late cancel or
 	 * submit from a request thread finds a stopped runner, not freed
 	 * memory. */
-	sbx_runner_stop(runner);
+	int64_t left_ms = (deadline - mono_ns()) / 1000000;
+	if (sbx_runner_stop_within(runner, left_ms > 1000 ? left_ms : 1000) < 0) {
+		/* A turn of the runner never ended (a defect: it must not wait on
+		 * anything a tenant controls). SIGTERM still ends the server:
+		 * without the clean shutdown, which the next start recovers
+		 * from like a crash. */
+		const char *step = "";
+		int64_t busy = sbx_runner_busy_ms(runner, &step);
+		log_msg("error", "the runner has been stuck for %lld ms (%s): exiting without a clean shutdown",
+			(long long)busy, step);
+		_exit(1);
+	}
 	usleep(50000);
 	status = 0;
 out:

@@ -617,6 +617,59 @@ static void test_spawn_failure(void **state)
 
 #define N_CONC 50
 
+/* A callback that holds the runner thread (which a callback must never
+ * do) until the test lets it go: stands for any turn that does not end. */
+struct stall {
+	int fds[2];
+	_Atomic bool entered;
+};
+
+static void on_event_stall(void *ctx, const struct sbx_event *ev, int spawn_error)
+{
+	struct stall *st = ctx;
+	char c;
+
+	(void)spawn_error;
+	if (ev->kind != SBX_EV_START)
+		return;
+	st->entered = true;
+	while (read(st->fds[0], &c, 1) < 0 && errno == EINTR)
+		;
+}
+
+static void test_watchdog(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_runner *r = NULL;
+	struct stall st = {.entered = false};
+	struct sbx_exec_req req = base_req(f, "true");
+	const char *step = NULL;
+	uint64_t job;
+	int64_t busy = 0;
+
+	assert_int_equal(pipe(st.fds), 0);
+	assert_int_equal(sbx_runner_new(&r), 0);
+	assert_int_equal(sbx_runner_busy_ms(r, &step), 0); /* idle is not stalled */
+	assert_int_equal(sbx_runner_submit(r, &req, on_event_stall, &st, &job), 0);
+	/* The stuck turn shows, growing, with the step it is stuck in. */
+	for (int i = 0; i < 1000 && busy < 300; i++) {
+		usleep(10000);
+		busy = sbx_runner_busy_ms(r, &step);
+	}
+	assert_true(st.entered);
+	assert_true(busy >= 300);
+	assert_string_equal(step, "starting commands");
+	/* Stopping is bounded: the caller learns that the thread is stuck. */
+	assert_int_equal(sbx_runner_stop_within(r, 100), -ETIMEDOUT);
+	/* Let it go: it finishes, and the stop completes. */
+	assert_int_equal(write(st.fds[1], "x", 1), 1);
+	assert_int_equal(sbx_runner_stop_within(r, 60000), 0);
+	assert_int_equal(sbx_runner_busy_ms(r, NULL), 0);
+	sbx_runner_free(&r);
+	close(st.fds[0]);
+	close(st.fds[1]);
+}
+
 static void test_concurrent(void **state)
 {
 	struct fixture *f = *state;
@@ -696,6 +749,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_spill_and_truncation, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_spawn_failure, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_watchdog, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_free_cancels_running, setup, teardown),
 	};
 
