@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@ static int reserve(struct buf *b, size_t extra)
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap < need)
 		cap *= 2;
-	if (cap > b->max + 1)
+	if (b->max < SIZE_MAX && cap > b->max + 1) /* max + 1 would wrap */
 		cap = b->max + 1;
 	b->ptr = xrealloc(b->ptr, cap);
 	b->cap = cap;

@@ -1,5 +1,6 @@
 /* "bwrap": bubblewrap with every namespace, a read-only /usr, a generated
- * minimal /etc, private /proc, /dev and /tmp, the workspace at /workspace,
+ * minimal /etc, private /proc, /dev and /tmp (the root and /dev
+ * read-only, /tmp and /dev/shm sized), the workspace at /workspace,
  * no capabilities, a seccomp filter, and (when the server is root) an
  * unprivileged uid dropped to before bwrap runs, so that bwrap builds an
  * unprivileged user namespace instead of mapping the sandbox to host root.
@@ -11,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
@@ -22,10 +25,12 @@
 
 #define BWRAP_DEFAULT_PATH "/usr/bin/bwrap"
 #define PROBE_UID 65534
+#define SBX_ARGS_MAX (8u << 20) /* bwrap's options incl. the environment: far above any request's bound */
+#define SBX_SHM_MAX (64ULL << 20)     /* /dev/shm: Docker's default size */
+#define SBX_TMP_DEFAULT (256ULL << 20) /* /tmp when no size is configured: never unbounded */
 
 struct bwrap {
 	char *path;
-	char *tmpdir; /* private: holds etc-<uid>-<gid>/ */
 	char version[32];
 	bool runs; /* the probe sandbox started */
 	void *bpf;
@@ -70,7 +75,6 @@ static void add_root_dirs(struct sbx_strv *sv)
 static void build_head(struct bwrap *bw)
 {
 	static const char *const fixed[] = {
-	    "bwrap",
 	    "--unshare-all",
 	    "--unshare-user",
 	    "--disable-userns",
@@ -169,6 +173,7 @@ static void probe(struct bwrap *bw)
 		bw->version[n] = '\0';
 	}
 	/* Can it actually build a sandbox here (user namespaces allowed)? */
+	sbx_strv_add(&argv, "bwrap");
 	for (i = 0; i < bw->head.n; i++)
 		sbx_strv_add(&argv, bw->head.v[i]);
 	sbx_strv_add(&argv, "/bin/true");
@@ -177,36 +182,10 @@ static void probe(struct bwrap *bw)
 	bw->runs = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-static void remove_tree(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-
-	if (d) {
-		while ((de = readdir(d))) {
-			char *p;
-			struct stat st;
-
-			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-				continue;
-			p = xasprintf("%s/%s", dir, de->d_name);
-			if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-				remove_tree(p);
-			else
-				unlink(p);
-			free(p);
-		}
-		closedir(d);
-	}
-	rmdir(dir);
-}
-
 static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 {
 	const char *path = cfg->bwrap_path ? cfg->bwrap_path : BWRAP_DEFAULT_PATH;
-	const char *tmp = getenv("TMPDIR");
 	struct bwrap *bw;
-	char *tpl;
 	int rc;
 
 	if (access(path, X_OK) < 0)
@@ -216,26 +195,11 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 	rc = sbx_seccomp_build(&bw->bpf, &bw->bpf_len);
 	if (rc < 0)
 		goto fail;
-	tpl = xasprintf("%s/sandboxd-bwrap-XXXXXX", tmp && tmp[0] == '/' ? tmp : "/tmp");
-	if (!mkdtemp(tpl)) {
-		rc = -errno;
-		free(tpl);
-		goto fail;
-	}
-	bw->tmpdir = tpl;
-	/* The sandbox uid must be able to reach the generated /etc. */
-	if (chmod(bw->tmpdir, 0711) < 0) {
-		rc = -errno;
-		goto fail;
-	}
 	build_head(bw);
 	probe(bw);
 	b->priv = bw;
 	return 0;
 fail:
-	if (bw->tmpdir)
-		remove_tree(bw->tmpdir);
-	free(bw->tmpdir);
 	free(bw->bpf);
 	free(bw->path);
 	free(bw);
@@ -248,8 +212,6 @@ static void bw_fini(struct sbx_backend *b)
 
 	if (!bw)
 		return;
-	remove_tree(bw->tmpdir);
-	free(bw->tmpdir);
 	free(bw->bpf);
 	free(bw->path);
 	sbx_strv_free(&bw->head);
@@ -257,111 +219,143 @@ static void bw_fini(struct sbx_backend *b)
 	b->priv = NULL;
 }
 
-static int write_all_file(int dirfd, const char *name, const char *text)
+static void setenv_arg(struct sbx_strv *args, const char *name, size_t name_len, const char *value)
 {
-	size_t len = strlen(text), off = 0;
-	int fd, rc = 0;
+	char *n = xstrndup(name, name_len);
 
-	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	sbx_strv_add(args, "--setenv");
+	sbx_strv_add(args, n);
+	sbx_strv_add(args, value);
+	free(n);
+}
+
+/* A memfd holding len bytes, positioned at 0, handed to the child; its
+ * number there, or -errno. */
+static int keep_data(struct sbx_launch *l, const char *name, const void *data, size_t len)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	size_t off = 0;
+
 	if (fd < 0)
 		return -errno;
 	while (off < len) {
-		ssize_t n = write(fd, text + off, len - off);
+		ssize_t n = write(fd, (const char *)data + off, len - off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
-			break;
+			int rc = n < 0 ? -errno : -EIO;
+
+			close(fd);
+			return rc;
 		}
 		off += (size_t)n;
 	}
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	return rc;
+	if (lseek(fd, 0, SEEK_SET) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return sbx_launch_keep(l, fd);
 }
 
-/* The minimal /etc for one uid:gid, generated once and reused: built in a
- * temporary directory and renamed into place, so concurrent spawns never
- * see half of it. ld.so.cache and alternatives are empty mount points
- * that the real ones are bound over (--ro-bind-try). */
-static int etc_dir(struct bwrap *bw, uid_t uid, gid_t gid, char **out)
+/* The minimal /etc, written by bwrap into the sandbox's own root (then
+ * read-only) from memfds: nothing is bound from a host path, so no host
+ * path shows in the sandbox's mount table. ld.so.cache and alternatives
+ * are the host's, bound read-only where they exist. */
+static int add_etc(struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid)
 {
-	char *final = xasprintf("%s/etc-%u-%u", bw->tmpdir, (unsigned)uid, (unsigned)gid);
-	char *tmp = NULL, *passwd = NULL, *group = NULL;
-	struct stat st;
-	int dfd = -1;
+	char passwd[256], group[128];
+	const struct {
+		const char *name, *text;
+	} files[] = {
+	    {"passwd", passwd},
+	    {"group", group},
+	    {"hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost\n"},
+	    {"resolv.conf", ""},
+	    {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"},
+	    {"hostname", "sandbox\n"},
+	};
+
+	snprintf(passwd, sizeof(passwd),
+		 "root:x:0:0:root:/root:/bin/sh\n"
+		 "sandbox:x:%u:%u:sandbox:/workspace:/bin/sh\n"
+		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		 (unsigned)uid, (unsigned)gid);
+	snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)gid);
+	sbx_strv_add(args, "--dir");
+	sbx_strv_add(args, "/etc");
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		int fd = keep_data(l, files[i].name, files[i].text, strlen(files[i].text));
+
+		if (fd < 0)
+			return fd;
+		sbx_strv_add(args, "--perms");
+		sbx_strv_add(args, "0644");
+		sbx_strv_add(args, "--file");
+		sbx_strv_addf(args, "%d", fd);
+		sbx_strv_addf(args, "/etc/%s", files[i].name);
+	}
+	sbx_strv_add(args, "--ro-bind-try");
+	sbx_strv_add(args, "/etc/ld.so.cache");
+	sbx_strv_add(args, "/etc/ld.so.cache");
+	sbx_strv_add(args, "--ro-bind-try");
+	sbx_strv_add(args, "/etc/alternatives");
+	sbx_strv_add(args, "/etc/alternatives");
+	return 0;
+}
+
+/* Every filesystem a command can write is bounded: /tmp and /dev/shm are
+ * sized tmpfs, the root (where bwrap made /etc and the mount points) and
+ * /dev are read-only afterwards, the workspace is the tenant's. */
+static void add_mounts(struct sbx_strv *args, const struct sbx_spawn_req *req, const char *rel)
+{
+	uint64_t tmp = req->limits.tmp_bytes ? req->limits.tmp_bytes : SBX_TMP_DEFAULT;
+	uint64_t shm = tmp < SBX_SHM_MAX ? tmp : SBX_SHM_MAX;
+
+	sbx_strv_add(args, "--proc");
+	sbx_strv_add(args, "/proc");
+	sbx_strv_add(args, "--dev");
+	sbx_strv_add(args, "/dev");
+	sbx_strv_add(args, "--size");
+	sbx_strv_addf(args, "%llu", (unsigned long long)shm);
+	sbx_strv_add(args, "--tmpfs");
+	sbx_strv_add(args, "/dev/shm");
+	sbx_strv_add(args, "--remount-ro");
+	sbx_strv_add(args, "/dev");
+	sbx_strv_add(args, "--size");
+	sbx_strv_addf(args, "%llu", (unsigned long long)tmp);
+	sbx_strv_add(args, "--tmpfs");
+	sbx_strv_add(args, "/tmp");
+	sbx_strv_add(args, "--bind");
+	sbx_strv_add(args, req->workspace_host_dir);
+	sbx_strv_add(args, "/workspace");
+	sbx_strv_add(args, "--remount-ro");
+	sbx_strv_add(args, "/");
+	sbx_strv_add(args, "--chdir");
+	sbx_strv_addf(args, "/workspace%s%s", rel[0] ? "/" : "", rel);
+}
+
+/* bwrap's options travel NUL-separated through a memfd (--args): its
+ * command line, which every process in the sandbox can read as
+ * /proc/1/cmdline, holds no host path, only "bwrap --args N" and the
+ * tenant's own command. */
+static int keep_args(struct sbx_launch *l, const struct sbx_strv *args)
+{
+	struct buf b;
 	int rc;
 
-	if (stat(final, &st) == 0 && S_ISDIR(st.st_mode)) {
-		*out = final;
-		return 0;
-	}
-	tmp = xasprintf("%s/.etc-XXXXXX", bw->tmpdir);
-	if (!mkdtemp(tmp)) {
-		rc = -errno;
-		free(tmp);
-		tmp = NULL;
-		goto out;
-	}
-	dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	passwd = xasprintf("root:x:0:0:root:/root:/bin/sh\n"
-			   "sandbox:x:%u:%u:sandbox:/workspace:/bin/sh\n"
-			   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			   (unsigned)uid, (unsigned)gid);
-	group = xasprintf("root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)gid);
-	if ((rc = write_all_file(dfd, "passwd", passwd)) < 0 ||
-	    (rc = write_all_file(dfd, "group", group)) < 0 ||
-	    (rc = write_all_file(dfd, "hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost\n")) < 0 ||
-	    (rc = write_all_file(dfd, "resolv.conf", "")) < 0 ||
-	    (rc = write_all_file(dfd, "nsswitch.conf",
-				 "passwd: files\ngroup: files\nshadow: files\n"
-				 "hosts: files\nnetworks: files\n")) < 0 ||
-	    (rc = write_all_file(dfd, "hostname", "sandbox\n")) < 0 ||
-	    (rc = write_all_file(dfd, "ld.so.cache", "")) < 0)
-		goto out;
-	if (mkdirat(dfd, "alternatives", 0755) < 0 || fchmod(dfd, 0755) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	if (rename(tmp, final) < 0) {
-		/* Someone else won the race: theirs is as good as ours. */
-		if (errno != EEXIST && errno != ENOTEMPTY) {
-			rc = -errno;
-			goto out;
+	buf_init(&b, SBX_ARGS_MAX);
+	for (size_t i = 0; i < args->n; i++) {
+		if (buf_append(&b, args->v[i], strlen(args->v[i]) + 1) < 0) {
+			buf_free(&b);
+			return -E2BIG;
 		}
-		remove_tree(tmp);
 	}
-	free(tmp);
-	tmp = NULL;
-	*out = final;
-	final = NULL;
-	rc = 0;
-out:
-	if (dfd >= 0)
-		close(dfd);
-	if (tmp) {
-		remove_tree(tmp);
-		free(tmp);
-	}
-	free(final);
-	free(passwd);
-	free(group);
+	rc = keep_data(l, "bwrap-args", b.ptr, b.len);
+	buf_free(&b);
 	return rc;
-}
-
-static void setenv_arg(struct sbx_launch *l, const char *name, size_t name_len, const char *value)
-{
-	char *n = xstrndup(name, name_len);
-
-	sbx_strv_add(&l->argv, "--setenv");
-	sbx_strv_add(&l->argv, n);
-	sbx_strv_add(&l->argv, value);
-	free(n);
 }
 
 static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l)
@@ -371,73 +365,65 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 	bool drop = req->drop_privs && geteuid() == 0;
 	uid_t uid = drop ? req->uid : getuid();
 	gid_t gid = drop ? req->gid : getgid();
-	char *etc = NULL;
+	struct sbx_strv args = {0};
 	size_t i;
-	int rc;
+	int rc, fd;
 
 	/* bwrap resolves the cwd again inside the sandbox; this only turns a
 	 * missing directory into ENOENT instead of a bwrap error message. */
 	rc = sbx_cwd_check(req->workspace_host_dir, rel);
 	if (rc < 0)
 		return rc;
-	rc = etc_dir(bw, uid, gid, &etc);
-	if (rc < 0)
-		return rc;
 
 	l->path = bw->path;
 	l->exec_fail_is_backend = true;
-	for (i = 0; i < bw->head.n; i++)
-		sbx_strv_add(&l->argv, bw->head.v[i]);
-	sbx_strv_add(&l->argv, "--ro-bind");
-	sbx_strv_add(&l->argv, etc);
-	sbx_strv_add(&l->argv, "/etc");
-	sbx_strv_add(&l->argv, "--ro-bind-try");
-	sbx_strv_add(&l->argv, "/etc/ld.so.cache");
-	sbx_strv_add(&l->argv, "/etc/ld.so.cache");
-	sbx_strv_add(&l->argv, "--ro-bind-try");
-	sbx_strv_add(&l->argv, "/etc/alternatives");
-	sbx_strv_add(&l->argv, "/etc/alternatives");
-	free(etc);
-	sbx_strv_add(&l->argv, "--proc");
-	sbx_strv_add(&l->argv, "/proc");
-	sbx_strv_add(&l->argv, "--dev");
-	sbx_strv_add(&l->argv, "/dev");
-	if (req->limits.tmp_bytes) {
-		sbx_strv_add(&l->argv, "--size");
-		sbx_strv_addf(&l->argv, "%llu", (unsigned long long)req->limits.tmp_bytes);
+	rc = sbx_seccomp_memfd(bw->bpf, bw->bpf_len);
+	if (rc < 0)
+		goto out;
+	fd = sbx_launch_keep(l, rc);
+	if (fd < 0) {
+		rc = fd;
+		goto out;
 	}
-	sbx_strv_add(&l->argv, "--tmpfs");
-	sbx_strv_add(&l->argv, "/tmp");
-	sbx_strv_add(&l->argv, "--bind");
-	sbx_strv_add(&l->argv, req->workspace_host_dir);
-	sbx_strv_add(&l->argv, "/workspace");
-	sbx_strv_add(&l->argv, "--chdir");
-	sbx_strv_addf(&l->argv, "/workspace%s%s", rel[0] ? "/" : "", rel);
+	for (i = 0; i < bw->head.n; i++)
+		sbx_strv_add(&args, bw->head.v[i]);
+	sbx_strv_add(&args, "--seccomp");
+	sbx_strv_addf(&args, "%d", fd);
+	rc = add_etc(l, &args, uid, gid);
+	if (rc < 0)
+		goto out;
+	add_mounts(&args, req, rel);
 
-	setenv_arg(l, "PATH", 4, SBX_ENV_PATH);
-	setenv_arg(l, "HOME", 4, "/workspace");
-	setenv_arg(l, "LANG", 4, SBX_ENV_LANG);
-	setenv_arg(l, "USER", 4, "sandbox");
+	setenv_arg(&args, "PATH", 4, SBX_ENV_PATH);
+	setenv_arg(&args, "HOME", 4, "/workspace");
+	setenv_arg(&args, "LANG", 4, SBX_ENV_LANG);
+	setenv_arg(&args, "USER", 4, "sandbox");
 	for (i = 0; req->env && req->env[i]; i++) {
 		const char *eq = strchr(req->env[i], '=');
 
-		if (!eq || eq == req->env[i])
-			return -EINVAL;
-		setenv_arg(l, req->env[i], (size_t)(eq - req->env[i]), eq + 1);
+		if (!eq || eq == req->env[i]) {
+			rc = -EINVAL;
+			goto out;
+		}
+		setenv_arg(&args, req->env[i], (size_t)(eq - req->env[i]), eq + 1);
 	}
-
-	rc = sbx_seccomp_memfd(bw->bpf, bw->bpf_len);
-	if (rc < 0)
-		return rc;
-	l->keep_fd = rc;
-	sbx_strv_add(&l->argv, "--seccomp");
-	sbx_strv_add(&l->argv, "3");
+	fd = keep_args(l, &args);
+	if (fd < 0) {
+		rc = fd;
+		goto out;
+	}
+	/* bwrap itself gets an empty environment: nothing of the server's
+	 * reaches it, not even in the sandbox's pid 1. */
+	sbx_strv_add(&l->argv, "bwrap");
+	sbx_strv_add(&l->argv, "--args");
+	sbx_strv_addf(&l->argv, "%d", fd);
 	sbx_strv_add(&l->argv, "/bin/sh");
 	sbx_strv_add(&l->argv, "-c");
 	sbx_strv_add(&l->argv, req->command);
-	/* bwrap itself gets an empty environment: nothing of the server's
-	 * reaches it, not even in the sandbox's pid 1. */
-	return 0;
+	rc = 0;
+out:
+	sbx_strv_free(&args);
+	return rc;
 }
 
 static int bw_health(struct sbx_backend *b, char *msg, size_t msgsz)
