@@ -23,7 +23,7 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j"$(n
 FROM debian:12-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libsqlite3-0 libjwt0 libseccomp2 libssl3 \
-        bubblewrap ca-certificates curl \
+        bubblewrap ca-certificates curl tini \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --home-dir /var/lib/sandboxd --create-home --uid 999 sandboxd
 COPY --from=build /src/build/sandboxd /usr/local/bin/sandboxd
@@ -35,5 +35,7 @@ VOLUME /var/lib/sandboxd
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
     CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
-ENTRYPOINT ["/usr/local/bin/sandboxd"]
+# tini is PID 1: it reaps what sandboxes leave to PID 1 (bwrap's inner
+# process when a command's group is killed) and forwards SIGTERM.
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/sandboxd"]
 CMD ["serve", "--listen", "0.0.0.0:8080", "--data-dir", "/var/lib/sandboxd"]
