@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "auth/auth.h"
 #include "common/errors.h"
@@ -151,8 +152,55 @@ static int authorise(struct req *r)
 	return 0;
 }
 
+/* Headers that must appear at most once: a second Content-Length or
+ * Transfer-Encoding (or both together) frames the body two ways, and a
+ * proxy that reads the other one smuggles a request past us; a second
+ * credential, tenant or session header may be the one a proxy checked. */
+static const char *const single_headers[] = { "Content-Length", "Transfer-Encoding", "Authorization",
+					      "X-Tenant-Id", "X-Session-Key" };
+#define NSINGLE (sizeof single_headers / sizeof single_headers[0])
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	unsigned *seen = cls;
+	(void)kind;
+	(void)value;
+	for (size_t i = 0; key && i < NSINGLE; i++)
+		if (strcasecmp(key, single_headers[i]) == 0)
+			seen[i]++;
+	return MHD_YES;
+}
+
+/* libmicrohttpd 0.9.75 takes the first of duplicate headers and lets
+ * Transfer-Encoding win over Content-Length: refuse all of it. */
+static int refuse_ambiguous(struct req *r)
+{
+	unsigned seen[NSINGLE] = { 0 };
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, seen);
+	for (size_t i = 0; i < NSINGLE; i++)
+		if (seen[i] > 1) {
+			r->refuse_now = true;
+			return req_fail(r, -EINVAL, "the %s header appears more than once", single_headers[i]);
+		}
+	if (seen[0] && seen[1]) {
+		r->refuse_now = true;
+		return req_fail(r, -EINVAL, "Content-Length and Transfer-Encoding together are ambiguous");
+	}
+	/* Any other coding leaves a request body without a length (0.9.75
+	 * then reads it until the connection ends): RFC 9112 says 400. */
+	const char *te = req_header(r, "Transfer-Encoding");
+	if (te && strcasecmp(te, "chunked") != 0) {
+		r->refuse_now = true;
+		return req_fail(r, -EINVAL, "only Transfer-Encoding: chunked is understood");
+	}
+	return 0;
+}
+
 int route_begin(struct req *r)
 {
+	int arc = refuse_ambiguous(r);
+	if (arc < 0)
+		return arc;
 	const struct route *found = NULL;
 	bool path_matched = false;
 	char allow[128] = "";
