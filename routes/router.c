@@ -13,6 +13,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/auditgate.h"
 #include "routes/errors.h"
 #include "routes/handlers.h"
 #include "routes/metrics.h"
@@ -30,8 +31,8 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 const struct route route_table[] = {
-	{ "GET", "/healthz", 0, RF_PUBLIC, route_healthz },
-	{ "GET", "/readyz", 0, RF_PUBLIC, route_readyz },
+	{ "GET", "/healthz", 0, RF_PUBLIC | RF_PROBE, route_healthz },
+	{ "GET", "/readyz", 0, RF_PUBLIC | RF_PROBE, route_readyz },
 	{ "GET", "/metrics", R_AUDIT | R_ADMIN, RF_METRICS, route_metrics },
 	{ "GET", "/openapi.yaml", 0, RF_PUBLIC, route_openapi },
 	{ "GET", "/dashboard", 0, RF_PUBLIC, route_dashboard },
@@ -384,6 +385,31 @@ static void log_line(struct req *r, double ms, const char *route)
 	free(path);
 }
 
+/* Probes (and /metrics when public) are polled every few seconds by
+ * machines: sandboxd_http_requests_total counts them, and an audit row
+ * each would flood the table. */
+static bool is_probe(const struct req *r)
+{
+	if (!r->route)
+		return false;
+	unsigned f = r->route->flags;
+	return (f & RF_PROBE) || ((f & RF_METRICS) && r->app->cfg->metrics_public);
+}
+
+/* Whether this request's audit row is written. A request that names no
+ * tenant is anyone's to send: its rows are rate-limited per address. */
+static bool audit_wanted(struct req *r)
+{
+	if (is_probe(r))
+		return false;
+	if (names_tenant(r))
+		return true;
+	if (route_audit_gate_take(r->app->audit_gate, r->client, mono_ns() / 1000000))
+		return true;
+	metrics_audit_suppressed(r->app->metrics);
+	return false;
+}
+
 void route_complete(struct req *r, bool ok)
 {
 	double ms = (double)(mono_ns() - r->started_ns) / 1e6;
@@ -412,7 +438,7 @@ void route_complete(struct req *r, bool ok)
 		.duration_ms = ms,
 		.client = r->client,
 	};
-	if (store_audit_append(r->app->store, &a) < 0)
+	if (audit_wanted(r) && store_audit_append(r->app->store, &a) < 0)
 		metrics_audit_failure(r->app->metrics);
 	metrics_request(r->app->metrics, r->route ? (size_t)(r->route - route_table) : route_count, r->status, ms);
 	if (r->app->cfg->log_requests)
