@@ -248,6 +248,49 @@ out:
 	return rc;
 }
 
+#define ES256_SIG_LEN 64     /* r || s, 32 bytes each, big-endian */
+#define ES256_SIG_B64_LEN 86
+
+/* The order n of P-256, and floor(n / 2). */
+static const unsigned char p256_n[32] = {
+	0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+	0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
+};
+static const unsigned char p256_half_n[32] = {
+	0x7f, 0xff, 0xff, 0xff, 0x80, 0x00, 0x00, 0x00, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+	0xde, 0x73, 0x7d, 0x56, 0xd3, 0x8b, 0xcf, 0x42, 0x79, 0xdc, 0xe5, 0x61, 0x7e, 0x31, 0x92, 0xa8,
+};
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	unsigned char acc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		acc |= p[i];
+	return acc == 0;
+}
+
+/* If (r, s) verifies, so does (r, n - s): a second spelling of the same
+ * token that OpenSSL (and so libjwt) accepts. Only the low-S form is
+ * taken, so a signed token has exactly one spelling: 64 bytes, 0 < r < n,
+ * 0 < s <= n / 2. Big-endian fixed-width numbers compare like memcmp. */
+static int check_es256_shape(const struct parts *p)
+{
+	unsigned char sig[ES256_SIG_LEN + 2];
+	size_t sig_len = 0;
+
+	if (p->sig_len != ES256_SIG_B64_LEN)
+		return -EACCES;
+	if (b64url_decode(p->sig, p->sig_len, sig, &sig_len) < 0 || sig_len != ES256_SIG_LEN)
+		return -EACCES;
+	const unsigned char *r = sig, *s = sig + 32;
+	if (all_zero(r, 32) || all_zero(s, 32))
+		return -EACCES;
+	if (memcmp(r, p256_n, 32) >= 0 || memcmp(s, p256_half_n, 32) > 0)
+		return -EACCES;
+	return 0;
+}
+
 /* RS256/ES256 through libjwt, always with the tenant's (non-empty) public
  * key, and the algorithm libjwt saw checked again afterwards. */
 static int verify_pem(const char *tok, size_t len, const struct auth_key *key)
@@ -432,6 +475,10 @@ int auth_verify(const char *token, size_t len, const struct auth_config *cfg, in
 	}
 	if (check_header(hdr, key.alg, &reason) < 0)
 		goto out;
+	if (key.alg == AUTH_ALG_ES256 && check_es256_shape(&p) < 0) {
+		reason = "bad signature";
+		goto out;
+	}
 	if (key.alg == AUTH_ALG_HS256 ? verify_hs256(token, &p, &key) < 0
 				      : verify_pem(token, len, &key) < 0) {
 		reason = "bad signature";

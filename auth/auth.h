@@ -55,7 +55,9 @@ struct auth_claims {
 /* Verify a compact JWT: size cap; header alg must be the tenant's
  * registered alg ("none" and any other never); signature (HS256 checked
  * with a constant-time compare, RS256/ES256 through libjwt with the
- * tenant's public key, never with an empty key); claims read with their
+ * tenant's public key, never with an empty key; ES256 signatures must be
+ * 64 bytes in low-S form, s <= n/2, so no token has a second valid
+ * spelling); claims read with their
  * JSON types checked: tenant (string, required), exp (integer, required),
  * nbf and iat (integers, optional), aud (string or array of strings;
  * required and must match when cfg->audience is set), scope (string,

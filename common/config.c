@@ -61,9 +61,11 @@ static const struct option_spec specs[] = {
 	B("use-cgroups", use_cgroups, "true"),
 	B("metrics-public", metrics_public, "false"),
 	I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
-	I("retention-max-age-s", retention_max_age_s, "0", 0, INT64_MAX),
+	I("retention-max-age-s", retention_max_age_s, "2592000", 0, INT64_MAX),
 	I("retention-max-rows", retention_max_rows, "0", 0, INT64_MAX),
 	I("retention-interval-s", retention_interval_s, "60", 1, 86400),
+	I("audit-unauthenticated-per-s", audit_unauth_per_s, "10", 0, 1000000),
+	I("audit-unauthenticated-burst", audit_unauth_burst, "20", 1, 1000000),
 	B("log-requests", log_requests, "true"),
 };
 

@@ -36,9 +36,11 @@ struct sbx_config {
 	bool use_cgroups;
 	bool metrics_public;       /* /metrics without a token */
 	int64_t shutdown_grace_s;
-	int64_t retention_max_age_s;  /* audit, exec and transfer rows; 0: keep forever */
+	int64_t retention_max_age_s;  /* audit, exec and transfer rows; default 30 days; 0: keep forever */
 	int64_t retention_max_rows;   /* per table; 0: no bound */
 	int64_t retention_interval_s; /* how often the pruner runs */
+	int64_t audit_unauth_per_s;   /* audit rows per second per client address for requests naming no tenant */
+	int64_t audit_unauth_burst;   /* ... and the bucket size */
 	bool log_requests;
 };
 

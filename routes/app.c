@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "routes/auditgate.h"
 #include "routes/metrics.h"
 #include "routes/route.h"
 #include "sandbox/workspace.h"
@@ -28,6 +29,7 @@ int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *e
 	a->started_at_ms = now_ms();
 	pthread_mutex_init(&a->tenants_lock, NULL);
 	metrics_new(&a->metrics, route_count);
+	route_audit_gate_new(&a->audit_gate, cfg->audit_unauth_per_s, cfg->audit_unauth_burst);
 	(void)err;
 	(void)errsz;
 	return 0;
@@ -53,6 +55,7 @@ void app_fini(struct app *a)
 	a->nloads = 0;
 	a->ntenants = 0;
 	metrics_free(&a->metrics);
+	route_audit_gate_free(&a->audit_gate);
 	pthread_mutex_destroy(&a->tenants_lock);
 }
 

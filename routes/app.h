@@ -18,6 +18,7 @@ struct route_metrics;
 struct route_hub;
 struct route_watch;
 struct route_execs;
+struct route_audit_gate;
 
 /* A tenant as the routes use it: its key, its workspace and its limits.
  * Reference-counted: a request holds one reference for its lifetime, so
@@ -52,6 +53,7 @@ struct app {
 	struct route_hub *hub;     /* live events */
 	struct route_watch *watch; /* disconnect watcher for suspended requests */
 	struct route_execs *execs; /* commands running now (routes/exec.c) */
+	struct route_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
 	bool drop_privs;           /* server runs as root: commands and files get tenant uids */
 	int64_t started_at_ms;
 	volatile bool stopping;

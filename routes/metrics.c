@@ -28,6 +28,7 @@ struct route_metrics {
 	struct hist *dur;          /* nroutes + 1 */
 	atomic_int inflight;
 	atomic_uint_fast64_t audit_failures;
+	atomic_uint_fast64_t audit_suppressed;
 	atomic_uint_fast64_t exec_started;
 	atomic_uint_fast64_t exec_finished[4];
 	struct hist exec_dur;
@@ -87,6 +88,11 @@ void metrics_inflight(struct route_metrics *m, int delta)
 void metrics_audit_failure(struct route_metrics *m)
 {
 	atomic_fetch_add(&m->audit_failures, 1);
+}
+
+void metrics_audit_suppressed(struct route_metrics *m)
+{
+	atomic_fetch_add(&m->audit_suppressed, 1);
 }
 
 void metrics_exec_started(struct route_metrics *m)
@@ -208,6 +214,11 @@ void metrics_render(struct route_metrics *m, struct buf *out, uint64_t audit_fai
 		    "# HELP sandboxd_audit_write_failures_total Audit records that could not be written.\n"
 		    "# TYPE sandboxd_audit_write_failures_total counter\nsandboxd_audit_write_failures_total %llu\n",
 		    (unsigned long long)(atomic_load(&m->audit_failures) + audit_failures));
+	buf_appendf(out,
+		    "# HELP sandboxd_audit_suppressed_total Audit records of requests naming no tenant not written:"
+		    " their client address was over its rate.\n"
+		    "# TYPE sandboxd_audit_suppressed_total counter\nsandboxd_audit_suppressed_total %llu\n",
+		    (unsigned long long)atomic_load(&m->audit_suppressed));
 	buf_appendf(out,
 		    "# HELP sandboxd_store_errors_total Store operations that failed.\n"
 		    "# TYPE sandboxd_store_errors_total counter\nsandboxd_store_errors_total %llu\n",

@@ -14,6 +14,8 @@ void metrics_free(struct route_metrics **m);
 void metrics_request(struct route_metrics *m, size_t route_idx, int status, double ms);
 void metrics_inflight(struct route_metrics *m, int delta);
 void metrics_audit_failure(struct route_metrics *m);
+/* An audit row not written: its client address was over its rate. */
+void metrics_audit_suppressed(struct route_metrics *m);
 void metrics_exec_started(struct route_metrics *m);
 /* outcome: exited, timed_out, cancelled, failed */
 void metrics_exec_finished(struct route_metrics *m, const char *outcome, double ms);

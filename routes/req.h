@@ -42,6 +42,7 @@ struct req {
 	int64_t bytes_in;
 	bool body_too_large;
 	int pending_error;         /* refused before a body-less request ended */
+	bool refuse_now;           /* answer pending_error before reading any body (and close) */
 	bool headers_done;         /* the route has been matched and authorised */
 	bool ran;                  /* the handler ran */
 

@@ -17,6 +17,7 @@ enum route_flags {
 	RF_ADMIN_ONLY = 1u << 5,  /* needs the admin scope (operator tenants) */
 	RF_SESSION = 1u << 6,     /* audit the session key */
 	RF_METRICS = 1u << 7,     /* public when metrics_public */
+	RF_PROBE = 1u << 8,       /* health probe: counted in metrics, never audited */
 };
 
 typedef int (*route_handler)(struct req *r);

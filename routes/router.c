@@ -6,12 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "auth/auth.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/auditgate.h"
 #include "routes/errors.h"
 #include "routes/handlers.h"
 #include "routes/metrics.h"
@@ -29,8 +31,8 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 const struct route route_table[] = {
-	{ "GET", "/healthz", 0, RF_PUBLIC, route_healthz },
-	{ "GET", "/readyz", 0, RF_PUBLIC, route_readyz },
+	{ "GET", "/healthz", 0, RF_PUBLIC | RF_PROBE, route_healthz },
+	{ "GET", "/readyz", 0, RF_PUBLIC | RF_PROBE, route_readyz },
 	{ "GET", "/metrics", R_AUDIT | R_ADMIN, RF_METRICS, route_metrics },
 	{ "GET", "/openapi.yaml", 0, RF_PUBLIC, route_openapi },
 	{ "GET", "/dashboard", 0, RF_PUBLIC, route_dashboard },
@@ -151,8 +153,55 @@ static int authorise(struct req *r)
 	return 0;
 }
 
+/* Headers that must appear at most once: a second Content-Length or
+ * Transfer-Encoding (or both together) frames the body two ways, and a
+ * proxy that reads the other one smuggles a request past us; a second
+ * credential, tenant or session header may be the one a proxy checked. */
+static const char *const single_headers[] = { "Content-Length", "Transfer-Encoding", "Authorization",
+					      "X-Tenant-Id", "X-Session-Key" };
+#define NSINGLE (sizeof single_headers / sizeof single_headers[0])
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	unsigned *seen = cls;
+	(void)kind;
+	(void)value;
+	for (size_t i = 0; key && i < NSINGLE; i++)
+		if (strcasecmp(key, single_headers[i]) == 0)
+			seen[i]++;
+	return MHD_YES;
+}
+
+/* libmicrohttpd 0.9.75 takes the first of duplicate headers and lets
+ * Transfer-Encoding win over Content-Length: refuse all of it. */
+static int refuse_ambiguous(struct req *r)
+{
+	unsigned seen[NSINGLE] = { 0 };
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, seen);
+	for (size_t i = 0; i < NSINGLE; i++)
+		if (seen[i] > 1) {
+			r->refuse_now = true;
+			return req_fail(r, -EINVAL, "the %s header appears more than once", single_headers[i]);
+		}
+	if (seen[0] && seen[1]) {
+		r->refuse_now = true;
+		return req_fail(r, -EINVAL, "Content-Length and Transfer-Encoding together are ambiguous");
+	}
+	/* Any other coding leaves a request body without a length (0.9.75
+	 * then reads it until the connection ends): RFC 9112 says 400. */
+	const char *te = req_header(r, "Transfer-Encoding");
+	if (te && strcasecmp(te, "chunked") != 0) {
+		r->refuse_now = true;
+		return req_fail(r, -EINVAL, "only Transfer-Encoding: chunked is understood");
+	}
+	return 0;
+}
+
 int route_begin(struct req *r)
 {
+	int arc = refuse_ambiguous(r);
+	if (arc < 0)
+		return arc;
 	const struct route *found = NULL;
 	bool path_matched = false;
 	char allow[128] = "";
@@ -336,6 +385,31 @@ static void log_line(struct req *r, double ms, const char *route)
 	free(path);
 }
 
+/* Probes (and /metrics when public) are polled every few seconds by
+ * machines: sandboxd_http_requests_total counts them, and an audit row
+ * each would flood the table. */
+static bool is_probe(const struct req *r)
+{
+	if (!r->route)
+		return false;
+	unsigned f = r->route->flags;
+	return (f & RF_PROBE) || ((f & RF_METRICS) && r->app->cfg->metrics_public);
+}
+
+/* Whether this request's audit row is written. A request that names no
+ * tenant is anyone's to send: its rows are rate-limited per address. */
+static bool audit_wanted(struct req *r)
+{
+	if (is_probe(r))
+		return false;
+	if (names_tenant(r))
+		return true;
+	if (route_audit_gate_take(r->app->audit_gate, r->client, mono_ns() / 1000000))
+		return true;
+	metrics_audit_suppressed(r->app->metrics);
+	return false;
+}
+
 void route_complete(struct req *r, bool ok)
 {
 	double ms = (double)(mono_ns() - r->started_ns) / 1e6;
@@ -364,7 +438,7 @@ void route_complete(struct req *r, bool ok)
 		.duration_ms = ms,
 		.client = r->client,
 	};
-	if (store_audit_append(r->app->store, &a) < 0)
+	if (audit_wanted(r) && store_audit_append(r->app->store, &a) < 0)
 		metrics_audit_failure(r->app->metrics);
 	metrics_request(r->app->metrics, r->route ? (size_t)(r->route - route_table) : route_count, r->status, ms);
 	if (r->app->cfg->log_requests)

@@ -171,9 +171,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			r->pending_error = rc; /* answered once the body is read (or given up on) */
 			/* A client waiting for "100 Continue" has sent no body yet:
 			 * answer now, so a refused upload is never sent at all
-			 * (libmicrohttpd then skips the 100 and the body). */
+			 * (libmicrohttpd then skips the 100 and the body). A request
+			 * whose body length is ambiguous is answered now too: its
+			 * body must never be read, as this request's or the next. */
 			const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect");
-			if (expect && strcasecmp(expect, "100-continue") == 0)
+			if (r->refuse_now || (expect && strcasecmp(expect, "100-continue") == 0))
 				return fail(r, rc);
 		}
 		return MHD_YES;

@@ -331,6 +331,13 @@ void it_resp_free(struct it_resp *r)
 
 char *it_raw(struct it_server *s, const void *data, size_t len, int timeout_ms)
 {
+	bool closed = false;
+	return it_raw_closed(s, data, len, timeout_ms, &closed);
+}
+
+char *it_raw_closed(struct it_server *s, const void *data, size_t len, int timeout_ms, bool *closed)
+{
+	*closed = false;
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -353,8 +360,10 @@ char *it_raw(struct it_server *s, const void *data, size_t len, int timeout_ms)
 	while (poll(&pfd, 1, timeout_ms) > 0) {
 		char tmp[4096];
 		ssize_t r = recv(fd, tmp, sizeof tmp, 0);
-		if (r <= 0)
+		if (r <= 0) {
+			*closed = true;
 			break;
+		}
 		buf_append(&b, tmp, (size_t)r);
 	}
 	close(fd);

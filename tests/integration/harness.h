@@ -60,6 +60,9 @@ void it_resp_free(struct it_resp *r);
 /* Send raw bytes on a new TCP connection and return what came back
  * within timeout_ms (caller frees), NULL on connect failure. */
 char *it_raw(struct it_server *s, const void *data, size_t len, int timeout_ms);
+/* The same, and *closed tells whether the server closed the connection
+ * (EOF or reset) rather than falling silent for timeout_ms. */
+char *it_raw_closed(struct it_server *s, const void *data, size_t len, int timeout_ms, bool *closed);
 /* The server's RSS in KiB and open fd count, from /proc. */
 long it_rss_kib(struct it_server *s);
 int it_fd_count(struct it_server *s);

@@ -332,6 +332,85 @@ static void test_malformed_http(void **state)
 	it_resp_free(&r);
 }
 
+/* Each request would succeed if its ambiguity were resolved one way (as
+ * libmicrohttpd 0.9.75 does: first header wins, chunked beats a length),
+ * and each carries a pipelined second request a proxy might see as body.
+ * The server must answer 400 bad_request once, say Connection: close and
+ * close, never answer the smuggled request, and write nothing. */
+/* form with "$T" replaced by the token. */
+static char *with_token(const char *form, const char *t)
+{
+	const char *p = strstr(form, "$T");
+	if (!p)
+		return xstrdup(form);
+	return xasprintf("%.*s%s%s", (int)(p - form), form, t, p + 2);
+}
+
+static void test_ambiguous_http_refused(void **state)
+{
+	(void)state;
+	char *t = it_token(&srv, "acme", NULL);
+	const char *next = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: smuggled\r\n\r\n";
+	const char *forms[] = {
+		/* duplicate Content-Length, equal and different */
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+		"PUT /fs/write?path=amb1.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+		"Content-Length: 3\r\ncontent-length: 10\r\n\r\nabc",
+		/* Content-Length and Transfer-Encoding together */
+		"PUT /fs/write?path=amb2.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+		"Content-Length: 8\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		/* duplicate Transfer-Encoding, and a coding without a length */
+		"PUT /fs/write?path=amb3.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+		"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"PUT /fs/write?path=amb4.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+		"Transfer-Encoding: gzip\r\n\r\nabc",
+		/* duplicate credentials, tenant and session headers */
+		"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nauthorization: Bearer bogus\r\n\r\n",
+		"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nX-Tenant-Id: acme\r\n"
+		"X-TENANT-ID: globex\r\n\r\n",
+		"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nX-Session-Key: a\r\n"
+		"X-Session-Key: b\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+		char *head = with_token(forms[i], t);
+		char *req = xasprintf("%s%s", head, next);
+		bool closed = false;
+		/* The deadline only bounds a failure: a fixed server closes at once. */
+		char *resp = it_raw_closed(&srv, req, strlen(req), 10000, &closed);
+		assert_non_null(resp);
+		if (strncmp(resp, "HTTP/1.1 400 ", 13) != 0 || !closed)
+			fprintf(stderr, "form %zu: closed=%d, got:\n%s\n", i, closed, resp);
+		assert_true(strncmp(resp, "HTTP/1.1 400 ", 13) == 0);
+		assert_non_null(strstr(resp, "\"code\":\"bad_request\""));
+		assert_non_null(strstr(resp, "\r\nConnection: close\r\n"));
+		assert_null(strstr(resp + 1, "HTTP/1.1 ")); /* one answer, the smuggled one never */
+		assert_true(closed);
+		free(resp);
+		free(req);
+		free(head);
+	}
+	/* nothing was written by any of them */
+	for (int k = 1; k <= 4; k++) {
+		struct it_resp r;
+		char *path = xasprintf("/fs/exists?path=amb%d.txt", k);
+		assert_int_equal(it_http(&srv, "GET", path, t, NULL, NULL, 0, &r), 0);
+		assert_int_equal(r.status, 200);
+		json_t *j = it_json(&r);
+		assert_true(json_is_false(json_object_get(j, "exists")));
+		json_decref(j);
+		it_resp_free(&r);
+		free(path);
+	}
+	/* single headers of the same kind still work */
+	struct it_resp r;
+	const char *h[] = { "X-Tenant-Id: acme", "X-Session-Key: a", NULL };
+	assert_int_equal(it_http(&srv, "PUT", "/fs/write?path=amb-ok.txt", t, h, "abc", 3, &r), 0);
+	assert_true(r.status == 200 || r.status == 201);
+	it_resp_free(&r);
+	assert_true(it_alive(&srv));
+	free(t);
+}
+
 static void test_cli(void **state)
 {
 	(void)state;
@@ -431,6 +510,7 @@ int main(void)
 		cmocka_unit_test(test_audit_rows),
 		cmocka_unit_test(test_metrics),
 		cmocka_unit_test(test_malformed_http),
+		cmocka_unit_test(test_ambiguous_http_refused),
 		cmocka_unit_test(test_cli),
 		cmocka_unit_test(test_tls_roundtrip),
 		cmocka_unit_test(test_sigterm_exits_zero),

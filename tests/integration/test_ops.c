@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "harness.h"
 
@@ -39,6 +40,7 @@ static void get_ok(struct it_server *s, const char *path, const char *token, str
 
 struct writer {
 	struct it_server *s;
+	const char *token;
 	volatile int stop;
 	int n;
 };
@@ -48,7 +50,7 @@ static void *keep_writing(void *arg)
 	struct writer *w = arg;
 	while (!w->stop) {
 		struct it_resp r;
-		if (it_http(w->s, "GET", "/healthz", NULL, NULL, NULL, 0, &r) == 0)
+		if (it_http(w->s, "GET", "/sessions", w->token, NULL, NULL, 0, &r) == 0)
 			w->n++;
 		it_resp_free(&r);
 	}
@@ -60,23 +62,24 @@ static void test_audit_paging_under_writes(void **state)
 {
 	(void)state;
 	char *admin = it_token(&srv, "ops", "admin audit:read");
+	char *acme = it_token(&srv, "acme", NULL);
 	for (int i = 0; i < 120; i++) {
 		struct it_resp r;
 		char hdr[64];
 		snprintf(hdr, sizeof hdr, "X-Request-Id: page-%03d", i);
 		const char *h[] = { hdr, NULL };
-		assert_int_equal(it_http(&srv, "GET", "/healthz", NULL, h, NULL, 0, &r), 0);
+		assert_int_equal(it_http(&srv, "GET", "/sessions", acme, h, NULL, 0, &r), 0);
 		it_resp_free(&r);
 	}
 	usleep(200000); /* the audit writer commits in groups */
-	struct writer w = { .s = &srv };
+	struct writer w = { .s = &srv, .token = acme };
 	pthread_t th;
 	pthread_create(&th, NULL, keep_writing, &w);
 	int seen[120] = { 0 };
 	long long last_id = 0;
 	char *after = xstrdup("");
 	for (int page = 0; page < 1000; page++) {
-		char *path = xasprintf("/audit?limit=25&route=/healthz%s%s", *after ? "&after=" : "", after);
+		char *path = xasprintf("/audit?limit=25&route=/sessions%s%s", *after ? "&after=" : "", after);
 		struct it_resp r;
 		get_ok(&srv, path, admin, &r);
 		free(path);
@@ -108,6 +111,7 @@ static void test_audit_paging_under_writes(void **state)
 		assert_int_equal(seen[i], 1);
 	assert_true(w.n > 0);
 	free(after);
+	free(acme);
 	free(admin);
 }
 
@@ -301,6 +305,180 @@ static void test_retention(void **state)
 	it_cleanup(&s2);
 }
 
+static int64_t mono_ms(void)
+{
+	return mono_ns() / 1000000;
+}
+
+static long long metric_now(struct it_server *s, const char *token, const char *name)
+{
+	struct it_resp r;
+	get_ok(s, "/metrics", token, &r);
+	long long v = metric(r.body, name);
+	it_resp_free(&r);
+	return v;
+}
+
+/* Audit rows on route whose request id starts with prefix (every page). */
+static int count_rows(struct it_server *s, const char *admin, const char *route, const char *prefix)
+{
+	int n = 0;
+	char *after = xstrdup("");
+	for (;;) {
+		char *path = xasprintf("/audit?limit=1000&route=%s%s%s", route, *after ? "&after=" : "", after);
+		struct it_resp r;
+		get_ok(s, path, admin, &r);
+		free(path);
+		json_t *j = it_json(&r);
+		size_t k;
+		json_t *rec;
+		json_array_foreach(json_object_get(j, "records"), k, rec)
+		{
+			const char *rid = json_string_value(json_object_get(rec, "request_id"));
+			if (rid && strncmp(rid, prefix, strlen(prefix)) == 0)
+				n++;
+		}
+		json_t *next = json_object_get(j, "next");
+		bool more = json_is_string(next);
+		free(after);
+		after = xstrdup(more ? json_string_value(next) : "");
+		json_decref(j);
+		it_resp_free(&r);
+		if (!more)
+			break;
+	}
+	free(after);
+	return n;
+}
+
+/* Send an audited request of acme's with this id and wait (10 s at most)
+ * until its row is committed: the audit writer keeps order, so every row
+ * queued before it is committed too. */
+static void audit_barrier(struct it_server *s, const char *admin, const char *rid)
+{
+	char *acme = it_token(s, "acme", NULL);
+	char *hdr = xasprintf("X-Request-Id: %s", rid);
+	const char *h[] = { hdr, NULL };
+	struct it_resp r;
+	assert_int_equal(it_http(s, "GET", "/sessions", acme, h, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	it_resp_free(&r);
+	int64_t deadline = mono_ms() + 10000;
+	while (count_rows(s, admin, "/sessions", rid) == 0) {
+		assert_true(mono_ms() < deadline);
+		usleep(20000);
+	}
+	free(hdr);
+	free(acme);
+}
+
+/* Health probes are counted, not audited (issue 11: 5,867 /healthz in
+ * 10 s wrote 5,867 rows). */
+static void test_probes_not_audited(void **state)
+{
+	(void)state;
+	char *admin = it_token(&srv, "ops", "admin audit:read");
+	const char *hz = "sandboxd_http_requests_total{route=\"GET /healthz\",status=\"200\"} ";
+	const char *rz = "sandboxd_http_requests_total{route=\"GET /readyz\",status=\"200\"} ";
+	/* -1: no such line yet (nothing counted) */
+	long long hz0 = metric_now(&srv, admin, hz), rz0 = metric_now(&srv, admin, rz);
+	hz0 = hz0 < 0 ? 0 : hz0;
+	rz0 = rz0 < 0 ? 0 : rz0;
+	for (int i = 0; i < 500; i++) {
+		struct it_resp r;
+		char hdr[64];
+		snprintf(hdr, sizeof hdr, "X-Request-Id: probe-%03d", i);
+		const char *h[] = { hdr, NULL };
+		assert_int_equal(it_http(&srv, "GET", i % 10 ? "/healthz" : "/readyz", NULL, h, NULL, 0, &r), 0);
+		assert_int_equal(r.status, 200);
+		it_resp_free(&r);
+	}
+	audit_barrier(&srv, admin, "barrier-probe");
+	assert_int_equal(count_rows(&srv, admin, "/healthz", ""), 0);
+	assert_int_equal(count_rows(&srv, admin, "/readyz", ""), 0);
+	assert_int_equal(metric_now(&srv, admin, hz), hz0 + 450);
+	assert_int_equal(metric_now(&srv, admin, rz), rz0 + 50);
+	free(admin);
+}
+
+/* Requests naming no tenant are audited at most at the per-address rate
+ * (default 10/s, burst 20), and all counted; a tenant's requests from the
+ * same address are still audited, every one. */
+static void test_unauthenticated_audit_rate_limited(void **state)
+{
+	(void)state;
+	char *admin = it_token(&srv, "ops", "admin audit:read");
+	const char *d401 = "sandboxd_http_requests_total{route=\"GET /sessions\",status=\"401\"} ";
+	long long f0 = metric_now(&srv, admin, d401);
+	long long s0 = metric_now(&srv, admin, "sandboxd_audit_suppressed_total ");
+	assert_true(s0 >= 0);
+	if (f0 < 0)
+		f0 = 0;
+	int64_t t0 = mono_ms();
+	for (int i = 0; i < 500; i++) {
+		struct it_resp r;
+		char hdr[64];
+		snprintf(hdr, sizeof hdr, "X-Request-Id: flood-%03d", i);
+		const char *h[] = { hdr, NULL };
+		assert_int_equal(it_http(&srv, "GET", "/sessions", i % 2 ? "bogus" : NULL, h, NULL, 0, &r), 0);
+		assert_int_equal(r.status, 401);
+		it_resp_free(&r);
+	}
+	int64_t elapsed = mono_ms() - t0;
+	/* the bucket is empty now: a tenant's requests still get their rows */
+	char *acme = it_token(&srv, "acme", NULL);
+	for (int i = 0; i < 30; i++) {
+		struct it_resp r;
+		char hdr[64];
+		snprintf(hdr, sizeof hdr, "X-Request-Id: tenant-%03d", i);
+		const char *h[] = { hdr, NULL };
+		assert_int_equal(it_http(&srv, "GET", "/sessions", acme, h, NULL, 0, &r), 0);
+		assert_int_equal(r.status, 200);
+		it_resp_free(&r);
+	}
+	audit_barrier(&srv, admin, "barrier-flood");
+	int audited = count_rows(&srv, admin, "/sessions", "flood-");
+	long long suppressed = metric_now(&srv, admin, "sandboxd_audit_suppressed_total ") - s0;
+	/* the bound follows the time the flood took, so a slow machine only loosens it */
+	long long bound = 20 + (10 * elapsed + 999) / 1000;
+	fprintf(stderr, "flood: %d audited, %lld suppressed in %lld ms (bound %lld)\n", audited, suppressed,
+		(long long)elapsed, bound);
+	assert_true(audited >= 1);
+	assert_true(audited <= bound);
+	assert_int_equal(audited + suppressed, 500);
+	assert_int_equal(metric_now(&srv, admin, d401), f0 + 500);
+	assert_int_equal(count_rows(&srv, admin, "/sessions", "tenant-"), 30);
+	free(acme);
+	free(admin);
+}
+
+/* The default retention (30 days) is in force: an old row goes at the
+ * next pass, a younger one stays. */
+static void test_default_retention(void **state)
+{
+	(void)state;
+	struct it_server s2;
+	const char *extra[] = { "--set", "retention-interval-s=1", NULL };
+	assert_int_equal(it_start(&s2, extra), 0);
+	int64_t day = 86400000;
+	char *cmd = xasprintf("sqlite3 -cmd '.timeout 10000' '%s/sandboxd.db' \"insert into audit(at, request_id, "
+			      "method, route, status, outcome) values (%lld, 'old-31d', 'GET', '/x', 200, 'ok'), "
+			      "(%lld, 'young-29d', 'GET', '/x', 200, 'ok')\"",
+			      s2.dir, (long long)(now_ms() - 31 * day), (long long)(now_ms() - 29 * day));
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	char *admin = it_token(&s2, "ops", "admin audit:read");
+	assert_int_equal(count_rows(&s2, admin, "/x", "young-29d"), 1);
+	int64_t deadline = mono_ms() + 30000;
+	while (count_rows(&s2, admin, "/x", "old-31d") != 0) {
+		assert_true(mono_ms() < deadline);
+		usleep(50000);
+	}
+	assert_int_equal(count_rows(&s2, admin, "/x", "young-29d"), 1);
+	free(admin);
+	it_cleanup(&s2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -310,6 +488,9 @@ int main(void)
 		cmocka_unit_test(test_cli_formats),
 		cmocka_unit_test(test_metrics_move),
 		cmocka_unit_test(test_retention),
+		cmocka_unit_test(test_probes_not_audited),
+		cmocka_unit_test(test_unauthenticated_audit_rate_limited),
+		cmocka_unit_test(test_default_retention),
 	};
 	return cmocka_run_group_tests_name("operators", tests, setup, teardown);
 }

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 #include <jwt.h>
+#include <openssl/bn.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/pem.h>
@@ -118,8 +119,70 @@ static char *acme_valid(void)
 	return tok;
 }
 
-/* Signed with libjwt and a PEM private key. */
-static char *pem_token(jwt_alg_t alg, const char *priv, const char *pl)
+/* The signature of tok, base64url-decoded into out (at most 96 bytes). */
+static size_t sig_bytes(const char *tok, unsigned char *out)
+{
+	const char *sig = strrchr(tok, '.') + 1;
+	size_t n = strlen(sig);
+	char std[160];
+	unsigned char raw[128];
+	int len;
+
+	assert_true(n + 4 < sizeof std);
+	for (size_t i = 0; i < n; i++)
+		std[i] = sig[i] == '-' ? '+' : sig[i] == '_' ? '/' : sig[i];
+	while (n % 4)
+		std[n++] = '=';
+	std[n] = '\0';
+	len = EVP_DecodeBlock(raw, (unsigned char *)std, (int)n);
+	assert_true(len >= 0);
+	/* EVP_DecodeBlock counts the padding as zero bytes */
+	for (size_t i = n; i > 0 && std[i - 1] == '='; i--)
+		len--;
+	assert_true(len <= 96);
+	memcpy(out, raw, (size_t)len);
+	return (size_t)len;
+}
+
+/* tok with its signature replaced by sig (len bytes). */
+static char *with_sig(const char *tok, const unsigned char *sig, size_t len)
+{
+	const char *dot = strrchr(tok, '.');
+	char *b = b64url(sig, len);
+	char *out = xasprintf("%.*s.%s", (int)(dot - tok), tok, b);
+
+	free(b);
+	return out;
+}
+
+enum s_form { S_LOW, S_HIGH };
+
+/* An ES256 token with s in the form asked for: (r, s) and (r, n - s) both
+ * verify, and exactly one of them has s <= n / 2 (the low-S form). */
+static char *es256_with_s(const char *tok, enum s_form form)
+{
+	unsigned char sig[96];
+	BIGNUM *n = NULL, *half = BN_new(), *sv;
+	char *out;
+
+	assert_int_equal(sig_bytes(tok, sig), 64);
+	assert_true(BN_hex2bn(&n, "FFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551") > 0);
+	assert_int_equal(BN_rshift1(half, n), 1);
+	sv = BN_bin2bn(sig + 32, 32, NULL);
+	assert_non_null(sv);
+	if ((form == S_HIGH) == (BN_cmp(sv, half) <= 0))
+		assert_int_equal(BN_sub(sv, n, sv), 1);
+	assert_int_equal(BN_bn2binpad(sv, sig + 32, 32), 32);
+	out = with_sig(tok, sig, 64);
+	BN_free(sv);
+	BN_free(half);
+	BN_free(n);
+	return out;
+}
+
+/* Signed with libjwt and a PEM private key, as it comes (ES256: s is
+ * high half of the time). */
+static char *pem_token_raw(jwt_alg_t alg, const char *priv, const char *pl)
 {
 	jwt_t *jwt = NULL;
 	char *s, *tok;
@@ -133,6 +196,18 @@ static char *pem_token(jwt_alg_t alg, const char *priv, const char *pl)
 	free(s); /* libjwt 1.10 has no jwt_free_str; its default allocator is malloc */
 	jwt_free(jwt);
 	return tok;
+}
+
+/* The same as a conforming client sends it: ES256 in low-S form. */
+static char *pem_token(jwt_alg_t alg, const char *priv, const char *pl)
+{
+	char *tok = pem_token_raw(alg, priv, pl), *low;
+
+	if (alg != JWT_ALG_ES256)
+		return tok;
+	low = es256_with_s(tok, S_LOW);
+	free(tok);
+	return low;
 }
 
 /* ---- verifying ---- */
@@ -325,6 +400,76 @@ static void test_es256_accepted(void **state)
 
 	expect_ok(tok, NULL, &c);
 	assert_string_equal(c.tenant, "ec1");
+	free(tok);
+	free(pl);
+	(void)state;
+}
+
+/* libjwt (OpenSSL) accepts both (r, s) and (r, n - s); only the low-S
+ * spelling is taken. 50 signatures: both forms of each, whichever form
+ * the signer happened to produce. */
+static void test_es256_high_s_refused(void **state)
+{
+	for (int i = 0; i < 50; i++) {
+		struct auth_claims c;
+		char *pl = payload("ec1", NOW + 60 + i, "");
+		char *tok = pem_token_raw(JWT_ALG_ES256, keys.ec_priv, pl);
+		char *low = es256_with_s(tok, S_LOW), *high = es256_with_s(tok, S_HIGH);
+		jwt_t *jwt = NULL;
+
+		assert_string_not_equal(low, high);
+		/* the library alone would take the high-S one */
+		assert_int_equal(jwt_decode(&jwt, high, (const unsigned char *)keys.ec_pub, (int)strlen(keys.ec_pub)), 0);
+		jwt_free(jwt);
+		expect_ok(low, NULL, &c);
+		assert_string_equal(c.tenant, "ec1");
+		expect_refused(high, NULL, "bad signature");
+		free(high);
+		free(low);
+		free(tok);
+		free(pl);
+	}
+	(void)state;
+}
+
+/* r or s zero, r >= n, and signatures that are not 64 bytes. */
+static void test_es256_bad_shape_refused(void **state)
+{
+	static const unsigned char n[32] = {
+		0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+		0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
+	};
+	char *pl = payload("ec1", NOW + 60, "");
+	char *tok = pem_token(JWT_ALG_ES256, keys.ec_priv, pl);
+	unsigned char sig[96], bad[96];
+	char *forged;
+
+	assert_int_equal(sig_bytes(tok, sig), 64);
+	memcpy(bad, sig, 64);
+	memset(bad, 0, 32); /* r = 0 */
+	forged = with_sig(tok, bad, 64);
+	expect_refused(forged, NULL, "bad signature");
+	free(forged);
+	memcpy(bad, sig, 64);
+	memset(bad + 32, 0, 32); /* s = 0 */
+	forged = with_sig(tok, bad, 64);
+	expect_refused(forged, NULL, "bad signature");
+	free(forged);
+	memcpy(bad, sig, 64);
+	memcpy(bad, n, 32); /* r = n */
+	forged = with_sig(tok, bad, 64);
+	expect_refused(forged, NULL, "bad signature");
+	free(forged);
+	forged = with_sig(tok, sig, 63); /* short */
+	expect_refused(forged, NULL, "bad signature");
+	free(forged);
+	memcpy(bad, sig, 64);
+	bad[64] = 0;
+	forged = with_sig(tok, bad, 65); /* long */
+	expect_refused(forged, NULL, "bad signature");
+	free(forged);
+	struct auth_claims c;
+	expect_ok(tok, NULL, &c); /* the untouched low-S token */
 	free(tok);
 	free(pl);
 	(void)state;
@@ -825,6 +970,8 @@ int main(void)
 	    cmocka_unit_test(test_rs256_accepted),
 	    cmocka_unit_test(test_rs256_tampered_refused),
 	    cmocka_unit_test(test_es256_accepted),
+		cmocka_unit_test(test_es256_high_s_refused),
+		cmocka_unit_test(test_es256_bad_shape_refused),
 	    cmocka_unit_test(test_alg_none_refused),
 	    cmocka_unit_test(test_alg_None_refused),
 	    cmocka_unit_test(test_alg_other_refused),

@@ -41,6 +41,11 @@ static void test_defaults(void **state)
 	assert_false(c.allow_unsafe_local);
 	assert_false(c.metrics_public);
 	assert_null(c.tls_cert);
+	/* bounded by default: rows older than 30 days go, unauthenticated
+	 * rows are rate-limited per address */
+	assert_int_equal(c.retention_max_age_s, 30 * 86400);
+	assert_int_equal(c.audit_unauth_per_s, 10);
+	assert_int_equal(c.audit_unauth_burst, 20);
 	cfg_free(&c);
 }
 
