@@ -61,6 +61,11 @@ int route_metrics(struct req *r)
 	buf_init(&out, 16u << 20);
 	metrics_render(r->app->metrics, &out, store_audit_failures(r->app->store),
 		       r->app->runner ? sbx_runner_active(r->app->runner) : 0);
+	buf_appendf(&out,
+		    "# HELP sandboxd_exec_refused_limits_total Commands not run because their limits "
+		    "(cgroup) could not be applied.\n"
+		    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
+		    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
 	size_t n = 0;
 	char *text = buf_steal(&out, &n);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);

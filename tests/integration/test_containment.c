@@ -127,6 +127,14 @@ static void test_planted_spill_paths(void **state)
 		json_decref(r);
 		globex_still_served();
 	}
+	/* The runner kept turning, and says so. */
+	struct it_resp rz;
+	assert_int_equal(it_http(&srv, "GET", "/readyz", NULL, NULL, NULL, 0, &rz), 0);
+	assert_int_equal(rz.status, 200);
+	json_t *ready = it_json(&rz);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(ready, "runner"), "status")), "ok");
+	json_decref(ready);
+	it_resp_free(&rz);
 	/* The host's /etc/passwd was not written through the link. */
 	struct stat pw;
 	assert_int_equal(stat("/etc/passwd", &pw), 0);
@@ -206,13 +214,21 @@ static void test_exec_id_cannot_switch_limits_off(void **state)
 	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
 		/* 400 MiB into /tmp (a 1 GiB tmpfs, charged to the command's
 		 * memory cgroup of 256 MiB): the cgroup must stop it. */
-		json_t *r = run_id(tok, "head -c 419430400 /dev/zero > /tmp/fill; echo filled", ids[i], 60);
+		json_t *r = run_id(tok, "head -c 419430400 /dev/zero > /tmp/fill && echo filled", ids[i], 60);
 		const char *out = jstr(r, "stdout");
 		if (strstr(out, "filled"))
 			fprintf(stderr, "id %s: not stopped by the memory cgroup\n", ids[i]);
 		assert_null(strstr(out, "filled"));
 		json_decref(r);
 	}
+	/* None was refused: every command got its group. */
+	struct it_resp m;
+	char *tok_ops = it_token(&srv, "ops", "admin");
+	assert_int_equal(it_http(&srv, "GET", "/metrics", tok_ops, NULL, NULL, 0, &m), 0);
+	assert_int_equal(m.status, 200);
+	assert_non_null(strstr(m.body, "\nsandboxd_exec_refused_limits_total 0\n"));
+	it_resp_free(&m);
+	free(tok_ops);
 	/* The groups carry the server's names only: u<uid>/j<seq>. */
 	static const char *const hiers[] = {CG_MEM, CG_PIDS};
 	for (size_t h = 0; h < 2; h++) {
