@@ -141,32 +141,77 @@ static void test_planted_spill_paths(void **state)
 	assert_true(pw.st_size < 200000);
 }
 
-/* A FIFO where a session's directory would be made, and one at the path
- * of a file route: answered at once, never waited on. */
+/* Objects where a session's directory would be made, and at the path of
+ * a file route: answered at once, never waited on, nothing outside
+ * touched. */
 static void test_planted_session_and_file_paths(void **state)
 {
 	(void)state;
-	char seg[64];
-	session_segment("fifo-session", seg, sizeof seg);
-	char *rel = xasprintf("sessions/%s", seg);
-	/* sessions/ of the default session's parent is where commands run:
-	 * plant from the workspace root. */
-	char *cmd = xasprintf("cd /workspace && mkdir -p sessions && mkfifo %s && mkfifo fifo-file", rel);
-	json_t *r = ex_ok(&srv, tok, NULL, json_pack("{s:s}", "command", cmd));
-	free(cmd);
-	json_decref(r);
-	free(rel);
+	static const char *const kinds[] = {"fifo", "socket", "symlink", "file"};
+	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+		char key[32], seg[64];
+		snprintf(key, sizeof key, "planted-%s", kinds[i]);
+		session_segment(key, seg, sizeof seg);
+		char *rel = xasprintf("sessions/%s", seg);
+		if (strcmp(kinds[i], "file") == 0) {
+			char *cmd = xasprintf("cd /workspace && mkdir -p sessions && echo x > %s", rel);
+			json_t *r = ex_ok(&srv, tok, NULL, json_pack("{s:s}", "command", cmd));
+			json_decref(r);
+			free(cmd);
+		} else {
+			plant(kinds[i], rel);
+		}
+		free(rel);
+		char hdr[64];
+		snprintf(hdr, sizeof hdr, "X-Session-Key: %s", key);
+		const char *const hdrs[] = {hdr, NULL};
+		struct it_resp resp;
+		assert_int_equal(it_http(&srv, "GET", "/fs/read?path=/workspace/x", tok, hdrs, NULL, 0, &resp), 0);
+		assert_true(resp.status >= 400 && resp.status < 600);
+		it_resp_free(&resp);
+		assert_int_equal(
+		    it_http(&srv, "PUT", "/fs/write?path=/workspace/y", tok, hdrs, "data", 4, &resp), 0);
+		assert_true(resp.status >= 400 && resp.status < 600);
+		it_resp_free(&resp);
+		struct it_resp er;
+		const char *body = "{\"command\":\"echo hi > y\"}";
+		assert_int_equal(it_http(&srv, "POST", "/exec", tok, hdrs, body, strlen(body), &er), 0);
+		assert_true(er.status >= 400 && er.status < 600);
+		it_resp_free(&er);
+	}
+	/* Nothing was written through the link (to /etc/passwd). */
+	struct stat pw;
+	assert_int_equal(stat("/etc/y", &pw), -1);
 
-	const char *const hdr[] = {"X-Session-Key: fifo-session", NULL};
+	json_t *r = ex_ok(&srv, tok, NULL, json_pack("{s:s}", "command", "cd /workspace && mkfifo fifo-file"));
+	json_decref(r);
 	struct it_resp resp;
-	long t0 = it_now_ms();
-	assert_int_equal(it_http(&srv, "GET", "/fs/read?path=/workspace/x", tok, hdr, NULL, 0, &resp), 0);
-	assert_true(resp.status >= 400 && resp.status < 600);
-	it_resp_free(&resp);
 	assert_int_equal(it_http(&srv, "GET", "/fs/read?path=/workspace/fifo-file", tok, NULL, NULL, 0, &resp), 0);
 	assert_int_equal(resp.status, 403);
 	it_resp_free(&resp);
-	assert_true(it_now_ms() - t0 < 60000); /* a hang would meet curl's timeout */
+	globex_still_served();
+}
+
+/* The spill directory itself planted as a link out, or as a FIFO: the
+ * command runs, without a spill file. */
+static void test_planted_spill_dir(void **state)
+{
+	(void)state;
+	json_t *r = ex_run(&srv, tok, "cd /workspace && rm -rf .sandboxd && mkdir .sandboxd && ln -s /etc .sandboxd/spill");
+	json_decref(r);
+	r = run_id(tok, "head -c 200000 /dev/zero | tr \"\\\\0\" a", "spill-link", 5);
+	assert_int_equal(jint(r, "stdout_bytes"), 200000);
+	assert_true(json_is_null(json_object_get(r, "stdout_spill")));
+	json_decref(r);
+	assert_int_equal(access("/etc/spill-link.stdout", F_OK), -1);
+	r = ex_run(&srv, tok, "cd /workspace && rm .sandboxd/spill && mkfifo .sandboxd/spill");
+	json_decref(r);
+	r = run_id(tok, "head -c 200000 /dev/zero | tr \"\\\\0\" a", "spill-fifo", 5);
+	assert_int_equal(jint(r, "stdout_bytes"), 200000);
+	assert_true(json_is_null(json_object_get(r, "stdout_spill")));
+	json_decref(r);
+	r = ex_run(&srv, tok, "rm -rf /workspace/.sandboxd");
+	json_decref(r);
 	globex_still_served();
 }
 
@@ -393,6 +438,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_planted_spill_paths),
 	    cmocka_unit_test(test_planted_session_and_file_paths),
+	    cmocka_unit_test(test_planted_spill_dir),
 	    cmocka_unit_test(test_exec_id_cannot_switch_limits_off),
 	    cmocka_unit_test(test_root_and_dev_bounded),
 	    cmocka_unit_test(test_no_host_paths_inside),
