@@ -1,15 +1,8 @@
 #pragma once
-/* Bytes travel with their length. struct slice borrows; struct buf owns a
- * growable allocation with a hard maximum (curl's dynbuf and its toobig). */
+/* Bytes travel with their length: struct buf owns a growable allocation
+ * with a hard maximum (curl's dynbuf and its toobig). */
 #include <stdbool.h>
 #include <stddef.h>
-
-struct slice {
-	const char *ptr;
-	size_t len;
-};
-
-#define SLICE_LIT(s) ((struct slice){ (s), sizeof(s) - 1 })
 
 struct buf {
 	char *ptr;  /* NUL-terminated whenever len > 0 or after buf_cstr */

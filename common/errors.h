@@ -20,3 +20,8 @@ enum sbx_error {
 	SBX_E_FORBIDDEN,      /* 403 forbidden */
 	SBX_E_METHOD,         /* 405 method_not_allowed */
 };
+
+/* What a negative return means, for logs and messages: strerror for an
+ * errno, a short text for the project codes above. Never NULL; the string
+ * is static (or strerror's). */
+const char *sbx_strerror(int rc);

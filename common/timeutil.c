@@ -21,6 +21,11 @@ int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t mono_ms(void)
+{
+	return mono_ns() / 1000000;
+}
+
 void rfc3339_ms(int64_t ms, char *out, size_t outsz)
 {
 	time_t s = (time_t)(ms / 1000);

@@ -1,7 +1,8 @@
 #pragma once
 /* The one allocation family. Out of memory aborts: callers never see NULL,
  * so no half-handled NULL branches (redis zmalloc, h2o_mem_alloc). jansson
- * and libjwt are pointed at these in srv_alloc_init(). */
+ * is pointed at these in main() (json_set_alloc_funcs); libjwt 1.10 has no
+ * allocator hook, so its own allocations are plain malloc. */
 #include <stdarg.h>
 #include <stddef.h>
 

@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/handlers.h"
-#include "sandbox/collector.h"
 
 #define AUDIT_LIMIT_MAX 1000
 #define NDJSON_BATCH 500
@@ -26,9 +26,9 @@ static json_t *text_json(const char *s, const char *dflt)
 	if (!s)
 		return dflt ? json_string(dflt) : json_null();
 	size_t n = strlen(s);
-	if (sbx_utf8_valid(s, n))
+	if (utf8_valid(s, n))
 		return json_stringn(s, n);
-	char *t = sbx_utf8_sanitize(s, n, &n);
+	char *t = utf8_sanitize(s, n, &n);
 	json_t *j = json_stringn(t, n);
 	free(t);
 	return j;
@@ -41,7 +41,7 @@ json_t *route_audit_json(const struct store_audit *a)
 	json_t *session = json_null();
 	if (a->session) {
 		size_t n = 0;
-		char *s = sbx_utf8_sanitize(a->session, a->session_len, &n);
+		char *s = utf8_sanitize(a->session, a->session_len, &n);
 		session = json_stringn(s, n);
 		free(s);
 	}

@@ -36,6 +36,7 @@ static const struct {
 	{ SBX_E_TOKEN_EXPIRED, { 410, "token_expired", "mint a new transfer token with POST /fs/transfers" } },
 	{ EFBIG, { 413, "too_large", "use the streaming routes: POST /fs/transfers, GET /fs/read_stream, PUT /fs/write_stream" } },
 	{ E2BIG, { 413, "too_large", "use the streaming routes: POST /fs/transfers, GET /fs/read_stream, PUT /fs/write_stream" } },
+	{ ERANGE, { 416, "range_not_satisfiable", NULL } },
 	{ SBX_E_NOT_TEXT, { 422, "not_text", "read bytes with GET /fs/read_buffer" } },
 	{ SBX_E_TOO_MANY, { 429, "too_many_requests", "retry after the interval in Retry-After" } },
 	{ ENOSYS, { 503, "backend_unavailable", "the kernel lacks openat2 (Linux 5.6+); the operator must fix the host" } },

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "auth/auth.h"
+#include "common/utf8.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -29,7 +30,6 @@
 #include "routes/hub.h"
 #include "routes/metrics.h"
 #include "routes/watch.h"
-#include "sandbox/collector.h"
 #include "sandbox/fsops.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
@@ -314,7 +314,7 @@ static json_t *start_json(const char *id, const char *command, const char *sessi
 			  const char *cwd, int64_t started_at)
 {
 	size_t n = 0;
-	char *sk = sbx_utf8_sanitize(session, session_len, &n);
+	char *sk = utf8_sanitize(session, session_len, &n);
 	json_t *o = json_pack("{s:s, s:s, s:s%, s:s, s:o}", "id", id, "command", command, "session", sk, n, "cwd",
 			      cwd, "started_at", time_json(started_at));
 	free(sk);

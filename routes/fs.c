@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
@@ -18,7 +19,6 @@
 #include "routes/fields.h"
 #include "routes/fs.h"
 #include "routes/handlers.h"
-#include "sandbox/collector.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 
@@ -29,66 +29,15 @@ static json_t *wire_path_json(const char *rel)
 	return json_string(wire);
 }
 
-static int fs_error(struct req *r, int rc, const char *what, const char *rel)
-{
-	char wire[SBX_PATH_MAX + 16];
-	sbx_path_wire(rel, wire, sizeof wire);
-	switch (rc) {
-	case -ENOENT: return req_fail(r, rc, "no such file or directory: %s", wire);
-	case -SBX_E_PARENT_MISSING: return req_fail(r, rc, "parent directory missing: %s", wire);
-	case -EXDEV: return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
-	case -EISDIR: return req_fail(r, rc, "is a directory: %s", wire);
-	case -ENOTDIR: return req_fail(r, rc, "not a directory (or a parent is not): %s", wire);
-	case -EEXIST: return req_fail(r, rc, "already exists: %s", wire);
-	case -ENOTEMPTY: return req_fail(r, rc, "directory not empty: %s (use recursive)", wire);
-	case -SBX_E_SPECIAL: return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -SBX_E_ROOT: return req_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
-	case -ELOOP: return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
-	case -ENOSPC:
-	case -EDQUOT: return req_fail(r, rc, "no space left for %s", wire);
-	default: return req_fail(r, rc, "cannot %s %s: %s", what, wire, rc < -4095 ? "error" : strerror(-rc));
-	}
-}
-
 /* Read a regular file whole, bounded by max_buffered_bytes. */
 static int read_whole(struct req *r, const char *rel, char **data, size_t *len)
 {
-	int fd = -1;
+	size_t max = (size_t)r->app->cfg->max_buffered_bytes;
 	uint64_t size = 0;
-	int rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size);
-	if (rc < 0)
-		return fs_error(r, rc, "read", rel);
-	if (size > (uint64_t)r->app->cfg->max_buffered_bytes) {
-		close(fd);
-		return req_fail(r, -EFBIG, "file is %" PRIu64 " bytes, over the buffered limit of %lld", size,
-				(long long)r->app->cfg->max_buffered_bytes);
-	}
-	struct buf b;
-	buf_init(&b, (size_t)r->app->cfg->max_buffered_bytes);
-	char tmp[65536];
-	for (;;) {
-		ssize_t n = read(fd, tmp, sizeof tmp);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		if (buf_append(&b, tmp, (size_t)n) < 0) {
-			/* It grew while we read it. */
-			rc = -EFBIG;
-			break;
-		}
-	}
-	close(fd);
-	if (rc < 0) {
-		buf_free(&b);
-		return rc == -EFBIG ? req_fail(r, rc, "file grew over the buffered limit") : fs_error(r, rc, "read", rel);
-	}
-	*data = buf_steal(&b, len);
-	return 0;
+	int rc = sbx_fs_read_all(r->tenant->ws, rel, max, data, len, &size);
+	if (rc == -EFBIG)
+		return req_fail(r, rc, "file is %" PRIu64 " bytes or more, over the buffered limit of %zu", size, max);
+	return rc < 0 ? req_fail_path(r, rc, "read", rel) : 0;
 }
 
 int route_fs_read(struct req *r)
@@ -101,7 +50,7 @@ int route_fs_read(struct req *r)
 		return rc;
 	if ((rc = read_whole(r, rel, &data, &len)) < 0)
 		return rc;
-	if (!sbx_utf8_valid(data, len)) {
+	if (!utf8_valid(data, len)) {
 		free(data);
 		return req_fail(r, -SBX_E_NOT_TEXT, "the file is not UTF-8 text");
 	}
@@ -172,17 +121,7 @@ int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit)
 		int rc = route_fs_parse_range(range, size, &start, &end);
 		if (rc == -ERANGE) {
 			close(fd);
-			char cr[48];
-			snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
-			json_t *body = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", "range_not_satisfiable",
-						 "message", "the range starts past the end of the file", "retry_hint");
-			char *text = json_dumps(body, JSON_COMPACT);
-			json_decref(body);
-			struct MHD_Response *resp =
-				MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-			MHD_add_response_header(resp, "Content-Type", "application/json");
-			MHD_add_response_header(resp, "Content-Range", cr);
-			return reply_response(r, 416, resp);
+			return req_fail_range(r, size);
 		}
 		if (rc == 0)
 			status = 206;
@@ -218,7 +157,7 @@ int route_fs_read_buffer(struct req *r)
 	int fd = -1;
 	uint64_t size = 0;
 	if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
-		return fs_error(r, rc, "read", rel);
+		return req_fail_path(r, rc, "read", rel);
 	return route_fs_reply_fd(r, fd, size, (uint64_t)r->app->cfg->max_buffered_bytes);
 }
 
@@ -230,7 +169,7 @@ int route_fs_write(struct req *r)
 		return rc;
 	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
 	if (rc < 0)
-		return fs_error(r, rc, "write", rel);
+		return req_fail_path(r, rc, "write", rel);
 	return reply_json(r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
 }
 
@@ -249,7 +188,7 @@ int route_fs_stat(struct req *r)
 		return rc;
 	struct sbx_stat st;
 	if ((rc = sbx_fs_stat(r->tenant->ws, rel, &st)) < 0)
-		return fs_error(r, rc, "stat", rel);
+		return req_fail_path(r, rc, "stat", rel);
 	json_t *o = json_pack("{s:o, s:s, s:b}", "path", wire_path_json(rel), "type", sbx_ftype_name(st.type),
 			      "is_symlink", st.is_symlink);
 	/* A link that dangles or leaves the workspace is described as itself,
@@ -273,12 +212,12 @@ int route_fs_readdir(struct req *r)
 	struct sbx_dirent *d = NULL;
 	size_t n = 0;
 	if ((rc = sbx_fs_readdir(r->tenant->ws, rel, &d, &n)) < 0)
-		return fs_error(r, rc, "list", rel);
+		return req_fail_path(r, rc, "list", rel);
 	bool detail = req_query_bool(r, "detail");
 	json_t *entries = json_array();
 	for (size_t i = 0; i < n; i++) {
 		size_t len = 0;
-		char *name = sbx_utf8_sanitize(d[i].name, strlen(d[i].name), &len);
+		char *name = utf8_sanitize(d[i].name, strlen(d[i].name), &len);
 		if (!detail) {
 			json_array_append_new(entries, json_stringn(name, len));
 		} else {
@@ -301,7 +240,7 @@ int route_fs_exists(struct req *r)
 		return rc;
 	bool exists = false;
 	if ((rc = sbx_fs_exists(r->tenant->ws, rel, &exists)) < 0)
-		return fs_error(r, rc, "look up", rel);
+		return req_fail_path(r, rc, "look up", rel);
 	return reply_json(r, 200, json_pack("{s:b}", "exists", exists));
 }
 
@@ -327,7 +266,7 @@ int route_fs_mkdir(struct req *r)
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
 	if ((rc = sbx_fs_mkdir(r->tenant->ws, rel, recursive)) < 0)
-		return fs_error(r, rc, "create", rel);
+		return req_fail_path(r, rc, "create", rel);
 	return reply_json(r, 201, json_pack("{s:o}", "path", wire_path_json(rel)));
 }
 
@@ -349,7 +288,7 @@ int route_fs_rm(struct req *r)
 		return rc;
 	bool removed = false;
 	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
-		return fs_error(r, rc, "remove", rel);
+		return req_fail_path(r, rc, "remove", rel);
 	return reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
 }
 
@@ -377,6 +316,6 @@ int route_fs_move(struct req *r)
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
 	req_set_target(r, target);
 	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
-		return fs_error(r, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
+		return req_fail_path(r, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
 	return reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
 }

@@ -9,13 +9,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/utf8.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/metrics.h"
 #include "routes/req.h"
 #include "routes/watch.h"
-#include "sandbox/collector.h"
 #include "sandbox/runner.h"
 
 #define CHANNEL_RING 64           /* replayable events per exec */
@@ -594,7 +594,7 @@ void hub_channel_output(struct route_hub *h, struct hub_channel *c, int stream, 
 		}
 	if (wanted) {
 		size_t len = 0;
-		char *text = sbx_utf8_sanitize(p, n, &len);
+		char *text = utf8_sanitize(p, n, &len);
 		json_t *d = json_pack("{s:s, s:s%}", "stream", stream == 2 ? "stderr" : "stdout", "data", text, len);
 		struct msg *m = msg_event(++c->seq, "output", d, MSG_OUTPUT);
 		for (struct sub *s = h->subs; s; s = s->next)

@@ -1,16 +1,17 @@
 #include "routes/req.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "sandbox/collector.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
@@ -26,8 +27,8 @@ int req_fail(struct req *r, int code, const char *fmt, ...)
 	 * may be any bytes: jansson refuses invalid UTF-8, and the error body
 	 * and the log line must still be written. */
 	size_t n = strlen(msg);
-	if (!sbx_utf8_valid(msg, n)) {
-		char *s = sbx_utf8_sanitize(msg, n, &n);
+	if (!utf8_valid(msg, n)) {
+		char *s = utf8_sanitize(msg, n, &n);
 		free(msg);
 		msg = s;
 	}
@@ -98,7 +99,7 @@ int req_session(struct req *r)
 		return req_fail(r, rc, "cannot record the session");
 	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot create the session directory: %s", strerror(-rc > 4095 ? EIO : -rc));
+		return req_fail(r, rc, "cannot create the session directory: %s", sbx_strerror(rc));
 	r->session_rel = xasprintf("sessions/%s", segment);
 	return 0;
 }
@@ -114,7 +115,7 @@ static void set_raw_target(struct req *r, const char *wire, size_t len)
 	if (len > RAW_TARGET_MAX)
 		buf_append(&b, "...", 3);
 	size_t n = 0;
-	char *s = sbx_utf8_sanitize(b.ptr ? b.ptr : "", b.len, &n);
+	char *s = utf8_sanitize(b.ptr ? b.ptr : "", b.len, &n);
 	buf_free(&b);
 	free(r->target);
 	r->target = s;
@@ -152,7 +153,7 @@ void req_set_target(struct req *r, const char *target)
 	/* Targets come from URL segments too (ids): keep the audit UTF-8. */
 	size_t n = strlen(target);
 	free(r->target);
-	r->target = sbx_utf8_valid(target, n) ? xstrdup(target) : sbx_utf8_sanitize(target, n, &n);
+	r->target = utf8_valid(target, n) ? xstrdup(target) : utf8_sanitize(target, n, &n);
 }
 
 void reply_common_headers(struct req *r, struct MHD_Response *resp)
@@ -212,4 +213,34 @@ void req_suspend(struct req *r)
 void req_resume(struct req *r)
 {
 	MHD_resume_connection(r->conn);
+}
+
+int req_fail_path(struct req *r, int rc, const char *what, const char *rel)
+{
+	char wire[SBX_PATH_MAX + 16];
+
+	sbx_path_wire(rel, wire, sizeof wire);
+	switch (rc) {
+	case -ENOENT: return req_fail(r, rc, "no such file or directory: %s", wire);
+	case -SBX_E_PARENT_MISSING: return req_fail(r, rc, "parent directory missing: %s", wire);
+	case -EXDEV: return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
+	case -EISDIR: return req_fail(r, rc, "is a directory: %s", wire);
+	case -ENOTDIR: return req_fail(r, rc, "not a directory (or a parent is not): %s", wire);
+	case -EEXIST: return req_fail(r, rc, "already exists: %s", wire);
+	case -ENOTEMPTY: return req_fail(r, rc, "directory not empty: %s (use recursive)", wire);
+	case -SBX_E_SPECIAL: return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
+	case -SBX_E_ROOT: return req_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
+	case -EINVAL: return req_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
+	case -ELOOP: return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
+	case -EFBIG: return req_fail(r, rc, "file too large for %s", wire);
+	case -ENOSPC:
+	case -EDQUOT: return req_fail(r, rc, "no space left for %s", wire);
+	default: return req_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
+	}
+}
+
+int req_fail_range(struct req *r, uint64_t size)
+{
+	snprintf(r->content_range, sizeof r->content_range, "bytes */%" PRIu64, size);
+	return req_fail(r, -ERANGE, "the range starts past the end of the file");
 }

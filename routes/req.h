@@ -65,6 +65,7 @@ struct req {
 	const char *error_code;    /* wire code override, e.g. "token_used" */
 	int64_t retry_after_s;
 	char *allow;               /* Allow header for 405 */
+	char content_range[48];    /* Content-Range of a 416, "bytes * /size" */
 
 	/* audit extras */
 	char *target;
@@ -83,6 +84,13 @@ struct req {
 
 /* Record an error for the dispatcher to render; returns code (negative). */
 int req_fail(struct req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* req_fail for a file operation's error: the one errno -> message table of
+ * the file and transfer routes ("no such file or directory: /workspace/x").
+ * what: the verb ("read", "write", ...); rel: the workspace-relative path. */
+int req_fail_path(struct req *r, int rc, const char *what, const char *rel);
+/* req_fail for a Range that starts past the end of a file of size bytes:
+ * 416 with "Content-Range: bytes * /size" (RFC 9110). Returns -ERANGE. */
+int req_fail_range(struct req *r, uint64_t size);
 
 /* Headers and query. */
 const char *req_header(struct req *r, const char *name);

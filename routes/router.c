@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "auth/auth.h"
+#include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
@@ -17,7 +18,6 @@
 #include "routes/errors.h"
 #include "routes/handlers.h"
 #include "routes/metrics.h"
-#include "sandbox/collector.h"
 #include "store/store.h"
 
 #define R_FS_READ AUTH_SCOPE_FS_READ
@@ -327,6 +327,8 @@ int route_render_error(struct req *r, int code)
 		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
 	if (w.status == 405 && r->allow)
 		MHD_add_response_header(resp, "Allow", r->allow);
+	if (w.status == 416 && r->content_range[0])
+		MHD_add_response_header(resp, "Content-Range", r->content_range);
 	if (w.status == 429 || w.status == 503) {
 		char ra[24];
 		snprintf(ra, sizeof ra, "%lld", (long long)(r->retry_after_s > 0 ? r->retry_after_s : 1));
@@ -365,7 +367,7 @@ static void log_line(struct req *r, double ms, const char *route)
 	size_t pn = 0;
 	char *path = secret_path	  ? xstrdup(route)
 		     : secret_unrouted ? xstrdup("/fs/stream/{token}")
-				       : sbx_utf8_sanitize(r->url, strlen(r->url), &pn);
+				       : utf8_sanitize(r->url, strlen(r->url), &pn);
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:I, s:I, s:s}", "ts", "", "request_id",
 			      r->request_id, "method", r->method, "path", path, "route",
 			      route, "status", r->status, "duration_ms", ms, "bytes_in", (json_int_t)r->bytes_in,

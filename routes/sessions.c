@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "routes/app.h"
 #include "routes/handlers.h"
-#include "sandbox/collector.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -22,7 +22,7 @@
 static json_t *key_json(const char *key, size_t len)
 {
 	size_t n = 0;
-	char *s = sbx_utf8_sanitize(key, len, &n);
+	char *s = utf8_sanitize(key, len, &n);
 	json_t *j = json_stringn(s, n);
 	free(s);
 	return j;
@@ -75,7 +75,7 @@ int route_session_delete(struct req *r)
 	rc = sbx_session_dir_remove(r->tenant->ws, segment);
 	if (rc < 0)
 		return req_fail(r, rc, "cannot remove the session directory %s: %s", dir,
-				-rc > 4095 ? "error" : strerror(-rc));
+				sbx_strerror(rc));
 	rc = store_session_delete(r->app->store, r->tenant->name, r->session_key, r->session_key_len, NULL);
 	if (rc < 0 && rc != -ENOENT) /* ENOENT: a concurrent delete won; the session is gone all the same */
 		return req_fail(r, rc, "cannot delete the session record");

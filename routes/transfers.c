@@ -102,40 +102,6 @@ static void hex(const unsigned char *p, size_t n, char *out)
 
 /* ---- shared ---- */
 
-static void wire_of(const char *rel, char *out, size_t outsz)
-{
-	sbx_path_wire(rel, out, outsz);
-}
-
-static int fs_fail(struct req *r, int rc, const char *what, const char *rel)
-{
-	char wire[SBX_PATH_MAX + 16];
-	wire_of(rel, wire, sizeof wire);
-	switch (rc) {
-	case -ENOENT:
-		return req_fail(r, rc, "no such file: %s", wire);
-	case -SBX_E_PARENT_MISSING:
-		return req_fail(r, rc, "parent directory missing: %s (streaming writes do not create it)",
-				wire);
-	case -EXDEV:
-		return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
-	case -EISDIR:
-		return req_fail(r, rc, "is a directory: %s", wire);
-	case -ENOTDIR:
-		return req_fail(r, rc, "a parent is not a directory: %s", wire);
-	case -SBX_E_SPECIAL:
-		return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -EINVAL:
-		return req_fail(r, rc, "cannot %s the workspace root", what);
-	case -ELOOP:
-		return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
-	case -ENOSPC:
-	case -EDQUOT:
-		return req_fail(r, rc, "no space left for %s", wire);
-	default:
-		return req_fail(r, rc, "cannot %s %s: %s", what, wire, rc < -4095 ? "error" : strerror(-rc));
-	}
-}
 
 static int token_refused(struct req *r, int rc)
 {
@@ -234,7 +200,7 @@ static int token_open(struct req *r, const char *direction, struct store_transfe
 	r->session_key[t->session_len] = '\0';
 	r->session_key_len = t->session_len;
 	char wire[SBX_PATH_MAX + 16];
-	wire_of(t->path, wire, sizeof wire);
+	sbx_path_wire(t->path, wire, sizeof wire);
 	req_set_target(r, wire);
 
 	if (strcmp(t->direction, direction) != 0)
@@ -330,22 +296,6 @@ static void dl_req_free(struct req *r)
 	dl_unref(d);
 }
 
-static int reply_416(struct req *r, uint64_t size)
-{
-	char cr[48];
-	snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
-	json_t *body = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", "range_not_satisfiable", "message",
-				 "the range starts past the end of the file", "retry_hint");
-	char *text = json_dumps(body, JSON_COMPACT);
-	json_decref(body);
-	size_t n = strlen(text);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(resp, "Content-Type", "application/json");
-	MHD_add_response_header(resp, "Content-Range", cr);
-	r->bytes_out += (int64_t)n;
-	return reply_response(r, 416, resp);
-}
-
 static void dl_headers(struct MHD_Response *resp, int status, uint64_t start, uint64_t end, uint64_t size)
 {
 	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
@@ -365,7 +315,7 @@ static int download(struct req *r, const char *rel, struct xfer *x, bool have_ha
 	uint64_t size = 0;
 	int rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size);
 	if (rc < 0)
-		return fs_fail(r, rc, "read", rel);
+		return req_fail_path(r, rc, "read", rel);
 
 	uint64_t start = 0, end = size ? size - 1 : 0;
 	int status = 200;
@@ -374,7 +324,7 @@ static int download(struct req *r, const char *rel, struct xfer *x, bool have_ha
 		rc = route_fs_parse_range(range, size, &start, &end);
 		if (rc == -ERANGE) {
 			close(fd);
-			return reply_416(r, size);
+			return req_fail_range(r, size);
 		}
 		if (rc == 0)
 			status = 206;
@@ -471,9 +421,9 @@ static int ul_write(struct req *r, const char *data, size_t len)
 	int rc = sbx_upload_write(u->up, data, len);
 	if (rc < 0) {
 		snprintf(u->why, sizeof u->why, "write failed after %" PRIu64 " bytes: %s", u->n,
-			 rc < -4095 ? "error" : strerror(-rc));
+			 sbx_strerror(rc));
 		ul_fail(r, u);
-		return fs_fail(r, rc, "write", u->rel);
+		return req_fail_path(r, rc, "write", u->rel);
 	}
 	EVP_DigestUpdate(u->md, data, len);
 	u->n += len;
@@ -519,7 +469,7 @@ static int upload_begin(struct req *r, const char *rel, struct xfer *x, bool hav
 		return rc;
 	if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0) {
 		xfer_release(r, x);
-		return fs_fail(r, rc, "write", rel);
+		return req_fail_path(r, rc, "write", rel);
 	}
 	if ((rc = claim(r, x, have_hash, rel, "write")) < 0) {
 		sbx_upload_abort(&up);
@@ -573,9 +523,9 @@ int route_transfer_put(struct req *r)
 	uint64_t size = 0;
 	int rc = sbx_upload_commit(&u->up, &size);
 	if (rc < 0) {
-		snprintf(u->why, sizeof u->why, "commit failed: %s", rc < -4095 ? "error" : strerror(-rc));
+		snprintf(u->why, sizeof u->why, "commit failed: %s", sbx_strerror(rc));
 		xfer_finish(r, &u->x, false, (int64_t)u->n, NULL, u->why);
-		return fs_fail(r, rc, "write", u->rel);
+		return req_fail_path(r, rc, "write", u->rel);
 	}
 	unsigned char dig[32];
 	char sha[65];
@@ -583,7 +533,7 @@ int route_transfer_put(struct req *r)
 	hex(dig, sizeof dig, sha);
 	xfer_finish(r, &u->x, true, (int64_t)size, sha, NULL);
 	char wire[SBX_PATH_MAX + 16];
-	wire_of(u->rel, wire, sizeof wire);
+	sbx_path_wire(u->rel, wire, sizeof wire);
 	return reply_json(
 	    r, 201, json_pack("{s:s, s:I, s:s}", "path", wire, "size", (json_int_t)size, "sha256", sha));
 }
@@ -626,12 +576,12 @@ int route_transfers_post(struct req *r)
 		int fd = -1;
 		uint64_t size = 0;
 		if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
-			return fs_fail(r, rc, "read", rel);
+			return req_fail_path(r, rc, "read", rel);
 		close(fd);
 	} else {
 		struct sbx_upload *up = NULL;
 		if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0)
-			return fs_fail(r, rc, "write", rel);
+			return req_fail_path(r, rc, "write", rel);
 		sbx_upload_abort(&up);
 	}
 
@@ -650,7 +600,7 @@ int route_transfers_post(struct req *r)
 		return req_fail(r, rc, "cannot record the transfer");
 
 	char wire[SBX_PATH_MAX + 16], url[64], exp[40];
-	wire_of(rel, wire, sizeof wire);
+	sbx_path_wire(rel, wire, sizeof wire);
 	snprintf(url, sizeof url, "/fs/stream/%s", tok);
 	rfc3339_ms(t.expires_at, exp, sizeof exp);
 	return reply_json(r, 201,

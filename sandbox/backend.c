@@ -442,7 +442,7 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 			/* Limits are in force: without them the command does not run. */
 			b->refused_limits++;
 			log_msg("error", "command %" PRIu64 " refused: its cgroup cannot be made: %s", req->seq,
-				strerror(-n));
+				sbx_strerror(n));
 			rc = -SBX_E_BACKEND;
 			goto out;
 		}
@@ -458,7 +458,7 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		if (l.child_step == STEP_CGROUP) {
 			b->refused_limits++;
 			log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s", req->seq,
-				strerror(-rc));
+				sbx_strerror(rc));
 			rc = -SBX_E_BACKEND;
 		}
 		if (cgroup_made)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/utf8.h"
 #include "common/xmalloc.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
@@ -210,52 +211,6 @@ static size_t copy_last(const struct sbx_collector *c, char *dst, size_t k)
 	return n;
 }
 
-static bool is_cont(unsigned char b)
-{
-	return (b & 0xC0) == 0x80;
-}
-
-/* The sequence length a lead byte announces (1 for ASCII and for bytes
- * that can never start a sequence). */
-static size_t seq_len(unsigned char b)
-{
-	if (b >= 0xC2 && b <= 0xDF)
-		return 2;
-	if (b >= 0xE0 && b <= 0xEF)
-		return 3;
-	if (b >= 0xF0 && b <= 0xF4)
-		return 4;
-	return 1;
-}
-
-/* Length of p[0..n) cut back so it does not end inside a character. */
-static size_t cut_end(const char *p, size_t n)
-{
-	size_t back;
-
-	for (back = 1; back <= 3 && back <= n; back++) {
-		unsigned char b = (unsigned char)p[n - back];
-
-		if (!is_cont(b)) {
-			if (seq_len(b) > back)
-				return n - back;
-			return n;
-		}
-	}
-	return n;
-}
-
-/* Offset of the first character start in p[0..n) (skips at most 3
- * continuation bytes: more than that are invalid anyway). */
-static size_t cut_start(const char *p, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n && i < 3 && is_cont((unsigned char)p[i]))
-		i++;
-	return i;
-}
-
 void sbx_collector_tail(const struct sbx_collector *c, char *out, size_t max)
 {
 	char *buf = NULL, *clean = NULL;
@@ -278,12 +233,12 @@ void sbx_collector_tail(const struct sbx_collector *c, char *out, size_t max)
 	while (start > 0 && buf[start - 1] != '\n')
 		start--;
 	if (start == 0 && n < c->total)
-		start = cut_start(buf, end); /* the line began before what we copied */
-	clean = sbx_utf8_sanitize(buf + start, end - start, &clen);
+		start = utf8_cut_start(buf, end); /* the line began before what we copied */
+	clean = utf8_sanitize(buf + start, end - start, &clen);
 	from = 0;
 	if (clen > max - 1) {
 		from = clen - (max - 1);
-		from += cut_start(clean + from, clen - from);
+		from += utf8_cut_start(clean + from, clen - from);
 	}
 	memcpy(out, clean + from, clen - from);
 	out[clen - from] = '\0';
@@ -301,18 +256,18 @@ void sbx_collector_finish(struct sbx_collector *c, char **text, size_t *len)
 		char *all = xmalloc(c->total + 1);
 		size_t n = copy_last(c, all, c->total);
 
-		*text = sbx_utf8_sanitize(all, n, len);
+		*text = utf8_sanitize(all, n, len);
 		free(all);
 		return;
 	}
-	hcut = cut_end(c->head, c->head_len);
-	head = sbx_utf8_sanitize(c->head, hcut, &hl);
+	hcut = utf8_cut_end(c->head, c->head_len);
+	head = utf8_sanitize(c->head, hcut, &hl);
 	{
 		char *raw = xmalloc(c->ring_len + 1);
 		size_t rn = copy_last(c, raw, c->ring_len);
 
-		tstart = cut_start(raw, rn);
-		tail = sbx_utf8_sanitize(raw + tstart, rn - tstart, &tl);
+		tstart = utf8_cut_start(raw, rn);
+		tail = utf8_sanitize(raw + tstart, rn - tstart, &tl);
 		free(raw);
 	}
 	omitted = (size_t)(c->total - hcut - (c->ring_len - tstart));
@@ -353,95 +308,4 @@ void sbx_collector_free(struct sbx_collector **pc)
 	free(c->spill_wire);
 	free(c);
 	*pc = NULL;
-}
-
-/* Length of the valid sequence at p[0..n), or 0 when invalid; *sub gets
- * the length of the maximal invalid subpart to replace with one U+FFFD
- * (Unicode's "best practice": a truncated sequence is one replacement,
- * a byte that can never appear is one replacement each). */
-static size_t decode_one(const unsigned char *p, size_t n, size_t *sub)
-{
-	unsigned char b = p[0], lo = 0x80, hi = 0xBF;
-	size_t need, i;
-
-	*sub = 1;
-	if (b < 0x80)
-		return 1;
-	need = seq_len(b);
-	if (need == 1)
-		return 0;
-	if (b == 0xE0)
-		lo = 0xA0; /* overlong */
-	else if (b == 0xED)
-		hi = 0x9F; /* surrogates */
-	else if (b == 0xF0)
-		lo = 0x90; /* overlong */
-	else if (b == 0xF4)
-		hi = 0x8F; /* above U+10FFFF */
-	for (i = 1; i < need; i++) {
-		if (i >= n)
-			return 0;
-		if (p[i] < lo || p[i] > hi)
-			return 0;
-		lo = 0x80;
-		hi = 0xBF;
-		*sub = i + 1;
-	}
-	return need;
-}
-
-char *sbx_utf8_sanitize(const char *p, size_t n, size_t *out_len)
-{
-	const unsigned char *s = (const unsigned char *)p;
-	char *out = xmalloc(n * 3 + 1);
-	size_t i = 0, o = 0;
-
-	while (i < n) {
-		size_t k, sub;
-
-		if (s[i] < 0x80) {
-			size_t j = i;
-
-			while (j < n && s[j] < 0x80)
-				j++;
-			memcpy(out + o, s + i, j - i);
-			o += j - i;
-			i = j;
-			continue;
-		}
-		k = decode_one(s + i, n - i, &sub);
-		if (k) {
-			memcpy(out + o, s + i, k);
-			o += k;
-			i += k;
-		} else {
-			memcpy(out + o, "\xEF\xBF\xBD", 3);
-			o += 3;
-			i += sub;
-		}
-	}
-	out[o] = '\0';
-	if (out_len)
-		*out_len = o;
-	return out;
-}
-
-bool sbx_utf8_valid(const char *p, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)p;
-	size_t i = 0;
-
-	while (i < n) {
-		size_t k, sub;
-
-		if (s[i] < 0x80) {
-			i++;
-			continue;
-		}
-		k = decode_one(s + i, n - i, &sub);
-		if (!k)
-			return false;
-		i += k;
-	}
-	return true;
 }

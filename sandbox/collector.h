@@ -37,8 +37,3 @@ void sbx_collector_finish(struct sbx_collector *c, char **text, size_t *len);
  * (borrowed, valid until free). */
 const char *sbx_collector_spill_path(const struct sbx_collector *c);
 void sbx_collector_free(struct sbx_collector **c);
-
-/* Copy p[0..n) into out replacing invalid UTF-8 with U+FFFD. Caller frees. */
-char *sbx_utf8_sanitize(const char *p, size_t n, size_t *out_len);
-/* Whether p[0..n) is valid UTF-8. */
-bool sbx_utf8_valid(const char *p, size_t n);

@@ -489,6 +489,58 @@ out:
 	return r;
 }
 
+int sbx_fs_read_all(const struct sbx_workspace *ws, const char *rel, size_t max, char **data, size_t *len,
+		    uint64_t *size)
+{
+	uint64_t found = 0;
+	size_t got = 0, cap;
+	char *p = NULL;
+	int fd = -1, r;
+
+	r = sbx_fs_open_read(ws, rel, &fd, &found);
+	if (size)
+		*size = found;
+	if (r < 0)
+		return r;
+	if (found > max) {
+		r = -EFBIG;
+		goto out;
+	}
+	/* One read of the size found, and one more byte to see it grow. */
+	cap = (size_t)found + 1;
+	p = xmalloc(cap + 1);
+	for (;;) {
+		ssize_t n = read(fd, p + got, cap - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			goto out;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+		if (got == cap) {
+			if (got > max) {
+				r = -EFBIG;
+				goto out;
+			}
+			cap = cap * 2 < max + 1 ? cap * 2 : max + 1;
+			p = xrealloc(p, cap + 1);
+		}
+	}
+	p[got] = '\0';
+	*data = p;
+	*len = got;
+	p = NULL;
+	r = 0;
+out:
+	free(p);
+	close(fd);
+	return r;
+}
+
 struct sbx_upload {
 	int dirfd;
 	int fd;

@@ -74,6 +74,13 @@ int sbx_session_dir_remove(struct sbx_workspace *ws, const char *segment);
  * Missing from: -ENOENT; missing parent of to: -SBX_E_PARENT_MISSING. */
 int sbx_fs_move(const struct sbx_workspace *ws, const char *from, const char *to, bool overwrite);
 
+/* Read the regular file rel whole (sbx_fs_open_read's checks) into a fresh
+ * NUL-terminated buffer (*data, caller frees; *len bytes). -EFBIG when it
+ * is, or grows while read to, more than max bytes (*size then says how
+ * big it was found); other errors as sbx_fs_open_read. */
+int sbx_fs_read_all(const struct sbx_workspace *ws, const char *rel, size_t max, char **data, size_t *len,
+		    uint64_t *size);
+
 /* Atomic replacement of a file: a temp file beside the target
  * (".sandboxd-tmp-<leaf>-<random>", O_CREAT|O_EXCL|O_NOFOLLOW, 0644,
  * owned as the workspace says), written, fsync'ed, renameat'ed over the

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/errors.h"
+#include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
 #include "sandbox/workspace.h"
@@ -101,22 +102,6 @@ struct sbx_runner {
 	char *buf;
 	char efd_tag, tfd_tag;
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t epoch_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int64_t add_ms(int64_t t, uint64_t ms)
 {
@@ -204,7 +189,7 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 static void emit(struct job *j, struct sbx_event *ev, int spawn_error)
 {
 	ev->job = j->id;
-	ev->at_ms = epoch_ms();
+	ev->at_ms = now_ms();
 	j->cb(j->ctx, ev, spawn_error);
 }
 
@@ -325,7 +310,7 @@ static int job_start(struct sbx_runner *r, struct job *j)
 	j->req.spawn.stdout_fd = out[1];
 	j->req.spawn.stderr_fd = err[1];
 	j->start_mono = mono_ms();
-	j->started_at = epoch_ms();
+	j->started_at = now_ms();
 	rc = sbx_backend_spawn(j->req.backend, &j->req.spawn, &pid, &pidfd);
 	j->req.spawn.stdin_fd = j->req.spawn.stdout_fd = j->req.spawn.stderr_fd = -1;
 	if (rc)
@@ -402,7 +387,7 @@ static void read_stream(struct sbx_runner *r, struct job *j, int k)
 		}
 		sbx_collector_feed(c, r->buf, (size_t)n);
 		j->last_out_mono = mono_ms();
-		j->last_output_at = epoch_ms();
+		j->last_output_at = now_ms();
 		j->last_stream = k;
 		if (j->req.want_output_events) {
 			for (size_t off = 0; off < (size_t)n; off += OUTPUT_EVENT_MAX) {
@@ -500,7 +485,7 @@ static void report_exit(struct sbx_runner *r, struct job *j)
 	sp = sbx_collector_spill_path(j->err);
 	res.stderr_spill = sp ? xstrdup(sp) : NULL;
 	res.started_at_ms = j->started_at;
-	res.finished_at_ms = epoch_ms();
+	res.finished_at_ms = now_ms();
 	emit(j, &ev, 0);
 	sbx_exec_result_clear(&res);
 }

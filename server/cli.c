@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "auth/auth.h"
+#include "common/errors.h"
 #include "common/buf.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
@@ -25,7 +26,7 @@ static int open_store(struct sbx_config *cfg, bool migrate, struct store **s)
 		return rc;
 	rc = store_open(s, cfg->db_path, migrate, err, sizeof err);
 	if (rc < 0)
-		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : strerror(-rc));
+		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : sbx_strerror(rc));
 	return rc;
 }
 
@@ -105,7 +106,7 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 			return 2;
 		}
 		if ((rc = read_whole(a->public_key, 64 * 1024, &t.key, &t.key_len)) < 0) {
-			fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, strerror(-rc));
+			fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, sbx_strerror(rc));
 			return 1;
 		}
 		if (auth_check_public_key(t.key, t.key_len, alg, &why) < 0) {
@@ -122,7 +123,7 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 		snprintf(t.alg, sizeof t.alg, "HS256");
 		if (a->secret_file) {
 			if ((rc = read_whole(a->secret_file, 64 * 1024, &t.key, &t.key_len)) < 0) {
-				fprintf(stderr, "sandboxd: %s: %s\n", a->secret_file, strerror(-rc));
+				fprintf(stderr, "sandboxd: %s: %s\n", a->secret_file, sbx_strerror(rc));
 				return 1;
 			}
 			/* One trailing newline is an artefact of editors and echo, not key material. */
@@ -153,7 +154,7 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 		return 1;
 	}
 	if (rc < 0) {
-		fprintf(stderr, "sandboxd: cannot add tenant %s: %s\n", name, strerror(rc < -4095 ? EIO : -rc));
+		fprintf(stderr, "sandboxd: cannot add tenant %s: %s\n", name, sbx_strerror(rc));
 		free(generated);
 		return 1;
 	}

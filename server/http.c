@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "auth/auth.h"
+#include "common/errors.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
@@ -32,7 +33,7 @@ static char *read_file(const char *path, char *err, size_t errsz)
 	buf_init(&b, 1u << 20);
 	int rc = buf_read_file(&b, path);
 	if (rc < 0) { /* a cut-off PEM would fail later with a vaguer message */
-		snprintf(err, errsz, "%s: %s", path, rc == -E2BIG ? "larger than 1 MiB" : strerror(-rc));
+		snprintf(err, errsz, "%s: %s", path, rc == -E2BIG ? "larger than 1 MiB" : sbx_strerror(rc));
 		buf_free(&b);
 		return NULL;
 	}

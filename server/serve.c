@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/errors.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
@@ -69,7 +70,7 @@ static int prepare_workspaces(struct app *a)
 			rc = -1;
 		} else if (r < 0) {
 			log_msg("warn", "cannot check that tenant %s reaches its workspace: %s", t->name,
-				strerror(-r));
+				sbx_strerror(r));
 		}
 		if (rc == 0) {
 			int removed = sbx_fs_sweep_temps(t->ws);
@@ -119,7 +120,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 		goto out;
 	int rc = store_open(&store, cfg->db_path, true, err, sizeof err);
 	if (rc < 0) {
-		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : strerror(-rc));
+		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : sbx_strerror(rc));
 		goto out;
 	}
 	int lost = 0, failed = 0;
@@ -136,7 +137,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	rc = sbx_backend_new(&backend, &bc);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
-			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)" : strerror(-rc > 4095 ? EIO : -rc));
+			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)" : sbx_strerror(rc));
 		goto out;
 	}
 	int swept = sbx_backend_sweep(backend);
@@ -149,7 +150,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 				 "does not know it): every file route will answer 503 and /readyz is unavailable");
 	rc = sbx_runner_new(&runner);
 	if (rc < 0) {
-		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", strerror(-rc));
+		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", sbx_strerror(rc));
 		goto out;
 	}
 
@@ -160,7 +161,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	rc = watch_new(&app.watch);
 	if (rc < 0) {
 		/* Without it no suspended request notices its client leaving. */
-		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", strerror(-rc));
+		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", sbx_strerror(rc));
 		goto out;
 	}
 	hub_new(&app.hub, &app);

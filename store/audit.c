@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/timeutil.h"
 #include "common/errors.h"
 #include "common/xmalloc.h"
 
@@ -96,7 +97,7 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 	rec->seq = ++s->appended;
 	s->q[s->qn++] = rec;
 	if (s->qn == 1) {
-		s->qfirst_ms = store_mono_ms();
+		s->qfirst_ms = mono_ms();
 		wake = true;
 	} else if (s->qn == AUDIT_BATCH_WAKE) {
 		wake = true;
@@ -199,7 +200,7 @@ static void *writer_main(void *arg)
 		/* Gather a group for a short window, unless someone waits. */
 		deadline_after(&ts, s->qfirst_ms + AUDIT_WINDOW_MS);
 		while (!s->stop && s->qn < AUDIT_BATCH_WAKE && s->flush_target <= s->committed &&
-		       store_mono_ms() < s->qfirst_ms + AUDIT_WINDOW_MS)
+		       mono_ms() < s->qfirst_ms + AUDIT_WINDOW_MS)
 			pthread_cond_timedwait(&s->awake, &s->alock, &ts);
 
 		/* Take the whole queue; hand the spent array back for reuse. */

@@ -14,23 +14,8 @@
 
 #include "common/embedded.h"
 #include "common/errors.h"
+#include "common/timeutil.h"
 #include "common/xmalloc.h"
-
-int64_t store_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t store_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int store_rc(int rc)
 {
@@ -484,7 +469,7 @@ int store_recover(struct store *s, int *lost_execs, int *failed_transfers)
 	    "UPDATE transfers SET state = 'expired' WHERE state = 'minted' AND expires_at <= ?1",
 	};
 	int counts[3] = {0, 0, 0};
-	int64_t now = store_now_ms();
+	int64_t now = now_ms();
 	sqlite3_stmt *st = NULL;
 	int r;
 

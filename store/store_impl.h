@@ -94,8 +94,6 @@ int store_step_done(sqlite3_stmt *st);
 /* The same for an UPDATE/DELETE of one row: -ENOENT when none matched. */
 int store_step_one(struct store *s, sqlite3_stmt *st);
 
-int64_t store_now_ms(void);
-int64_t store_mono_ms(void);
 
 /* Binding helpers: a zero-length blob must not become NULL. */
 int store_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n);

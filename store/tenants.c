@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/timeutil.h"
 #include "common/errors.h"
 #include "common/xmalloc.h"
 
@@ -24,7 +25,7 @@ static void tenant_from_row(sqlite3_stmt *st, struct store_tenant *t)
 int store_tenant_add(struct store *s, struct store_tenant *t)
 {
 	sqlite3_stmt *st;
-	int64_t slot = 0, created = t->created_at ? t->created_at : store_now_ms();
+	int64_t slot = 0, created = t->created_at ? t->created_at : now_ms();
 	int r;
 
 	pthread_mutex_lock(&s->lock);

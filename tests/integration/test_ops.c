@@ -305,11 +305,6 @@ static void test_retention(void **state)
 	it_cleanup(&s2);
 }
 
-static int64_t mono_ms(void)
-{
-	return mono_ns() / 1000000;
-}
-
 static long long metric_now(struct it_server *s, const char *token, const char *name)
 {
 	struct it_resp r;

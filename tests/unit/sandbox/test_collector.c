@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "common/utf8.h"
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
 #include "sandbox/workspace.h"
@@ -217,7 +218,7 @@ static void test_utf8_boundaries(void **state)
 		      in + 142);
 	assert_int_equal(len, (size_t)wl);
 	assert_memory_equal(text, want, len);
-	assert_true(sbx_utf8_valid(text, len));
+	assert_true(utf8_valid(text, len));
 	free(text);
 	sbx_collector_free(&c);
 }
@@ -245,11 +246,11 @@ static void test_utf8_boundary_whole_char_kept(void **state)
 static void check_sanitize_n(const char *in, size_t n, const char *want, size_t wl)
 {
 	size_t len = 0;
-	char *out = sbx_utf8_sanitize(in, n, &len);
+	char *out = utf8_sanitize(in, n, &len);
 
 	assert_int_equal(len, wl);
 	assert_memory_equal(out, want, len);
-	assert_true(sbx_utf8_valid(out, len));
+	assert_true(utf8_valid(out, len));
 	free(out);
 }
 
@@ -282,10 +283,10 @@ static void test_sanitize(void **state)
 	check_sanitize("\x80\xFF\xFE", 3, FFFD FFFD FFFD);
 	/* NUL passes through */
 	check_sanitize_n("a\0b", 3, "a\0b", 3);
-	assert_false(sbx_utf8_valid("\xC3", 1));
-	assert_false(sbx_utf8_valid("\xED\xBF\xBF", 3));
-	assert_true(sbx_utf8_valid("\xED\x9F\xBF", 3));
-	assert_true(sbx_utf8_valid("\xF4\x8F\xBF\xBF", 4));
+	assert_false(utf8_valid("\xC3", 1));
+	assert_false(utf8_valid("\xED\xBF\xBF", 3));
+	assert_true(utf8_valid("\xED\x9F\xBF", 3));
+	assert_true(utf8_valid("\xF4\x8F\xBF\xBF", 4));
 }
 
 static void test_invalid_in_output(void **state)
@@ -347,7 +348,7 @@ static void test_spill_full_stream(void **state)
 	assert_true(exists(f, ".sandboxd/spill/long.stdout"));
 	assert_string_equal(sbx_collector_spill_path(c), "/workspace/.sandboxd/spill/long.stdout");
 	sbx_collector_finish(c, &text, &len);
-	assert_true(sbx_utf8_valid(text, len));
+	assert_true(utf8_valid(text, len));
 	assert_non_null(
 	    memmem(text, len, "omitted; full output in /workspace/.sandboxd/spill/long.stdout ...]\n", 68));
 	snprintf(path, sizeof(path), "%s/.sandboxd/spill/long.stdout", f->dir);

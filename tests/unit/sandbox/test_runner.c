@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend.h"
 #include "sandbox/runner.h"
@@ -48,13 +49,6 @@ struct fixture {
 	struct sbx_runner *runner;
 };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void rec_init(struct rec *r)
 {
