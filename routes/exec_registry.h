@@ -1,50 +1,43 @@
 #pragma once
-/* The registry of running execs (routes/exec_registry.c). */
-#include <jansson.h>
-#include <pthread.h>
+/* The execs running now, by (tenant, id): for each, the runner job, the
+ * requests waiting for its result, its live event channel and the
+ * disconnect watch of the request that started it. Also idempotency (a
+ * POST /exec repeating an id is answered from that exec) and the runner's
+ * event callback. routes/exec.c parses and checks requests; this file
+ * starts them and answers them.
+ *
+ * Threads: HTTP threads start execs, wait on them and look them up, under
+ * one registry lock. The runner thread publishes progress to the hub and,
+ * at an exit, writes the store row first, then publishes the `exit`
+ * event, frees the tenant's slot and resumes the waiting requests: a
+ * client that is answered (or a stream that ends) always finds the result
+ * in the store. */
 #include <stdbool.h>
 #include <stdint.h>
 
 struct app;
 struct req;
-struct sbx_event;
-struct hub_channel;
-struct tenant;
+struct route_execs;
+struct sbx_exec_req;
+struct store_exec;
 
-struct waiter {
-	struct req *r;
-	struct waiter *next;
-};
+/* Create the registry of app a. base (copied) holds what every command
+ * runs with: backend, limits, grace, spill cap, heartbeat. */
+void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_exec_req *base);
+/* Free; *e = NULL. Accepts NULL. Call after the runner has stopped. */
+void route_execs_free(struct route_execs **e);
 
-struct exec_job {
-	struct app *app;
-	struct tenant *tenant;  /* referenced until the exit */
-	char id[72];
-	uint64_t handle;        /* the runner's */
-	int64_t watch;          /* disconnect watch of the first request */
-	struct hub_channel *chan; /* live events */
-	int refs;               /* under registry lock */
-	bool finished;
-	struct waiter *waiters; /* under registry lock */
-	struct exec_job *next;
-};
+/* The request every command starts from (see route_execs_new); borrowed. */
+const struct sbx_exec_req *route_execs_base(const struct route_execs *e);
 
-struct route_execs {
-	pthread_mutex_t mu;
-	struct exec_job *jobs;
-};
+/* Start the command of r, or answer r from the earlier exec of the same
+ * id (id_given). row: tenant, id, session, command, cwd, request_hash
+ * (borrowed; started_at is set here). run: the runner request without its
+ * tenant parts (ws, host dir, uid, gid, id, filled in here); borrowed,
+ * the runner copies it. On success r is suspended (a waiter, or a
+ * stream subscriber when stream) and answered at the exit; returns 0.
+ * Otherwise r has been answered with the error and its code returned. */
+int route_execs_start(struct req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given, bool stream);
 
-/* A suspended request's view of its exec. */
-struct exec_wait {
-	struct exec_job *job;
-	json_t *result;        /* set before the resume */
-	int error;             /* or this */
-};
-
-struct exec_job *find_locked(struct route_execs *e, const char *tenant, const char *id);
-void on_event(void *ctx, const struct sbx_event *ev, int spawn_error);
-void on_hangup(void *ctx);
-void wait_on_locked(struct req *r, struct exec_job *j);
-json_t *start_json(const char *id, const char *command, const char *session, size_t session_len,
-			  const char *cwd, int64_t started_at);
-int answer_existing(struct req *r, const char *id, const char *hash, bool stream);
+/* The runner handle of the running exec (tenant, id), or 0. */
+uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const char *id);
