@@ -51,6 +51,11 @@ void route_exec_init(struct app *a)
 	route_execs_new(&a->execs, a, &base);
 }
 
+void route_exec_drain(struct app *a)
+{
+	route_execs_flush(a->execs);
+}
+
 void route_exec_fini(struct app *a)
 {
 	route_execs_free(&a->execs);

@@ -9,11 +9,16 @@
 struct app;
 struct store_exec;
 
-/* Start the registry with the limits every command runs under, computed
- * here once from a->cfg; a->backend and a->drop_privs must be set. */
+/* Start the registry (and its completion thread) with the limits every
+ * command runs under, computed here once from a->cfg; a->backend and
+ * a->drop_privs must be set. */
 void route_exec_init(struct app *a);
-/* Free the registry, after the runner has stopped. Accepts an app
- * without a registry. */
+/* Wait until every finished exec has been recorded and its requests
+ * resumed: call after the runner has stopped, before the HTTP daemon
+ * stops. Accepts an app without a registry. */
+void route_exec_drain(struct app *a);
+/* Drain and free the registry: after the runner and route_exec_drain;
+ * before the store. Accepts an app without a registry. */
 void route_exec_fini(struct app *a);
 /* {"id", "command", "session", "cwd", "started_at"}: the data of the
  * `start` event and the common part of GET /exec/{id}. */

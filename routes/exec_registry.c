@@ -1,5 +1,5 @@
 /* The registry of running execs, idempotency, waiters, the runner
- * callback (see exec_registry.h). */
+ * callback and the completion thread (see exec_registry.h). */
 #include "routes/exec_registry.h"
 
 #include <errno.h>
@@ -41,12 +41,13 @@ struct exec_job {
 	bool finished;
 	struct waiter *waiters; /* under registry lock */
 	struct exec_job *next;
-	/* The exit, kept from the runner's event for complete(). */
+	/* The exit, set by whoever queues it, read by the completion thread. */
 	json_t *result;         /* NULL: never started */
 	int error;              /* with result NULL */
 	const char *state;      /* with result: exited, timed_out, cancelled */
 	int exit_code;
 	int64_t finished_at_ms, duration_ms;
+	struct exec_job *done_next; /* under done_mu */
 };
 
 struct route_execs {
@@ -54,6 +55,12 @@ struct route_execs {
 	struct sbx_exec_req base;
 	pthread_mutex_t mu;
 	struct exec_job *jobs;
+	/* Exits waiting for the completion thread, oldest first. */
+	pthread_mutex_t done_mu;
+	pthread_cond_t done_wake, done_idle;
+	struct exec_job *done_head, *done_tail;
+	bool done_busy, done_stop;
+	pthread_t done_thread;
 };
 
 /* A suspended request's view of its exec. */
@@ -113,7 +120,7 @@ static json_t *heartbeat_json(const char *id, const struct sbx_event *ev)
 			 "tail", ev->tail ? ev->tail : "");
 }
 
-/* The store row, metrics and the `exit` event. */
+/* Completion thread: the store row, metrics and the `exit` event. */
 static void record_exit(struct app *a, struct exec_job *j)
 {
 	if (!j->result) {
@@ -139,7 +146,7 @@ static void record_exit(struct app *a, struct exec_job *j)
 	app_tenant_release_exec(a, j->tenant);
 }
 
-/* Runner thread (or the starting request when the runner refused the
+/* Completion thread (or the starting request when the runner refused the
  * job): record the exit, then leave the registry and answer the waiters. */
 static void complete(struct exec_job *j)
 {
@@ -173,6 +180,32 @@ static void complete(struct exec_job *j)
 	json_decref(result);
 }
 
+static void *completion_main(void *arg)
+{
+	struct route_execs *e = arg;
+	pthread_mutex_lock(&e->done_mu);
+	for (;;) {
+		while (!e->done_head && !e->done_stop)
+			pthread_cond_wait(&e->done_wake, &e->done_mu);
+		if (!e->done_head)
+			break; /* stopping, and everything queued is done */
+		struct exec_job *batch = e->done_head;
+		e->done_head = e->done_tail = NULL;
+		e->done_busy = true;
+		pthread_mutex_unlock(&e->done_mu);
+		while (batch) {
+			struct exec_job *j = batch;
+			batch = j->done_next;
+			complete(j);
+		}
+		pthread_mutex_lock(&e->done_mu);
+		e->done_busy = false;
+		pthread_cond_broadcast(&e->done_idle);
+	}
+	pthread_mutex_unlock(&e->done_mu);
+	return NULL;
+}
+
 /* Keep what an exit says (its result is only borrowed). */
 static void set_exit(struct exec_job *j, const struct sbx_event *ev, int spawn_error)
 {
@@ -199,6 +232,21 @@ static void set_exit(struct exec_job *j, const struct sbx_event *ev, int spawn_e
 	}
 }
 
+/* Runner thread: hand the job to the completion thread (a short lock no
+ * one holds across I/O). */
+static void queue_exit(struct exec_job *j)
+{
+	struct route_execs *e = j->app->execs;
+	pthread_mutex_lock(&e->done_mu);
+	if (e->done_tail)
+		e->done_tail->done_next = j;
+	else
+		e->done_head = j;
+	e->done_tail = j;
+	pthread_cond_signal(&e->done_wake);
+	pthread_mutex_unlock(&e->done_mu);
+}
+
 /* Runner thread: every event of a job. */
 static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 {
@@ -217,7 +265,7 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 		return;
 	case SBX_EV_EXIT:
 		set_exit(j, ev, spawn_error);
-		complete(j);
+		queue_exit(j);
 		return;
 	}
 }
@@ -228,7 +276,24 @@ void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_e
 	e->app = a;
 	e->base = *base;
 	pthread_mutex_init(&e->mu, NULL);
+	pthread_mutex_init(&e->done_mu, NULL);
+	pthread_cond_init(&e->done_wake, NULL);
+	pthread_cond_init(&e->done_idle, NULL);
+	if (pthread_create(&e->done_thread, NULL, completion_main, e) != 0) {
+		log_msg("error", "cannot start the exec completion thread");
+		abort();
+	}
 	*out = e;
+}
+
+void route_execs_flush(struct route_execs *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->done_mu);
+	while (e->done_head || e->done_busy)
+		pthread_cond_wait(&e->done_idle, &e->done_mu);
+	pthread_mutex_unlock(&e->done_mu);
 }
 
 void route_execs_free(struct route_execs **ep)
@@ -236,6 +301,14 @@ void route_execs_free(struct route_execs **ep)
 	struct route_execs *e = ep ? *ep : NULL;
 	if (!e)
 		return;
+	pthread_mutex_lock(&e->done_mu);
+	e->done_stop = true;
+	pthread_cond_signal(&e->done_wake);
+	pthread_mutex_unlock(&e->done_mu);
+	pthread_join(e->done_thread, NULL); /* it drains the queue first */
+	pthread_cond_destroy(&e->done_idle);
+	pthread_cond_destroy(&e->done_wake);
+	pthread_mutex_destroy(&e->done_mu);
 	pthread_mutex_destroy(&e->mu);
 	free(e);
 	*ep = NULL;
@@ -520,7 +593,8 @@ int route_execs_start(struct req *r, struct store_exec *row, struct sbx_exec_req
 	}
 	pthread_mutex_unlock(&e->mu);
 	if (rc < 0) {
-		/* Could not even queue it: report through the resume path. */
+		/* Could not even queue it: report through the resume path, here
+		 * (a request thread may wait on the store). */
 		struct sbx_event ev = { .kind = SBX_EV_EXIT };
 		set_exit(j, &ev, rc);
 		complete(j);

@@ -8,10 +8,12 @@
  *
  * Threads: HTTP threads start execs, wait on them and look them up, under
  * one registry lock. The runner thread publishes progress to the hub and,
- * at an exit, writes the store row first, then publishes the `exit`
- * event, frees the tenant's slot and resumes the waiting requests: a
- * client that is answered (or a stream that ends) always finds the result
- * in the store. */
+ * at an exit, only queues the job (it never waits on the store or on the
+ * registry lock, as runner.h asks). A completion thread owned by the
+ * registry takes the queue in order and, for each exit, writes the store
+ * row first, then publishes the `exit` event, frees the tenant's slot and
+ * resumes the waiting requests: a client that is answered (or a stream
+ * that ends) always finds the result in the store. */
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,10 +23,16 @@ struct route_execs;
 struct sbx_exec_req;
 struct store_exec;
 
-/* Create the registry of app a. base (copied) holds what every command
- * runs with: backend, limits, grace, spill cap, heartbeat. */
+/* Create the registry of app a and start its completion thread. base
+ * (copied) holds what every command runs with: backend, limits, grace,
+ * spill cap, heartbeat. Aborts when no thread can be made. */
 void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_exec_req *base);
-/* Free; *e = NULL. Accepts NULL. Call after the runner has stopped. */
+/* Wait until every exit queued before this call has been recorded and
+ * answered. Call after the runner stopped, before the HTTP daemon stops
+ * (it must not stop with suspended connections). Accepts NULL. */
+void route_execs_flush(struct route_execs *e);
+/* Flush, stop the thread, free; *e = NULL. Accepts NULL. Call after the
+ * runner has stopped and before the hub, the watcher and the store go. */
 void route_execs_free(struct route_execs **e);
 
 /* The request every command starts from (see route_execs_new); borrowed. */
