@@ -1,8 +1,8 @@
 /* POST /exec, GET /exec/{id}, POST /exec/{id}/cancel, GET /execs.
  *
- * A POST /exec suspends its connection and hands the command to the
- * runner thread; the runner's exit event finishes the store row and
- * resumes every request waiting on that exec (the first one, and
+ * Each handler parses and checks its request; a POST /exec then starts
+ * the command through routes/exec_registry.c, which suspends the
+ * connection and answers it at the exit (the first request, and
  * idempotent retries with the same id). A client that hangs up while
  * its command runs cancels it (routes/watch.c notices). */
 #include "routes/exec.h"
@@ -10,94 +10,55 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "auth/auth.h"
-#include "common/utf8.h"
 #include "common/errors.h"
-#include "common/log.h"
-#include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/fields.h"
 #include "routes/errors.h"
+#include "routes/exec_registry.h"
 #include "routes/handlers.h"
-#include "routes/hub.h"
-#include "routes/metrics.h"
-#include "routes/watch.h"
-#include "sandbox/fsops.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
 #define ENV_MAX 256
 
-struct waiter {
-	struct req *r;
-	struct waiter *next;
-};
 
-struct exec_job {
-	struct app *app;
-	struct tenant *tenant;  /* referenced until the exit */
-	char id[72];
-	uint64_t handle;        /* the runner's */
-	int64_t watch;          /* disconnect watch of the first request */
-	struct hub_channel *chan; /* live events */
-	int refs;               /* under registry lock */
-	bool finished;
-	struct waiter *waiters; /* under registry lock */
-	struct exec_job *next;
-};
-
-struct route_execs {
-	pthread_mutex_t mu;
-	struct exec_job *jobs;
-};
-
-/* A suspended request's view of its exec. */
-struct exec_wait {
-	struct exec_job *job;
-	json_t *result;        /* set before the resume */
-	int error;             /* or this */
-};
-
+/* What every command runs with, from the configuration, once: the
+ * limits do not change while the server runs (when tenant policies come,
+ * once per policy change). */
 void route_exec_init(struct app *a)
 {
-	struct route_execs *e = xcalloc(1, sizeof *e);
-	pthread_mutex_init(&e->mu, NULL);
-	a->execs = e;
+	const struct sbx_config *cfg = a->cfg;
+	const struct sbx_exec_req base = {
+		.backend = a->backend,
+		.spawn = {
+			.drop_privs = a->drop_privs,
+			.limits = { .mem_bytes = (uint64_t)cfg->mem_limit_bytes, .nproc = (uint64_t)cfg->nproc_limit,
+				    .fsize_bytes = (uint64_t)cfg->fsize_limit_bytes, .nofile = (uint64_t)cfg->nofile_limit,
+				    .tmp_bytes = (uint64_t)cfg->tmp_size_bytes },
+		},
+		.kill_grace_ms = (uint64_t)cfg->exec_kill_grace_ms,
+		.spill_cap = (uint64_t)cfg->spill_cap_bytes,
+		.heartbeat_ms = (uint64_t)cfg->heartbeat_ms,
+	};
+	route_execs_new(&a->execs, a, &base);
+}
+
+void route_exec_drain(struct app *a)
+{
+	route_execs_flush(a->execs);
 }
 
 void route_exec_fini(struct app *a)
 {
-	struct route_execs *e = a->execs;
-	if (!e)
-		return;
-	pthread_mutex_destroy(&e->mu);
-	free(e);
-	a->execs = NULL;
-}
-
-static void job_put_locked(struct exec_job *j)
-{
-	if (--j->refs > 0)
-		return;
-	app_tenant_put(j->app, &j->tenant);
-	free(j);
-}
-
-static struct exec_job *find_locked(struct route_execs *e, const char *tenant, const char *id)
-{
-	for (struct exec_job *j = e->jobs; j; j = j->next)
-		if (strcmp(j->id, id) == 0 && strcmp(j->tenant->name, tenant) == 0)
-			return j;
-	return NULL;
+	route_execs_free(&a->execs);
 }
 
 static bool id_ok(const char *id, size_t n)
@@ -131,507 +92,197 @@ static void sha256_hex(const char *p, size_t n, char out[65])
 		snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
-static const char *state_of(const struct sbx_exec_result *res)
-{
-	return res->timed_out ? "timed_out" : res->cancelled ? "cancelled" : "exited";
-}
-
-static json_t *time_json(int64_t ms)
-{
-	char t[40];
-	rfc3339_ms(ms, t, sizeof t);
-	return json_string(t);
-}
-
-static json_t *result_json(const char *id, const struct sbx_exec_result *res)
-{
-	return json_pack("{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}", "id", id,
-			 "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "",
-			 res->stdout_len, "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len,
-			 "timed_out", res->timed_out, "idle", res->idle, "cancelled", res->cancelled, "truncated",
-			 res->truncated, "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes",
-			 (json_int_t)res->stderr_bytes, "stdout_spill",
-			 res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
-			 res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
-			 time_json(res->started_at_ms), "finished_at", time_json(res->finished_at_ms), "duration_ms",
-			 (json_int_t)(res->finished_at_ms - res->started_at_ms));
-}
-
-static json_t *heartbeat_json(const char *id, const struct sbx_event *ev)
-{
-	return json_pack("{s:s, s:I, s:I, s:I, s:o, s:s}", "id", id, "elapsed_ms", (json_int_t)ev->elapsed_ms,
-			 "stdout_bytes", (json_int_t)ev->stdout_bytes, "stderr_bytes", (json_int_t)ev->stderr_bytes,
-			 "last_output_at", ev->last_output_at_ms ? time_json(ev->last_output_at_ms) : json_null(),
-			 "tail", ev->tail ? ev->tail : "");
-}
-
-/* Runner thread: every event of a job. */
-static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
-{
-	struct exec_job *j = ctx;
-	struct app *a = j->app;
-	switch (ev->kind) {
-	case SBX_EV_START:
-		hub_channel_started(a->hub, j->chan);
-		return;
-	case SBX_EV_HEARTBEAT:
-		metrics_heartbeat(a->metrics);
-		hub_channel_heartbeat(a->hub, j->chan, heartbeat_json(j->id, ev));
-		return;
-	case SBX_EV_OUTPUT:
-		hub_channel_output(a->hub, j->chan, ev->stream, ev->data, ev->len);
-		return;
-	case SBX_EV_EXIT:
-		break;
-	}
-
-	json_t *result = NULL;
-	int error = 0;
-	const struct sbx_exec_result *res = ev->result;
-	struct sbx_exec_result never_ran = { 0 };
-	if (!res && spawn_error == -ECANCELED) {
-		/* Cancelled (by the route, a hang-up or the server stopping)
-		 * before the runner started it: nothing ran. That is a cancel,
-		 * as the caller asked, not a server error; exit_code is that of
-		 * the SIGTERM a running command would have got. */
-		never_ran.exit_code = 128 + SIGTERM;
-		never_ran.cancelled = true;
-		never_ran.started_at_ms = never_ran.finished_at_ms = ev->at_ms;
-		res = &never_ran;
-	}
-	if (!res) {
-		/* Never started: forget the row so the id can be retried. */
-		error = spawn_error ? spawn_error : -SBX_E_BACKEND;
-		store_exec_delete(a->store, j->tenant->name, j->id);
-		metrics_exec_finished(a->metrics, "failed", 0);
-		struct wire_error w = wire_error_for(error);
-		json_t *err = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", w.code, "message",
-					"the command could not be started", "retry_hint",
-					w.retry_hint ? json_string(w.retry_hint) : json_null());
-		hub_channel_exit(a->hub, j->chan, NULL, err);
-		json_decref(err);
-	} else {
-		result = result_json(j->id, res);
-		char *text = json_dumps(result, JSON_COMPACT);
-		if (store_exec_finish(a->store, j->tenant->name, j->id, state_of(res), res->exit_code, text,
-				      res->finished_at_ms) < 0)
-			metrics_store_error(a->metrics);
-		free(text);
-		metrics_exec_finished(a->metrics, state_of(res),
-				      (double)(res->finished_at_ms - res->started_at_ms));
-		hub_channel_exit(a->hub, j->chan, result, NULL);
-	}
-	j->chan = NULL;
-	app_tenant_release_exec(a, j->tenant);
-
-	struct route_execs *e = a->execs;
-	pthread_mutex_lock(&e->mu);
-	j->finished = true;
-	for (struct exec_job **p = &e->jobs; *p; p = &(*p)->next)
-		if (*p == j) {
-			*p = j->next;
-			break;
-		}
-	watch_remove(a->watch, j->watch);
-	j->watch = 0;
-	while (j->waiters) {
-		struct waiter *w = j->waiters;
-		j->waiters = w->next;
-		struct exec_wait *ew = w->r->hstate;
-		ew->result = result ? json_incref(result) : NULL;
-		ew->error = error;
-		req_resume(w->r);
-		free(w);
-	}
-	job_put_locked(j); /* the runner's reference */
-	pthread_mutex_unlock(&e->mu);
-	json_decref(result);
-}
-
-/* Watch thread: the first request's client hung up. */
-static void on_hangup(void *ctx)
-{
-	struct exec_job *j = ctx;
-	sbx_runner_cancel(j->app->runner, j->handle);
-}
-
-static int exec_resume(struct req *r)
-{
-	struct exec_wait *ew = r->hstate;
-	if (ew->error)
-		return req_fail(r, ew->error,
-				ew->error == -SBX_E_BACKEND ? "the isolation backend could not start the command"
-							    : "the command could not be started");
-	json_t *res = ew->result;
-	ew->result = NULL;
-	json_t *code = json_object_get(res, "exit_code");
-	r->has_exit_code = true;
-	r->exit_code = (int)json_integer_value(code);
-	return reply_json(r, 200, res);
-}
-
-static void exec_free(struct req *r)
-{
-	struct exec_wait *ew = r->hstate;
-	if (!ew)
-		return;
-	if (ew->job) {
-		struct route_execs *e = r->app->execs;
-		pthread_mutex_lock(&e->mu);
-		for (struct waiter **p = &ew->job->waiters; *p; p = &(*p)->next)
-			if ((*p)->r == r) {
-				struct waiter *w = *p;
-				*p = w->next;
-				free(w);
-				break;
-			}
-		job_put_locked(ew->job);
-		pthread_mutex_unlock(&e->mu);
-	}
-	json_decref(ew->result);
-	free(ew);
-	r->hstate = NULL;
-}
-
-/* Wait on a running job (registry lock held): suspend r until its exit. */
-static void wait_on_locked(struct req *r, struct exec_job *j)
-{
-	struct exec_wait *ew = xcalloc(1, sizeof *ew);
-	ew->job = j;
-	j->refs++;
-	r->hstate = ew;
-	r->on_resume = exec_resume;
-	r->on_free = exec_free;
-	struct waiter *w = xcalloc(1, sizeof *w);
-	w->r = r;
-	w->next = j->waiters;
-	j->waiters = w;
-	req_suspend(r);
-}
-
-/* The data of an exec's `start` event. */
-static json_t *start_json(const char *id, const char *command, const char *session, size_t session_len,
-			  const char *cwd, int64_t started_at)
-{
-	size_t n = 0;
-	char *sk = utf8_sanitize(session, session_len, &n);
-	json_t *o = json_pack("{s:s, s:s, s:s%, s:s, s:o}", "id", id, "command", command, "session", sk, n, "cwd",
-			      cwd, "started_at", time_json(started_at));
-	free(sk);
-	return o;
-}
-
-json_t *exec_start_json(const struct store_exec *ex)
-{
-	return start_json(ex->id, ex->command, ex->session, ex->session_len, ex->cwd, ex->started_at);
-}
-
-/* The same id again: the same request waits for or reads that exec; a
- * different one is a conflict. */
-static int answer_existing(struct req *r, const char *id, const char *hash, bool stream)
-{
-	struct store_exec ex;
-	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
-	if (rc == -ENOENT)
-		return rc; /* gone meanwhile (a failed start): the caller retries */
-	if (rc < 0)
-		return req_fail(r, rc, "cannot read the exec record");
-	if (strcmp(ex.request_hash, hash) != 0) {
-		store_exec_clear(&ex);
-		return req_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
-	}
-	if (strcmp(ex.state, "running") == 0) {
-		store_exec_clear(&ex);
-		struct route_execs *e = r->app->execs;
-		pthread_mutex_lock(&e->mu);
-		struct exec_job *j = find_locked(e, r->tenant->name, id);
-		if (j && !j->finished) {
-			if (!stream) {
-				wait_on_locked(r, j);
-				pthread_mutex_unlock(&e->mu);
-				return 0;
-			}
-			rc = hub_subscribe_exec(r->app->hub, r, r->tenant->name, id, 0, false);
-			if (rc != -ENOENT) {
-				/* Answered, or a subscriber that could not answer:
-				 * never a second subscriber for r. */
-				pthread_mutex_unlock(&e->mu);
-				return rc;
-			}
-		}
-		pthread_mutex_unlock(&e->mu);
-		/* It finished between the two looks: read it again (gone: its
-		 * start failed, and the caller may start it anew). */
-		if ((rc = store_exec_get(r->app->store, r->tenant->name, id, &ex)) == -ENOENT)
-			return rc;
-		if (rc < 0)
-			return req_fail(r, rc, "cannot read the exec record");
-	}
-	if (strcmp(ex.state, "lost") == 0 || !ex.result) {
-		store_exec_clear(&ex);
-		return req_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
-	}
-	json_t *res = json_loads(ex.result, 0, NULL);
-	json_t *start = exec_start_json(&ex);
-	store_exec_clear(&ex);
-	if (!res) {
-		json_decref(start);
-		return req_fail(r, -SBX_E_STORE, "the stored result is unreadable");
-	}
-	if (stream) {
-		hub_reply_ended(r->app->hub, r, start, res);
-		json_decref(start);
-		json_decref(res);
-		return 0;
-	}
-	json_decref(start);
-	r->has_exit_code = true;
-	r->exit_code = (int)json_integer_value(json_object_get(res, "exit_code"));
-	return reply_json(r, 200, res);
-}
-
-struct exec_params {
+/* A POST /exec as parsed and checked. */
+struct exec_request {
 	const char *command, *cwd, *stdin_data, *id;
 	size_t command_len, cwd_len, stdin_len, id_len;
 	json_t *env;
 	int64_t timeout_s, idle_timeout_s, max_output;
 	bool stream;
+	/* Derived by the steps below; freed by request_clear. */
+	const char *envv[ENV_MAX + 1];
+	char *envbuf[ENV_MAX];
+	size_t nenv;
+	json_t *env_sorted;
+	char cwd_rel[SBX_PATH_MAX];
+	char cwd_wire[SBX_PATH_MAX + 16];
+	char hash[65];
+	char idbuf[72];
 };
 
-int route_exec_post(struct req *r)
+static void request_clear(struct exec_request *q)
 {
-	struct app *a = r->app;
-	const struct sbx_config *cfg = a->cfg;
-	struct exec_params p = { .timeout_s = cfg->exec_timeout_default_s,
-				 .max_output = cfg->max_output_bytes_default };
+	for (size_t i = 0; i < q->nenv; i++)
+		free(q->envbuf[i]);
+	json_decref(q->env_sorted);
+}
+
+/* Parse: the body's fields, clamped to the server's caps. */
+static int parse_fields(struct req *r, struct exec_request *q)
+{
+	const struct sbx_config *cfg = r->app->cfg;
 	const struct field f[] = {
-		{ "command", F_STRING, true, &p.command, &p.command_len, 0, 0, NULL },
-		{ "cwd", F_STRING, false, &p.cwd, &p.cwd_len, 0, 0, NULL },
-		{ "env", F_OBJECT, false, &p.env, NULL, 0, 0, NULL },
-		{ "timeout_s", F_INT, false, &p.timeout_s, NULL, 1, 604800, NULL },
-		{ "idle_timeout_s", F_INT, false, &p.idle_timeout_s, NULL, 1, 604800, NULL },
-		{ "stdin", F_STRING, false, &p.stdin_data, &p.stdin_len, 0, 0, NULL },
-		{ "max_output_bytes", F_INT, false, &p.max_output, NULL, 256, INT64_MAX, NULL },
-		{ "id", F_STRING, false, &p.id, &p.id_len, 0, 0, NULL },
-		{ "stream", F_BOOL, false, &p.stream, NULL, 0, 0, NULL },
+		{ "command", F_STRING, true, &q->command, &q->command_len, 0, 0, NULL },
+		{ "cwd", F_STRING, false, &q->cwd, &q->cwd_len, 0, 0, NULL },
+		{ "env", F_OBJECT, false, &q->env, NULL, 0, 0, NULL },
+		{ "timeout_s", F_INT, false, &q->timeout_s, NULL, 1, 604800, NULL },
+		{ "idle_timeout_s", F_INT, false, &q->idle_timeout_s, NULL, 1, 604800, NULL },
+		{ "stdin", F_STRING, false, &q->stdin_data, &q->stdin_len, 0, 0, NULL },
+		{ "max_output_bytes", F_INT, false, &q->max_output, NULL, 256, INT64_MAX, NULL },
+		{ "id", F_STRING, false, &q->id, &q->id_len, 0, 0, NULL },
+		{ "stream", F_BOOL, false, &q->stream, NULL, 0, 0, NULL },
 	};
 	int rc = fields_read(r, r->json, f, sizeof f / sizeof f[0]);
 	if (rc < 0)
 		return rc;
-	if (p.command_len == 0 || memchr(p.command, '\0', p.command_len))
+	if (q->command_len == 0 || memchr(q->command, '\0', q->command_len))
 		return req_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
-	if (p.id && !id_ok(p.id, p.id_len))
+	if (q->id && !id_ok(q->id, q->id_len))
 		return req_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
 	/* Server caps: a larger ask is clamped, not refused. */
-	if (p.timeout_s > cfg->exec_timeout_max_s)
-		p.timeout_s = cfg->exec_timeout_max_s;
-	if (p.max_output > cfg->max_output_bytes_cap)
-		p.max_output = cfg->max_output_bytes_cap;
+	if (q->timeout_s > cfg->exec_timeout_max_s)
+		q->timeout_s = cfg->exec_timeout_max_s;
+	if (q->max_output > cfg->max_output_bytes_cap)
+		q->max_output = cfg->max_output_bytes_cap;
+	return 0;
+}
 
-	const char *envv[ENV_MAX + 1];
-	char *envbuf[ENV_MAX];
-	size_t nenv = 0;
-	json_t *env_sorted = json_object();
-	if (p.env) {
-		const char *k;
-		json_t *v;
-		json_object_foreach(p.env, k, v) {
-			if (nenv == ENV_MAX) {
-				rc = req_fail(r, -EINVAL, "at most %d environment variables", ENV_MAX);
-				goto out;
-			}
-			if (!env_name_ok(k)) {
-				rc = req_fail(r, -EINVAL, "env name \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", k);
-				goto out;
-			}
-			if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v))) {
-				rc = req_fail(r, -EINVAL, "env value of %s must be a string without NUL bytes", k);
-				goto out;
-			}
-			envbuf[nenv] = xasprintf("%s=%s", k, json_string_value(v));
-			envv[nenv] = envbuf[nenv];
-			nenv++;
-			json_object_set(env_sorted, k, v);
+/* Parse: the environment, as NAME=value strings and as a sorted object
+ * for the idempotency key. */
+static int parse_env(struct req *r, struct exec_request *q)
+{
+	const char *k;
+	json_t *v;
+	if (q->env) {
+		json_object_foreach(q->env, k, v) {
+			if (q->nenv == ENV_MAX)
+				return req_fail(r, -EINVAL, "at most %d environment variables", ENV_MAX);
+			if (!env_name_ok(k))
+				return req_fail(r, -EINVAL, "env name \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", k);
+			if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v)))
+				return req_fail(r, -EINVAL, "env value of %s must be a string without NUL bytes", k);
+			q->envbuf[q->nenv] = xasprintf("%s=%s", k, json_string_value(v));
+			q->envv[q->nenv] = q->envbuf[q->nenv];
+			q->nenv++;
+			json_object_set(q->env_sorted, k, v);
 		}
 	}
-	envv[nenv] = NULL;
+	q->envv[q->nenv] = NULL;
+	return 0;
+}
 
-	char cwd_rel[SBX_PATH_MAX];
+static int parse_request(struct req *r, struct exec_request *q)
+{
+	*q = (struct exec_request){ .timeout_s = r->app->cfg->exec_timeout_default_s,
+				    .max_output = r->app->cfg->max_output_bytes_default };
+	q->env_sorted = json_object();
+	int rc = parse_fields(r, q);
+	return rc < 0 ? rc : parse_env(r, q);
+}
+
+/* Check: the cwd, once, here. Resolved beneath the workspace fd: a
+ * symlink (made by a command) that leads out is an escape (403
+ * outside_workspace), not "not a directory"; a dangling one is missing
+ * (404); one that stays inside is followed. The backend keeps only its
+ * cheap defences (a relative path without dot components; an openat2
+ * beneath the workspace just before the spawn). */
+static int check_cwd(struct req *r, struct exec_request *q)
+{
+	int rc;
 	if ((rc = req_session(r)) < 0)
-		goto out;
-	if (p.cwd) {
-		if ((rc = req_path(r, p.cwd, p.cwd_len, cwd_rel, sizeof cwd_rel)) < 0)
-			goto out;
+		return rc;
+	if (q->cwd) {
+		if ((rc = req_path(r, q->cwd, q->cwd_len, q->cwd_rel, sizeof q->cwd_rel)) < 0)
+			return rc;
 	} else {
-		snprintf(cwd_rel, sizeof cwd_rel, "%s", r->session_rel);
+		snprintf(q->cwd_rel, sizeof q->cwd_rel, "%s", r->session_rel);
 	}
-	/* Resolved beneath the workspace fd: a symlink (made by a command) that
-	 * leads out is an escape (403 outside_workspace), not "not a
-	 * directory"; a dangling one is missing (404); one that stays inside is
-	 * followed. */
-	int cwd_fd = sbx_ws_openat(r->tenant->ws, cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+	int cwd_fd = sbx_ws_openat(r->tenant->ws, q->cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
 	if (cwd_fd < 0) {
 		rc = cwd_fd == -EXDEV || cwd_fd == -ENOTDIR || cwd_fd == -ELOOP ? cwd_fd : -ENOENT;
-		rc = req_fail(r, rc, "cwd %s %s", p.cwd ? p.cwd : "(session)",
-			      rc == -EXDEV ? "leaves the workspace" : "is not a directory in the workspace");
-		goto out;
+		return req_fail(r, rc, "cwd %s %s", q->cwd ? q->cwd : "(session)",
+				rc == -EXDEV ? "leaves the workspace" : "is not a directory in the workspace");
 	}
 	close(cwd_fd);
-	char cwd_wire[SBX_PATH_MAX + 16];
-	sbx_path_wire(cwd_rel, cwd_wire, sizeof cwd_wire);
-	req_set_target(r, p.command);
+	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
+	return 0;
+}
 
-	/* The idempotency key covers everything that changes what runs. */
-	json_t *canon = json_pack("{s:s%, s:s%, s:s, s:O, s:I, s:I, s:s%, s:I}", "command", p.command, p.command_len,
-				  "session", r->session_key, r->session_key_len, "cwd", cwd_wire, "env", env_sorted,
-				  "timeout_s", (json_int_t)p.timeout_s, "idle_timeout_s", (json_int_t)p.idle_timeout_s,
-				  "stdin", p.stdin_data ? p.stdin_data : "", p.stdin_len, "max_output_bytes",
-				  (json_int_t)p.max_output);
+/* The idempotency key covers everything that changes what runs. */
+static void request_hash(struct req *r, struct exec_request *q)
+{
+	json_t *canon = json_pack("{s:s%, s:s%, s:s, s:O, s:I, s:I, s:s%, s:I}", "command", q->command,
+				  q->command_len, "session", r->session_key, r->session_key_len, "cwd", q->cwd_wire,
+				  "env", q->env_sorted, "timeout_s", (json_int_t)q->timeout_s, "idle_timeout_s",
+				  (json_int_t)q->idle_timeout_s, "stdin", q->stdin_data ? q->stdin_data : "",
+				  q->stdin_len, "max_output_bytes", (json_int_t)q->max_output);
 	char *ctext = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(canon);
-	char hash[65];
-	sha256_hex(ctext, strlen(ctext), hash);
+	sha256_hex(ctext, strlen(ctext), q->hash);
 	free(ctext);
+}
 
-	char idbuf[72];
-	if (p.id) {
-		memcpy(idbuf, p.id, p.id_len);
-		idbuf[p.id_len] = '\0';
-	} else {
-		unsigned char rnd[10];
-		auth_random(rnd, sizeof rnd);
-		snprintf(idbuf, sizeof idbuf, "x");
-		for (size_t i = 0; i < sizeof rnd; i++)
-			snprintf(idbuf + 1 + 2 * i, 3, "%02x", rnd[i]);
+/* The client's id, or a random one ("x" and 20 hex digits). */
+static void choose_id(struct exec_request *q)
+{
+	if (q->id) {
+		memcpy(q->idbuf, q->id, q->id_len);
+		q->idbuf[q->id_len] = '\0';
+		return;
 	}
+	unsigned char rnd[10];
+	auth_random(rnd, sizeof rnd);
+	snprintf(q->idbuf, sizeof q->idbuf, "x");
+	for (size_t i = 0; i < sizeof rnd; i++)
+		snprintf(q->idbuf + 1 + 2 * i, 3, "%02x", rnd[i]);
+}
 
+/* Start: record it (fail closed: nothing runs unless its start is
+ * recorded) and hand it to the runner through the registry. */
+static int start(struct req *r, struct exec_request *q)
+{
+	struct app *a = r->app;
 	if (a->stopping) {
 		r->retry_after_s = 5;
-		rc = req_fail(r, -SBX_E_BACKEND, "the server is shutting down");
-		goto out;
+		return req_fail(r, -SBX_E_BACKEND, "the server is shutting down");
 	}
-	/* Fail closed: nothing runs unless its start is recorded. */
-	struct store_exec row = { 0 };
+	struct store_exec row = { .session = r->session_key,
+				  .session_len = r->session_key_len,
+				  .command = (char *)q->command,
+				  .cwd = q->cwd_wire,
+				  .request_hash = q->hash };
 	snprintf(row.tenant, sizeof row.tenant, "%s", r->tenant->name);
-	snprintf(row.id, sizeof row.id, "%s", idbuf);
-	row.session = r->session_key;
-	row.session_len = r->session_key_len;
-	row.command = (char *)p.command;
-	row.cwd = cwd_wire;
-	row.request_hash = hash;
+	snprintf(row.id, sizeof row.id, "%s", q->idbuf);
 	snprintf(row.state, sizeof row.state, "running");
 
-	/* The row of a new exec and its registry entry appear together, under
-	 * the registry lock: a concurrent request with the same id that reads
-	 * the row as running always finds the job to wait on (never a
-	 * "running" row without a job, which looks like one lost in a
-	 * restart). */
-	struct route_execs *e = a->execs;
-	for (int attempt = 0;; attempt++) {
-		if (p.id && (rc = answer_existing(r, idbuf, hash, p.stream)) != -ENOENT)
-			goto out; /* answered (or waiting) from the earlier exec */
-		if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
-			r->retry_after_s = 1;
-			rc = req_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
-				      (long long)cfg->tenant_max_execs);
-			goto out;
-		}
-		row.started_at = now_ms();
-		pthread_mutex_lock(&e->mu);
-		rc = store_exec_begin(a->store, &row);
-		if (rc == 0)
-			break; /* e->mu stays held until the job is registered */
-		pthread_mutex_unlock(&e->mu);
-		app_tenant_release_exec(a, r->tenant);
-		if (rc == -EEXIST && p.id && attempt < 3)
-			continue; /* a concurrent request started it: answer from that exec */
-		if (rc == -EEXIST && p.id) {
-			rc = req_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", idbuf);
-		} else if (rc == -EEXIST) {
-			rc = req_fail(r, -SBX_E_CONFLICT, "generated exec id collided; retry");
-		} else {
-			r->retry_after_s = 1;
-			rc = req_fail(r, -SBX_E_STORE, "cannot record the start of the command; it was not run");
-		}
-		goto out;
-	}
+	struct sbx_exec_req run = *route_execs_base(a->execs);
+	run.spawn.command = q->command;
+	run.spawn.cwd_rel = q->cwd_rel;
+	run.spawn.env = q->envv;
+	run.timeout_ms = (uint64_t)q->timeout_s * 1000;
+	run.idle_timeout_ms = (uint64_t)q->idle_timeout_s * 1000;
+	run.stdin_data = q->stdin_data;
+	run.stdin_len = q->stdin_len;
+	run.max_output_bytes = (size_t)q->max_output;
+	run.want_output_events = q->stream;
+	return route_execs_start(r, &row, &run, q->id != NULL, q->stream);
+}
 
-	struct exec_job *j = xcalloc(1, sizeof *j);
-	j->app = a;
-	snprintf(j->id, sizeof j->id, "%s", idbuf);
-	if (app_tenant_get(a, r->tenant->name, &j->tenant) < 0) {
-		/* Removed this instant: run under the request's reference. */
-		j->tenant = r->tenant;
-		r->tenant = NULL;
+/* Parse, check, start; the reply comes at the exit (or from the earlier
+ * exec of the same id). */
+int route_exec_post(struct req *r)
+{
+	struct exec_request q;
+	int rc = parse_request(r, &q);
+	if (rc == 0)
+		rc = check_cwd(r, &q);
+	if (rc == 0) {
+		req_set_target(r, q.command);
+		request_hash(r, &q);
+		choose_id(&q);
+		rc = start(r, &q);
 	}
-	j->refs = 1; /* the runner's */
-	j->chan = hub_channel_open(a->hub, j->tenant->name, j->id,
-				   start_json(j->id, p.command, r->session_key, r->session_key_len, cwd_wire,
-					      row.started_at));
-
-	struct sbx_exec_req er = {
-		.backend = a->backend,
-		.ws = j->tenant->ws,
-		.spawn = {
-			.command = p.command,
-			.workspace_host_dir = sbx_workspace_host_dir(j->tenant->ws),
-			.cwd_rel = cwd_rel,
-			.env = envv,
-			.uid = j->tenant->uid,
-			.gid = j->tenant->gid,
-			.drop_privs = a->drop_privs,
-			.limits = { .mem_bytes = (uint64_t)cfg->mem_limit_bytes, .nproc = (uint64_t)cfg->nproc_limit,
-				    .fsize_bytes = (uint64_t)cfg->fsize_limit_bytes, .nofile = (uint64_t)cfg->nofile_limit,
-				    .tmp_bytes = (uint64_t)cfg->tmp_size_bytes },
-		},
-		.id = j->id,
-		.timeout_ms = (uint64_t)p.timeout_s * 1000,
-		.idle_timeout_ms = (uint64_t)p.idle_timeout_s * 1000,
-		.kill_grace_ms = (uint64_t)cfg->exec_kill_grace_ms,
-		.stdin_data = p.stdin_data,
-		.stdin_len = p.stdin_len,
-		.max_output_bytes = (size_t)p.max_output,
-		.spill_cap = (uint64_t)cfg->spill_cap_bytes,
-		.heartbeat_ms = (uint64_t)cfg->heartbeat_ms,
-		.want_output_events = p.stream,
-	};
-	if (strcmp(sbx_backend_name(a->backend), "local") == 0)
-		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)", j->id,
-			j->tenant->name);
-
-	j->next = e->jobs;
-	e->jobs = j;
-	/* Wait (or subscribe) before the runner can possibly answer. */
-	if (p.stream)
-		hub_subscribe_exec(a->hub, r, j->tenant->name, j->id, 0, true);
-	else
-		wait_on_locked(r, j);
-	rc = sbx_runner_submit(a->runner, &er, on_event, j, &j->handle);
-	if (rc == 0 && p.stream) {
-		metrics_exec_started(a->metrics);
-		hub_set_cancel(a->hub, r, j->handle);
-	} else if (rc == 0) {
-		metrics_exec_started(a->metrics);
-		int fd = -1;
-		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-		if (ci)
-			fd = ci->connect_fd;
-		if (fd >= 0) {
-			int64_t w = watch_add(a->watch, fd, on_hangup, j);
-			j->watch = w > 0 ? w : 0;
-		}
-	}
-	pthread_mutex_unlock(&e->mu);
-	if (rc < 0) {
-		/* Could not even queue it: report through the resume path. */
-		struct sbx_event ev = { .kind = SBX_EV_EXIT };
-		on_event(j, &ev, rc);
-	}
-	rc = 0;
-out:
-	for (size_t i = 0; i < nenv; i++)
-		free(envbuf[i]);
-	json_decref(env_sorted);
+	request_clear(&q);
 	return rc;
 }
 
@@ -665,18 +316,13 @@ int route_exec_get(struct req *r)
 int route_exec_cancel(struct req *r)
 {
 	const char *id = r->params[0];
-	struct route_execs *e = r->app->execs;
-	uint64_t handle = 0;
-	pthread_mutex_lock(&e->mu);
-	struct exec_job *j = id_ok(id, strlen(id)) ? find_locked(e, r->tenant->name, id) : NULL;
-	if (j && !j->finished)
-		handle = j->handle;
-	pthread_mutex_unlock(&e->mu);
+	bool valid = id_ok(id, strlen(id));
+	uint64_t handle = valid ? route_execs_handle(r->app->execs, r->tenant->name, id) : 0;
 	req_set_target(r, id);
 	if (handle && sbx_runner_cancel(r->app->runner, handle) == 0)
 		return reply_json(r, 202, json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));
 	struct store_exec ex;
-	int rc = id_ok(id, strlen(id)) ? store_exec_get(r->app->store, r->tenant->name, id, &ex) : -ENOENT;
+	int rc = valid ? store_exec_get(r->app->store, r->tenant->name, id, &ex) : -ENOENT;
 	if (rc == -ENOENT)
 		return req_fail(r, rc, "no exec %s", id);
 	if (rc < 0)

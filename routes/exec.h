@@ -1,15 +1,24 @@
 #pragma once
-/* The exec registry: commands running now, by (tenant, id), with the
- * requests waiting for their results. routes/events.c subscribes to it. */
+/* The exec routes' start and stop, and the data of an exec's `start`
+ * event (routes/events.c uses it). The registry of the commands running
+ * now is routes/exec_registry.h. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 struct app;
-struct exec_job;
 struct store_exec;
 
+/* Start the registry (and its completion thread) with the limits every
+ * command runs under, computed here once from a->cfg; a->backend and
+ * a->drop_privs must be set. */
 void route_exec_init(struct app *a);
+/* Wait until every finished exec has been recorded and its requests
+ * resumed: call after the runner has stopped, before the HTTP daemon
+ * stops. Accepts an app without a registry. */
+void route_exec_drain(struct app *a);
+/* Drain and free the registry: after the runner and route_exec_drain;
+ * before the store. Accepts an app without a registry. */
 void route_exec_fini(struct app *a);
 /* {"id", "command", "session", "cwd", "started_at"}: the data of the
  * `start` event and the common part of GET /exec/{id}. */

@@ -211,11 +211,16 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 			(long long)busy, step);
 		_exit(1);
 	}
+	/* The runner has reported every exit; their records and answers are
+	 * made on the registry's completion thread. */
+	route_exec_drain(&app);
 	usleep(50000);
 	status = 0;
 out:
 	srv_retention_stop(&retention);
 	sbx_runner_stop(runner);
+	if (app_ready)
+		route_exec_drain(&app);
 	srv_http_stop(&http);
 	sbx_runner_free(&runner);
 	if (app_ready) {

@@ -1,0 +1,603 @@
+/* The registry of running execs, idempotency, waiters, the runner
+ * callback and the completion thread (see exec_registry.h). */
+#include "routes/exec_registry.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "routes/app.h"
+#include "routes/errors.h"
+#include "routes/exec.h"
+#include "routes/hub.h"
+#include "routes/metrics.h"
+#include "routes/req.h"
+#include "routes/watch.h"
+#include "common/utf8.h"
+#include "sandbox/runner.h"
+#include "sandbox/workspace.h"
+#include "store/store.h"
+
+struct waiter {
+	struct req *r;
+	struct waiter *next;
+};
+
+struct exec_job {
+	struct app *app;
+	struct tenant *tenant;  /* referenced until the exit */
+	char id[72];
+	uint64_t handle;        /* the runner's */
+	int64_t watch;          /* disconnect watch of the first request */
+	struct hub_channel *chan; /* live events */
+	int refs;               /* under registry lock */
+	bool finished;
+	struct waiter *waiters; /* under registry lock */
+	struct exec_job *next;
+	/* The exit, set by whoever queues it, read by the completion thread. */
+	json_t *result;         /* NULL: never started */
+	int error;              /* with result NULL */
+	const char *state;      /* with result: exited, timed_out, cancelled */
+	int exit_code;
+	int64_t finished_at_ms, duration_ms;
+	struct exec_job *done_next; /* under done_mu */
+};
+
+struct route_execs {
+	struct app *app;
+	struct sbx_exec_req base;
+	pthread_mutex_t mu;
+	struct exec_job *jobs;
+	/* Exits waiting for the completion thread, oldest first. */
+	pthread_mutex_t done_mu;
+	pthread_cond_t done_wake, done_idle;
+	struct exec_job *done_head, *done_tail;
+	bool done_busy, done_stop;
+	pthread_t done_thread;
+};
+
+/* A suspended request's view of its exec. */
+struct exec_wait {
+	struct exec_job *job;
+	json_t *result;        /* set before the resume */
+	int error;             /* or this */
+};
+
+static void job_put_locked(struct exec_job *j)
+{
+	if (--j->refs > 0)
+		return;
+	app_tenant_put(j->app, &j->tenant);
+	free(j);
+}
+
+static struct exec_job *find_locked(struct route_execs *e, const char *tenant, const char *id)
+{
+	for (struct exec_job *j = e->jobs; j; j = j->next)
+		if (strcmp(j->id, id) == 0 && strcmp(j->tenant->name, tenant) == 0)
+			return j;
+	return NULL;
+}
+
+static const char *state_of(const struct sbx_exec_result *res)
+{
+	return res->timed_out ? "timed_out" : res->cancelled ? "cancelled" : "exited";
+}
+
+static json_t *time_json(int64_t ms)
+{
+	char t[40];
+	rfc3339_ms(ms, t, sizeof t);
+	return json_string(t);
+}
+
+static json_t *result_json(const char *id, const struct sbx_exec_result *res)
+{
+	return json_pack("{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}", "id", id,
+			 "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "",
+			 res->stdout_len, "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len,
+			 "timed_out", res->timed_out, "idle", res->idle, "cancelled", res->cancelled, "truncated",
+			 res->truncated, "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes",
+			 (json_int_t)res->stderr_bytes, "stdout_spill",
+			 res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
+			 res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
+			 time_json(res->started_at_ms), "finished_at", time_json(res->finished_at_ms), "duration_ms",
+			 (json_int_t)(res->finished_at_ms - res->started_at_ms));
+}
+
+static json_t *heartbeat_json(const char *id, const struct sbx_event *ev)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:o, s:s}", "id", id, "elapsed_ms", (json_int_t)ev->elapsed_ms,
+			 "stdout_bytes", (json_int_t)ev->stdout_bytes, "stderr_bytes", (json_int_t)ev->stderr_bytes,
+			 "last_output_at", ev->last_output_at_ms ? time_json(ev->last_output_at_ms) : json_null(),
+			 "tail", ev->tail ? ev->tail : "");
+}
+
+/* Completion thread: the store row, metrics and the `exit` event. */
+static void record_exit(struct app *a, struct exec_job *j)
+{
+	if (!j->result) {
+		/* Never started: forget the row so the id can be retried. */
+		store_exec_delete(a->store, j->tenant->name, j->id);
+		metrics_exec_finished(a->metrics, "failed", 0);
+		struct wire_error w = wire_error_for(j->error);
+		json_t *err = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", w.code, "message",
+					"the command could not be started", "retry_hint",
+					w.retry_hint ? json_string(w.retry_hint) : json_null());
+		hub_channel_exit(a->hub, j->chan, NULL, err);
+		json_decref(err);
+	} else {
+		char *text = json_dumps(j->result, JSON_COMPACT);
+		if (store_exec_finish(a->store, j->tenant->name, j->id, j->state, j->exit_code, text,
+				      j->finished_at_ms) < 0)
+			metrics_store_error(a->metrics);
+		free(text);
+		metrics_exec_finished(a->metrics, j->state, (double)j->duration_ms);
+		hub_channel_exit(a->hub, j->chan, j->result, NULL);
+	}
+	j->chan = NULL;
+	app_tenant_release_exec(a, j->tenant);
+}
+
+/* Completion thread (or the starting request when the runner refused the
+ * job): record the exit, then leave the registry and answer the waiters. */
+static void complete(struct exec_job *j)
+{
+	struct app *a = j->app;
+	json_t *result = j->result;
+	int error = j->error;
+	record_exit(a, j);
+
+	struct route_execs *e = a->execs;
+	pthread_mutex_lock(&e->mu);
+	j->finished = true;
+	for (struct exec_job **p = &e->jobs; *p; p = &(*p)->next)
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	watch_remove(a->watch, j->watch);
+	j->watch = 0;
+	while (j->waiters) {
+		struct waiter *w = j->waiters;
+		j->waiters = w->next;
+		struct exec_wait *ew = w->r->hstate;
+		ew->result = result ? json_incref(result) : NULL;
+		ew->error = error;
+		req_resume(w->r);
+		free(w);
+	}
+	j->result = NULL;
+	job_put_locked(j); /* the runner's reference */
+	pthread_mutex_unlock(&e->mu);
+	json_decref(result);
+}
+
+static void *completion_main(void *arg)
+{
+	struct route_execs *e = arg;
+	pthread_mutex_lock(&e->done_mu);
+	for (;;) {
+		while (!e->done_head && !e->done_stop)
+			pthread_cond_wait(&e->done_wake, &e->done_mu);
+		if (!e->done_head)
+			break; /* stopping, and everything queued is done */
+		struct exec_job *batch = e->done_head;
+		e->done_head = e->done_tail = NULL;
+		e->done_busy = true;
+		pthread_mutex_unlock(&e->done_mu);
+		while (batch) {
+			struct exec_job *j = batch;
+			batch = j->done_next;
+			complete(j);
+		}
+		pthread_mutex_lock(&e->done_mu);
+		e->done_busy = false;
+		pthread_cond_broadcast(&e->done_idle);
+	}
+	pthread_mutex_unlock(&e->done_mu);
+	return NULL;
+}
+
+/* Keep what an exit says (its result is only borrowed). */
+static void set_exit(struct exec_job *j, const struct sbx_event *ev, int spawn_error)
+{
+	const struct sbx_exec_result *res = ev->result;
+	struct sbx_exec_result never_ran = { 0 };
+	if (!res && spawn_error == -ECANCELED) {
+		/* Cancelled (by the route, a hang-up or the server stopping)
+		 * before the runner started it: nothing ran. That is a cancel,
+		 * as the caller asked, not a server error; exit_code is that of
+		 * the SIGTERM a running command would have got. */
+		never_ran.exit_code = 128 + SIGTERM;
+		never_ran.cancelled = true;
+		never_ran.started_at_ms = never_ran.finished_at_ms = ev->at_ms;
+		res = &never_ran;
+	}
+	if (res) {
+		j->result = result_json(j->id, res);
+		j->state = state_of(res);
+		j->exit_code = res->exit_code;
+		j->finished_at_ms = res->finished_at_ms;
+		j->duration_ms = res->finished_at_ms - res->started_at_ms;
+	} else {
+		j->error = spawn_error ? spawn_error : -SBX_E_BACKEND;
+	}
+}
+
+/* Runner thread: hand the job to the completion thread (a short lock no
+ * one holds across I/O). */
+static void queue_exit(struct exec_job *j)
+{
+	struct route_execs *e = j->app->execs;
+	pthread_mutex_lock(&e->done_mu);
+	if (e->done_tail)
+		e->done_tail->done_next = j;
+	else
+		e->done_head = j;
+	e->done_tail = j;
+	pthread_cond_signal(&e->done_wake);
+	pthread_mutex_unlock(&e->done_mu);
+}
+
+/* Runner thread: every event of a job. */
+static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
+{
+	struct exec_job *j = ctx;
+	struct app *a = j->app;
+	switch (ev->kind) {
+	case SBX_EV_START:
+		hub_channel_started(a->hub, j->chan);
+		return;
+	case SBX_EV_HEARTBEAT:
+		metrics_heartbeat(a->metrics);
+		hub_channel_heartbeat(a->hub, j->chan, heartbeat_json(j->id, ev));
+		return;
+	case SBX_EV_OUTPUT:
+		hub_channel_output(a->hub, j->chan, ev->stream, ev->data, ev->len);
+		return;
+	case SBX_EV_EXIT:
+		set_exit(j, ev, spawn_error);
+		queue_exit(j);
+		return;
+	}
+}
+
+void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_exec_req *base)
+{
+	struct route_execs *e = xcalloc(1, sizeof *e);
+	e->app = a;
+	e->base = *base;
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_mutex_init(&e->done_mu, NULL);
+	pthread_cond_init(&e->done_wake, NULL);
+	pthread_cond_init(&e->done_idle, NULL);
+	if (pthread_create(&e->done_thread, NULL, completion_main, e) != 0) {
+		log_msg("error", "cannot start the exec completion thread");
+		abort();
+	}
+	*out = e;
+}
+
+void route_execs_flush(struct route_execs *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->done_mu);
+	while (e->done_head || e->done_busy)
+		pthread_cond_wait(&e->done_idle, &e->done_mu);
+	pthread_mutex_unlock(&e->done_mu);
+}
+
+void route_execs_free(struct route_execs **ep)
+{
+	struct route_execs *e = ep ? *ep : NULL;
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->done_mu);
+	e->done_stop = true;
+	pthread_cond_signal(&e->done_wake);
+	pthread_mutex_unlock(&e->done_mu);
+	pthread_join(e->done_thread, NULL); /* it drains the queue first */
+	pthread_cond_destroy(&e->done_idle);
+	pthread_cond_destroy(&e->done_wake);
+	pthread_mutex_destroy(&e->done_mu);
+	pthread_mutex_destroy(&e->mu);
+	free(e);
+	*ep = NULL;
+}
+
+const struct sbx_exec_req *route_execs_base(const struct route_execs *e)
+{
+	return &e->base;
+}
+
+uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const char *id)
+{
+	uint64_t handle = 0;
+	pthread_mutex_lock(&e->mu);
+	struct exec_job *j = find_locked(e, tenant, id);
+	if (j && !j->finished)
+		handle = j->handle;
+	pthread_mutex_unlock(&e->mu);
+	return handle;
+}
+
+/* Watch thread: the first request's client hung up. */
+static void on_hangup(void *ctx)
+{
+	struct exec_job *j = ctx;
+	sbx_runner_cancel(j->app->runner, j->handle);
+}
+
+/* A 200 with a ShellResult (stolen). */
+static int reply_result(struct req *r, json_t *res)
+{
+	r->has_exit_code = true;
+	r->exit_code = (int)json_integer_value(json_object_get(res, "exit_code"));
+	return reply_json(r, 200, res);
+}
+
+static int exec_resume(struct req *r)
+{
+	struct exec_wait *ew = r->hstate;
+	if (ew->error)
+		return req_fail(r, ew->error,
+				ew->error == -SBX_E_BACKEND ? "the isolation backend could not start the command"
+							    : "the command could not be started");
+	json_t *res = ew->result;
+	ew->result = NULL;
+	return reply_result(r, res);
+}
+
+static void exec_free(struct req *r)
+{
+	struct exec_wait *ew = r->hstate;
+	if (!ew)
+		return;
+	if (ew->job) {
+		struct route_execs *e = r->app->execs;
+		pthread_mutex_lock(&e->mu);
+		for (struct waiter **p = &ew->job->waiters; *p; p = &(*p)->next)
+			if ((*p)->r == r) {
+				struct waiter *w = *p;
+				*p = w->next;
+				free(w);
+				break;
+			}
+		job_put_locked(ew->job);
+		pthread_mutex_unlock(&e->mu);
+	}
+	json_decref(ew->result);
+	free(ew);
+	r->hstate = NULL;
+}
+
+/* Wait on a running job (registry lock held): suspend r until its exit. */
+static void wait_on_locked(struct req *r, struct exec_job *j)
+{
+	struct exec_wait *ew = xcalloc(1, sizeof *ew);
+	ew->job = j;
+	j->refs++;
+	r->hstate = ew;
+	r->on_resume = exec_resume;
+	r->on_free = exec_free;
+	struct waiter *w = xcalloc(1, sizeof *w);
+	w->r = r;
+	w->next = j->waiters;
+	j->waiters = w;
+	req_suspend(r);
+}
+
+/* The data of an exec's `start` event. */
+static json_t *start_json(const char *id, const char *command, const char *session, size_t session_len,
+			  const char *cwd, int64_t started_at)
+{
+	size_t n = 0;
+	char *sk = utf8_sanitize(session, session_len, &n);
+	json_t *o = json_pack("{s:s, s:s, s:s%, s:s, s:o}", "id", id, "command", command, "session", sk, n, "cwd",
+			      cwd, "started_at", time_json(started_at));
+	free(sk);
+	return o;
+}
+
+json_t *exec_start_json(const struct store_exec *ex)
+{
+	return start_json(ex->id, ex->command, ex->session, ex->session_len, ex->cwd, ex->started_at);
+}
+
+/* A row read as running: wait on (or subscribe to) its job. -ENOENT when
+ * it finished between the two looks. */
+static int join_running(struct req *r, const char *id, bool stream)
+{
+	int rc = -ENOENT;
+	struct route_execs *e = r->app->execs;
+	pthread_mutex_lock(&e->mu);
+	struct exec_job *j = find_locked(e, r->tenant->name, id);
+	if (j && !j->finished) {
+		if (!stream) {
+			wait_on_locked(r, j);
+			rc = 0;
+		} else {
+			/* Answered, or a subscriber that could not answer
+			 * (never a second subscriber for r), or -ENOENT. */
+			rc = hub_subscribe_exec(r->app->hub, r, r->tenant->name, id, 0, false);
+		}
+	}
+	pthread_mutex_unlock(&e->mu);
+	return rc;
+}
+
+/* A finished exec's row: its result again, or a conflict when it was lost. */
+static int answer_finished(struct req *r, const char *id, struct store_exec *ex, bool stream)
+{
+	if (strcmp(ex->state, "lost") == 0 || !ex->result) {
+		store_exec_clear(ex);
+		return req_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
+	}
+	json_t *res = json_loads(ex->result, 0, NULL);
+	json_t *start = exec_start_json(ex);
+	store_exec_clear(ex);
+	if (!res) {
+		json_decref(start);
+		return req_fail(r, -SBX_E_STORE, "the stored result is unreadable");
+	}
+	if (stream) {
+		hub_reply_ended(r->app->hub, r, start, res);
+		json_decref(start);
+		json_decref(res);
+		return 0;
+	}
+	json_decref(start);
+	return reply_result(r, res);
+}
+
+/* The same id again: the same request waits for or reads that exec; a
+ * different one is a conflict. -ENOENT: no such exec (any more: a failed
+ * start), the caller may start it. */
+static int answer_existing(struct req *r, const char *id, const char *hash, bool stream)
+{
+	struct store_exec ex;
+	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
+	if (rc == -ENOENT)
+		return rc; /* gone meanwhile (a failed start): the caller retries */
+	if (rc < 0)
+		return req_fail(r, rc, "cannot read the exec record");
+	if (strcmp(ex.request_hash, hash) != 0) {
+		store_exec_clear(&ex);
+		return req_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
+	}
+	if (strcmp(ex.state, "running") == 0) {
+		store_exec_clear(&ex);
+		if ((rc = join_running(r, id, stream)) != -ENOENT)
+			return rc;
+		/* It finished between the two looks: read it again (gone: its
+		 * start failed, and the caller may start it anew). */
+		if ((rc = store_exec_get(r->app->store, r->tenant->name, id, &ex)) == -ENOENT)
+			return rc;
+		if (rc < 0)
+			return req_fail(r, rc, "cannot read the exec record");
+	}
+	return answer_finished(r, id, &ex, stream);
+}
+
+/* Record the start of a new exec. Returns 1 with the registry lock held
+ * (the row exists; the job must be registered before the unlock), or r's
+ * answer: 0 (from the earlier exec of the same id) or an error.
+ *
+ * The row of a new exec and its registry entry appear together, under the
+ * registry lock: a concurrent request with the same id that reads the row
+ * as running always finds the job to wait on (never a "running" row
+ * without a job, which looks like one lost in a restart). */
+static int begin_locked(struct req *r, struct store_exec *row, bool id_given, bool stream)
+{
+	struct app *a = r->app;
+	struct route_execs *e = a->execs;
+	int rc;
+	for (int attempt = 0;; attempt++) {
+		if (id_given && (rc = answer_existing(r, row->id, row->request_hash, stream)) != -ENOENT)
+			return rc; /* answered (or waiting) from the earlier exec */
+		if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
+			r->retry_after_s = 1;
+			return req_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
+					(long long)a->cfg->tenant_max_execs);
+		}
+		row->started_at = now_ms();
+		pthread_mutex_lock(&e->mu);
+		rc = store_exec_begin(a->store, row);
+		if (rc == 0)
+			return 1; /* e->mu stays held until the job is registered */
+		pthread_mutex_unlock(&e->mu);
+		app_tenant_release_exec(a, r->tenant);
+		if (rc == -EEXIST && id_given && attempt < 3)
+			continue; /* a concurrent request started it: answer from that exec */
+		if (rc == -EEXIST && id_given)
+			return req_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", row->id);
+		if (rc == -EEXIST)
+			return req_fail(r, -SBX_E_CONFLICT, "generated exec id collided; retry");
+		r->retry_after_s = 1;
+		return req_fail(r, -SBX_E_STORE, "cannot record the start of the command; it was not run");
+	}
+}
+
+/* A new job for the recorded row, with its tenant reference and channel. */
+static struct exec_job *job_new(struct req *r, const struct store_exec *row)
+{
+	struct app *a = r->app;
+	struct exec_job *j = xcalloc(1, sizeof *j);
+	j->app = a;
+	snprintf(j->id, sizeof j->id, "%s", row->id);
+	if (app_tenant_get(a, r->tenant->name, &j->tenant) < 0) {
+		/* Removed this instant: run under the request's reference. */
+		j->tenant = r->tenant;
+		r->tenant = NULL;
+	}
+	j->refs = 1; /* the runner's */
+	j->chan = hub_channel_open(a->hub, j->tenant->name, j->id,
+				   start_json(j->id, row->command, row->session, row->session_len, row->cwd,
+					      row->started_at));
+	return j;
+}
+
+/* Cancel the job when the client of r hangs up. */
+static void watch_hangup(struct req *r, struct exec_job *j)
+{
+	int fd = -1;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci)
+		fd = ci->connect_fd;
+	if (fd >= 0) {
+		int64_t w = watch_add(r->app->watch, fd, on_hangup, j);
+		j->watch = w > 0 ? w : 0;
+	}
+}
+
+int route_execs_start(struct req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given, bool stream)
+{
+	struct app *a = r->app;
+	struct route_execs *e = a->execs;
+	int rc = begin_locked(r, row, id_given, stream);
+	if (rc != 1)
+		return rc;
+	struct exec_job *j = job_new(r, row);
+	run->ws = j->tenant->ws;
+	run->spawn.workspace_host_dir = sbx_workspace_host_dir(j->tenant->ws);
+	run->spawn.uid = j->tenant->uid;
+	run->spawn.gid = j->tenant->gid;
+	run->id = j->id;
+	if (strcmp(sbx_backend_name(a->backend), "local") == 0)
+		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)", j->id,
+			j->tenant->name);
+
+	j->next = e->jobs;
+	e->jobs = j;
+	/* Wait (or subscribe) before the runner can possibly answer. */
+	if (stream)
+		hub_subscribe_exec(a->hub, r, j->tenant->name, j->id, 0, true);
+	else
+		wait_on_locked(r, j);
+	rc = sbx_runner_submit(a->runner, run, on_event, j, &j->handle);
+	if (rc == 0) {
+		metrics_exec_started(a->metrics);
+		if (stream)
+			hub_set_cancel(a->hub, r, j->handle);
+		else
+			watch_hangup(r, j);
+	}
+	pthread_mutex_unlock(&e->mu);
+	if (rc < 0) {
+		/* Could not even queue it: report through the resume path, here
+		 * (a request thread may wait on the store). */
+		struct sbx_event ev = { .kind = SBX_EV_EXIT };
+		set_exit(j, &ev, rc);
+		complete(j);
+	}
+	return 0;
+}

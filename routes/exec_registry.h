@@ -1,0 +1,51 @@
+#pragma once
+/* The execs running now, by (tenant, id): for each, the runner job, the
+ * requests waiting for its result, its live event channel and the
+ * disconnect watch of the request that started it. Also idempotency (a
+ * POST /exec repeating an id is answered from that exec) and the runner's
+ * event callback. routes/exec.c parses and checks requests; this file
+ * starts them and answers them.
+ *
+ * Threads: HTTP threads start execs, wait on them and look them up, under
+ * one registry lock. The runner thread publishes progress to the hub and,
+ * at an exit, only queues the job (it never waits on the store or on the
+ * registry lock, as runner.h asks). A completion thread owned by the
+ * registry takes the queue in order and, for each exit, writes the store
+ * row first, then publishes the `exit` event, frees the tenant's slot and
+ * resumes the waiting requests: a client that is answered (or a stream
+ * that ends) always finds the result in the store. */
+#include <stdbool.h>
+#include <stdint.h>
+
+struct app;
+struct req;
+struct route_execs;
+struct sbx_exec_req;
+struct store_exec;
+
+/* Create the registry of app a and start its completion thread. base
+ * (copied) holds what every command runs with: backend, limits, grace,
+ * spill cap, heartbeat. Aborts when no thread can be made. */
+void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_exec_req *base);
+/* Wait until every exit queued before this call has been recorded and
+ * answered. Call after the runner stopped, before the HTTP daemon stops
+ * (it must not stop with suspended connections). Accepts NULL. */
+void route_execs_flush(struct route_execs *e);
+/* Flush, stop the thread, free; *e = NULL. Accepts NULL. Call after the
+ * runner has stopped and before the hub, the watcher and the store go. */
+void route_execs_free(struct route_execs **e);
+
+/* The request every command starts from (see route_execs_new); borrowed. */
+const struct sbx_exec_req *route_execs_base(const struct route_execs *e);
+
+/* Start the command of r, or answer r from the earlier exec of the same
+ * id (id_given). row: tenant, id, session, command, cwd, request_hash
+ * (borrowed; started_at is set here). run: the runner request without its
+ * tenant parts (ws, host dir, uid, gid, id, filled in here); borrowed,
+ * the runner copies it. On success r is suspended (a waiter, or a
+ * stream subscriber when stream) and answered at the exit; returns 0.
+ * Otherwise r has been answered with the error and its code returned. */
+int route_execs_start(struct req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given, bool stream);
+
+/* The runner handle of the running exec (tenant, id), or 0. */
+uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const char *id);
