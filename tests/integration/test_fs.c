@@ -99,8 +99,11 @@ static char *enc(const char *s, size_t n)
 		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
 		    c == '_' || c == '-' || c == '~' || c == '/')
 			*p++ = (char)c;
-		else
-			p += sprintf(p, "%%%02X", c);
+		else {
+			*p++ = '%';
+			*p++ = "0123456789ABCDEF"[c >> 4];
+			*p++ = "0123456789ABCDEF"[c & 15];
+		}
 	}
 	*p = '\0';
 	return o;
