@@ -426,6 +426,8 @@ static int mode_sse(void)
 {
 	int nid = 0;
 	char **idv = split_ids(&nid);
+	if (!nid)
+		return 2;
 	struct sse *ss = calloc((size_t)clients, sizeof(*ss));
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	long connected = 0, events = 0, heartbeats = 0, closed = 0, failed = 0;
@@ -434,8 +436,6 @@ static int mode_sse(void)
 	int ready_written = 0;
 	double t0 = now(), end = t0 + dur, ready_deadline = t0 + 30;
 
-	if (!nid)
-		return 2;
 	for (int i = 0; i < clients && !stop_flag; i++) {
 		char req[8192];
 		int fd = -1;
