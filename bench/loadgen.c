@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -184,9 +185,13 @@ static int read_response(struct conn *c, int *closing)
 		if (!le)
 			break;
 		char *l = c->buf + p;
-		if (strncasecmp(l, "content-length:", 15) == 0)
-			clen = atoll(l + 15);
-		else if (strncasecmp(l, "transfer-encoding:", 18) == 0 && memmem(l, le - p, "chunked", 7))
+		if (strncasecmp(l, "content-length:", 15) == 0) {
+			char *end;
+			errno = 0;
+			clen = strtoll(l + 15, &end, 10);
+			if (errno || end == l + 15 || clen < 0)
+				return -1;
+		} else if (strncasecmp(l, "transfer-encoding:", 18) == 0 && memmem(l, le - p, "chunked", 7))
 			chunked = 1;
 		else if (strncasecmp(l, "connection:", 11) == 0 && memmem(l, le - p, "close", 5))
 			*closing = 1;
@@ -316,22 +321,30 @@ static double pct(double *v, size_t n, double p)
 	return v[k];
 }
 
+#define REQUEST_FMT                                                                                          \
+	"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%sContent-Type: application/json\r\n%s\r\n%s"
+
 static int mode_req(void)
 {
 	struct worker *ws = calloc((size_t)clients, sizeof(*ws));
 	size_t blen = strlen(body);
 	int has_body = strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
 
-	request_text = malloc(blen + 4096 + (auth ? strlen(auth) : 0));
-	request_len = (size_t)sprintf(request_text,
-				      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s"
-				      "Content-Type: application/json\r\n",
-				      method, upath, auth ? "Authorization: " : "", auth ? auth : "",
-				      auth ? "\r\n" : "");
+	/* Formatted twice, the first time only to size it: the method and
+	 * path come from the command line and have no bound of their own. */
+	char clen[48] = "";
 	if (has_body)
-		request_len += (size_t)sprintf(request_text + request_len, "Content-Length: %zu\r\n\r\n%s", blen, body);
-	else
-		request_len += (size_t)sprintf(request_text + request_len, "\r\n");
+		snprintf(clen, sizeof clen, "Content-Length: %zu\r\n", blen);
+	const char *ah = auth ? "Authorization: " : "", *av = auth ? auth : "", *ae = auth ? "\r\n" : "";
+	const char *b = has_body ? body : "";
+	int n0 = snprintf(NULL, 0, REQUEST_FMT, method, upath, ah, av, ae, clen, b);
+	request_text = n0 < 0 ? NULL : malloc((size_t)n0 + 1);
+	if (!request_text) {
+		perror("loadgen");
+		exit(1);
+	}
+	snprintf(request_text, (size_t)n0 + 1, REQUEST_FMT, method, upath, ah, av, ae, clen, b);
+	request_len = (size_t)n0;
 
 	double t0 = now();
 	deadline = t0 + dur;
@@ -375,11 +388,24 @@ struct sse {
 
 static char **split_ids(int *n)
 {
-	char *s = strdup(ids), *save = NULL, *t;
+	char *s = strdup(ids), *comma;
 	char **v = NULL;
 	*n = 0;
-	for (t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		v = realloc(v, sizeof(*v) * (size_t)(*n + 1));
+	if (!s)
+		return NULL;
+	/* Comma-separated, empty fields skipped; the ids point into s. */
+	for (char *t = s; t; t = comma ? comma + 1 : NULL) {
+		comma = strchr(t, ',');
+		if (comma)
+			*comma = '\0';
+		if (!*t)
+			continue;
+		char **grown = realloc(v, sizeof(*v) * (size_t)(*n + 1));
+		if (!grown) {
+			perror("loadgen");
+			exit(1);
+		}
+		v = grown;
 		v[(*n)++] = t;
 	}
 	return v;
@@ -400,6 +426,8 @@ static int mode_sse(void)
 {
 	int nid = 0;
 	char **idv = split_ids(&nid);
+	if (!nid)
+		return 2;
 	struct sse *ss = calloc((size_t)clients, sizeof(*ss));
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	long connected = 0, events = 0, heartbeats = 0, closed = 0, failed = 0;
@@ -408,8 +436,6 @@ static int mode_sse(void)
 	int ready_written = 0;
 	double t0 = now(), end = t0 + dur, ready_deadline = t0 + 30;
 
-	if (!nid)
-		return 2;
 	for (int i = 0; i < clients && !stop_flag; i++) {
 		char req[8192];
 		int fd = -1;
@@ -480,7 +506,7 @@ static int mode_sse(void)
 						s->line[--s->ll] = '\0';
 					if (s->state == 0) {
 						if (strncmp(s->line, "HTTP/1.", 7) == 0) {
-							s->status = atoi(s->line + 9);
+							s->status = (int)strtol(s->line + 9, NULL, 10);
 							if (s->status == 200)
 								connected++;
 							else
@@ -587,6 +613,27 @@ static void usage(void)
 	exit(2);
 }
 
+/* An option's value: a whole number within [lo, hi], or the usage text. */
+static long long opt_int(const char *s, long long lo, long long hi)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		usage();
+	return v;
+}
+
+static double opt_double(const char *s)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end)
+		usage();
+	return v;
+}
+
 int main(int argc, char **argv)
 {
 	struct rlimit rl;
@@ -600,19 +647,19 @@ int main(int argc, char **argv)
 	optind = 2;
 	while ((o = getopt(argc, argv, "p:a:m:u:b:c:n:d:w:i:r:s:R:")) != -1) {
 		switch (o) {
-		case 'p': port = atoi(optarg); break;
+		case 'p': port = (int)opt_int(optarg, 1, 65535); break;
 		case 'a': auth = optarg; break;
 		case 'm': method = optarg; break;
 		case 'u': upath = optarg; break;
 		case 'b': body = optarg; break;
-		case 'c': clients = atoi(optarg); break;
-		case 'n': nreq = atol(optarg); break;
-		case 'd': dur = atof(optarg); break;
-		case 'w': warmup = atol(optarg); break;
+		case 'c': clients = (int)opt_int(optarg, 1, INT_MAX); break;
+		case 'n': nreq = (long)opt_int(optarg, 0, LONG_MAX); break;
+		case 'd': dur = opt_double(optarg); break;
+		case 'w': warmup = (long)opt_int(optarg, 0, LONG_MAX); break;
 		case 'i': ids = optarg; break;
 		case 'r': readyfile = optarg; break;
-		case 's': bsize = atoll(optarg); break;
-		case 'R': backoff_ms = atoi(optarg); break;
+		case 's': bsize = opt_int(optarg, 1, LLONG_MAX); break;
+		case 'R': backoff_ms = (int)opt_int(optarg, 0, INT_MAX); break;
 		default: usage();
 		}
 	}

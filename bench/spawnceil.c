@@ -3,6 +3,7 @@
  * loop, for SECONDS. Prints spawns=N secs=S rate=R/s.
  *   spawnceil [-t THREADS] [-d SECONDS] */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -45,11 +46,14 @@ int main(int argc, char **argv)
 	double secs = 5;
 
 	while ((o = getopt(argc, argv, "t:d:")) != -1) {
-		if (o == 't')
-			threads = atoi(optarg);
-		else if (o == 'd')
-			secs = atof(optarg);
-		else
+		char *end = NULL;
+		errno = 0;
+		if (o == 't') {
+			long t = strtol(optarg, &end, 10);
+			threads = t >= 1 && t <= 256 ? (int)t : 0;
+		} else if (o == 'd')
+			secs = strtod(optarg, &end);
+		if (!end || end == optarg || *end || errno)
 			return 2;
 	}
 	if (threads < 1 || threads > 256 || secs <= 0 || secs > 3600)

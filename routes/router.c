@@ -205,15 +205,21 @@ int route_begin(struct req *r)
 	const struct route *found = NULL;
 	bool path_matched = false;
 	char allow[128] = "";
+	size_t allow_len = 0;
 	for (size_t i = 0; i < route_count; i++) {
 		const struct route *rt = &route_table[i];
 		if (!match(rt->pattern, r->url, r, false))
 			continue;
 		path_matched = true;
 		if (!strstr(allow, rt->method)) {
-			if (*allow)
-				strncat(allow, ", ", sizeof allow - strlen(allow) - 1);
-			strncat(allow, rt->method, sizeof allow - strlen(allow) - 1);
+			/* Appended with an explicit length; a method that does not fit
+			 * (never with HTTP's few) is left out whole, not cut. */
+			size_t room = sizeof allow - allow_len;
+			int n = snprintf(allow + allow_len, room, "%s%s", allow_len ? ", " : "", rt->method);
+			if (n > 0 && (size_t)n < room)
+				allow_len += (size_t)n;
+			else
+				allow[allow_len] = '\0';
 		}
 		if (strcmp(rt->method, r->method) == 0 && !found)
 			found = rt;

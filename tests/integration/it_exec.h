@@ -32,6 +32,7 @@ static inline void session_segment(const char *key, char *out, size_t outsz)
 	for (size_t i = 0; i < n; i++)
 		h = h * 33 + (unsigned char)key[i];
 	for (size_t i = 0; i < n && i < 32 && o + 1 < outsz; i++) {
+		/* cppcheck-suppress arrayIndexOutOfBounds ; i < n, the key's strlen, not 32 */
 		char c = key[i];
 		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
 			  c == '.' || c == '_' || c == '-';
@@ -261,6 +262,7 @@ static inline int host_procs_of_uid(uid_t uid, const char *comm, const char *arg
 			size_t len = 0;
 			char *cl = it_read_file(path, &len);
 			bool hit = false;
+			/* cppcheck-suppress nullPointerArithmeticRedundantCheck ; steps only if cl */
 			for (size_t i = 0; cl && i < len; i += strlen(cl + i) + 1)
 				if (strstr(cl + i, arg))
 					hit = true;

@@ -182,8 +182,11 @@ static char *fd_read_all(int fd)
 
 	for (;;) {
 		ssize_t k;
-		if (n + 1 >= cap)
-			s = realloc(s, cap *= 2);
+		if (n + 1 >= cap) {
+			char *grown = realloc(s, cap *= 2);
+			assert_non_null(grown);
+			s = grown;
+		}
 		k = read(fd, s + n, cap - n - 1);
 		if (k <= 0)
 			break;
