@@ -10,6 +10,7 @@ COPY CMakeLists.txt ./
 COPY cmake cmake
 COPY common common
 COPY server server
+COPY http http
 COPY routes routes
 COPY auth auth
 COPY sandbox sandbox

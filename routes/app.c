@@ -10,9 +10,9 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
-#include "routes/auditgate.h"
-#include "routes/metrics.h"
-#include "routes/route.h"
+#include "http/auditgate.h"
+#include "http/metrics.h"
+#include "http/route.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 

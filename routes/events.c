@@ -8,7 +8,7 @@
 #include "routes/app.h"
 #include "routes/exec.h"
 #include "routes/handlers.h"
-#include "routes/hub.h"
+#include "http/hub.h"
 #include "store/store.h"
 
 static int64_t last_event_id(struct req *r)

@@ -16,7 +16,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/fields.h"
+#include "http/fields.h"
 #include "routes/fs.h"
 #include "routes/handlers.h"
 #include "sandbox/fsops.h"

@@ -2,7 +2,7 @@
 /* Each family of routes (one file each) contributes its rows to the route
  * table in routes/router.c through one macro here, next to the
  * declarations of its handlers. */
-#include "routes/route.h"
+#include "http/route.h"
 
 /* routes/fs.c */
 int route_fs_read(struct req *r);

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common/timeutil.h"
-#include "routes/fields.h"
+#include "http/fields.h"
 #include "routes/fs.h"
-#include "routes/req.h"
+#include "http/req.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

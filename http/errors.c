@@ -1,4 +1,4 @@
-#include "routes/errors.h"
+#include "http/errors.h"
 
 #include <errno.h>
 #include <stddef.h>

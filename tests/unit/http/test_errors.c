@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/errors.h"
-#include "routes/errors.h"
+#include "http/errors.h"
 
 static void expect(int code, int status, const char *wire)
 {

@@ -1,6 +1,6 @@
 /* The dispatcher: route table, matching, authentication, scopes, body
  * parsing, error rendering, and the completion (audit, metrics, log). */
-#include "routes/route.h"
+#include "http/route.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,10 +14,10 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/auditgate.h"
-#include "routes/errors.h"
+#include "http/auditgate.h"
+#include "http/errors.h"
 #include "routes/handlers.h"
-#include "routes/metrics.h"
+#include "http/metrics.h"
 #include "store/store.h"
 
 #define R_FS_READ AUTH_SCOPE_FS_READ

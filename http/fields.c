@@ -1,9 +1,9 @@
-#include "routes/fields.h"
+#include "http/fields.h"
 
 #include <errno.h>
 #include <string.h>
 
-#include "routes/req.h"
+#include "http/req.h"
 
 static const char *type_name(enum field_type t)
 {

@@ -1,4 +1,4 @@
-#include "routes/auditgate.h"
+#include "http/auditgate.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "routes/req.h"
+#include "http/req.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,4 +1,4 @@
-#include "routes/hub.h"
+#include "http/hub.h"
 
 #include <errno.h>
 #include <microhttpd.h>
@@ -13,9 +13,9 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/metrics.h"
-#include "routes/req.h"
-#include "routes/watch.h"
+#include "http/metrics.h"
+#include "http/req.h"
+#include "http/watch.h"
 #include "sandbox/runner.h"
 
 #define CHANNEL_RING 64           /* replayable events per exec */

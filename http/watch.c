@@ -1,4 +1,4 @@
-#include "routes/watch.h"
+#include "http/watch.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-#include "routes/metrics.h"
+#include "http/metrics.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/xmalloc.h"
-#include "routes/route.h"
+#include "http/route.h"
 
 static const double buckets_ms[] = { 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000 };
 #define NB (sizeof buckets_ms / sizeof buckets_ms[0])

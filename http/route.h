@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "routes/req.h"
+#include "http/req.h"
 
 enum route_flags {
 	RF_PUBLIC = 1u << 0,      /* no Authorization */

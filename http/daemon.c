@@ -1,4 +1,4 @@
-#include "server/http.h"
+#include "http/daemon.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,8 +17,8 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/metrics.h"
-#include "routes/route.h"
+#include "http/metrics.h"
+#include "http/route.h"
 
 struct srv_http {
 	struct MHD_Daemon *d;
