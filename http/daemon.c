@@ -12,17 +12,17 @@
 #include <unistd.h>
 
 #include "auth/auth.h"
+#include "common/config.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
-#include "routes/app.h"
 #include "http/metrics.h"
 #include "http/route.h"
 
 struct srv_http {
 	struct MHD_Daemon *d;
-	struct app *app;
+	struct http_env *env;
 	char *cert, *key;
 	uint16_t port;
 };
@@ -151,7 +151,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct req *r = *con_cls;
 	if (!r) {
 		r = xcalloc(1, sizeof *r);
-		r->app = h->app;
+		r->env = h->env;
+		r->app = h->env->app;
 		r->conn = conn;
 		r->started_ns = mono_ns();
 		r->at_ms = now_ms();
@@ -162,10 +163,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			if ((unsigned char)*m <= 0x20 || (unsigned char)*m >= 0x7f)
 				*m = '?';
 		r->url = xstrdup(url);
-		buf_init(&r->body, (size_t)h->app->cfg->max_buffered_bytes);
+		buf_init(&r->body, (size_t)h->env->cfg->max_buffered_bytes);
 		make_request_id(r);
 		client_address(r);
-		metrics_inflight(h->app->metrics, 1);
+		metrics_inflight(h->env->metrics, 1);
 		*con_cls = r;
 		int rc = route_begin(r);
 		if (rc < 0) {
@@ -231,7 +232,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		return;
 	*con_cls = NULL;
 	r->closed = true;
-	metrics_inflight(h->app->metrics, -1);
+	metrics_inflight(h->env->metrics, -1);
 	route_complete(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
@@ -250,15 +251,15 @@ __attribute__((format(printf, 2, 0))) static void on_log(void *cls, const char *
 	log_msg("warn", "libmicrohttpd: %s", msg);
 }
 
-int srv_http_start(struct srv_http **out, struct app *app, char *err, size_t errsz)
+int srv_http_start(struct srv_http **out, struct http_env *env, char *err, size_t errsz)
 {
-	const struct sbx_config *cfg = app->cfg;
+	const struct sbx_config *cfg = env->cfg;
 	struct sockaddr_storage ss;
 	int rc = parse_listen(cfg->listen, &ss, err, errsz);
 	if (rc < 0)
 		return rc;
 	struct srv_http *h = xcalloc(1, sizeof *h);
-	h->app = app;
+	h->env = env;
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;

@@ -12,11 +12,9 @@
 #include "common/utf8.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
-#include "routes/app.h"
 #include "http/metrics.h"
 #include "http/req.h"
 #include "http/watch.h"
-#include "sandbox/runner.h"
 
 #define CHANNEL_RING 64           /* replayable events per exec */
 #define FEED_RING 256             /* replayable feed events */
@@ -89,7 +87,10 @@ struct feed_entry {
 };
 
 struct route_hub {
-	struct app *app;
+	struct route_metrics *metrics;
+	struct route_watch *watch;
+	void (*cancel)(void *ctx, uint64_t job); /* cancels a streamed command whose owner left */
+	void *cancel_ctx;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct hub_channel *channels;
@@ -251,7 +252,7 @@ static void sub_put_locked(struct route_hub *h, struct sub *s)
 	}
 	if (s->chan)
 		channel_put_locked(h, s->chan);
-	metrics_sse(h->app->metrics, -1);
+	metrics_sse(h->metrics, -1);
 	free(s);
 }
 
@@ -319,7 +320,7 @@ static void request_free(struct req *r)
 	struct sub *s = r->hstate;
 	struct route_hub *h = s->h;
 	r->hstate = NULL;
-	watch_remove(h->app->watch, s->watch); /* outside the hub lock: the watch callback takes it */
+	watch_remove(h->watch, s->watch); /* outside the hub lock: the watch callback takes it */
 	pthread_mutex_lock(&h->mu);
 	s->req_gone = true;
 	s->dead = true;
@@ -329,7 +330,7 @@ static void request_free(struct req *r)
 	sub_put_locked(h, s);
 	pthread_mutex_unlock(&h->mu);
 	if (job)
-		sbx_runner_cancel(h->app->runner, job);
+		h->cancel(h->cancel_ctx, job);
 }
 
 static void on_hangup(void *ctx)
@@ -343,7 +344,7 @@ static void on_hangup(void *ctx)
 	wake(s);
 	pthread_mutex_unlock(&h->mu);
 	if (job)
-		sbx_runner_cancel(h->app->runner, job);
+		h->cancel(h->cancel_ctx, job);
 }
 
 /* A subscriber for r (hub lock held); sub_answer() then answers r. */
@@ -362,7 +363,7 @@ static struct sub *sub_new_locked(struct route_hub *h, struct req *r, bool outpu
 	h->subs = s;
 	r->hstate = s;
 	r->on_free = request_free;
-	metrics_sse(h->app->metrics, 1);
+	metrics_sse(h->metrics, 1);
 	/* Tell the client how long to wait before reconnecting. */
 	struct msg *m = msg_alloc("retry: 2000\n\n", 13, MSG_OTHER);
 	push(s, m);
@@ -375,7 +376,7 @@ static void watch_sub(struct route_hub *h, struct req *r, struct sub *s)
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (!ci)
 		return;
-	int64_t w = watch_add(h->app->watch, ci->connect_fd, on_hangup, s);
+	int64_t w = watch_add(h->watch, ci->connect_fd, on_hangup, s);
 	pthread_mutex_lock(&h->mu);
 	s->watch = w > 0 ? w : 0;
 	pthread_mutex_unlock(&h->mu);
@@ -432,10 +433,14 @@ static void *keepalive(void *arg)
 	return NULL;
 }
 
-void hub_new(struct route_hub **out, struct app *a)
+void hub_new(struct route_hub **out, struct route_metrics *metrics, struct route_watch *watch,
+	     void (*cancel)(void *ctx, uint64_t job), void *cancel_ctx)
 {
 	struct route_hub *h = xcalloc(1, sizeof *h);
-	h->app = a;
+	h->metrics = metrics;
+	h->watch = watch;
+	h->cancel = cancel;
+	h->cancel_ctx = cancel_ctx;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
 	pthread_create(&h->ka, NULL, keepalive, h);
@@ -715,5 +720,5 @@ void hub_set_cancel(struct route_hub *h, struct req *r, uint64_t job)
 	bool gone = s->dead; /* hung up before the job was known */
 	pthread_mutex_unlock(&h->mu);
 	if (gone)
-		sbx_runner_cancel(h->app->runner, job);
+		h->cancel(h->cancel_ctx, job);
 }

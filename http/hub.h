@@ -10,12 +10,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct app;
 struct req;
 struct route_hub;
+struct route_metrics;
+struct route_watch;
 struct hub_channel;
 
-void hub_new(struct route_hub **out, struct app *a);
+/* metrics and watch must outlive the hub. cancel(cancel_ctx, job) is
+ * called (from a request or watcher thread) when the client that owns a
+ * streamed command (hub_set_cancel) goes away before its end. */
+void hub_new(struct route_hub **out, struct route_metrics *metrics, struct route_watch *watch,
+	     void (*cancel)(void *ctx, uint64_t job), void *cancel_ctx);
 /* End every stream (shutdown) and resume their connections. */
 void hub_close_all(struct route_hub *h);
 void hub_free(struct route_hub **h);

@@ -23,6 +23,7 @@ struct hist {
 };
 
 struct route_metrics {
+	const struct route *routes; /* labels */
 	size_t nroutes;
 	atomic_uint_fast64_t *req; /* (nroutes + 1) * (NS + 1) */
 	struct hist *dur;          /* nroutes + 1 */
@@ -40,9 +41,10 @@ struct route_metrics {
 
 static const char *exec_outcomes[4] = { "exited", "timed_out", "cancelled", "failed" };
 
-void metrics_new(struct route_metrics **out, size_t nroutes)
+void metrics_new(struct route_metrics **out, const struct route *routes, size_t nroutes)
 {
 	struct route_metrics *m = xcalloc(1, sizeof *m);
+	m->routes = routes;
 	m->nroutes = nroutes;
 	m->req = xcalloc((nroutes + 1) * (NS + 1), sizeof *m->req);
 	m->dur = xcalloc(nroutes + 1, sizeof *m->dur);
@@ -145,7 +147,7 @@ static const char *route_label(struct route_metrics *m, size_t i, char *tmp, siz
 {
 	if (i == m->nroutes)
 		return "unmatched";
-	snprintf(tmp, n, "%s %s", route_table[i].method, route_table[i].pattern);
+	snprintf(tmp, n, "%s %s", m->routes[i].method, m->routes[i].pattern);
 	return tmp;
 }
 

@@ -6,9 +6,10 @@
 
 #include "common/buf.h"
 
+struct route;
 struct route_metrics;
 
-void metrics_new(struct route_metrics **out, size_t nroutes);
+void metrics_new(struct route_metrics **out, const struct route *routes, size_t nroutes); /* routes: the labels, outlive m */
 void metrics_free(struct route_metrics **m);
 /* route_idx == nroutes: unmatched. */
 void metrics_request(struct route_metrics *m, size_t route_idx, int status, double ms);

@@ -11,11 +11,6 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
-#include "routes/app.h"
-#include "sandbox/workspace.h"
-#include "store/store.h"
-
-#define RAW_TARGET_MAX 1024
 
 int req_fail(struct req *r, int code, const char *fmt, ...)
 {
@@ -82,71 +77,6 @@ bool req_query_bool(struct req *r, const char *name)
 	return v && (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
 }
 
-static void segment_fn(const char *key, size_t len, unsigned salt, char *out)
-{
-	sbx_session_segment(key, len, salt, out);
-}
-
-int req_session(struct req *r)
-{
-	if (r->session_rel)
-		return 0;
-	char segment[64];
-	bool created = false;
-	int rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key, r->session_key_len,
-					     segment_fn, now_ms(), segment, &created);
-	if (rc < 0)
-		return req_fail(r, rc, "cannot record the session");
-	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
-	if (rc < 0)
-		return req_fail(r, rc, "cannot create the session directory: %s", sbx_strerror(rc));
-	r->session_rel = xasprintf("sessions/%s", segment);
-	return 0;
-}
-
-/* A refused path is audited as it was asked for (bounded, NUL spelled
- * "\\0", valid UTF-8): an escape attempt must say what it tried. */
-static void set_raw_target(struct req *r, const char *wire, size_t len)
-{
-	struct buf b;
-	buf_init(&b, 2 * RAW_TARGET_MAX + 8);
-	for (size_t i = 0; i < len && i < RAW_TARGET_MAX; i++)
-		buf_append(&b, wire[i] ? &wire[i] : "\\0", wire[i] ? 1 : 2);
-	if (len > RAW_TARGET_MAX)
-		buf_append(&b, "...", 3);
-	size_t n = 0;
-	char *s = utf8_sanitize(b.ptr ? b.ptr : "", b.len, &n);
-	buf_free(&b);
-	free(r->target);
-	r->target = s;
-}
-
-int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz)
-{
-	int rc = req_session(r);
-	if (rc < 0)
-		return rc;
-	rc = sbx_path_normalize(wire, len, r->session_rel, out, outsz);
-	if (rc < 0)
-		set_raw_target(r, wire, len);
-	if (rc == -EXDEV)
-		return req_fail(r, rc, "path leaves the workspace");
-	if (rc < 0)
-		return req_fail(r, rc, "bad path: empty, NUL byte, or a component or the whole too long");
-	char wirebuf[SBX_PATH_MAX + 16];
-	sbx_path_wire(out, wirebuf, sizeof wirebuf);
-	req_set_target(r, wirebuf);
-	return 0;
-}
-
-int req_query_path(struct req *r, char *rel, size_t relsz)
-{
-	size_t n = 0;
-	const char *p = req_query_n(r, "path", &n);
-	if (!p)
-		return req_fail(r, -EINVAL, "query parameter path is required");
-	return req_path(r, p, n, rel, relsz);
-}
 
 void req_set_target(struct req *r, const char *target)
 {
@@ -213,30 +143,6 @@ void req_suspend(struct req *r)
 void req_resume(struct req *r)
 {
 	MHD_resume_connection(r->conn);
-}
-
-int req_fail_path(struct req *r, int rc, const char *what, const char *rel)
-{
-	char wire[SBX_PATH_MAX + 16];
-
-	sbx_path_wire(rel, wire, sizeof wire);
-	switch (rc) {
-	case -ENOENT: return req_fail(r, rc, "no such file or directory: %s", wire);
-	case -SBX_E_PARENT_MISSING: return req_fail(r, rc, "parent directory missing: %s", wire);
-	case -EXDEV: return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
-	case -EISDIR: return req_fail(r, rc, "is a directory: %s", wire);
-	case -ENOTDIR: return req_fail(r, rc, "not a directory (or a parent is not): %s", wire);
-	case -EEXIST: return req_fail(r, rc, "already exists: %s", wire);
-	case -ENOTEMPTY: return req_fail(r, rc, "directory not empty: %s (use recursive)", wire);
-	case -SBX_E_SPECIAL: return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -SBX_E_ROOT: return req_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
-	case -EINVAL: return req_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
-	case -ELOOP: return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
-	case -EFBIG: return req_fail(r, rc, "file too large for %s", wire);
-	case -ENOSPC:
-	case -EDQUOT: return req_fail(r, rc, "no space left for %s", wire);
-	default: return req_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
-	}
 }
 
 int req_fail_range(struct req *r, uint64_t size)

@@ -14,6 +14,7 @@
 #include "common/buf.h"
 
 struct app;
+struct http_env;
 struct tenant;
 struct route;
 struct req;
@@ -26,7 +27,8 @@ typedef int (*req_upload_fn)(struct req *r, const char *data, size_t len); /* st
 typedef void (*req_free_fn)(struct req *r);          /* completion: free handler state */
 
 struct req {
-	struct app *app;
+	struct http_env *env;      /* the HTTP layer's */
+	struct app *app;           /* the routes' (env->app) */
 	struct MHD_Connection *conn;
 	const struct route *route;
 	char request_id[72];
@@ -55,7 +57,7 @@ struct req {
 	struct tenant *tenant;     /* referenced while the request lives */
 	char *session_key;         /* X-Session-Key or "default", owned */
 	size_t session_key_len;
-	char *session_rel;         /* "sessions/<segment>", after req_session() */
+	char *session_rel;         /* "sessions/<segment>", after route_session() */
 
 	/* response */
 	int status;
@@ -84,10 +86,6 @@ struct req {
 
 /* Record an error for the dispatcher to render; returns code (negative). */
 int req_fail(struct req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* req_fail for a file operation's error: the one errno -> message table of
- * the file and transfer routes ("no such file or directory: /workspace/x").
- * what: the verb ("read", "write", ...); rel: the workspace-relative path. */
-int req_fail_path(struct req *r, int rc, const char *what, const char *rel);
 /* req_fail for a Range that starts past the end of a file of size bytes:
  * 416 with "Content-Range: bytes * /size" (RFC 9110). Returns -ERANGE. */
 int req_fail_range(struct req *r, uint64_t size);
@@ -102,15 +100,6 @@ const char *req_query_n(struct req *r, const char *name, size_t *len);
 int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out);
 bool req_query_bool(struct req *r, const char *name);
 
-/* Resolve the request's session: find or create its row and directory
- * (once), and set r->session_rel. 0 or -errno (with req_fail). */
-int req_session(struct req *r);
-/* Normalise a wire path against the session: rel path into out.
- * -EINVAL / -EXDEV with req_fail. */
-int req_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz);
-/* The ?path= parameter (a decoded %00 stays in it and is refused),
- * resolved like req_path. */
-int req_query_path(struct req *r, char *rel, size_t relsz);
 /* Set the audit target (copied). */
 void req_set_target(struct req *r, const char *target);
 

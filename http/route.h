@@ -1,11 +1,14 @@
 #pragma once
-/* The route table and the dispatcher (routes/router.c). One static const
- * table of {method, pattern, scope, flags, handler}; only the dispatcher
- * answers 404/405, authenticates, checks scopes, parses JSON bodies and
- * renders errors. server/http.c calls the route_* entry points. */
+/* The dispatcher (http/router.c): matches a request against a route table
+ * of {method, pattern, scope, flags, handler} that the program gives it
+ * (sandboxd's is routes/table.c), authenticates, checks scopes, parses
+ * JSON bodies and renders errors; only it does. http/daemon.c calls the
+ * route_* entry points. It knows nothing of the routes' state: what it
+ * needs of it (tenants' keys, the audit trail) it asks through hooks. */
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "auth/auth.h"
 #include "http/req.h"
 
 enum route_flags {
@@ -36,8 +39,33 @@ struct route {
 	route_handler begin;
 };
 
-extern const struct route route_table[];
-extern const size_t route_count;
+struct tenant; /* the program's tenant: opaque here, held for the request */
+struct sbx_config;
+struct route_metrics;
+struct route_audit_gate;
+
+/* What the HTTP layer asks of the program that serves routes through it. */
+struct http_hooks {
+	void *ctx;
+	/* Take a reference to tenant `name` into *t and copy its verification
+	 * key (which stays valid while *t is held). 0, -ENOENT, other -errno. */
+	int (*tenant_get)(void *ctx, const char *name, struct tenant **t, struct auth_key *key);
+	void (*tenant_put)(void *ctx, struct tenant **t);
+	/* Record a finished request in the audit trail (r->status, bytes,
+	 * target... are final; route is the pattern or "unmatched"). */
+	int (*audit)(void *ctx, const struct req *r, const char *route, const char *outcome, double ms);
+};
+
+/* Everything a request reaches in this layer; lives as long as the server. */
+struct http_env {
+	const struct sbx_config *cfg;
+	const struct route *routes; /* the route table */
+	size_t nroutes;
+	struct route_metrics *metrics;
+	struct route_audit_gate *audit_gate;
+	struct http_hooks hooks;
+	struct app *app; /* handed to handlers as r->app; opaque here */
+};
 
 /* server/http.c entry points. */
 /* Called once headers are in: match, authenticate, authorise. Returns 0
@@ -52,9 +80,3 @@ int route_render_error(struct req *r, int code);
 /* Completion: audit, metrics, log line, free. */
 void route_complete(struct req *r, bool ok);
 
-/* Handlers, one file per family. */
-int route_healthz(struct req *r);
-int route_readyz(struct req *r);
-int route_metrics(struct req *r);
-int route_openapi(struct req *r);
-int route_dashboard(struct req *r);

@@ -1,5 +1,6 @@
-/* The dispatcher: route table, matching, authentication, scopes, body
- * parsing, error rendering, and the completion (audit, metrics, log). */
+/* The dispatcher: matching against the program's route table,
+ * authentication, scopes, body parsing, error rendering, and the
+ * completion (audit through the program's hook, metrics, log). */
 #include "http/route.h"
 
 #include <errno.h>
@@ -12,39 +13,11 @@
 #include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
+#include "common/config.h"
 #include "common/xmalloc.h"
-#include "routes/app.h"
 #include "http/auditgate.h"
 #include "http/errors.h"
-#include "routes/handlers.h"
 #include "http/metrics.h"
-#include "store/store.h"
-
-#define R_FS_READ AUTH_SCOPE_FS_READ
-#define R_FS_WRITE AUTH_SCOPE_FS_WRITE
-#define R_EXEC AUTH_SCOPE_EXEC
-#define R_AUDIT AUTH_SCOPE_AUDIT_READ
-#define R_ADMIN AUTH_SCOPE_ADMIN
-
-/* The route table. Order matters only for patterns that could both match;
- * none here do. Rows may leave out the trailing begin hook (zero: none). */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-const struct route route_table[] = {
-	{ "GET", "/healthz", 0, RF_PUBLIC | RF_PROBE, route_healthz },
-	{ "GET", "/readyz", 0, RF_PUBLIC | RF_PROBE, route_readyz },
-	{ "GET", "/metrics", R_AUDIT | R_ADMIN, RF_METRICS, route_metrics },
-	{ "GET", "/openapi.yaml", 0, RF_PUBLIC, route_openapi },
-	{ "GET", "/dashboard", 0, RF_PUBLIC, route_dashboard },
-	ROUTES_FS
-	ROUTES_SESSIONS
-	ROUTES_EXEC
-	ROUTES_TRANSFERS
-	ROUTES_EVENTS
-	ROUTES_AUDIT
-};
-#pragma GCC diagnostic pop
-const size_t route_count = sizeof route_table / sizeof route_table[0];
 
 /* Match "/exec/{id}/cancel" against a path; captures into r->params. */
 static bool match(const char *pattern, const char *path, struct req *r, bool capture)
@@ -85,13 +58,8 @@ static void free_params(struct req *r)
 static int key_lookup(void *ctx, const char *tenant, struct auth_key *key)
 {
 	struct req *r = ctx;
-	struct tenant *t = NULL;
-	int rc = app_tenant_get(r->app, tenant, &t);
-	if (rc < 0)
-		return rc;
-	r->tenant = t; /* keep the reference for the request */
-	*key = t->key;
-	return 0;
+	/* The reference is kept for the request. */
+	return r->env->hooks.tenant_get(r->env->hooks.ctx, tenant, &r->tenant, key);
 }
 
 static bool session_key_ok(const char *k, size_t n)
@@ -115,13 +83,13 @@ static int authenticate(struct req *r)
 	if (!token || !*token)
 		return req_fail(r, -SBX_E_UNAUTHORIZED, "missing bearer token");
 
-	const struct sbx_config *cfg = r->app->cfg;
+	const struct sbx_config *cfg = r->env->cfg;
 	struct auth_config ac = { .audience = cfg->audience, .leeway_s = cfg->leeway_s, .max_token_bytes = 8192 };
 	const char *why = NULL;
 	int rc = auth_verify(token, strlen(token), &ac, now_ms() / 1000, key_lookup, r, &r->claims, &why);
 	if (rc < 0) {
 		if (r->tenant)
-			app_tenant_put(r->app, &r->tenant);
+			r->env->hooks.tenant_put(r->env->hooks.ctx, &r->tenant);
 		if (rc == -SBX_E_STORE || rc == -ENOSPC)
 			return req_fail(r, -SBX_E_STORE, "cannot read the tenant registry");
 		/* The client learns only "expired" or "invalid": which tenants
@@ -206,8 +174,8 @@ int route_begin(struct req *r)
 	bool path_matched = false;
 	char allow[128] = "";
 	size_t allow_len = 0;
-	for (size_t i = 0; i < route_count; i++) {
-		const struct route *rt = &route_table[i];
+	for (size_t i = 0; i < r->env->nroutes; i++) {
+		const struct route *rt = &r->env->routes[i];
 		if (!match(rt->pattern, r->url, r, false))
 			continue;
 		path_matched = true;
@@ -226,9 +194,9 @@ int route_begin(struct req *r)
 	}
 	if (!found && strcmp(r->method, "HEAD") == 0) {
 		/* HEAD is answered as GET (libmicrohttpd drops the body). */
-		for (size_t i = 0; i < route_count && !found; i++)
-			if (strcmp(route_table[i].method, "GET") == 0 && match(route_table[i].pattern, r->url, r, false))
-				found = &route_table[i];
+		for (size_t i = 0; i < r->env->nroutes && !found; i++)
+			if (strcmp(r->env->routes[i].method, "GET") == 0 && match(r->env->routes[i].pattern, r->url, r, false))
+				found = &r->env->routes[i];
 	}
 	if (!found) {
 		if (path_matched) {
@@ -253,7 +221,7 @@ int route_begin(struct req *r)
 		r->session_key_len = 7;
 	}
 
-	bool is_public = (found->flags & RF_PUBLIC) || ((found->flags & RF_METRICS) && r->app->cfg->metrics_public);
+	bool is_public = (found->flags & RF_PUBLIC) || ((found->flags & RF_METRICS) && r->env->cfg->metrics_public);
 	if (!is_public) {
 		int rc = authenticate(r);
 		if (rc < 0)
@@ -401,7 +369,7 @@ static bool is_probe(const struct req *r)
 	if (!r->route)
 		return false;
 	unsigned f = r->route->flags;
-	return (f & RF_PROBE) || ((f & RF_METRICS) && r->app->cfg->metrics_public);
+	return (f & RF_PROBE) || ((f & RF_METRICS) && r->env->cfg->metrics_public);
 }
 
 /* Whether this request's audit row is written. A request that names no
@@ -412,9 +380,9 @@ static bool audit_wanted(struct req *r)
 		return false;
 	if (names_tenant(r))
 		return true;
-	if (route_audit_gate_take(r->app->audit_gate, r->client, mono_ns() / 1000000))
+	if (route_audit_gate_take(r->env->audit_gate, r->client, mono_ns() / 1000000))
 		return true;
-	metrics_audit_suppressed(r->app->metrics);
+	metrics_audit_suppressed(r->env->metrics);
 	return false;
 }
 
@@ -428,32 +396,15 @@ void route_complete(struct req *r, bool ok)
 	if (r->on_free)
 		r->on_free(r);
 
-	struct store_audit a = {
-		.at = r->at_ms,
-		.tenant = names_tenant(r) ? r->claims.tenant : "",
-		.session = names_tenant(r) ? r->session_key : NULL,
-		.session_len = names_tenant(r) ? r->session_key_len : 0,
-		.request_id = r->request_id,
-		.method = r->method,
-		.route = route,
-		.target = r->target,
-		.status = r->status,
-		.outcome = outcome_for(r->status),
-		.has_exit_code = r->has_exit_code,
-		.exit_code = r->exit_code,
-		.bytes_in = r->bytes_in,
-		.bytes_out = r->bytes_out,
-		.duration_ms = ms,
-		.client = r->client,
-	};
-	if (audit_wanted(r) && store_audit_append(r->app->store, &a) < 0)
-		metrics_audit_failure(r->app->metrics);
-	metrics_request(r->app->metrics, r->route ? (size_t)(r->route - route_table) : route_count, r->status, ms);
-	if (r->app->cfg->log_requests)
+	const struct http_hooks *hk = &r->env->hooks;
+	if (audit_wanted(r) && hk->audit(hk->ctx, r, route, outcome_for(r->status), ms) < 0)
+		metrics_audit_failure(r->env->metrics);
+	metrics_request(r->env->metrics, r->route ? (size_t)(r->route - r->env->routes) : r->env->nroutes, r->status, ms);
+	if (r->env->cfg->log_requests)
 		log_line(r, ms, route);
 
 	if (r->tenant)
-		app_tenant_put(r->app, &r->tenant);
+		hk->tenant_put(hk->ctx, &r->tenant);
 	free_params(r);
 	json_decref(r->json);
 	buf_free(&r->body);

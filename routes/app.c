@@ -13,12 +13,53 @@
 #include "http/auditgate.h"
 #include "http/metrics.h"
 #include "http/route.h"
+#include "routes/routes.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
 /* How long a cached tenant is trusted before it is read again, so that
  * `sandboxd tenant remove` (another process) takes effect quickly. */
 #define TENANT_TTL_MS 5000
+
+/* ---- what the HTTP layer asks of the routes (http/route.h) ---- */
+
+static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struct auth_key *key)
+{
+	int rc = app_tenant_get(ctx, name, t);
+	if (rc == 0)
+		*key = (*t)->key;
+	return rc;
+}
+
+static void hook_tenant_put(void *ctx, struct tenant **t)
+{
+	app_tenant_put(ctx, t);
+}
+
+static int hook_audit(void *ctx, const struct req *r, const char *route, const char *outcome, double ms)
+{
+	struct app *a = ctx;
+	bool named = r->authed || r->audit_tenant;
+	struct store_audit rec = {
+		.at = r->at_ms,
+		.tenant = named ? r->claims.tenant : "",
+		.session = named ? r->session_key : NULL,
+		.session_len = named ? r->session_key_len : 0,
+		.request_id = r->request_id,
+		.method = r->method,
+		.route = route,
+		.target = r->target,
+		.status = r->status,
+		.outcome = outcome,
+		.has_exit_code = r->has_exit_code,
+		.exit_code = r->exit_code,
+		.bytes_in = r->bytes_in,
+		.bytes_out = r->bytes_out,
+		.duration_ms = ms,
+		.client = r->client,
+	};
+	return store_audit_append(a->store, &rec);
+}
 
 int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz)
 {
@@ -28,8 +69,17 @@ int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *e
 	a->drop_privs = geteuid() == 0;
 	a->started_at_ms = now_ms();
 	pthread_mutex_init(&a->tenants_lock, NULL);
-	metrics_new(&a->metrics, route_count);
+	metrics_new(&a->metrics, route_table, route_count);
 	route_audit_gate_new(&a->audit_gate, cfg->audit_unauth_per_s, cfg->audit_unauth_burst);
+	a->http = (struct http_env){
+		.cfg = cfg,
+		.routes = route_table,
+		.nroutes = route_count,
+		.metrics = a->metrics,
+		.audit_gate = a->audit_gate,
+		.hooks = { .ctx = a, .tenant_get = hook_tenant_get, .tenant_put = hook_tenant_put, .audit = hook_audit },
+		.app = a,
+	};
 	(void)err;
 	(void)errsz;
 	return 0;

@@ -9,6 +9,7 @@
 
 #include "auth/auth.h"
 #include "common/config.h"
+#include "http/route.h"
 
 struct store;
 struct sbx_runner;
@@ -54,6 +55,7 @@ struct app {
 	struct route_watch *watch; /* disconnect watcher for suspended requests */
 	struct route_execs *execs; /* commands running now (routes/exec.c) */
 	struct route_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
+	struct http_env http;      /* what the HTTP layer reaches: cfg, table, metrics, hooks */
 	bool drop_privs;           /* server runs as root: commands and files get tenant uids */
 	int64_t started_at_ms;
 	volatile bool stopping;

@@ -13,7 +13,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/handlers.h"
+#include "routes/routes.h"
 
 #define AUDIT_LIMIT_MAX 1000
 #define NDJSON_BATCH 500

@@ -7,7 +7,7 @@
 #include "common/errors.h"
 #include "routes/app.h"
 #include "routes/exec.h"
-#include "routes/handlers.h"
+#include "routes/routes.h"
 #include "http/hub.h"
 #include "store/store.h"
 

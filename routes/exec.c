@@ -22,7 +22,8 @@
 #include "http/fields.h"
 #include "http/errors.h"
 #include "routes/exec_registry.h"
-#include "routes/handlers.h"
+#include "routes/fs.h"
+#include "routes/routes.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -189,10 +190,10 @@ static int parse_request(struct req *r, struct exec_request *q)
 static int check_cwd(struct req *r, struct exec_request *q)
 {
 	int rc;
-	if ((rc = req_session(r)) < 0)
+	if ((rc = route_session(r)) < 0)
 		return rc;
 	if (q->cwd) {
-		if ((rc = req_path(r, q->cwd, q->cwd_len, q->cwd_rel, sizeof q->cwd_rel)) < 0)
+		if ((rc = route_path(r, q->cwd, q->cwd_len, q->cwd_rel, sizeof q->cwd_rel)) < 0)
 			return rc;
 	} else {
 		snprintf(q->cwd_rel, sizeof q->cwd_rel, "%s", r->session_rel);

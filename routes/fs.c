@@ -18,7 +18,7 @@
 #include "routes/app.h"
 #include "http/fields.h"
 #include "routes/fs.h"
-#include "routes/handlers.h"
+#include "routes/routes.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 
@@ -29,6 +29,76 @@ static json_t *wire_path_json(const char *rel)
 	return json_string(wire);
 }
 
+#define RAW_TARGET_MAX 1024
+
+/* A refused path is audited as it was asked for (bounded, NUL spelled
+ * "\\0", valid UTF-8): an escape attempt must say what it tried. */
+static void set_raw_target(struct req *r, const char *wire, size_t len)
+{
+	struct buf b;
+	buf_init(&b, 2 * RAW_TARGET_MAX + 8);
+	for (size_t i = 0; i < len && i < RAW_TARGET_MAX; i++)
+		buf_append(&b, wire[i] ? &wire[i] : "\\0", wire[i] ? 1 : 2);
+	if (len > RAW_TARGET_MAX)
+		buf_append(&b, "...", 3);
+	size_t n = 0;
+	char *s = utf8_sanitize(b.ptr ? b.ptr : "", b.len, &n);
+	buf_free(&b);
+	free(r->target);
+	r->target = s;
+}
+
+int route_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz)
+{
+	int rc = route_session(r);
+	if (rc < 0)
+		return rc;
+	rc = sbx_path_normalize(wire, len, r->session_rel, out, outsz);
+	if (rc < 0)
+		set_raw_target(r, wire, len);
+	if (rc == -EXDEV)
+		return req_fail(r, rc, "path leaves the workspace");
+	if (rc < 0)
+		return req_fail(r, rc, "bad path: empty, NUL byte, or a component or the whole too long");
+	char wirebuf[SBX_PATH_MAX + 16];
+	sbx_path_wire(out, wirebuf, sizeof wirebuf);
+	req_set_target(r, wirebuf);
+	return 0;
+}
+
+int route_query_path(struct req *r, char *rel, size_t relsz)
+{
+	size_t n = 0;
+	const char *p = req_query_n(r, "path", &n);
+	if (!p)
+		return req_fail(r, -EINVAL, "query parameter path is required");
+	return route_path(r, p, n, rel, relsz);
+}
+
+int route_fail_path(struct req *r, int rc, const char *what, const char *rel)
+{
+	char wire[SBX_PATH_MAX + 16];
+
+	sbx_path_wire(rel, wire, sizeof wire);
+	switch (rc) {
+	case -ENOENT: return req_fail(r, rc, "no such file or directory: %s", wire);
+	case -SBX_E_PARENT_MISSING: return req_fail(r, rc, "parent directory missing: %s", wire);
+	case -EXDEV: return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
+	case -EISDIR: return req_fail(r, rc, "is a directory: %s", wire);
+	case -ENOTDIR: return req_fail(r, rc, "not a directory (or a parent is not): %s", wire);
+	case -EEXIST: return req_fail(r, rc, "already exists: %s", wire);
+	case -ENOTEMPTY: return req_fail(r, rc, "directory not empty: %s (use recursive)", wire);
+	case -SBX_E_SPECIAL: return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
+	case -SBX_E_ROOT: return req_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
+	case -EINVAL: return req_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
+	case -ELOOP: return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
+	case -EFBIG: return req_fail(r, rc, "file too large for %s", wire);
+	case -ENOSPC:
+	case -EDQUOT: return req_fail(r, rc, "no space left for %s", wire);
+	default: return req_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
+	}
+}
+
 /* Read a regular file whole, bounded by max_buffered_bytes. */
 static int read_whole(struct req *r, const char *rel, char **data, size_t *len)
 {
@@ -37,7 +107,7 @@ static int read_whole(struct req *r, const char *rel, char **data, size_t *len)
 	int rc = sbx_fs_read_all(r->tenant->ws, rel, max, data, len, &size);
 	if (rc == -EFBIG)
 		return req_fail(r, rc, "file is %" PRIu64 " bytes or more, over the buffered limit of %zu", size, max);
-	return rc < 0 ? req_fail_path(r, rc, "read", rel) : 0;
+	return rc < 0 ? route_fail_path(r, rc, "read", rel) : 0;
 }
 
 int route_fs_read(struct req *r)
@@ -45,7 +115,7 @@ int route_fs_read(struct req *r)
 	char rel[SBX_PATH_MAX];
 	char *data = NULL;
 	size_t len = 0;
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	if ((rc = read_whole(r, rel, &data, &len)) < 0)
@@ -151,25 +221,25 @@ int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit)
 int route_fs_read_buffer(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	int fd = -1;
 	uint64_t size = 0;
 	if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
-		return req_fail_path(r, rc, "read", rel);
+		return route_fail_path(r, rc, "read", rel);
 	return route_fs_reply_fd(r, fd, size, (uint64_t)r->app->cfg->max_buffered_bytes);
 }
 
 int route_fs_write(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
 	if (rc < 0)
-		return req_fail_path(r, rc, "write", rel);
+		return route_fail_path(r, rc, "write", rel);
 	return reply_json(r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
 }
 
@@ -183,12 +253,12 @@ static void put_mtime(json_t *o, const struct timespec *ts)
 int route_fs_stat(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	struct sbx_stat st;
 	if ((rc = sbx_fs_stat(r->tenant->ws, rel, &st)) < 0)
-		return req_fail_path(r, rc, "stat", rel);
+		return route_fail_path(r, rc, "stat", rel);
 	json_t *o = json_pack("{s:o, s:s, s:b}", "path", wire_path_json(rel), "type", sbx_ftype_name(st.type),
 			      "is_symlink", st.is_symlink);
 	/* A link that dangles or leaves the workspace is described as itself,
@@ -206,13 +276,13 @@ int route_fs_stat(struct req *r)
 int route_fs_readdir(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	struct sbx_dirent *d = NULL;
 	size_t n = 0;
 	if ((rc = sbx_fs_readdir(r->tenant->ws, rel, &d, &n)) < 0)
-		return req_fail_path(r, rc, "list", rel);
+		return route_fail_path(r, rc, "list", rel);
 	bool detail = req_query_bool(r, "detail");
 	json_t *entries = json_array();
 	for (size_t i = 0; i < n; i++) {
@@ -235,19 +305,19 @@ int route_fs_readdir(struct req *r)
 int route_fs_exists(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	bool exists = false;
 	if ((rc = sbx_fs_exists(r->tenant->ws, rel, &exists)) < 0)
-		return req_fail_path(r, rc, "look up", rel);
+		return route_fail_path(r, rc, "look up", rel);
 	return reply_json(r, 200, json_pack("{s:b}", "exists", exists));
 }
 
 /* The "path" field of a JSON body, resolved. */
 static int body_path(struct req *r, const char *p, size_t len, char *rel, size_t relsz)
 {
-	return req_path(r, p, len, rel, relsz);
+	return route_path(r, p, len, rel, relsz);
 }
 
 int route_fs_mkdir(struct req *r)
@@ -266,7 +336,7 @@ int route_fs_mkdir(struct req *r)
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
 	if ((rc = sbx_fs_mkdir(r->tenant->ws, rel, recursive)) < 0)
-		return req_fail_path(r, rc, "create", rel);
+		return route_fail_path(r, rc, "create", rel);
 	return reply_json(r, 201, json_pack("{s:o}", "path", wire_path_json(rel)));
 }
 
@@ -288,7 +358,7 @@ int route_fs_rm(struct req *r)
 		return rc;
 	bool removed = false;
 	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
-		return req_fail_path(r, rc, "remove", rel);
+		return route_fail_path(r, rc, "remove", rel);
 	return reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
 }
 
@@ -316,6 +386,6 @@ int route_fs_move(struct req *r)
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
 	req_set_target(r, target);
 	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
-		return req_fail_path(r, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
+		return route_fail_path(r, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
 	return reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
 }

@@ -1,5 +1,7 @@
 #pragma once
-/* Helpers of routes/fs.c that the streaming routes share. */
+/* Helpers of routes/fs.c that the other routes share: paths and their
+ * errors, ranges, answering with a file. */
+#include <stddef.h>
 #include <stdint.h>
 
 struct req;
@@ -12,3 +14,15 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
  * straight from the file; takes fd. limit: largest body allowed (0: none),
  * over it 413. */
 int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit);
+
+/* Normalise a wire path against the request's session (created on first
+ * use) into a workspace-relative path in out; the audit target is set
+ * (as asked for when refused). 0, or -EINVAL / -EXDEV with req_fail. */
+int route_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz);
+/* The ?path= parameter (a decoded %00 stays in it and is refused),
+ * resolved like route_path. */
+int route_query_path(struct req *r, char *rel, size_t relsz);
+/* req_fail for a file operation's error: the one errno -> message table of
+ * the file and transfer routes ("no such file or directory: /workspace/x").
+ * what: the verb ("read", "write", ...); rel: the workspace-relative path. */
+int route_fail_path(struct req *r, int rc, const char *what, const char *rel);

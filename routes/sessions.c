@@ -9,14 +9,37 @@
 #include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
+#include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/handlers.h"
+#include "routes/routes.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
 #define SESSIONS_LIMIT_DEFAULT 1000
 #define SESSIONS_LIMIT_MAX 10000
+
+static void segment_fn(const char *key, size_t len, unsigned salt, char *out)
+{
+	sbx_session_segment(key, len, salt, out);
+}
+
+int route_session(struct req *r)
+{
+	if (r->session_rel)
+		return 0;
+	char segment[64];
+	bool created = false;
+	int rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key, r->session_key_len,
+					     segment_fn, now_ms(), segment, &created);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot record the session");
+	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
+	if (rc < 0)
+		return req_fail(r, rc, "cannot create the session directory: %s", sbx_strerror(rc));
+	r->session_rel = xasprintf("sessions/%s", segment);
+	return 0;
+}
 
 /* Keys are bytes; JSON wants UTF-8. */
 static json_t *key_json(const char *key, size_t len)

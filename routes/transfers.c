@@ -27,7 +27,7 @@
 #include "routes/app.h"
 #include "http/fields.h"
 #include "routes/fs.h"
-#include "routes/handlers.h"
+#include "routes/routes.h"
 #include "http/metrics.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
@@ -315,7 +315,7 @@ static int download(struct req *r, const char *rel, struct xfer *x, bool have_ha
 	uint64_t size = 0;
 	int rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size);
 	if (rc < 0)
-		return req_fail_path(r, rc, "read", rel);
+		return route_fail_path(r, rc, "read", rel);
 
 	uint64_t start = 0, end = size ? size - 1 : 0;
 	int status = 200;
@@ -385,7 +385,7 @@ int route_fs_read_stream(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	return download(r, rel, &x, false);
@@ -423,7 +423,7 @@ static int ul_write(struct req *r, const char *data, size_t len)
 		snprintf(u->why, sizeof u->why, "write failed after %" PRIu64 " bytes: %s", u->n,
 			 sbx_strerror(rc));
 		ul_fail(r, u);
-		return req_fail_path(r, rc, "write", u->rel);
+		return route_fail_path(r, rc, "write", u->rel);
 	}
 	EVP_DigestUpdate(u->md, data, len);
 	u->n += len;
@@ -469,7 +469,7 @@ static int upload_begin(struct req *r, const char *rel, struct xfer *x, bool hav
 		return rc;
 	if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0) {
 		xfer_release(r, x);
-		return req_fail_path(r, rc, "write", rel);
+		return route_fail_path(r, rc, "write", rel);
 	}
 	if ((rc = claim(r, x, have_hash, rel, "write")) < 0) {
 		sbx_upload_abort(&up);
@@ -508,7 +508,7 @@ int route_fs_write_stream_begin(struct req *r)
 {
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
-	int rc = req_query_path(r, rel, sizeof rel);
+	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
 	return upload_begin(r, rel, &x, false);
@@ -525,7 +525,7 @@ int route_transfer_put(struct req *r)
 	if (rc < 0) {
 		snprintf(u->why, sizeof u->why, "commit failed: %s", sbx_strerror(rc));
 		xfer_finish(r, &u->x, false, (int64_t)u->n, NULL, u->why);
-		return req_fail_path(r, rc, "write", u->rel);
+		return route_fail_path(r, rc, "write", u->rel);
 	}
 	unsigned char dig[32];
 	char sha[65];
@@ -568,7 +568,7 @@ int route_transfers_post(struct req *r)
 		ttl = cfg->transfer_ttl_max_s;
 
 	char rel[SBX_PATH_MAX];
-	if ((rc = req_path(r, path, plen, rel, sizeof rel)) < 0)
+	if ((rc = route_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
 	/* What would refuse the transfer now refuses the mint (it is checked
 	 * again when the token is used). */
@@ -576,12 +576,12 @@ int route_transfers_post(struct req *r)
 		int fd = -1;
 		uint64_t size = 0;
 		if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
-			return req_fail_path(r, rc, "read", rel);
+			return route_fail_path(r, rc, "read", rel);
 		close(fd);
 	} else {
 		struct sbx_upload *up = NULL;
 		if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0)
-			return req_fail_path(r, rc, "write", rel);
+			return route_fail_path(r, rc, "write", rel);
 		sbx_upload_abort(&up);
 	}
 

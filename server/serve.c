@@ -84,6 +84,12 @@ static int prepare_workspaces(struct app *a)
 	return rc;
 }
 
+/* The hub cancels a streamed command whose client left. */
+static void cancel_job(void *ctx, uint64_t job)
+{
+	sbx_runner_cancel(ctx, job);
+}
+
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 {
 	(void)args;
@@ -164,13 +170,13 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", sbx_strerror(rc));
 		goto out;
 	}
-	hub_new(&app.hub, &app);
+	hub_new(&app.hub, app.metrics, app.watch, cancel_job, runner);
 	route_exec_init(&app);
 	if (prepare_workspaces(&app) < 0)
 		goto out;
 	srv_retention_start(&retention, &app);
 
-	rc = srv_http_start(&http, &app, err, sizeof err);
+	rc = srv_http_start(&http, &app.http, err, sizeof err);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: %s\n", err);
 		goto out;

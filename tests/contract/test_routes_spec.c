@@ -30,7 +30,7 @@
 #include <strings.h>
 
 #include "auth/auth.h"
-#include "http/route.h"
+#include "routes/routes.h"
 
 #ifndef OPENAPI_PATH
 #error "OPENAPI_PATH must name openapi/openapi.yaml"
