@@ -20,16 +20,16 @@ struct slot {
 	int64_t last_ms;
 };
 
-struct route_audit_gate {
+struct http_audit_gate {
 	int64_t rate, burst;
 	uint64_t seed; /* random: which addresses share a slot is not predictable */
 	pthread_mutex_t mu[STRIPES];
 	struct slot slots[SLOTS];
 };
 
-void route_audit_gate_new(struct route_audit_gate **out, int64_t rate_per_s, int64_t burst)
+void http_audit_gate_new(struct http_audit_gate **out, int64_t rate_per_s, int64_t burst)
 {
-	struct route_audit_gate *g = xcalloc(1, sizeof *g);
+	struct http_audit_gate *g = xcalloc(1, sizeof *g);
 	g->rate = rate_per_s;
 	g->burst = burst;
 	if (auth_random(&g->seed, sizeof g->seed) < 0)
@@ -39,9 +39,9 @@ void route_audit_gate_new(struct route_audit_gate **out, int64_t rate_per_s, int
 	*out = g;
 }
 
-void route_audit_gate_free(struct route_audit_gate **gp)
+void http_audit_gate_free(struct http_audit_gate **gp)
 {
-	struct route_audit_gate *g = *gp;
+	struct http_audit_gate *g = *gp;
 	if (!g)
 		return;
 	for (size_t i = 0; i < STRIPES; i++)
@@ -58,7 +58,7 @@ static uint64_t mix(uint64_t z)
 }
 
 /* A nonzero key for the address: IPv4, or the /64 of IPv6. */
-static uint64_t key_of(const struct route_audit_gate *g, const char *client)
+static uint64_t key_of(const struct http_audit_gate *g, const char *client)
 {
 	unsigned char a[16];
 	const unsigned char *p = (const unsigned char *)client;
@@ -78,7 +78,7 @@ static uint64_t key_of(const struct route_audit_gate *g, const char *client)
 	return h ? h : 1;
 }
 
-bool route_audit_gate_take(struct route_audit_gate *g, const char *client, int64_t now_ms)
+bool http_audit_gate_take(struct http_audit_gate *g, const char *client, int64_t now_ms)
 {
 	uint64_t k = key_of(g, client ? client : "");
 	size_t i = (size_t)(k & (SLOTS - 1));

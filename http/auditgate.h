@@ -9,14 +9,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct route_audit_gate;
+struct http_audit_gate;
 
 /* rate_per_s rows per second refill a bucket of burst rows (rate 0: the
  * burst, then nothing). Never fails (allocation aborts). */
-void route_audit_gate_new(struct route_audit_gate **out, int64_t rate_per_s, int64_t burst);
-void route_audit_gate_free(struct route_audit_gate **g);
+void http_audit_gate_new(struct http_audit_gate **out, int64_t rate_per_s, int64_t burst);
+void http_audit_gate_free(struct http_audit_gate **g);
 /* Whether a row for client (a textual IPv4 or IPv6 address, "" when
  * unknown) may be written at now_ms (a monotonic clock); takes one token
  * when it may. IPv6 addresses count per /64, the unit one client
  * usually holds; IPv4-mapped ones as their IPv4 address. */
-bool route_audit_gate_take(struct route_audit_gate *g, const char *client, int64_t now_ms);
+bool http_audit_gate_take(struct http_audit_gate *g, const char *client, int64_t now_ms);

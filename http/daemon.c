@@ -20,7 +20,7 @@
 #include "http/metrics.h"
 #include "http/route.h"
 
-struct srv_http {
+struct http_daemon {
 	struct MHD_Daemon *d;
 	struct http_env *env;
 	char *cert, *key;
@@ -92,7 +92,7 @@ static uint64_t splitmix64(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static void make_request_id(struct req *r)
+static void make_request_id(struct http_req *r)
 {
 	const char *given = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
 	if (given) {
@@ -120,7 +120,7 @@ static void make_request_id(struct req *r)
 		 (unsigned long long)(b >> 32));
 }
 
-static void client_address(struct req *r)
+static void client_address(struct http_req *r)
 {
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	r->client[0] = '\0';
@@ -133,11 +133,11 @@ static void client_address(struct req *r)
 		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->client, sizeof r->client);
 }
 
-static enum MHD_Result fail(struct req *r, int code)
+static enum MHD_Result fail(struct http_req *r, int code)
 {
 	if (r->status)
 		return MHD_YES; /* a response is already queued */
-	return route_render_error(r, code) == 0 ? MHD_YES : MHD_NO;
+	return http_render_error(r, code) == 0 ? MHD_YES : MHD_NO;
 }
 
 /* How much of a refused request body is read and dropped before giving up. */
@@ -147,8 +147,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				  const char *version, const char *upload_data, size_t *upload_data_size,
 				  void **con_cls)
 {
-	struct srv_http *h = cls;
-	struct req *r = *con_cls;
+	struct http_daemon *h = cls;
+	struct http_req *r = *con_cls;
 	if (!r) {
 		r = xcalloc(1, sizeof *r);
 		r->env = h->env;
@@ -166,9 +166,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		buf_init(&r->body, (size_t)h->env->cfg->max_buffered_bytes);
 		make_request_id(r);
 		client_address(r);
-		metrics_inflight(h->env->metrics, 1);
+		http_metrics_inflight(h->env->metrics, 1);
 		*con_cls = r;
-		int rc = route_begin(r);
+		int rc = http_begin(r);
 		if (rc < 0) {
 			r->pending_error = rc; /* answered once the body is read (or given up on) */
 			/* A client waiting for "100 Continue" has sent no body yet:
@@ -199,7 +199,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
 		if (!r->pending_error) {
-			int rc = route_body(r, upload_data, n);
+			int rc = http_body(r, upload_data, n);
 			if (rc < 0)
 				r->pending_error = rc;
 		} else {
@@ -218,7 +218,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (r->pending_error)
 		return fail(r, r->pending_error);
-	int rc = route_run(r);
+	int rc = http_run(r);
 	if (rc < 0)
 		return fail(r, rc);
 	return MHD_YES;
@@ -226,14 +226,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-	struct srv_http *h = cls;
-	struct req *r = *con_cls;
+	struct http_daemon *h = cls;
+	struct http_req *r = *con_cls;
 	if (!r)
 		return;
 	*con_cls = NULL;
 	r->closed = true;
-	metrics_inflight(h->env->metrics, -1);
-	route_complete(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+	http_metrics_inflight(h->env->metrics, -1);
+	http_complete(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
 __attribute__((format(printf, 2, 0))) static void on_log(void *cls, const char *fmt, va_list ap)
@@ -251,14 +251,14 @@ __attribute__((format(printf, 2, 0))) static void on_log(void *cls, const char *
 	log_msg("warn", "libmicrohttpd: %s", msg);
 }
 
-int srv_http_start(struct srv_http **out, struct http_env *env, char *err, size_t errsz)
+int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err, size_t errsz)
 {
 	const struct sbx_config *cfg = env->cfg;
 	struct sockaddr_storage ss;
 	int rc = parse_listen(cfg->listen, &ss, err, errsz);
 	if (rc < 0)
 		return rc;
-	struct srv_http *h = xcalloc(1, sizeof *h);
+	struct http_daemon *h = xcalloc(1, sizeof *h);
 	h->env = env;
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 	if (ss.ss_family == AF_INET6)
@@ -316,20 +316,20 @@ fail:
 	return rc;
 }
 
-uint16_t srv_http_port(const struct srv_http *h)
+uint16_t http_daemon_port(const struct http_daemon *h)
 {
 	return h->port;
 }
 
-void srv_http_quiesce(struct srv_http *h)
+void http_daemon_quiesce(struct http_daemon *h)
 {
 	if (h && h->d)
 		MHD_quiesce_daemon(h->d);
 }
 
-void srv_http_stop(struct srv_http **hp)
+void http_daemon_stop(struct http_daemon **hp)
 {
-	struct srv_http *h = *hp;
+	struct http_daemon *h = *hp;
 	if (!h)
 		return;
 	if (h->d)

@@ -5,14 +5,14 @@
 #include <stdint.h>
 
 struct http_env;
-struct srv_http;
+struct http_daemon;
 
 /* Start listening on env->cfg->listen; env must outlive the daemon.
  * Errors: -errno with err filled. */
-int srv_http_start(struct srv_http **out, struct http_env *env, char *err, size_t errsz);
+int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err, size_t errsz);
 /* The port actually bound (useful with port 0). */
-uint16_t srv_http_port(const struct srv_http *h);
+uint16_t http_daemon_port(const struct http_daemon *h);
 /* Stop accepting new connections (the listening socket is closed). */
-void srv_http_quiesce(struct srv_http *h);
+void http_daemon_quiesce(struct http_daemon *h);
 /* Stop the daemon (every suspended connection must have been resumed). */
-void srv_http_stop(struct srv_http **h);
+void http_daemon_stop(struct http_daemon **h);

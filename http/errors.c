@@ -7,7 +7,7 @@
 
 static const struct {
 	int err; /* positive errno or SBX_E_* */
-	struct wire_error w;
+	struct http_wire_error w;
 } table[] = {
 	{ EINVAL, { 400, "bad_request", NULL } },
 	{ EBADMSG, { 400, "bad_request", NULL } },
@@ -47,11 +47,11 @@ static const struct {
 	{ EDQUOT, { 507, "insufficient_storage", "free space in the workspace, or ask the operator for quota" } },
 };
 
-struct wire_error wire_error_for(int code)
+struct http_wire_error http_wire_error(int code)
 {
 	int e = code < 0 ? -code : code;
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
 		if (table[i].err == e)
 			return table[i].w;
-	return (struct wire_error){ 500, "internal", NULL };
+	return (struct http_wire_error){ 500, "internal", NULL };
 }

@@ -1,11 +1,11 @@
 #pragma once
 /* The one table mapping negative errnos and -SBX_E_* codes to wire.md's
  * HTTP status and error code. */
-struct wire_error {
+struct http_wire_error {
 	int status;
 	const char *code;
 	const char *retry_hint; /* NULL: none */
 };
 
 /* For any negative code; unknown codes are 500 internal. */
-struct wire_error wire_error_for(int code);
+struct http_wire_error http_wire_error(int code);

@@ -5,7 +5,7 @@
 
 #include "http/req.h"
 
-static const char *type_name(enum field_type t)
+static const char *type_name(enum http_field_type t)
 {
 	switch (t) {
 	case F_STRING: return "a string";
@@ -16,7 +16,7 @@ static const char *type_name(enum field_type t)
 	return "?";
 }
 
-int fields_read(struct req *r, json_t *obj, const struct field *f, size_t n)
+int http_fields_read(struct http_req *r, json_t *obj, const struct http_field *f, size_t n)
 {
 	const char *key;
 	json_t *v;
@@ -25,13 +25,13 @@ int fields_read(struct req *r, json_t *obj, const struct field *f, size_t n)
 		while (i < n && strcmp(f[i].name, key) != 0)
 			i++;
 		if (i == n)
-			return req_fail(r, -EINVAL, "unknown field \"%s\"", key);
+			return http_fail(r, -EINVAL, "unknown field \"%s\"", key);
 	}
 	for (size_t i = 0; i < n; i++) {
 		v = json_object_get(obj, f[i].name);
 		if (!v || json_is_null(v)) {
 			if (f[i].required)
-				return req_fail(r, -EINVAL, "field \"%s\" is required", f[i].name);
+				return http_fail(r, -EINVAL, "field \"%s\" is required", f[i].name);
 			continue;
 		}
 		bool ok = false;
@@ -51,7 +51,7 @@ int fields_read(struct req *r, json_t *obj, const struct field *f, size_t n)
 			if (json_is_integer(v)) {
 				json_int_t x = json_integer_value(v);
 				if (x < f[i].min || x > f[i].max)
-					return req_fail(r, -EINVAL, "field \"%s\" must be in [%lld, %lld]", f[i].name,
+					return http_fail(r, -EINVAL, "field \"%s\" must be in [%lld, %lld]", f[i].name,
 							(long long)f[i].min, (long long)f[i].max);
 				*(int64_t *)f[i].dest = x;
 				ok = true;
@@ -63,7 +63,7 @@ int fields_read(struct req *r, json_t *obj, const struct field *f, size_t n)
 			break;
 		}
 		if (!ok)
-			return req_fail(r, -EINVAL, "field \"%s\" must be %s", f[i].name, type_name(f[i].type));
+			return http_fail(r, -EINVAL, "field \"%s\" must be %s", f[i].name, type_name(f[i].type));
 		if (f[i].present)
 			*f[i].present = true;
 	}

@@ -1,19 +1,19 @@
 #pragma once
 /* Declarative reading of a JSON body: a table of {name, type, required,
  * where to store}. Unknown fields are refused (a typo such as "recursve"
- * must not silently mean false). Errors are rendered by req_fail. */
+ * must not silently mean false). Errors are rendered by http_fail. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-struct req;
+struct http_req;
 
-enum field_type { F_STRING, F_BOOL, F_INT, F_OBJECT };
+enum http_field_type { F_STRING, F_BOOL, F_INT, F_OBJECT };
 
-struct field {
+struct http_field {
 	const char *name;
-	enum field_type type;
+	enum http_field_type type;
 	bool required;
 	void *dest;       /* const char ** | bool * | int64_t * | json_t ** (borrowed from the body) */
 	size_t *len;      /* F_STRING: its length (strings may hold NUL; paths refuse it later) */
@@ -21,5 +21,5 @@ struct field {
 	bool *present;    /* optional: set when the field was given */
 };
 
-/* 0 or -EINVAL (after req_fail naming the field). */
-int fields_read(struct req *r, json_t *obj, const struct field *f, size_t n);
+/* 0 or -EINVAL (after http_fail naming the field). */
+int http_fields_read(struct http_req *r, json_t *obj, const struct http_field *f, size_t n);

@@ -50,13 +50,13 @@ struct qitem {
 };
 
 struct sub {
-	struct route_hub *h;
-	struct hub_channel *chan; /* exec stream; NULL for a feed */
+	struct http_hub *h;
+	struct http_hub_channel *chan; /* exec stream; NULL for a feed */
 	bool feed;                /* a tenant feed */
 	char tenant[64];          /* feed filter; "" = every tenant */
 	bool output;
 	struct MHD_Connection *conn;
-	struct req *r;            /* until req_gone: bytes_out for the audit */
+	struct http_req *r;            /* until req_gone: bytes_out for the audit */
 	struct qitem *head, *tail;
 	size_t off, qbytes, qmax;
 	bool suspended, closing, dead, req_gone, output_noted, heartbeat_noted;
@@ -67,7 +67,7 @@ struct sub {
 	struct sub *next;
 };
 
-struct hub_channel {
+struct http_hub_channel {
 	char tenant[64];
 	char id[72];
 	json_t *start;
@@ -77,7 +77,7 @@ struct hub_channel {
 	struct msg *start_msg;    /* kept for late joiners even when the ring has moved on */
 	bool started, ended;
 	int refs;
-	struct hub_channel *next;
+	struct http_hub_channel *next;
 };
 
 struct feed_entry {
@@ -86,14 +86,14 @@ struct feed_entry {
 	struct msg *m;
 };
 
-struct route_hub {
-	struct route_metrics *metrics;
-	struct route_watch *watch;
+struct http_hub {
+	struct http_metrics *metrics;
+	struct http_watch *watch;
 	void (*cancel)(void *ctx, uint64_t job); /* cancels a streamed command whose owner left */
 	void *cancel_ctx;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct hub_channel *channels;
+	struct http_hub_channel *channels;
 	struct sub *subs;
 	int64_t feed_seq;
 	struct feed_entry feed[FEED_RING];
@@ -101,7 +101,7 @@ struct route_hub {
 	size_t feed_bytes; /* the messages of feed[] */
 	pthread_t ka;
 	bool stop;
-	bool closed; /* hub_close_all ran: new streams end after their replay */
+	bool closed; /* http_hub_close_all ran: new streams end after their replay */
 };
 
 /* ---- messages ---- */
@@ -228,7 +228,7 @@ static void end_stream(struct sub *s)
 	wake(s);
 }
 
-static void sub_unlink(struct route_hub *h, struct sub *s)
+static void sub_unlink(struct http_hub *h, struct sub *s)
 {
 	for (struct sub **p = &h->subs; *p; p = &(*p)->next)
 		if (*p == s) {
@@ -237,9 +237,9 @@ static void sub_unlink(struct route_hub *h, struct sub *s)
 		}
 }
 
-static void channel_put_locked(struct route_hub *h, struct hub_channel *c);
+static void channel_put_locked(struct http_hub *h, struct http_hub_channel *c);
 
-static void sub_put_locked(struct route_hub *h, struct sub *s)
+static void sub_put_locked(struct http_hub *h, struct sub *s)
 {
 	if (--s->refs > 0)
 		return;
@@ -252,7 +252,7 @@ static void sub_put_locked(struct route_hub *h, struct sub *s)
 	}
 	if (s->chan)
 		channel_put_locked(h, s->chan);
-	metrics_sse(h->metrics, -1);
+	http_metrics_sse(h->metrics, -1);
 	free(s);
 }
 
@@ -260,7 +260,7 @@ static void sub_put_locked(struct route_hub *h, struct sub *s)
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct sub *s = cls;
-	struct route_hub *h = s->h;
+	struct http_hub *h = s->h;
 	(void)pos;
 	pthread_mutex_lock(&h->mu);
 	if (s->dead) {
@@ -308,19 +308,19 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 static void response_free(void *cls)
 {
 	struct sub *s = cls;
-	struct route_hub *h = s->h;
+	struct http_hub *h = s->h;
 	pthread_mutex_lock(&h->mu);
 	sub_put_locked(h, s);
 	pthread_mutex_unlock(&h->mu);
 }
 
 /* The request completed: never touch its connection again. */
-static void request_free(struct req *r)
+static void request_free(struct http_req *r)
 {
 	struct sub *s = r->hstate;
-	struct route_hub *h = s->h;
+	struct http_hub *h = s->h;
 	r->hstate = NULL;
-	watch_remove(h->watch, s->watch); /* outside the hub lock: the watch callback takes it */
+	http_watch_remove(h->watch, s->watch); /* outside the hub lock: the watch callback takes it */
 	pthread_mutex_lock(&h->mu);
 	s->req_gone = true;
 	s->dead = true;
@@ -336,7 +336,7 @@ static void request_free(struct req *r)
 static void on_hangup(void *ctx)
 {
 	struct sub *s = ctx;
-	struct route_hub *h = s->h;
+	struct http_hub *h = s->h;
 	uint64_t job = 0;
 	pthread_mutex_lock(&h->mu);
 	s->dead = true;
@@ -348,7 +348,7 @@ static void on_hangup(void *ctx)
 }
 
 /* A subscriber for r (hub lock held); sub_answer() then answers r. */
-static struct sub *sub_new_locked(struct route_hub *h, struct req *r, bool output)
+static struct sub *sub_new_locked(struct http_hub *h, struct http_req *r, bool output)
 {
 	struct sub *s = xcalloc(1, sizeof *s);
 	s->h = h;
@@ -363,7 +363,7 @@ static struct sub *sub_new_locked(struct route_hub *h, struct req *r, bool outpu
 	h->subs = s;
 	r->hstate = s;
 	r->on_free = request_free;
-	metrics_sse(h->metrics, 1);
+	http_metrics_sse(h->metrics, 1);
 	/* Tell the client how long to wait before reconnecting. */
 	struct msg *m = msg_alloc("retry: 2000\n\n", 13, MSG_OTHER);
 	push(s, m);
@@ -371,12 +371,12 @@ static struct sub *sub_new_locked(struct route_hub *h, struct req *r, bool outpu
 	return s;
 }
 
-static void watch_sub(struct route_hub *h, struct req *r, struct sub *s)
+static void watch_sub(struct http_hub *h, struct http_req *r, struct sub *s)
 {
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (!ci)
 		return;
-	int64_t w = watch_add(h->watch, ci->connect_fd, on_hangup, s);
+	int64_t w = http_watch_add(h->watch, ci->connect_fd, on_hangup, s);
 	pthread_mutex_lock(&h->mu);
 	s->watch = w > 0 ? w : 0;
 	pthread_mutex_unlock(&h->mu);
@@ -386,7 +386,7 @@ static void watch_sub(struct route_hub *h, struct req *r, struct sub *s)
  * Without the hub lock: a response libmicrohttpd refuses is freed at
  * once, and response_free takes the lock. The reader cannot run before
  * the handler returns (this thread), so nothing is sent early. */
-static int sub_answer(struct route_hub *h, struct req *r, struct sub *s, bool watch)
+static int sub_answer(struct http_hub *h, struct http_req *r, struct sub *s, bool watch)
 {
 	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, s,
 								      response_free);
@@ -403,7 +403,7 @@ static int sub_answer(struct route_hub *h, struct req *r, struct sub *s, bool wa
 	 * resumed connection in libmicrohttpd 0.9.75's epoll mode was seen to
 	 * linger until the idle timeout). EventSource reconnects anyway. */
 	MHD_add_response_header(resp, "Connection", "close");
-	int rc = reply_response(r, 200, resp);
+	int rc = http_reply_response(r, 200, resp);
 	if (rc == 0 && watch)
 		watch_sub(h, r, s);
 	return rc;
@@ -413,7 +413,7 @@ static int sub_answer(struct route_hub *h, struct req *r, struct sub *s, bool wa
 
 static void *keepalive(void *arg)
 {
-	struct route_hub *h = arg;
+	struct http_hub *h = arg;
 	struct msg *ka = msg_comment("keepalive");
 	pthread_mutex_lock(&h->mu);
 	while (!h->stop) {
@@ -433,10 +433,10 @@ static void *keepalive(void *arg)
 	return NULL;
 }
 
-void hub_new(struct route_hub **out, struct route_metrics *metrics, struct route_watch *watch,
+void http_hub_new(struct http_hub **out, struct http_metrics *metrics, struct http_watch *watch,
 	     void (*cancel)(void *ctx, uint64_t job), void *cancel_ctx)
 {
-	struct route_hub *h = xcalloc(1, sizeof *h);
+	struct http_hub *h = xcalloc(1, sizeof *h);
 	h->metrics = metrics;
 	h->watch = watch;
 	h->cancel = cancel;
@@ -447,7 +447,7 @@ void hub_new(struct route_hub **out, struct route_metrics *metrics, struct route
 	*out = h;
 }
 
-void hub_close_all(struct route_hub *h)
+void http_hub_close_all(struct http_hub *h)
 {
 	pthread_mutex_lock(&h->mu);
 	h->closed = true;
@@ -456,9 +456,9 @@ void hub_close_all(struct route_hub *h)
 	pthread_mutex_unlock(&h->mu);
 }
 
-void hub_free(struct route_hub **hp)
+void http_hub_free(struct http_hub **hp)
 {
-	struct route_hub *h = *hp;
+	struct http_hub *h = *hp;
 	if (!h)
 		return;
 	pthread_mutex_lock(&h->mu);
@@ -469,7 +469,7 @@ void hub_free(struct route_hub **hp)
 	for (size_t i = 0; i < h->feed_n; i++)
 		msg_put(h->feed[i].m);
 	while (h->channels) {
-		struct hub_channel *c = h->channels;
+		struct http_hub_channel *c = h->channels;
 		h->channels = c->next;
 		for (size_t i = 0; i < c->ring_n; i++)
 			msg_put(c->ring[i]);
@@ -485,11 +485,11 @@ void hub_free(struct route_hub **hp)
 
 /* ---- channels (hub lock held) ---- */
 
-static void channel_put_locked(struct route_hub *h, struct hub_channel *c)
+static void channel_put_locked(struct http_hub *h, struct http_hub_channel *c)
 {
 	if (--c->refs > 0)
 		return;
-	for (struct hub_channel **p = &h->channels; *p; p = &(*p)->next)
+	for (struct http_hub_channel **p = &h->channels; *p; p = &(*p)->next)
 		if (*p == c) {
 			*p = c->next;
 			break;
@@ -501,7 +501,7 @@ static void channel_put_locked(struct route_hub *h, struct hub_channel *c)
 	free(c);
 }
 
-static void ring_add(struct hub_channel *c, struct msg *m)
+static void ring_add(struct http_hub_channel *c, struct msg *m)
 {
 	if (c->ring_n == CHANNEL_RING) {
 		msg_put(c->ring[0]);
@@ -513,7 +513,7 @@ static void ring_add(struct hub_channel *c, struct msg *m)
 
 /* Publish an event of a channel: to its subscribers and (start, heartbeat,
  * exit) to the matching feeds. */
-static struct msg *publish(struct route_hub *h, struct hub_channel *c, const char *event, enum msg_kind kind,
+static struct msg *publish(struct http_hub *h, struct http_hub_channel *c, const char *event, enum msg_kind kind,
 			   json_t *data, json_t *feed_data)
 {
 	struct msg *m = msg_event(++c->seq, event, data, kind);
@@ -551,9 +551,9 @@ static json_t *with_tenant(json_t *data, const char *tenant)
 	return o;
 }
 
-struct hub_channel *hub_channel_open(struct route_hub *h, const char *tenant, const char *id, json_t *start)
+struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *tenant, const char *id, json_t *start)
 {
-	struct hub_channel *c = xcalloc(1, sizeof *c);
+	struct http_hub_channel *c = xcalloc(1, sizeof *c);
 	snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
 	snprintf(c->id, sizeof c->id, "%s", id);
 	c->start = start;
@@ -565,7 +565,7 @@ struct hub_channel *hub_channel_open(struct route_hub *h, const char *tenant, co
 	return c;
 }
 
-void hub_channel_started(struct route_hub *h, struct hub_channel *c)
+void http_hub_channel_started(struct http_hub *h, struct http_hub_channel *c)
 {
 	pthread_mutex_lock(&h->mu);
 	c->started = true;
@@ -575,7 +575,7 @@ void hub_channel_started(struct route_hub *h, struct hub_channel *c)
 	pthread_mutex_unlock(&h->mu);
 }
 
-void hub_channel_heartbeat(struct route_hub *h, struct hub_channel *c, json_t *data)
+void http_hub_channel_heartbeat(struct http_hub *h, struct http_hub_channel *c, json_t *data)
 {
 	pthread_mutex_lock(&h->mu);
 	json_t *fd = with_tenant(data, c->tenant);
@@ -585,7 +585,7 @@ void hub_channel_heartbeat(struct route_hub *h, struct hub_channel *c, json_t *d
 	json_decref(data);
 }
 
-void hub_channel_output(struct route_hub *h, struct hub_channel *c, int stream, const char *p, size_t n)
+void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int stream, const char *p, size_t n)
 {
 	pthread_mutex_lock(&h->mu);
 	/* Format the chunk only when an owner has room for it. */
@@ -612,7 +612,7 @@ void hub_channel_output(struct route_hub *h, struct hub_channel *c, int stream, 
 	pthread_mutex_unlock(&h->mu);
 }
 
-void hub_channel_exit(struct route_hub *h, struct hub_channel *c, json_t *result, json_t *error)
+void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_t *result, json_t *error)
 {
 	pthread_mutex_lock(&h->mu);
 	if (result) {
@@ -627,7 +627,7 @@ void hub_channel_exit(struct route_hub *h, struct hub_channel *c, json_t *result
 		if (s->chan == c)
 			end_stream(s);
 	/* Out of the live list: late subscribers read the store. */
-	for (struct hub_channel **p = &h->channels; *p; p = &(*p)->next)
+	for (struct http_hub_channel **p = &h->channels; *p; p = &(*p)->next)
 		if (*p == c) {
 			*p = c->next;
 			break;
@@ -640,11 +640,11 @@ void hub_channel_exit(struct route_hub *h, struct hub_channel *c, json_t *result
 
 /* ---- subscribing ---- */
 
-int hub_subscribe_exec(struct route_hub *h, struct req *r, const char *tenant, const char *id, int64_t last_id,
+int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *tenant, const char *id, int64_t last_id,
 		       bool output)
 {
 	pthread_mutex_lock(&h->mu);
-	struct hub_channel *c = h->channels;
+	struct http_hub_channel *c = h->channels;
 	while (c && !(strcmp(c->id, id) == 0 && strcmp(c->tenant, tenant) == 0))
 		c = c->next;
 	if (!c || c->ended) {
@@ -682,7 +682,7 @@ int hub_subscribe_exec(struct route_hub *h, struct req *r, const char *tenant, c
 	return sub_answer(h, r, s, true);
 }
 
-int hub_subscribe_feed(struct route_hub *h, struct req *r, const char *tenant, int64_t last_id)
+int http_hub_subscribe_feed(struct http_hub *h, struct http_req *r, const char *tenant, int64_t last_id)
 {
 	pthread_mutex_lock(&h->mu);
 	struct sub *s = sub_new_locked(h, r, false);
@@ -697,7 +697,7 @@ int hub_subscribe_feed(struct route_hub *h, struct req *r, const char *tenant, i
 	return sub_answer(h, r, s, true);
 }
 
-int hub_reply_ended(struct route_hub *h, struct req *r, json_t *start, json_t *result)
+int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result)
 {
 	pthread_mutex_lock(&h->mu);
 	struct sub *s = sub_new_locked(h, r, false);
@@ -712,7 +712,7 @@ int hub_reply_ended(struct route_hub *h, struct req *r, json_t *start, json_t *r
 	return sub_answer(h, r, s, false);
 }
 
-void hub_set_cancel(struct route_hub *h, struct req *r, uint64_t job)
+void http_hub_set_cancel(struct http_hub *h, struct http_req *r, uint64_t job)
 {
 	struct sub *s = r->hstate;
 	pthread_mutex_lock(&h->mu);

@@ -22,8 +22,8 @@ struct hist {
 	atomic_uint_fast64_t sum_us;
 };
 
-struct route_metrics {
-	const struct route *routes; /* labels */
+struct http_metrics {
+	const struct http_route *routes; /* labels */
 	size_t nroutes;
 	atomic_uint_fast64_t *req; /* (nroutes + 1) * (NS + 1) */
 	struct hist *dur;          /* nroutes + 1 */
@@ -41,9 +41,9 @@ struct route_metrics {
 
 static const char *exec_outcomes[4] = { "exited", "timed_out", "cancelled", "failed" };
 
-void metrics_new(struct route_metrics **out, const struct route *routes, size_t nroutes)
+void http_metrics_new(struct http_metrics **out, const struct http_route *routes, size_t nroutes)
 {
-	struct route_metrics *m = xcalloc(1, sizeof *m);
+	struct http_metrics *m = xcalloc(1, sizeof *m);
 	m->routes = routes;
 	m->nroutes = nroutes;
 	m->req = xcalloc((nroutes + 1) * (NS + 1), sizeof *m->req);
@@ -51,7 +51,7 @@ void metrics_new(struct route_metrics **out, const struct route *routes, size_t 
 	*out = m;
 }
 
-void metrics_free(struct route_metrics **m)
+void http_metrics_free(struct http_metrics **m)
 {
 	if (!*m)
 		return;
@@ -70,7 +70,7 @@ static void observe(struct hist *h, double ms)
 	atomic_fetch_add(&h->sum_us, (uint_fast64_t)(ms * 1000.0));
 }
 
-void metrics_request(struct route_metrics *m, size_t idx, int status, double ms)
+void http_metrics_request(struct http_metrics *m, size_t idx, int status, double ms)
 {
 	if (idx > m->nroutes)
 		idx = m->nroutes;
@@ -82,27 +82,27 @@ void metrics_request(struct route_metrics *m, size_t idx, int status, double ms)
 	observe(&m->dur[idx], ms);
 }
 
-void metrics_inflight(struct route_metrics *m, int delta)
+void http_metrics_inflight(struct http_metrics *m, int delta)
 {
 	atomic_fetch_add(&m->inflight, delta);
 }
 
-void metrics_audit_failure(struct route_metrics *m)
+void http_metrics_audit_failure(struct http_metrics *m)
 {
 	atomic_fetch_add(&m->audit_failures, 1);
 }
 
-void metrics_audit_suppressed(struct route_metrics *m)
+void http_metrics_audit_suppressed(struct http_metrics *m)
 {
 	atomic_fetch_add(&m->audit_suppressed, 1);
 }
 
-void metrics_exec_started(struct route_metrics *m)
+void http_metrics_exec_started(struct http_metrics *m)
 {
 	atomic_fetch_add(&m->exec_started, 1);
 }
 
-void metrics_exec_finished(struct route_metrics *m, const char *outcome, double ms)
+void http_metrics_exec_finished(struct http_metrics *m, const char *outcome, double ms)
 {
 	for (size_t i = 0; i < 4; i++)
 		if (strcmp(outcome, exec_outcomes[i]) == 0)
@@ -110,23 +110,23 @@ void metrics_exec_finished(struct route_metrics *m, const char *outcome, double 
 	observe(&m->exec_dur, ms);
 }
 
-void metrics_bytes_streamed(struct route_metrics *m, int64_t in, int64_t out)
+void http_metrics_bytes_streamed(struct http_metrics *m, int64_t in, int64_t out)
 {
 	atomic_fetch_add(&m->bytes_in, (uint_fast64_t)in);
 	atomic_fetch_add(&m->bytes_out, (uint_fast64_t)out);
 }
 
-void metrics_sse(struct route_metrics *m, int delta)
+void http_metrics_sse(struct http_metrics *m, int delta)
 {
 	atomic_fetch_add(&m->sse, delta);
 }
 
-void metrics_heartbeat(struct route_metrics *m)
+void http_metrics_heartbeat(struct http_metrics *m)
 {
 	atomic_fetch_add(&m->heartbeats, 1);
 }
 
-void metrics_store_error(struct route_metrics *m)
+void http_metrics_store_error(struct http_metrics *m)
 {
 	atomic_fetch_add(&m->store_errors, 1);
 }
@@ -143,7 +143,7 @@ static void render_hist(struct buf *out, const char *name, const char *labels, s
 	buf_appendf(out, "%s_count{%s} %llu\n", name, labels, (unsigned long long)atomic_load(&h->count));
 }
 
-static const char *route_label(struct route_metrics *m, size_t i, char *tmp, size_t n)
+static const char *route_label(struct http_metrics *m, size_t i, char *tmp, size_t n)
 {
 	if (i == m->nroutes)
 		return "unmatched";
@@ -151,7 +151,7 @@ static const char *route_label(struct route_metrics *m, size_t i, char *tmp, siz
 	return tmp;
 }
 
-void metrics_render(struct route_metrics *m, struct buf *out, uint64_t audit_failures, size_t execs_running)
+void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures, size_t execs_running)
 {
 	char tmp[160], labels[200];
 	buf_appendf(out, "# HELP sandboxd_http_requests_total HTTP requests by route and status.\n"

@@ -12,7 +12,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 
-int req_fail(struct req *r, int code, const char *fmt, ...)
+int http_fail(struct http_req *r, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -32,17 +32,17 @@ int req_fail(struct req *r, int code, const char *fmt, ...)
 	return code;
 }
 
-const char *req_header(struct req *r, const char *name)
+const char *http_header(struct http_req *r, const char *name)
 {
 	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
-const char *req_query(struct req *r, const char *name)
+const char *http_query(struct http_req *r, const char *name)
 {
 	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
-const char *req_query_n(struct req *r, const char *name, size_t *len)
+const char *http_query_n(struct http_req *r, const char *name, size_t *len)
 {
 	const char *v = NULL;
 	size_t n = 0;
@@ -54,9 +54,9 @@ const char *req_query_n(struct req *r, const char *name, size_t *len)
 	return v;
 }
 
-int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out)
+int http_query_int(struct http_req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out)
 {
-	const char *v = req_query(r, name);
+	const char *v = http_query(r, name);
 	if (!v || !*v) {
 		*out = def;
 		return 0;
@@ -65,20 +65,20 @@ int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int6
 	errno = 0;
 	long long x = strtoll(v, &end, 10);
 	if (errno || *end || x < lo || x > hi)
-		return req_fail(r, -EINVAL, "query parameter %s must be an integer in [%lld, %lld]", name,
+		return http_fail(r, -EINVAL, "query parameter %s must be an integer in [%lld, %lld]", name,
 				(long long)lo, (long long)hi);
 	*out = x;
 	return 0;
 }
 
-bool req_query_bool(struct req *r, const char *name)
+bool http_query_bool(struct http_req *r, const char *name)
 {
-	const char *v = req_query(r, name);
+	const char *v = http_query(r, name);
 	return v && (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
 }
 
 
-void req_set_target(struct req *r, const char *target)
+void http_set_target(struct http_req *r, const char *target)
 {
 	/* Targets come from URL segments too (ids): keep the audit UTF-8. */
 	size_t n = strlen(target);
@@ -86,18 +86,18 @@ void req_set_target(struct req *r, const char *target)
 	r->target = utf8_valid(target, n) ? xstrdup(target) : utf8_sanitize(target, n, &n);
 }
 
-void reply_common_headers(struct req *r, struct MHD_Response *resp)
+void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "X-Request-Id", r->request_id);
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
 	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
-int reply_response(struct req *r, int status, struct MHD_Response *resp)
+int http_reply_response(struct http_req *r, int status, struct MHD_Response *resp)
 {
 	if (!resp)
 		return -ENOMEM;
-	reply_common_headers(r, resp);
+	http_reply_common_headers(r, resp);
 	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
 	MHD_destroy_response(resp);
 	if (ok != MHD_YES)
@@ -106,7 +106,7 @@ int reply_response(struct req *r, int status, struct MHD_Response *resp)
 	return 0;
 }
 
-int reply_static(struct req *r, int status, const char *content_type, const void *p, size_t n)
+int http_reply_static(struct http_req *r, int status, const char *content_type, const void *p, size_t n)
 {
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)p, MHD_RESPMEM_PERSISTENT);
 	if (!resp)
@@ -114,10 +114,10 @@ int reply_static(struct req *r, int status, const char *content_type, const void
 	if (content_type)
 		MHD_add_response_header(resp, "Content-Type", content_type);
 	r->bytes_out += (int64_t)n;
-	return reply_response(r, status, resp);
+	return http_reply_response(r, status, resp);
 }
 
-int reply_json(struct req *r, int status, json_t *body)
+int http_reply_json(struct http_req *r, int status, json_t *body)
 {
 	char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
 	json_decref(body);
@@ -131,22 +131,22 @@ int reply_json(struct req *r, int status, json_t *body)
 	}
 	MHD_add_response_header(resp, "Content-Type", "application/json");
 	r->bytes_out += (int64_t)n;
-	return reply_response(r, status, resp);
+	return http_reply_response(r, status, resp);
 }
 
-void req_suspend(struct req *r)
+void http_suspend(struct http_req *r)
 {
 	r->suspended = true;
 	MHD_suspend_connection(r->conn);
 }
 
-void req_resume(struct req *r)
+void http_resume(struct http_req *r)
 {
 	MHD_resume_connection(r->conn);
 }
 
-int req_fail_range(struct req *r, uint64_t size)
+int http_fail_range(struct http_req *r, uint64_t size)
 {
 	snprintf(r->content_range, sizeof r->content_range, "bytes */%" PRIu64, size);
-	return req_fail(r, -ERANGE, "the range starts past the end of the file");
+	return http_fail(r, -ERANGE, "the range starts past the end of the file");
 }

@@ -3,7 +3,7 @@
  * completion callback, and the helpers handlers answer with. A handler
  * returns 0 after queueing a response with one of the reply_* helpers (or
  * after suspending its connection), or a negative errno / -SBX_E_* after
- * req_fail(): only the dispatcher renders error bodies. */
+ * http_fail(): only the dispatcher renders error bodies. */
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdbool.h>
@@ -16,21 +16,21 @@
 struct app;
 struct http_env;
 struct tenant;
-struct route;
-struct req;
+struct http_route;
+struct http_req;
 
 #define REQ_MAX_PARAMS 2
 
 /* Handlers of a suspended request (exec, events, streams) set these. */
-typedef int (*req_resume_fn)(struct req *r);        /* called when the connection is resumed */
-typedef int (*req_upload_fn)(struct req *r, const char *data, size_t len); /* streaming body */
-typedef void (*req_free_fn)(struct req *r);          /* completion: free handler state */
+typedef int (*http_resume_fn)(struct http_req *r);        /* called when the connection is resumed */
+typedef int (*http_upload_fn)(struct http_req *r, const char *data, size_t len); /* streaming body */
+typedef void (*http_free_fn)(struct http_req *r);          /* completion: free handler state */
 
-struct req {
+struct http_req {
 	struct http_env *env;      /* the HTTP layer's */
 	struct app *app;           /* the routes' (env->app) */
 	struct MHD_Connection *conn;
-	const struct route *route;
+	const struct http_route *route;
 	char request_id[72];
 	char method[12];
 	char *url;                 /* path without query, owned */
@@ -62,7 +62,7 @@ struct req {
 	/* response */
 	int status;
 	int64_t bytes_out;
-	char *error_msg;           /* set by req_fail */
+	char *error_msg;           /* set by http_fail */
 	const char *log_detail;    /* static text for the log line only, never the client */
 	const char *error_code;    /* wire code override, e.g. "token_used" */
 	int64_t retry_after_s;
@@ -76,41 +76,41 @@ struct req {
 
 	/* handler state for suspended / streaming requests */
 	void *hstate;
-	req_resume_fn on_resume;
-	req_upload_fn on_upload;
-	req_free_fn on_free;
+	http_resume_fn on_resume;
+	http_upload_fn on_upload;
+	http_free_fn on_free;
 	bool suspended;
 	bool closed;               /* completion seen */
 	bool completed_ok;         /* set before on_free: the response went out whole */
 };
 
 /* Record an error for the dispatcher to render; returns code (negative). */
-int req_fail(struct req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* req_fail for a Range that starts past the end of a file of size bytes:
+int http_fail(struct http_req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* http_fail for a Range that starts past the end of a file of size bytes:
  * 416 with "Content-Range: bytes * /size" (RFC 9110). Returns -ERANGE. */
-int req_fail_range(struct req *r, uint64_t size);
+int http_fail_range(struct http_req *r, uint64_t size);
 
 /* Headers and query. */
-const char *req_header(struct req *r, const char *name);
-const char *req_query(struct req *r, const char *name);
+const char *http_header(struct http_req *r, const char *name);
+const char *http_query(struct http_req *r, const char *name);
 /* The same with the value's length: a decoded %00 stays in the value
- * (req_query would cut it there), so paths can refuse it. NULL if absent. */
-const char *req_query_n(struct req *r, const char *name, size_t *len);
-/* Query parameter as an integer in [lo, hi]; def when absent. -EINVAL (with req_fail) when bad. */
-int req_query_int(struct req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out);
-bool req_query_bool(struct req *r, const char *name);
+ * (http_query would cut it there), so paths can refuse it. NULL if absent. */
+const char *http_query_n(struct http_req *r, const char *name, size_t *len);
+/* Query parameter as an integer in [lo, hi]; def when absent. -EINVAL (with http_fail) when bad. */
+int http_query_int(struct http_req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out);
+bool http_query_bool(struct http_req *r, const char *name);
 
 /* Set the audit target (copied). */
-void req_set_target(struct req *r, const char *target);
+void http_set_target(struct http_req *r, const char *target);
 
 /* Responses. Each queues the response, records status and bytes, and
  * returns 0 (or -EIO when libmicrohttpd refuses). Common headers
  * (X-Request-Id, Cache-Control) are added for every response. */
-int reply_json(struct req *r, int status, json_t *body); /* steals body */
-int reply_static(struct req *r, int status, const char *content_type, const void *p, size_t n);
-int reply_response(struct req *r, int status, struct MHD_Response *resp); /* destroys resp */
-void reply_common_headers(struct req *r, struct MHD_Response *resp);
+int http_reply_json(struct http_req *r, int status, json_t *body); /* steals body */
+int http_reply_static(struct http_req *r, int status, const char *content_type, const void *p, size_t n);
+int http_reply_response(struct http_req *r, int status, struct MHD_Response *resp); /* destroys resp */
+void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp);
 
-/* Suspend the connection until req_resume() (thread-safe; once). */
-void req_suspend(struct req *r);
-void req_resume(struct req *r);
+/* Suspend the connection until http_resume() (thread-safe; once). */
+void http_suspend(struct http_req *r);
+void http_resume(struct http_req *r);

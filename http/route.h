@@ -11,7 +11,7 @@
 #include "auth/auth.h"
 #include "http/req.h"
 
-enum route_flags {
+enum http_route_flags {
 	RF_PUBLIC = 1u << 0,      /* no Authorization */
 	RF_JSON = 1u << 1,        /* buffered JSON object body */
 	RF_RAW = 1u << 2,         /* buffered raw body (max_buffered_bytes) */
@@ -23,26 +23,26 @@ enum route_flags {
 	RF_PROBE = 1u << 8,       /* health probe: counted in metrics, never audited */
 };
 
-typedef int (*route_handler)(struct req *r);
+typedef int (*http_handler)(struct http_req *r);
 
-struct route {
+struct http_route {
 	const char *method;
 	const char *pattern;      /* "/exec/{id}/cancel" */
 	unsigned scope;           /* any of these scope bits suffices; 0: none */
 	unsigned flags;
-	route_handler handler;
-	/* RF_STREAM_IN routes: run at the end of route_begin, once the request
+	http_handler handler;
+	/* RF_STREAM_IN routes: run at the end of http_begin, once the request
 	 * is authenticated and authorised and before any body byte arrives, to
 	 * set r->on_upload / r->on_free / r->hstate (or refuse: a negative code
-	 * is answered like any route_begin error). NULL: none. Rows written
+	 * is answered like any http_begin error). NULL: none. Rows written
 	 * without it leave it zero. */
-	route_handler begin;
+	http_handler begin;
 };
 
 struct tenant; /* the program's tenant: opaque here, held for the request */
 struct sbx_config;
-struct route_metrics;
-struct route_audit_gate;
+struct http_metrics;
+struct http_audit_gate;
 
 /* What the HTTP layer asks of the program that serves routes through it. */
 struct http_hooks {
@@ -53,30 +53,30 @@ struct http_hooks {
 	void (*tenant_put)(void *ctx, struct tenant **t);
 	/* Record a finished request in the audit trail (r->status, bytes,
 	 * target... are final; route is the pattern or "unmatched"). */
-	int (*audit)(void *ctx, const struct req *r, const char *route, const char *outcome, double ms);
+	int (*audit)(void *ctx, const struct http_req *r, const char *route, const char *outcome, double ms);
 };
 
 /* Everything a request reaches in this layer; lives as long as the server. */
 struct http_env {
 	const struct sbx_config *cfg;
-	const struct route *routes; /* the route table */
+	const struct http_route *routes; /* the route table */
 	size_t nroutes;
-	struct route_metrics *metrics;
-	struct route_audit_gate *audit_gate;
+	struct http_metrics *metrics;
+	struct http_audit_gate *audit_gate;
 	struct http_hooks hooks;
 	struct app *app; /* handed to handlers as r->app; opaque here */
 };
 
 /* server/http.c entry points. */
 /* Called once headers are in: match, authenticate, authorise. Returns 0
- * to go on, or a negative code after which route_render_error answers. */
-int route_begin(struct req *r);
+ * to go on, or a negative code after which http_render_error answers. */
+int http_begin(struct http_req *r);
 /* Body bytes as they arrive. 0, or negative (error rendered at the end). */
-int route_body(struct req *r, const char *data, size_t len);
+int http_body(struct http_req *r, const char *data, size_t len);
 /* The body is complete: parse and run the handler. */
-int route_run(struct req *r);
+int http_run(struct http_req *r);
 /* Render r->error_* (or code) as wire.md's JSON error and queue it. */
-int route_render_error(struct req *r, int code);
+int http_render_error(struct http_req *r, int code);
 /* Completion: audit, metrics, log line, free. */
-void route_complete(struct req *r, bool ok);
+void http_complete(struct http_req *r, bool ok);
 

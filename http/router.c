@@ -20,7 +20,7 @@
 #include "http/metrics.h"
 
 /* Match "/exec/{id}/cancel" against a path; captures into r->params. */
-static bool match(const char *pattern, const char *path, struct req *r, bool capture)
+static bool match(const char *pattern, const char *path, struct http_req *r, bool capture)
 {
 	const char *p = pattern, *s = path;
 	size_t nparams = 0;
@@ -47,7 +47,7 @@ static bool match(const char *pattern, const char *path, struct req *r, bool cap
 	return *p == '\0' && *s == '\0';
 }
 
-static void free_params(struct req *r)
+static void free_params(struct http_req *r)
 {
 	for (size_t i = 0; i < REQ_MAX_PARAMS; i++) {
 		free((char *)r->params[i]);
@@ -57,7 +57,7 @@ static void free_params(struct req *r)
 
 static int key_lookup(void *ctx, const char *tenant, struct auth_key *key)
 {
-	struct req *r = ctx;
+	struct http_req *r = ctx;
 	/* The reference is kept for the request. */
 	return r->env->hooks.tenant_get(r->env->hooks.ctx, tenant, &r->tenant, key);
 }
@@ -72,16 +72,16 @@ static bool session_key_ok(const char *k, size_t n)
 	return true;
 }
 
-static int authenticate(struct req *r)
+static int authenticate(struct http_req *r)
 {
-	const char *h = req_header(r, "Authorization");
+	const char *h = http_header(r, "Authorization");
 	const char *token = NULL;
 	if (h && strncasecmp(h, "Bearer ", 7) == 0)
 		token = h + 7;
-	else if ((r->route->flags & RF_SSE) && req_query(r, "access_token"))
-		token = req_query(r, "access_token");
+	else if ((r->route->flags & RF_SSE) && http_query(r, "access_token"))
+		token = http_query(r, "access_token");
 	if (!token || !*token)
-		return req_fail(r, -SBX_E_UNAUTHORIZED, "missing bearer token");
+		return http_fail(r, -SBX_E_UNAUTHORIZED, "missing bearer token");
 
 	const struct sbx_config *cfg = r->env->cfg;
 	struct auth_config ac = { .audience = cfg->audience, .leeway_s = cfg->leeway_s, .max_token_bytes = 8192 };
@@ -91,32 +91,32 @@ static int authenticate(struct req *r)
 		if (r->tenant)
 			r->env->hooks.tenant_put(r->env->hooks.ctx, &r->tenant);
 		if (rc == -SBX_E_STORE || rc == -ENOSPC)
-			return req_fail(r, -SBX_E_STORE, "cannot read the tenant registry");
+			return http_fail(r, -SBX_E_STORE, "cannot read the tenant registry");
 		/* The client learns only "expired" or "invalid": which tenants
 		 * exist, or which check failed, is for the log alone. */
 		r->log_detail = why;
-		return req_fail(r, -SBX_E_UNAUTHORIZED, "%s",
+		return http_fail(r, -SBX_E_UNAUTHORIZED, "%s",
 				why && strcmp(why, "expired") == 0 ? "token expired" : "invalid token");
 	}
 	r->authed = true;
-	const char *tid = req_header(r, "X-Tenant-Id");
+	const char *tid = http_header(r, "X-Tenant-Id");
 	if (tid && strcmp(tid, r->claims.tenant) != 0)
-		return req_fail(r, -SBX_E_FORBIDDEN, "X-Tenant-Id does not match the token's tenant");
+		return http_fail(r, -SBX_E_FORBIDDEN, "X-Tenant-Id does not match the token's tenant");
 	return 0;
 }
 
-static int authorise(struct req *r)
+static int authorise(struct http_req *r)
 {
-	const struct route *rt = r->route;
+	const struct http_route *rt = r->route;
 	if (rt->flags & RF_ADMIN_ONLY) {
 		if (!(r->claims.scopes & AUTH_SCOPE_ADMIN))
-			return req_fail(r, -SBX_E_SCOPE, "this route needs the admin scope of an operator tenant");
+			return http_fail(r, -SBX_E_SCOPE, "this route needs the admin scope of an operator tenant");
 		return 0;
 	}
 	if (rt->scope && !(r->claims.scopes & rt->scope)) {
 		char need[96];
 		auth_scopes_format(rt->scope, need, sizeof need);
-		return req_fail(r, -SBX_E_SCOPE, "this route needs one of the scopes: %s", need);
+		return http_fail(r, -SBX_E_SCOPE, "this route needs one of the scopes: %s", need);
 	}
 	return 0;
 }
@@ -142,40 +142,40 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
 
 /* libmicrohttpd 0.9.75 takes the first of duplicate headers and lets
  * Transfer-Encoding win over Content-Length: refuse all of it. */
-static int refuse_ambiguous(struct req *r)
+static int refuse_ambiguous(struct http_req *r)
 {
 	unsigned seen[NSINGLE] = { 0 };
 	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, seen);
 	for (size_t i = 0; i < NSINGLE; i++)
 		if (seen[i] > 1) {
 			r->refuse_now = true;
-			return req_fail(r, -EINVAL, "the %s header appears more than once", single_headers[i]);
+			return http_fail(r, -EINVAL, "the %s header appears more than once", single_headers[i]);
 		}
 	if (seen[0] && seen[1]) {
 		r->refuse_now = true;
-		return req_fail(r, -EINVAL, "Content-Length and Transfer-Encoding together are ambiguous");
+		return http_fail(r, -EINVAL, "Content-Length and Transfer-Encoding together are ambiguous");
 	}
 	/* Any other coding leaves a request body without a length (0.9.75
 	 * then reads it until the connection ends): RFC 9112 says 400. */
-	const char *te = req_header(r, "Transfer-Encoding");
+	const char *te = http_header(r, "Transfer-Encoding");
 	if (te && strcasecmp(te, "chunked") != 0) {
 		r->refuse_now = true;
-		return req_fail(r, -EINVAL, "only Transfer-Encoding: chunked is understood");
+		return http_fail(r, -EINVAL, "only Transfer-Encoding: chunked is understood");
 	}
 	return 0;
 }
 
-int route_begin(struct req *r)
+int http_begin(struct http_req *r)
 {
 	int arc = refuse_ambiguous(r);
 	if (arc < 0)
 		return arc;
-	const struct route *found = NULL;
+	const struct http_route *found = NULL;
 	bool path_matched = false;
 	char allow[128] = "";
 	size_t allow_len = 0;
 	for (size_t i = 0; i < r->env->nroutes; i++) {
-		const struct route *rt = &r->env->routes[i];
+		const struct http_route *rt = &r->env->routes[i];
 		if (!match(rt->pattern, r->url, r, false))
 			continue;
 		path_matched = true;
@@ -201,19 +201,19 @@ int route_begin(struct req *r)
 	if (!found) {
 		if (path_matched) {
 			r->allow = xstrdup(allow);
-			return req_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s", r->method,
+			return http_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s", r->method,
 					allow);
 		}
-		return req_fail(r, -ENOENT, "no such route: %s %s", r->method, r->url);
+		return http_fail(r, -ENOENT, "no such route: %s %s", r->method, r->url);
 	}
 	r->route = found;
 	match(found->pattern, r->url, r, true);
 
-	const char *sk = req_header(r, "X-Session-Key");
+	const char *sk = http_header(r, "X-Session-Key");
 	if (sk) {
 		size_t n = strlen(sk);
 		if (!session_key_ok(sk, n))
-			return req_fail(r, -EINVAL, "X-Session-Key must be 1 to 512 printable bytes");
+			return http_fail(r, -EINVAL, "X-Session-Key must be 1 to 512 printable bytes");
 		r->session_key = xstrndup(sk, n);
 		r->session_key_len = n;
 	} else {
@@ -238,7 +238,7 @@ int route_begin(struct req *r)
 	return 0;
 }
 
-int route_body(struct req *r, const char *data, size_t len)
+int http_body(struct http_req *r, const char *data, size_t len)
 {
 	r->bytes_in += (int64_t)len;
 	if (r->body_too_large)
@@ -249,38 +249,38 @@ int route_body(struct req *r, const char *data, size_t len)
 		/* A body where none is expected: keep reading (bounded) and ignore. */
 		if (r->bytes_in > 65536) {
 			r->body_too_large = true;
-			return req_fail(r, -E2BIG, "this route takes no body");
+			return http_fail(r, -E2BIG, "this route takes no body");
 		}
 		return 0;
 	}
 	if (buf_append(&r->body, data, len) < 0) {
 		r->body_too_large = true;
 		buf_free(&r->body);
-		return req_fail(r, -E2BIG, "request body over the limit of %zu bytes", r->body.max);
+		return http_fail(r, -E2BIG, "request body over the limit of %zu bytes", r->body.max);
 	}
 	return 0;
 }
 
-int route_run(struct req *r)
+int http_run(struct http_req *r)
 {
 	if (r->route->flags & RF_JSON) {
 		json_error_t jerr;
 		if (r->body.len == 0)
-			return req_fail(r, -EINVAL, "a JSON object body is required");
+			return http_fail(r, -EINVAL, "a JSON object body is required");
 		r->json = json_loadb(r->body.ptr, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
 		if (!r->json)
-			return req_fail(r, -EINVAL, "bad JSON at line %d column %d: %s", jerr.line, jerr.column,
+			return http_fail(r, -EINVAL, "bad JSON at line %d column %d: %s", jerr.line, jerr.column,
 					jerr.text);
 		if (!json_is_object(r->json))
-			return req_fail(r, -EINVAL, "the body must be a JSON object");
+			return http_fail(r, -EINVAL, "the body must be a JSON object");
 	}
 	r->ran = true;
 	return r->route->handler(r);
 }
 
-int route_render_error(struct req *r, int code)
+int http_render_error(struct http_req *r, int code)
 {
-	struct wire_error w = wire_error_for(code);
+	struct http_wire_error w = http_wire_error(code);
 	const char *wcode = r->error_code ? r->error_code : w.code;
 	json_t *hint = w.retry_hint ? json_string(w.retry_hint) : json_null();
 	json_t *body = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", wcode, "message",
@@ -311,7 +311,7 @@ int route_render_error(struct req *r, int code)
 	if (w.status == 413 || w.status == 400)
 		MHD_add_response_header(resp, "Connection", "close");
 	r->bytes_out += (int64_t)n;
-	return reply_response(r, w.status, resp);
+	return http_reply_response(r, w.status, resp);
 }
 
 static const char *outcome_for(int status)
@@ -324,12 +324,12 @@ static const char *outcome_for(int status)
 }
 
 /* Whether the audit row and log line name r->claims.tenant. */
-static bool names_tenant(const struct req *r)
+static bool names_tenant(const struct http_req *r)
 {
 	return r->authed || r->audit_tenant;
 }
 
-static void log_line(struct req *r, double ms, const char *route)
+static void log_line(struct http_req *r, double ms, const char *route)
 {
 	/* A capability in the path (/fs/stream/{token}) stays out of the log:
 	 * the route pattern is logged instead. */
@@ -364,7 +364,7 @@ static void log_line(struct req *r, double ms, const char *route)
 /* Probes (and /metrics when public) are polled every few seconds by
  * machines: sandboxd_http_requests_total counts them, and an audit row
  * each would flood the table. */
-static bool is_probe(const struct req *r)
+static bool is_probe(const struct http_req *r)
 {
 	if (!r->route)
 		return false;
@@ -374,19 +374,19 @@ static bool is_probe(const struct req *r)
 
 /* Whether this request's audit row is written. A request that names no
  * tenant is anyone's to send: its rows are rate-limited per address. */
-static bool audit_wanted(struct req *r)
+static bool audit_wanted(struct http_req *r)
 {
 	if (is_probe(r))
 		return false;
 	if (names_tenant(r))
 		return true;
-	if (route_audit_gate_take(r->env->audit_gate, r->client, mono_ns() / 1000000))
+	if (http_audit_gate_take(r->env->audit_gate, r->client, mono_ns() / 1000000))
 		return true;
-	metrics_audit_suppressed(r->env->metrics);
+	http_metrics_audit_suppressed(r->env->metrics);
 	return false;
 }
 
-void route_complete(struct req *r, bool ok)
+void http_complete(struct http_req *r, bool ok)
 {
 	double ms = (double)(mono_ns() - r->started_ns) / 1e6;
 	const char *route = r->route ? r->route->pattern : "unmatched";
@@ -398,8 +398,8 @@ void route_complete(struct req *r, bool ok)
 
 	const struct http_hooks *hk = &r->env->hooks;
 	if (audit_wanted(r) && hk->audit(hk->ctx, r, route, outcome_for(r->status), ms) < 0)
-		metrics_audit_failure(r->env->metrics);
-	metrics_request(r->env->metrics, r->route ? (size_t)(r->route - r->env->routes) : r->env->nroutes, r->status, ms);
+		http_metrics_audit_failure(r->env->metrics);
+	http_metrics_request(r->env->metrics, r->route ? (size_t)(r->route - r->env->routes) : r->env->nroutes, r->status, ms);
 	if (r->env->cfg->log_requests)
 		log_line(r, ms, route);
 

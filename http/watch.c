@@ -13,12 +13,12 @@
 struct entry {
 	int64_t handle;
 	int fd;
-	watch_cb cb;
+	http_watch_cb cb;
 	void *ctx;
 	struct entry *next;
 };
 
-struct route_watch {
+struct http_watch {
 	pthread_t thread;
 	pthread_mutex_t lock; /* held while a callback runs, so remove can wait it out */
 	int ep, stopfd;
@@ -27,7 +27,7 @@ struct route_watch {
 	bool stop;
 };
 
-static struct entry *unlink_entry(struct route_watch *w, int64_t handle)
+static struct entry *unlink_entry(struct http_watch *w, int64_t handle)
 {
 	for (struct entry **p = &w->entries; *p; p = &(*p)->next)
 		if ((*p)->handle == handle) {
@@ -40,7 +40,7 @@ static struct entry *unlink_entry(struct route_watch *w, int64_t handle)
 
 static void *loop(void *arg)
 {
-	struct route_watch *w = arg;
+	struct http_watch *w = arg;
 	struct epoll_event evs[64];
 	for (;;) {
 		int n = epoll_wait(w->ep, evs, 64, -1);
@@ -68,9 +68,9 @@ static void *loop(void *arg)
 	}
 }
 
-int watch_new(struct route_watch **out)
+int http_watch_new(struct http_watch **out)
 {
-	struct route_watch *w = xcalloc(1, sizeof *w);
+	struct http_watch *w = xcalloc(1, sizeof *w);
 	int rc = 0;
 	pthread_mutex_init(&w->lock, NULL);
 	w->next_handle = 1;
@@ -102,9 +102,9 @@ fail:
 	return rc;
 }
 
-void watch_free(struct route_watch **wp)
+void http_watch_free(struct http_watch **wp)
 {
-	struct route_watch *w = *wp;
+	struct http_watch *w = *wp;
 	if (!w)
 		return;
 	pthread_mutex_lock(&w->lock);
@@ -126,7 +126,7 @@ void watch_free(struct route_watch **wp)
 	*wp = NULL;
 }
 
-int64_t watch_add(struct route_watch *w, int fd, watch_cb cb, void *ctx)
+int64_t http_watch_add(struct http_watch *w, int fd, http_watch_cb cb, void *ctx)
 {
 	struct entry *e = xcalloc(1, sizeof *e);
 	e->fd = fd;
@@ -148,7 +148,7 @@ int64_t watch_add(struct route_watch *w, int fd, watch_cb cb, void *ctx)
 	return handle;
 }
 
-void watch_remove(struct route_watch *w, int64_t handle)
+void http_watch_remove(struct http_watch *w, int64_t handle)
 {
 	if (handle <= 0)
 		return;

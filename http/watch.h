@@ -4,13 +4,13 @@
  * EPOLLRDHUP on the connection sockets of suspended requests. */
 #include <stdint.h>
 
-struct route_watch;
-typedef void (*watch_cb)(void *ctx);
+struct http_watch;
+typedef void (*http_watch_cb)(void *ctx);
 
-int watch_new(struct route_watch **out);
-void watch_free(struct route_watch **w);
+int http_watch_new(struct http_watch **out);
+void http_watch_free(struct http_watch **w);
 /* Call cb(ctx) once, on the watch thread, when fd's peer hangs up. Returns
  * a handle (> 0) or a negative errno. */
-int64_t watch_add(struct route_watch *w, int fd, watch_cb cb, void *ctx);
+int64_t http_watch_add(struct http_watch *w, int fd, http_watch_cb cb, void *ctx);
 /* Stop watching; after it returns, cb is not running and will not run. */
-void watch_remove(struct route_watch *w, int64_t handle);
+void http_watch_remove(struct http_watch *w, int64_t handle);

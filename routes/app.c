@@ -36,7 +36,7 @@ static void hook_tenant_put(void *ctx, struct tenant **t)
 	app_tenant_put(ctx, t);
 }
 
-static int hook_audit(void *ctx, const struct req *r, const char *route, const char *outcome, double ms)
+static int hook_audit(void *ctx, const struct http_req *r, const char *route, const char *outcome, double ms)
 {
 	struct app *a = ctx;
 	bool named = r->authed || r->audit_tenant;
@@ -69,8 +69,8 @@ int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *e
 	a->drop_privs = geteuid() == 0;
 	a->started_at_ms = now_ms();
 	pthread_mutex_init(&a->tenants_lock, NULL);
-	metrics_new(&a->metrics, route_table, route_count);
-	route_audit_gate_new(&a->audit_gate, cfg->audit_unauth_per_s, cfg->audit_unauth_burst);
+	http_metrics_new(&a->metrics, route_table, route_count);
+	http_audit_gate_new(&a->audit_gate, cfg->audit_unauth_per_s, cfg->audit_unauth_burst);
 	a->http = (struct http_env){
 		.cfg = cfg,
 		.routes = route_table,
@@ -104,8 +104,8 @@ void app_fini(struct app *a)
 	a->loads = NULL;
 	a->nloads = 0;
 	a->ntenants = 0;
-	metrics_free(&a->metrics);
-	route_audit_gate_free(&a->audit_gate);
+	http_metrics_free(&a->metrics);
+	http_audit_gate_free(&a->audit_gate);
 	pthread_mutex_destroy(&a->tenants_lock);
 }
 

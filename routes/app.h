@@ -15,11 +15,11 @@ struct store;
 struct sbx_runner;
 struct sbx_backend;
 struct sbx_workspace;
-struct route_metrics;
-struct route_hub;
-struct route_watch;
+struct http_metrics;
+struct http_hub;
+struct http_watch;
 struct route_execs;
-struct route_audit_gate;
+struct http_audit_gate;
 
 /* A tenant as the routes use it: its key, its workspace and its limits.
  * Reference-counted: a request holds one reference for its lifetime, so
@@ -50,11 +50,11 @@ struct app {
 	struct store *store;
 	struct sbx_runner *runner;
 	struct sbx_backend *backend;
-	struct route_metrics *metrics;
-	struct route_hub *hub;     /* live events */
-	struct route_watch *watch; /* disconnect watcher for suspended requests */
+	struct http_metrics *metrics;
+	struct http_hub *hub;     /* live events */
+	struct http_watch *watch; /* disconnect watcher for suspended requests */
 	struct route_execs *execs; /* commands running now (routes/exec.c) */
-	struct route_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
+	struct http_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
 	struct http_env http;      /* what the HTTP layer reaches: cfg, table, metrics, hooks */
 	bool drop_privs;           /* server runs as root: commands and files get tenant uids */
 	int64_t started_at_ms;

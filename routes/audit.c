@@ -66,44 +66,44 @@ struct audit_query {
 	bool done;
 };
 
-static int parse_filter(struct req *r, struct audit_query *q)
+static int parse_filter(struct http_req *r, struct audit_query *q)
 {
 	const char *v;
 	int64_t limit;
-	int rc = req_query_int(r, "limit", 100, 1, AUDIT_LIMIT_MAX, &limit);
+	int rc = http_query_int(r, "limit", 100, 1, AUDIT_LIMIT_MAX, &limit);
 	if (rc < 0)
 		return rc;
 	q->f.limit = (size_t)limit;
-	if ((v = req_query(r, "since")) && rfc3339_parse(v, &q->f.since) < 0)
-		return req_fail(r, -EINVAL, "since must be an RFC 3339 time");
-	if ((v = req_query(r, "until")) && rfc3339_parse(v, &q->f.until) < 0)
-		return req_fail(r, -EINVAL, "until must be an RFC 3339 time");
-	if ((v = req_query(r, "after")) && *v) {
+	if ((v = http_query(r, "since")) && rfc3339_parse(v, &q->f.since) < 0)
+		return http_fail(r, -EINVAL, "since must be an RFC 3339 time");
+	if ((v = http_query(r, "until")) && rfc3339_parse(v, &q->f.until) < 0)
+		return http_fail(r, -EINVAL, "until must be an RFC 3339 time");
+	if ((v = http_query(r, "after")) && *v) {
 		char *end = NULL;
 		errno = 0;
 		long long x = strtoll(v, &end, 10);
 		if (errno || *end || x < 0)
-			return req_fail(r, -EINVAL, "after must be a cursor returned as next");
+			return http_fail(r, -EINVAL, "after must be a cursor returned as next");
 		q->f.after = x;
 	}
-	if ((v = req_query(r, "outcome"))) {
+	if ((v = http_query(r, "outcome"))) {
 		if (strcmp(v, "ok") && strcmp(v, "denied") && strcmp(v, "error"))
-			return req_fail(r, -EINVAL, "outcome must be ok, denied or error");
+			return http_fail(r, -EINVAL, "outcome must be ok, denied or error");
 		q->outcome = xstrdup(v);
 	}
-	if ((v = req_query(r, "route")))
+	if ((v = http_query(r, "route")))
 		q->route = xstrdup(v);
-	if ((v = req_query(r, "session"))) {
+	if ((v = http_query(r, "session"))) {
 		q->session = xstrdup(v);
 		q->f.session_len = strlen(v);
 	}
-	v = req_query(r, "tenant");
+	v = http_query(r, "tenant");
 	if (r->claims.scopes & AUTH_SCOPE_ADMIN) {
 		if (v)
 			q->tenant = xstrdup(v);
 	} else {
 		if (v && strcmp(v, r->claims.tenant) != 0)
-			return req_fail(r, -SBX_E_SCOPE, "tenant= needs the admin scope of an operator tenant");
+			return http_fail(r, -SBX_E_SCOPE, "tenant= needs the admin scope of an operator tenant");
 		q->tenant = xstrdup(r->claims.tenant);
 	}
 	q->f.tenant = q->tenant;
@@ -192,7 +192,7 @@ static void ndjson_free(void *cls)
 	query_free(cls);
 }
 
-int route_audit(struct req *r)
+int route_audit(struct http_req *r)
 {
 	struct audit_query *q = xcalloc(1, sizeof *q);
 	q->store = r->app->store;
@@ -202,10 +202,10 @@ int route_audit(struct req *r)
 		query_free(q);
 		return rc;
 	}
-	const char *format = req_query(r, "format");
+	const char *format = http_query(r, "format");
 	if (format && strcmp(format, "ndjson") == 0) {
 		/* NDJSON streams everything that matches, up to limit when given. */
-		q->remaining = req_query(r, "limit") ? q->f.limit : SIZE_MAX;
+		q->remaining = http_query(r, "limit") ? q->f.limit : SIZE_MAX;
 		struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
 									      ndjson_reader, q, ndjson_free);
 		if (!resp) {
@@ -213,11 +213,11 @@ int route_audit(struct req *r)
 			return -ENOMEM;
 		}
 		MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
-		return reply_response(r, 200, resp);
+		return http_reply_response(r, 200, resp);
 	}
 	if (format && strcmp(format, "json") != 0) {
 		query_free(q);
-		return req_fail(r, -EINVAL, "format must be json or ndjson");
+		return http_fail(r, -EINVAL, "format must be json or ndjson");
 	}
 	json_t *records = json_array();
 	int64_t last = 0;
@@ -225,7 +225,7 @@ int route_audit(struct req *r)
 	if (rc < 0) {
 		json_decref(records);
 		query_free(q);
-		return req_fail(r, rc, "cannot read the audit history");
+		return http_fail(r, rc, "cannot read the audit history");
 	}
 	json_t *next = json_null();
 	if (json_array_size(records) == q->f.limit) {
@@ -234,5 +234,5 @@ int route_audit(struct req *r)
 		next = json_string(cur);
 	}
 	query_free(q);
-	return reply_json(r, 200, json_pack("{s:o, s:o}", "records", records, "next", next));
+	return http_reply_json(r, 200, json_pack("{s:o, s:o}", "records", records, "next", next));
 }

@@ -11,9 +11,9 @@
 #include "http/hub.h"
 #include "store/store.h"
 
-static int64_t last_event_id(struct req *r)
+static int64_t last_event_id(struct http_req *r)
 {
-	const char *v = req_header(r, "Last-Event-ID");
+	const char *v = http_header(r, "Last-Event-ID");
 	if (!v)
 		return 0;
 	char *end = NULL;
@@ -22,37 +22,37 @@ static int64_t last_event_id(struct req *r)
 }
 
 /* Whose events: the token's tenant, or with admin any tenant= (NULL: all). */
-static int which_tenant(struct req *r, const char **tenant, bool allow_all)
+static int which_tenant(struct http_req *r, const char **tenant, bool allow_all)
 {
-	const char *q = req_query(r, "tenant");
+	const char *q = http_query(r, "tenant");
 	if (r->claims.scopes & AUTH_SCOPE_ADMIN) {
 		*tenant = q ? q : (allow_all ? NULL : r->claims.tenant);
 		return 0;
 	}
 	if (q && strcmp(q, r->claims.tenant) != 0)
-		return req_fail(r, -SBX_E_SCOPE, "tenant= needs the admin scope of an operator tenant");
+		return http_fail(r, -SBX_E_SCOPE, "tenant= needs the admin scope of an operator tenant");
 	*tenant = r->claims.tenant;
 	return 0;
 }
 
-int route_exec_events(struct req *r)
+int route_exec_events(struct http_req *r)
 {
 	const char *tenant = NULL;
 	int rc = which_tenant(r, &tenant, false);
 	if (rc < 0)
 		return rc;
 	const char *id = r->params[0];
-	req_set_target(r, id);
-	rc = hub_subscribe_exec(r->app->hub, r, tenant, id, last_event_id(r), false);
+	http_set_target(r, id);
+	rc = http_hub_subscribe_exec(r->app->hub, r, tenant, id, last_event_id(r), false);
 	if (rc != -ENOENT)
 		return rc; /* answered, or a subscriber that could not answer: not a second one */
 	/* Not running: answer from the store. */
 	struct store_exec ex;
 	rc = store_exec_get(r->app->store, tenant, id, &ex);
 	if (rc == -ENOENT)
-		return req_fail(r, rc, "no exec %s", id);
+		return http_fail(r, rc, "no exec %s", id);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot read the exec record");
+		return http_fail(r, rc, "cannot read the exec record");
 	json_t *res = ex.result ? json_loads(ex.result, 0, NULL) : NULL;
 	json_t *start = exec_start_json(&ex);
 	bool running = strcmp(ex.state, "running") == 0;
@@ -63,20 +63,20 @@ int route_exec_events(struct req *r)
 		 * channel), or lost in a restart. */
 		if (running)
 			r->retry_after_s = 1;
-		return req_fail(r, running ? -EAGAIN : -SBX_E_CONFLICT,
+		return http_fail(r, running ? -EAGAIN : -SBX_E_CONFLICT,
 				running ? "the exec is finishing; retry" : "the exec was lost in a restart");
 	}
-	rc = hub_reply_ended(r->app->hub, r, start, res);
+	rc = http_hub_reply_ended(r->app->hub, r, start, res);
 	json_decref(start);
 	json_decref(res);
 	return rc;
 }
 
-int route_events(struct req *r)
+int route_events(struct http_req *r)
 {
 	const char *tenant = NULL;
 	int rc = which_tenant(r, &tenant, true);
 	if (rc < 0)
 		return rc;
-	return hub_subscribe_feed(r->app->hub, r, tenant, last_event_id(r));
+	return http_hub_subscribe_feed(r->app->hub, r, tenant, last_event_id(r));
 }

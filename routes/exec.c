@@ -119,10 +119,10 @@ static void request_clear(struct exec_request *q)
 }
 
 /* Parse: the body's fields, clamped to the server's caps. */
-static int parse_fields(struct req *r, struct exec_request *q)
+static int parse_fields(struct http_req *r, struct exec_request *q)
 {
 	const struct sbx_config *cfg = r->app->cfg;
-	const struct field f[] = {
+	const struct http_field f[] = {
 		{ "command", F_STRING, true, &q->command, &q->command_len, 0, 0, NULL },
 		{ "cwd", F_STRING, false, &q->cwd, &q->cwd_len, 0, 0, NULL },
 		{ "env", F_OBJECT, false, &q->env, NULL, 0, 0, NULL },
@@ -133,13 +133,13 @@ static int parse_fields(struct req *r, struct exec_request *q)
 		{ "id", F_STRING, false, &q->id, &q->id_len, 0, 0, NULL },
 		{ "stream", F_BOOL, false, &q->stream, NULL, 0, 0, NULL },
 	};
-	int rc = fields_read(r, r->json, f, sizeof f / sizeof f[0]);
+	int rc = http_fields_read(r, r->json, f, sizeof f / sizeof f[0]);
 	if (rc < 0)
 		return rc;
 	if (q->command_len == 0 || memchr(q->command, '\0', q->command_len))
-		return req_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
+		return http_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
 	if (q->id && !id_ok(q->id, q->id_len))
-		return req_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
+		return http_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
 	/* Server caps: a larger ask is clamped, not refused. */
 	if (q->timeout_s > cfg->exec_timeout_max_s)
 		q->timeout_s = cfg->exec_timeout_max_s;
@@ -150,18 +150,18 @@ static int parse_fields(struct req *r, struct exec_request *q)
 
 /* Parse: the environment, as NAME=value strings and as a sorted object
  * for the idempotency key. */
-static int parse_env(struct req *r, struct exec_request *q)
+static int parse_env(struct http_req *r, struct exec_request *q)
 {
 	const char *k;
 	json_t *v;
 	if (q->env) {
 		json_object_foreach(q->env, k, v) {
 			if (q->nenv == ENV_MAX)
-				return req_fail(r, -EINVAL, "at most %d environment variables", ENV_MAX);
+				return http_fail(r, -EINVAL, "at most %d environment variables", ENV_MAX);
 			if (!env_name_ok(k))
-				return req_fail(r, -EINVAL, "env name \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", k);
+				return http_fail(r, -EINVAL, "env name \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", k);
 			if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v)))
-				return req_fail(r, -EINVAL, "env value of %s must be a string without NUL bytes", k);
+				return http_fail(r, -EINVAL, "env value of %s must be a string without NUL bytes", k);
 			q->envbuf[q->nenv] = xasprintf("%s=%s", k, json_string_value(v));
 			q->envv[q->nenv] = q->envbuf[q->nenv];
 			q->nenv++;
@@ -172,7 +172,7 @@ static int parse_env(struct req *r, struct exec_request *q)
 	return 0;
 }
 
-static int parse_request(struct req *r, struct exec_request *q)
+static int parse_request(struct http_req *r, struct exec_request *q)
 {
 	*q = (struct exec_request){ .timeout_s = r->app->cfg->exec_timeout_default_s,
 				    .max_output = r->app->cfg->max_output_bytes_default };
@@ -187,7 +187,7 @@ static int parse_request(struct req *r, struct exec_request *q)
  * (404); one that stays inside is followed. The backend keeps only its
  * cheap defences (a relative path without dot components; an openat2
  * beneath the workspace just before the spawn). */
-static int check_cwd(struct req *r, struct exec_request *q)
+static int check_cwd(struct http_req *r, struct exec_request *q)
 {
 	int rc;
 	if ((rc = route_session(r)) < 0)
@@ -201,7 +201,7 @@ static int check_cwd(struct req *r, struct exec_request *q)
 	int cwd_fd = sbx_ws_openat(r->tenant->ws, q->cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
 	if (cwd_fd < 0) {
 		rc = cwd_fd == -EXDEV || cwd_fd == -ENOTDIR || cwd_fd == -ELOOP ? cwd_fd : -ENOENT;
-		return req_fail(r, rc, "cwd %s %s", q->cwd ? q->cwd : "(session)",
+		return http_fail(r, rc, "cwd %s %s", q->cwd ? q->cwd : "(session)",
 				rc == -EXDEV ? "leaves the workspace" : "is not a directory in the workspace");
 	}
 	close(cwd_fd);
@@ -210,7 +210,7 @@ static int check_cwd(struct req *r, struct exec_request *q)
 }
 
 /* The idempotency key covers everything that changes what runs. */
-static void request_hash(struct req *r, struct exec_request *q)
+static void request_hash(struct http_req *r, struct exec_request *q)
 {
 	json_t *canon = json_pack("{s:s%, s:s%, s:s, s:O, s:I, s:I, s:s%, s:I}", "command", q->command,
 				  q->command_len, "session", r->session_key, r->session_key_len, "cwd", q->cwd_wire,
@@ -240,12 +240,12 @@ static void choose_id(struct exec_request *q)
 
 /* Start: record it (fail closed: nothing runs unless its start is
  * recorded) and hand it to the runner through the registry. */
-static int start(struct req *r, struct exec_request *q)
+static int start(struct http_req *r, struct exec_request *q)
 {
 	struct app *a = r->app;
 	if (a->stopping) {
 		r->retry_after_s = 5;
-		return req_fail(r, -SBX_E_BACKEND, "the server is shutting down");
+		return http_fail(r, -SBX_E_BACKEND, "the server is shutting down");
 	}
 	struct store_exec row = { .session = r->session_key,
 				  .session_len = r->session_key_len,
@@ -271,14 +271,14 @@ static int start(struct req *r, struct exec_request *q)
 
 /* Parse, check, start; the reply comes at the exit (or from the earlier
  * exec of the same id). */
-int route_exec_post(struct req *r)
+int route_exec_post(struct http_req *r)
 {
 	struct exec_request q;
 	int rc = parse_request(r, &q);
 	if (rc == 0)
 		rc = check_cwd(r, &q);
 	if (rc == 0) {
-		req_set_target(r, q.command);
+		http_set_target(r, q.command);
 		request_hash(r, &q);
 		choose_id(&q);
 		rc = start(r, &q);
@@ -298,48 +298,48 @@ static json_t *exec_view(const struct store_exec *ex, bool with_result)
 	return o;
 }
 
-int route_exec_get(struct req *r)
+int route_exec_get(struct http_req *r)
 {
 	const char *id = r->params[0];
 	if (!id_ok(id, strlen(id)))
-		return req_fail(r, -ENOENT, "no exec %s", id);
+		return http_fail(r, -ENOENT, "no exec %s", id);
 	struct store_exec ex;
 	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
 	if (rc == -ENOENT)
-		return req_fail(r, rc, "no exec %s", id);
+		return http_fail(r, rc, "no exec %s", id);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot read the exec record");
+		return http_fail(r, rc, "cannot read the exec record");
 	json_t *o = exec_view(&ex, true);
 	store_exec_clear(&ex);
-	return reply_json(r, 200, o);
+	return http_reply_json(r, 200, o);
 }
 
-int route_exec_cancel(struct req *r)
+int route_exec_cancel(struct http_req *r)
 {
 	const char *id = r->params[0];
 	bool valid = id_ok(id, strlen(id));
 	uint64_t handle = valid ? route_execs_handle(r->app->execs, r->tenant->name, id) : 0;
-	req_set_target(r, id);
+	http_set_target(r, id);
 	if (handle && sbx_runner_cancel(r->app->runner, handle) == 0)
-		return reply_json(r, 202, json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));
+		return http_reply_json(r, 202, json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));
 	struct store_exec ex;
 	int rc = valid ? store_exec_get(r->app->store, r->tenant->name, id, &ex) : -ENOENT;
 	if (rc == -ENOENT)
-		return req_fail(r, rc, "no exec %s", id);
+		return http_fail(r, rc, "no exec %s", id);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot read the exec record");
+		return http_fail(r, rc, "cannot read the exec record");
 	char state[16];
 	snprintf(state, sizeof state, "%s", ex.state);
 	store_exec_clear(&ex);
-	return req_fail(r, -SBX_E_CONFLICT, "exec %s has already finished (%s)", id, state);
+	return http_fail(r, -SBX_E_CONFLICT, "exec %s has already finished (%s)", id, state);
 }
 
-int route_exec_list(struct req *r)
+int route_exec_list(struct http_req *r)
 {
-	const char *state = req_query(r, "state");
-	const char *session = req_query(r, "session");
+	const char *state = http_query(r, "state");
+	const char *session = http_query(r, "session");
 	int64_t limit;
-	int rc = req_query_int(r, "limit", 100, 1, 1000, &limit);
+	int rc = http_query_int(r, "limit", 100, 1, 1000, &limit);
 	if (rc < 0)
 		return rc;
 	static const char *const states[] = { "running", "exited", "timed_out", "cancelled", "lost" };
@@ -348,17 +348,17 @@ int route_exec_list(struct req *r)
 		for (size_t i = 0; i < 5; i++)
 			ok |= strcmp(state, states[i]) == 0;
 		if (!ok)
-			return req_fail(r, -EINVAL, "state must be running, exited, timed_out, cancelled or lost");
+			return http_fail(r, -EINVAL, "state must be running, exited, timed_out, cancelled or lost");
 	}
 	struct store_exec *v = NULL;
 	size_t n = 0;
 	rc = store_exec_list(r->app->store, r->tenant->name, state, session, session ? strlen(session) : 0,
 			     (size_t)limit, false, &v, &n);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot list execs");
+		return http_fail(r, rc, "cannot list execs");
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, exec_view(&v[i], false));
 	store_execs_free(v, n);
-	return reply_json(r, 200, json_pack("{s:o}", "execs", arr));
+	return http_reply_json(r, 200, json_pack("{s:o}", "execs", arr));
 }

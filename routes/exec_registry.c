@@ -26,7 +26,7 @@
 #include "store/store.h"
 
 struct waiter {
-	struct req *r;
+	struct http_req *r;
 	struct waiter *next;
 };
 
@@ -36,7 +36,7 @@ struct exec_job {
 	char id[72];
 	uint64_t handle;        /* the runner's */
 	int64_t watch;          /* disconnect watch of the first request */
-	struct hub_channel *chan; /* live events */
+	struct http_hub_channel *chan; /* live events */
 	int refs;               /* under registry lock */
 	bool finished;
 	struct waiter *waiters; /* under registry lock */
@@ -126,21 +126,21 @@ static void record_exit(struct app *a, struct exec_job *j)
 	if (!j->result) {
 		/* Never started: forget the row so the id can be retried. */
 		store_exec_delete(a->store, j->tenant->name, j->id);
-		metrics_exec_finished(a->metrics, "failed", 0);
-		struct wire_error w = wire_error_for(j->error);
+		http_metrics_exec_finished(a->metrics, "failed", 0);
+		struct http_wire_error w = http_wire_error(j->error);
 		json_t *err = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", w.code, "message",
 					"the command could not be started", "retry_hint",
 					w.retry_hint ? json_string(w.retry_hint) : json_null());
-		hub_channel_exit(a->hub, j->chan, NULL, err);
+		http_hub_channel_exit(a->hub, j->chan, NULL, err);
 		json_decref(err);
 	} else {
 		char *text = json_dumps(j->result, JSON_COMPACT);
 		if (store_exec_finish(a->store, j->tenant->name, j->id, j->state, j->exit_code, text,
 				      j->finished_at_ms) < 0)
-			metrics_store_error(a->metrics);
+			http_metrics_store_error(a->metrics);
 		free(text);
-		metrics_exec_finished(a->metrics, j->state, (double)j->duration_ms);
-		hub_channel_exit(a->hub, j->chan, j->result, NULL);
+		http_metrics_exec_finished(a->metrics, j->state, (double)j->duration_ms);
+		http_hub_channel_exit(a->hub, j->chan, j->result, NULL);
 	}
 	j->chan = NULL;
 	app_tenant_release_exec(a, j->tenant);
@@ -163,7 +163,7 @@ static void complete(struct exec_job *j)
 			*p = j->next;
 			break;
 		}
-	watch_remove(a->watch, j->watch);
+	http_watch_remove(a->watch, j->watch);
 	j->watch = 0;
 	while (j->waiters) {
 		struct waiter *w = j->waiters;
@@ -171,7 +171,7 @@ static void complete(struct exec_job *j)
 		struct exec_wait *ew = w->r->hstate;
 		ew->result = result ? json_incref(result) : NULL;
 		ew->error = error;
-		req_resume(w->r);
+		http_resume(w->r);
 		free(w);
 	}
 	j->result = NULL;
@@ -254,14 +254,14 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 	struct app *a = j->app;
 	switch (ev->kind) {
 	case SBX_EV_START:
-		hub_channel_started(a->hub, j->chan);
+		http_hub_channel_started(a->hub, j->chan);
 		return;
 	case SBX_EV_HEARTBEAT:
-		metrics_heartbeat(a->metrics);
-		hub_channel_heartbeat(a->hub, j->chan, heartbeat_json(j->id, ev));
+		http_metrics_heartbeat(a->metrics);
+		http_hub_channel_heartbeat(a->hub, j->chan, heartbeat_json(j->id, ev));
 		return;
 	case SBX_EV_OUTPUT:
-		hub_channel_output(a->hub, j->chan, ev->stream, ev->data, ev->len);
+		http_hub_channel_output(a->hub, j->chan, ev->stream, ev->data, ev->len);
 		return;
 	case SBX_EV_EXIT:
 		set_exit(j, ev, spawn_error);
@@ -338,18 +338,18 @@ static void on_hangup(void *ctx)
 }
 
 /* A 200 with a ShellResult (stolen). */
-static int reply_result(struct req *r, json_t *res)
+static int reply_result(struct http_req *r, json_t *res)
 {
 	r->has_exit_code = true;
 	r->exit_code = (int)json_integer_value(json_object_get(res, "exit_code"));
-	return reply_json(r, 200, res);
+	return http_reply_json(r, 200, res);
 }
 
-static int exec_resume(struct req *r)
+static int exec_resume(struct http_req *r)
 {
 	struct exec_wait *ew = r->hstate;
 	if (ew->error)
-		return req_fail(r, ew->error,
+		return http_fail(r, ew->error,
 				ew->error == -SBX_E_BACKEND ? "the isolation backend could not start the command"
 							    : "the command could not be started");
 	json_t *res = ew->result;
@@ -357,7 +357,7 @@ static int exec_resume(struct req *r)
 	return reply_result(r, res);
 }
 
-static void exec_free(struct req *r)
+static void exec_free(struct http_req *r)
 {
 	struct exec_wait *ew = r->hstate;
 	if (!ew)
@@ -381,7 +381,7 @@ static void exec_free(struct req *r)
 }
 
 /* Wait on a running job (registry lock held): suspend r until its exit. */
-static void wait_on_locked(struct req *r, struct exec_job *j)
+static void wait_on_locked(struct http_req *r, struct exec_job *j)
 {
 	struct exec_wait *ew = xcalloc(1, sizeof *ew);
 	ew->job = j;
@@ -393,7 +393,7 @@ static void wait_on_locked(struct req *r, struct exec_job *j)
 	w->r = r;
 	w->next = j->waiters;
 	j->waiters = w;
-	req_suspend(r);
+	http_suspend(r);
 }
 
 /* The data of an exec's `start` event. */
@@ -415,7 +415,7 @@ json_t *exec_start_json(const struct store_exec *ex)
 
 /* A row read as running: wait on (or subscribe to) its job. -ENOENT when
  * it finished between the two looks. */
-static int join_running(struct req *r, const char *id, bool stream)
+static int join_running(struct http_req *r, const char *id, bool stream)
 {
 	int rc = -ENOENT;
 	struct route_execs *e = r->app->execs;
@@ -428,7 +428,7 @@ static int join_running(struct req *r, const char *id, bool stream)
 		} else {
 			/* Answered, or a subscriber that could not answer
 			 * (never a second subscriber for r), or -ENOENT. */
-			rc = hub_subscribe_exec(r->app->hub, r, r->tenant->name, id, 0, false);
+			rc = http_hub_subscribe_exec(r->app->hub, r, r->tenant->name, id, 0, false);
 		}
 	}
 	pthread_mutex_unlock(&e->mu);
@@ -436,21 +436,21 @@ static int join_running(struct req *r, const char *id, bool stream)
 }
 
 /* A finished exec's row: its result again, or a conflict when it was lost. */
-static int answer_finished(struct req *r, const char *id, struct store_exec *ex, bool stream)
+static int answer_finished(struct http_req *r, const char *id, struct store_exec *ex, bool stream)
 {
 	if (strcmp(ex->state, "lost") == 0 || !ex->result) {
 		store_exec_clear(ex);
-		return req_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
+		return http_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
 	}
 	json_t *res = json_loads(ex->result, 0, NULL);
 	json_t *start = exec_start_json(ex);
 	store_exec_clear(ex);
 	if (!res) {
 		json_decref(start);
-		return req_fail(r, -SBX_E_STORE, "the stored result is unreadable");
+		return http_fail(r, -SBX_E_STORE, "the stored result is unreadable");
 	}
 	if (stream) {
-		hub_reply_ended(r->app->hub, r, start, res);
+		http_hub_reply_ended(r->app->hub, r, start, res);
 		json_decref(start);
 		json_decref(res);
 		return 0;
@@ -462,17 +462,17 @@ static int answer_finished(struct req *r, const char *id, struct store_exec *ex,
 /* The same id again: the same request waits for or reads that exec; a
  * different one is a conflict. -ENOENT: no such exec (any more: a failed
  * start), the caller may start it. */
-static int answer_existing(struct req *r, const char *id, const char *hash, bool stream)
+static int answer_existing(struct http_req *r, const char *id, const char *hash, bool stream)
 {
 	struct store_exec ex;
 	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
 	if (rc == -ENOENT)
 		return rc; /* gone meanwhile (a failed start): the caller retries */
 	if (rc < 0)
-		return req_fail(r, rc, "cannot read the exec record");
+		return http_fail(r, rc, "cannot read the exec record");
 	if (strcmp(ex.request_hash, hash) != 0) {
 		store_exec_clear(&ex);
-		return req_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
+		return http_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
 	}
 	if (strcmp(ex.state, "running") == 0) {
 		store_exec_clear(&ex);
@@ -483,7 +483,7 @@ static int answer_existing(struct req *r, const char *id, const char *hash, bool
 		if ((rc = store_exec_get(r->app->store, r->tenant->name, id, &ex)) == -ENOENT)
 			return rc;
 		if (rc < 0)
-			return req_fail(r, rc, "cannot read the exec record");
+			return http_fail(r, rc, "cannot read the exec record");
 	}
 	return answer_finished(r, id, &ex, stream);
 }
@@ -496,7 +496,7 @@ static int answer_existing(struct req *r, const char *id, const char *hash, bool
  * registry lock: a concurrent request with the same id that reads the row
  * as running always finds the job to wait on (never a "running" row
  * without a job, which looks like one lost in a restart). */
-static int begin_locked(struct req *r, struct store_exec *row, bool id_given, bool stream)
+static int begin_locked(struct http_req *r, struct store_exec *row, bool id_given, bool stream)
 {
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
@@ -506,7 +506,7 @@ static int begin_locked(struct req *r, struct store_exec *row, bool id_given, bo
 			return rc; /* answered (or waiting) from the earlier exec */
 		if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
 			r->retry_after_s = 1;
-			return req_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
+			return http_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
 					(long long)a->cfg->tenant_max_execs);
 		}
 		row->started_at = now_ms();
@@ -519,16 +519,16 @@ static int begin_locked(struct req *r, struct store_exec *row, bool id_given, bo
 		if (rc == -EEXIST && id_given && attempt < 3)
 			continue; /* a concurrent request started it: answer from that exec */
 		if (rc == -EEXIST && id_given)
-			return req_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", row->id);
+			return http_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", row->id);
 		if (rc == -EEXIST)
-			return req_fail(r, -SBX_E_CONFLICT, "generated exec id collided; retry");
+			return http_fail(r, -SBX_E_CONFLICT, "generated exec id collided; retry");
 		r->retry_after_s = 1;
-		return req_fail(r, -SBX_E_STORE, "cannot record the start of the command; it was not run");
+		return http_fail(r, -SBX_E_STORE, "cannot record the start of the command; it was not run");
 	}
 }
 
 /* A new job for the recorded row, with its tenant reference and channel. */
-static struct exec_job *job_new(struct req *r, const struct store_exec *row)
+static struct exec_job *job_new(struct http_req *r, const struct store_exec *row)
 {
 	struct app *a = r->app;
 	struct exec_job *j = xcalloc(1, sizeof *j);
@@ -540,26 +540,26 @@ static struct exec_job *job_new(struct req *r, const struct store_exec *row)
 		r->tenant = NULL;
 	}
 	j->refs = 1; /* the runner's */
-	j->chan = hub_channel_open(a->hub, j->tenant->name, j->id,
+	j->chan = http_hub_channel_open(a->hub, j->tenant->name, j->id,
 				   start_json(j->id, row->command, row->session, row->session_len, row->cwd,
 					      row->started_at));
 	return j;
 }
 
 /* Cancel the job when the client of r hangs up. */
-static void watch_hangup(struct req *r, struct exec_job *j)
+static void watch_hangup(struct http_req *r, struct exec_job *j)
 {
 	int fd = -1;
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (ci)
 		fd = ci->connect_fd;
 	if (fd >= 0) {
-		int64_t w = watch_add(r->app->watch, fd, on_hangup, j);
+		int64_t w = http_watch_add(r->app->watch, fd, on_hangup, j);
 		j->watch = w > 0 ? w : 0;
 	}
 }
 
-int route_execs_start(struct req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given, bool stream)
+int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given, bool stream)
 {
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
@@ -580,14 +580,14 @@ int route_execs_start(struct req *r, struct store_exec *row, struct sbx_exec_req
 	e->jobs = j;
 	/* Wait (or subscribe) before the runner can possibly answer. */
 	if (stream)
-		hub_subscribe_exec(a->hub, r, j->tenant->name, j->id, 0, true);
+		http_hub_subscribe_exec(a->hub, r, j->tenant->name, j->id, 0, true);
 	else
 		wait_on_locked(r, j);
 	rc = sbx_runner_submit(a->runner, run, on_event, j, &j->handle);
 	if (rc == 0) {
-		metrics_exec_started(a->metrics);
+		http_metrics_exec_started(a->metrics);
 		if (stream)
-			hub_set_cancel(a->hub, r, j->handle);
+			http_hub_set_cancel(a->hub, r, j->handle);
 		else
 			watch_hangup(r, j);
 	}

@@ -33,7 +33,7 @@ static json_t *wire_path_json(const char *rel)
 
 /* A refused path is audited as it was asked for (bounded, NUL spelled
  * "\\0", valid UTF-8): an escape attempt must say what it tried. */
-static void set_raw_target(struct req *r, const char *wire, size_t len)
+static void set_raw_target(struct http_req *r, const char *wire, size_t len)
 {
 	struct buf b;
 	buf_init(&b, 2 * RAW_TARGET_MAX + 8);
@@ -48,7 +48,7 @@ static void set_raw_target(struct req *r, const char *wire, size_t len)
 	r->target = s;
 }
 
-int route_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz)
+int route_path(struct http_req *r, const char *wire, size_t len, char *out, size_t outsz)
 {
 	int rc = route_session(r);
 	if (rc < 0)
@@ -57,60 +57,60 @@ int route_path(struct req *r, const char *wire, size_t len, char *out, size_t ou
 	if (rc < 0)
 		set_raw_target(r, wire, len);
 	if (rc == -EXDEV)
-		return req_fail(r, rc, "path leaves the workspace");
+		return http_fail(r, rc, "path leaves the workspace");
 	if (rc < 0)
-		return req_fail(r, rc, "bad path: empty, NUL byte, or a component or the whole too long");
+		return http_fail(r, rc, "bad path: empty, NUL byte, or a component or the whole too long");
 	char wirebuf[SBX_PATH_MAX + 16];
 	sbx_path_wire(out, wirebuf, sizeof wirebuf);
-	req_set_target(r, wirebuf);
+	http_set_target(r, wirebuf);
 	return 0;
 }
 
-int route_query_path(struct req *r, char *rel, size_t relsz)
+int route_query_path(struct http_req *r, char *rel, size_t relsz)
 {
 	size_t n = 0;
-	const char *p = req_query_n(r, "path", &n);
+	const char *p = http_query_n(r, "path", &n);
 	if (!p)
-		return req_fail(r, -EINVAL, "query parameter path is required");
+		return http_fail(r, -EINVAL, "query parameter path is required");
 	return route_path(r, p, n, rel, relsz);
 }
 
-int route_fail_path(struct req *r, int rc, const char *what, const char *rel)
+int route_fail_path(struct http_req *r, int rc, const char *what, const char *rel)
 {
 	char wire[SBX_PATH_MAX + 16];
 
 	sbx_path_wire(rel, wire, sizeof wire);
 	switch (rc) {
-	case -ENOENT: return req_fail(r, rc, "no such file or directory: %s", wire);
-	case -SBX_E_PARENT_MISSING: return req_fail(r, rc, "parent directory missing: %s", wire);
-	case -EXDEV: return req_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
-	case -EISDIR: return req_fail(r, rc, "is a directory: %s", wire);
-	case -ENOTDIR: return req_fail(r, rc, "not a directory (or a parent is not): %s", wire);
-	case -EEXIST: return req_fail(r, rc, "already exists: %s", wire);
-	case -ENOTEMPTY: return req_fail(r, rc, "directory not empty: %s (use recursive)", wire);
-	case -SBX_E_SPECIAL: return req_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -SBX_E_ROOT: return req_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
-	case -EINVAL: return req_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
-	case -ELOOP: return req_fail(r, rc, "too many levels of symbolic links: %s", wire);
-	case -EFBIG: return req_fail(r, rc, "file too large for %s", wire);
+	case -ENOENT: return http_fail(r, rc, "no such file or directory: %s", wire);
+	case -SBX_E_PARENT_MISSING: return http_fail(r, rc, "parent directory missing: %s", wire);
+	case -EXDEV: return http_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
+	case -EISDIR: return http_fail(r, rc, "is a directory: %s", wire);
+	case -ENOTDIR: return http_fail(r, rc, "not a directory (or a parent is not): %s", wire);
+	case -EEXIST: return http_fail(r, rc, "already exists: %s", wire);
+	case -ENOTEMPTY: return http_fail(r, rc, "directory not empty: %s (use recursive)", wire);
+	case -SBX_E_SPECIAL: return http_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
+	case -SBX_E_ROOT: return http_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
+	case -EINVAL: return http_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
+	case -ELOOP: return http_fail(r, rc, "too many levels of symbolic links: %s", wire);
+	case -EFBIG: return http_fail(r, rc, "file too large for %s", wire);
 	case -ENOSPC:
-	case -EDQUOT: return req_fail(r, rc, "no space left for %s", wire);
-	default: return req_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
+	case -EDQUOT: return http_fail(r, rc, "no space left for %s", wire);
+	default: return http_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
 	}
 }
 
 /* Read a regular file whole, bounded by max_buffered_bytes. */
-static int read_whole(struct req *r, const char *rel, char **data, size_t *len)
+static int read_whole(struct http_req *r, const char *rel, char **data, size_t *len)
 {
 	size_t max = (size_t)r->app->cfg->max_buffered_bytes;
 	uint64_t size = 0;
 	int rc = sbx_fs_read_all(r->tenant->ws, rel, max, data, len, &size);
 	if (rc == -EFBIG)
-		return req_fail(r, rc, "file is %" PRIu64 " bytes or more, over the buffered limit of %zu", size, max);
+		return http_fail(r, rc, "file is %" PRIu64 " bytes or more, over the buffered limit of %zu", size, max);
 	return rc < 0 ? route_fail_path(r, rc, "read", rel) : 0;
 }
 
-int route_fs_read(struct req *r)
+int route_fs_read(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	char *data = NULL;
@@ -122,12 +122,12 @@ int route_fs_read(struct req *r)
 		return rc;
 	if (!utf8_valid(data, len)) {
 		free(data);
-		return req_fail(r, -SBX_E_NOT_TEXT, "the file is not UTF-8 text");
+		return http_fail(r, -SBX_E_NOT_TEXT, "the file is not UTF-8 text");
 	}
 	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
 	r->bytes_out += (int64_t)len;
-	return reply_response(r, 200, resp);
+	return http_reply_response(r, 200, resp);
 }
 
 int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
@@ -182,16 +182,16 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
 /* Answer with the bytes of an open file (whole, or the request's Range),
  * straight from the fd: the kernel copies, nothing is buffered here. Takes
  * fd. limit: the largest body allowed (0: none). */
-int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit)
+int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
 {
-	const char *range = req_header(r, "Range");
+	const char *range = http_header(r, "Range");
 	uint64_t start = 0, end = size ? size - 1 : 0;
 	int status = 200;
 	if (range) {
 		int rc = route_fs_parse_range(range, size, &start, &end);
 		if (rc == -ERANGE) {
 			close(fd);
-			return req_fail_range(r, size);
+			return http_fail_range(r, size);
 		}
 		if (rc == 0)
 			status = 206;
@@ -200,7 +200,7 @@ int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit)
 	uint64_t len = size ? end - start + 1 : 0;
 	if (limit && len > limit) {
 		close(fd);
-		return req_fail(r, -EFBIG, "%" PRIu64 " bytes is over the buffered limit of %" PRIu64, len, limit);
+		return http_fail(r, -EFBIG, "%" PRIu64 " bytes is over the buffered limit of %" PRIu64, len, limit);
 	}
 	struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
 	if (!resp) {
@@ -215,10 +215,10 @@ int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit)
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
 	r->bytes_out += (int64_t)len;
-	return reply_response(r, status, resp);
+	return http_reply_response(r, status, resp);
 }
 
-int route_fs_read_buffer(struct req *r)
+int route_fs_read_buffer(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
@@ -231,7 +231,7 @@ int route_fs_read_buffer(struct req *r)
 	return route_fs_reply_fd(r, fd, size, (uint64_t)r->app->cfg->max_buffered_bytes);
 }
 
-int route_fs_write(struct req *r)
+int route_fs_write(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
@@ -240,7 +240,7 @@ int route_fs_write(struct req *r)
 	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
 	if (rc < 0)
 		return route_fail_path(r, rc, "write", rel);
-	return reply_json(r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
+	return http_reply_json(r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
 }
 
 static void put_mtime(json_t *o, const struct timespec *ts)
@@ -250,7 +250,7 @@ static void put_mtime(json_t *o, const struct timespec *ts)
 	json_object_set_new(o, "mtime", json_string(t));
 }
 
-int route_fs_stat(struct req *r)
+int route_fs_stat(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
@@ -270,10 +270,10 @@ int route_fs_stat(struct req *r)
 		put_mtime(o, &st.mtime);
 		json_object_set_new(o, "mode", json_string(mode));
 	}
-	return reply_json(r, 200, o);
+	return http_reply_json(r, 200, o);
 }
 
-int route_fs_readdir(struct req *r)
+int route_fs_readdir(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
@@ -283,7 +283,7 @@ int route_fs_readdir(struct req *r)
 	size_t n = 0;
 	if ((rc = sbx_fs_readdir(r->tenant->ws, rel, &d, &n)) < 0)
 		return route_fail_path(r, rc, "list", rel);
-	bool detail = req_query_bool(r, "detail");
+	bool detail = http_query_bool(r, "detail");
 	json_t *entries = json_array();
 	for (size_t i = 0; i < n; i++) {
 		size_t len = 0;
@@ -299,10 +299,10 @@ int route_fs_readdir(struct req *r)
 		free(name);
 	}
 	sbx_dirents_free(d, n);
-	return reply_json(r, 200, json_pack("{s:o}", "entries", entries));
+	return http_reply_json(r, 200, json_pack("{s:o}", "entries", entries));
 }
 
-int route_fs_exists(struct req *r)
+int route_fs_exists(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
@@ -311,25 +311,25 @@ int route_fs_exists(struct req *r)
 	bool exists = false;
 	if ((rc = sbx_fs_exists(r->tenant->ws, rel, &exists)) < 0)
 		return route_fail_path(r, rc, "look up", rel);
-	return reply_json(r, 200, json_pack("{s:b}", "exists", exists));
+	return http_reply_json(r, 200, json_pack("{s:b}", "exists", exists));
 }
 
 /* The "path" field of a JSON body, resolved. */
-static int body_path(struct req *r, const char *p, size_t len, char *rel, size_t relsz)
+static int body_path(struct http_req *r, const char *p, size_t len, char *rel, size_t relsz)
 {
 	return route_path(r, p, len, rel, relsz);
 }
 
-int route_fs_mkdir(struct req *r)
+int route_fs_mkdir(struct http_req *r)
 {
 	const char *path = NULL;
 	size_t plen = 0;
 	bool recursive = false;
-	const struct field f[] = {
+	const struct http_field f[] = {
 		{ "path", F_STRING, true, &path, &plen, 0, 0, NULL },
 		{ "recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL },
 	};
-	int rc = fields_read(r, r->json, f, 2);
+	int rc = http_fields_read(r, r->json, f, 2);
 	if (rc < 0)
 		return rc;
 	char rel[SBX_PATH_MAX];
@@ -337,20 +337,20 @@ int route_fs_mkdir(struct req *r)
 		return rc;
 	if ((rc = sbx_fs_mkdir(r->tenant->ws, rel, recursive)) < 0)
 		return route_fail_path(r, rc, "create", rel);
-	return reply_json(r, 201, json_pack("{s:o}", "path", wire_path_json(rel)));
+	return http_reply_json(r, 201, json_pack("{s:o}", "path", wire_path_json(rel)));
 }
 
-int route_fs_rm(struct req *r)
+int route_fs_rm(struct http_req *r)
 {
 	const char *path = NULL;
 	size_t plen = 0;
 	bool recursive = false, force = false;
-	const struct field f[] = {
+	const struct http_field f[] = {
 		{ "path", F_STRING, true, &path, &plen, 0, 0, NULL },
 		{ "recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL },
 		{ "force", F_BOOL, false, &force, NULL, 0, 0, NULL },
 	};
-	int rc = fields_read(r, r->json, f, 3);
+	int rc = http_fields_read(r, r->json, f, 3);
 	if (rc < 0)
 		return rc;
 	char rel[SBX_PATH_MAX];
@@ -359,20 +359,20 @@ int route_fs_rm(struct req *r)
 	bool removed = false;
 	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
 		return route_fail_path(r, rc, "remove", rel);
-	return reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
+	return http_reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
 }
 
-int route_fs_move(struct req *r)
+int route_fs_move(struct http_req *r)
 {
 	const char *from = NULL, *to = NULL;
 	size_t flen = 0, tlen = 0;
 	bool overwrite = false;
-	const struct field f[] = {
+	const struct http_field f[] = {
 		{ "from", F_STRING, true, &from, &flen, 0, 0, NULL },
 		{ "to", F_STRING, true, &to, &tlen, 0, 0, NULL },
 		{ "overwrite", F_BOOL, false, &overwrite, NULL, 0, 0, NULL },
 	};
-	int rc = fields_read(r, r->json, f, 3);
+	int rc = http_fields_read(r, r->json, f, 3);
 	if (rc < 0)
 		return rc;
 	char rfrom[SBX_PATH_MAX], rto[SBX_PATH_MAX];
@@ -384,8 +384,8 @@ int route_fs_move(struct req *r)
 	sbx_path_wire(rfrom, wf, sizeof wf);
 	sbx_path_wire(rto, wt, sizeof wt);
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
-	req_set_target(r, target);
+	http_set_target(r, target);
 	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
 		return route_fail_path(r, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
-	return reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
+	return http_reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
 }

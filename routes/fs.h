@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct req;
+struct http_req;
 
 /* Parse a single "bytes=a-b" / "bytes=a-" / "bytes=-n" range against size
  * into an inclusive [start, end]. -EINVAL malformed (ignored by callers,
@@ -13,16 +13,16 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
 /* Answer 200/206 with the bytes of fd (whole, or the request's Range)
  * straight from the file; takes fd. limit: largest body allowed (0: none),
  * over it 413. */
-int route_fs_reply_fd(struct req *r, int fd, uint64_t size, uint64_t limit);
+int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit);
 
 /* Normalise a wire path against the request's session (created on first
  * use) into a workspace-relative path in out; the audit target is set
- * (as asked for when refused). 0, or -EINVAL / -EXDEV with req_fail. */
-int route_path(struct req *r, const char *wire, size_t len, char *out, size_t outsz);
+ * (as asked for when refused). 0, or -EINVAL / -EXDEV with http_fail. */
+int route_path(struct http_req *r, const char *wire, size_t len, char *out, size_t outsz);
 /* The ?path= parameter (a decoded %00 stays in it and is refused),
  * resolved like route_path. */
-int route_query_path(struct req *r, char *rel, size_t relsz);
-/* req_fail for a file operation's error: the one errno -> message table of
+int route_query_path(struct http_req *r, char *rel, size_t relsz);
+/* http_fail for a file operation's error: the one errno -> message table of
  * the file and transfer routes ("no such file or directory: /workspace/x").
  * what: the verb ("read", "write", ...); rel: the workspace-relative path. */
-int route_fail_path(struct req *r, int rc, const char *what, const char *rel);
+int route_fail_path(struct http_req *r, int rc, const char *what, const char *rel);

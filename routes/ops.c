@@ -12,14 +12,14 @@
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
-int route_healthz(struct req *r)
+int route_healthz(struct http_req *r)
 {
-	return reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+	return http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
 #define RUNNER_STALL_MS 5000
 
-int route_readyz(struct req *r)
+int route_readyz(struct http_req *r)
 {
 	struct app *a = r->app;
 	char backend_msg[256] = "no backend";
@@ -52,14 +52,14 @@ int route_readyz(struct req *r)
 	}
 	if (a->stopping)
 		json_object_set_new(body, "stopping", json_true());
-	return reply_json(r, ready ? 200 : 503, body);
+	return http_reply_json(r, ready ? 200 : 503, body);
 }
 
-int route_metrics(struct req *r)
+int route_metrics(struct http_req *r)
 {
 	struct buf out;
 	buf_init(&out, 16u << 20);
-	metrics_render(r->app->metrics, &out, store_audit_failures(r->app->store),
+	http_metrics_render(r->app->metrics, &out, store_audit_failures(r->app->store),
 		       r->app->runner ? sbx_runner_active(r->app->runner) : 0);
 	buf_appendf(&out,
 		    "# HELP sandboxd_exec_refused_limits_total Commands not run because their limits "
@@ -71,15 +71,15 @@ int route_metrics(struct req *r)
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
 	r->bytes_out += (int64_t)n;
-	return reply_response(r, 200, resp);
+	return http_reply_response(r, 200, resp);
 }
 
-int route_openapi(struct req *r)
+int route_openapi(struct http_req *r)
 {
-	return reply_static(r, 200, "application/yaml", embedded_openapi.data, embedded_openapi.len);
+	return http_reply_static(r, 200, "application/yaml", embedded_openapi.data, embedded_openapi.len);
 }
 
-int route_dashboard(struct req *r)
+int route_dashboard(struct http_req *r)
 {
-	return reply_static(r, 200, "text/html; charset=utf-8", embedded_dashboard.data, embedded_dashboard.len);
+	return http_reply_static(r, 200, "text/html; charset=utf-8", embedded_dashboard.data, embedded_dashboard.len);
 }

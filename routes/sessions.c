@@ -24,7 +24,7 @@ static void segment_fn(const char *key, size_t len, unsigned salt, char *out)
 	sbx_session_segment(key, len, salt, out);
 }
 
-int route_session(struct req *r)
+int route_session(struct http_req *r)
 {
 	if (r->session_rel)
 		return 0;
@@ -33,10 +33,10 @@ int route_session(struct req *r)
 	int rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key, r->session_key_len,
 					     segment_fn, now_ms(), segment, &created);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot record the session");
+		return http_fail(r, rc, "cannot record the session");
 	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot create the session directory: %s", sbx_strerror(rc));
+		return http_fail(r, rc, "cannot create the session directory: %s", sbx_strerror(rc));
 	r->session_rel = xasprintf("sessions/%s", segment);
 	return 0;
 }
@@ -62,50 +62,50 @@ static json_t *session_json(const struct store_session *s)
 			 "created_at", created, "last_used_at", used);
 }
 
-int route_sessions_list(struct req *r)
+int route_sessions_list(struct http_req *r)
 {
 	int64_t limit = 0;
-	int rc = req_query_int(r, "limit", SESSIONS_LIMIT_DEFAULT, 1, SESSIONS_LIMIT_MAX, &limit);
+	int rc = http_query_int(r, "limit", SESSIONS_LIMIT_DEFAULT, 1, SESSIONS_LIMIT_MAX, &limit);
 	if (rc < 0)
 		return rc;
 	struct store_session *v = NULL;
 	size_t n = 0;
 	rc = store_session_list(r->app->store, r->tenant->name, (size_t)limit, &v, &n);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot read the sessions");
+		return http_fail(r, rc, "cannot read the sessions");
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, session_json(&v[i]));
 	store_sessions_free(v, n);
-	return reply_json(r, 200, json_pack("{s:o}", "sessions", arr));
+	return http_reply_json(r, 200, json_pack("{s:o}", "sessions", arr));
 }
 
-int route_session_delete(struct req *r)
+int route_session_delete(struct http_req *r)
 {
 	char segment[64];
 	int rc =
 	    store_session_find(r->app->store, r->tenant->name, r->session_key, r->session_key_len, segment);
 	if (rc == -ENOENT)
-		return req_fail(r, rc, "no such session");
+		return http_fail(r, rc, "no such session");
 	if (rc < 0)
-		return req_fail(r, rc, "cannot read the session");
+		return http_fail(r, rc, "cannot read the session");
 	char rel[sizeof "sessions/" + SBX_SEGMENT_MAX], dir[sizeof rel + 16];
 	snprintf(rel, sizeof rel, "sessions/%s", segment);
 	sbx_path_wire(rel, dir, sizeof dir);
-	req_set_target(r, dir);
+	http_set_target(r, dir);
 	/* The directory first: should its removal fail, the record stays and
 	 * the client can retry; the other way round would orphan it. */
 	rc = sbx_session_dir_remove(r->tenant->ws, segment);
 	if (rc < 0)
-		return req_fail(r, rc, "cannot remove the session directory %s: %s", dir,
+		return http_fail(r, rc, "cannot remove the session directory %s: %s", dir,
 				sbx_strerror(rc));
 	rc = store_session_delete(r->app->store, r->tenant->name, r->session_key, r->session_key_len, NULL);
 	if (rc < 0 && rc != -ENOENT) /* ENOENT: a concurrent delete won; the session is gone all the same */
-		return req_fail(r, rc, "cannot delete the session record");
+		return http_fail(r, rc, "cannot delete the session record");
 	/* A request of the session that ran meanwhile may have made the
 	 * directory again under the memo; forget it once more. */
 	sbx_session_dir_forget(r->tenant->ws, segment);
-	return reply_json(
+	return http_reply_json(
 	    r, 200,
 	    json_pack("{s:o, s:b}", "key", key_json(r->session_key, r->session_key_len), "removed", 1));
 }

@@ -11,7 +11,7 @@
 #define AUDIT AUTH_SCOPE_AUDIT_READ
 #define ADMIN AUTH_SCOPE_ADMIN
 
-const struct route route_table[] = {
+const struct http_route route_table[] = {
 	/* ops.c */
 	{ .method = "GET", .pattern = "/healthz", .flags = RF_PUBLIC | RF_PROBE, .handler = route_healthz },
 	{ .method = "GET", .pattern = "/readyz", .flags = RF_PUBLIC | RF_PROBE, .handler = route_readyz },

@@ -103,17 +103,17 @@ static void hex(const unsigned char *p, size_t n, char *out)
 /* ---- shared ---- */
 
 
-static int token_refused(struct req *r, int rc)
+static int token_refused(struct http_req *r, int rc)
 {
 	switch (rc) {
 	case -ENOENT:
-		return req_fail(r, rc, "unknown transfer token");
+		return http_fail(r, rc, "unknown transfer token");
 	case -SBX_E_TOKEN_USED:
-		return req_fail(r, rc, "this transfer token has been used");
+		return http_fail(r, rc, "this transfer token has been used");
 	case -SBX_E_TOKEN_EXPIRED:
-		return req_fail(r, rc, "this transfer token has expired");
+		return http_fail(r, rc, "this transfer token has expired");
 	default:
-		return req_fail(r, rc, "cannot read the transfer record");
+		return http_fail(r, rc, "cannot read the transfer record");
 	}
 }
 
@@ -124,7 +124,7 @@ struct xfer {
 	bool finished; /* the store row has its final state */
 };
 
-static void xfer_finish(struct req *r, struct xfer *x, bool ok, int64_t bytes, const char *sha256,
+static void xfer_finish(struct http_req *r, struct xfer *x, bool ok, int64_t bytes, const char *sha256,
 			const char *why)
 {
 	if (x->finished)
@@ -132,21 +132,21 @@ static void xfer_finish(struct req *r, struct xfer *x, bool ok, int64_t bytes, c
 	x->finished = true;
 	if (store_transfer_finish(r->app->store, x->hash, ok ? "done" : "failed", bytes, sha256, why,
 				  now_ms()) < 0)
-		metrics_store_error(r->app->metrics);
+		http_metrics_store_error(r->app->metrics);
 }
 
-static void xfer_release(struct req *r, struct xfer *x)
+static void xfer_release(struct http_req *r, struct xfer *x)
 {
 	if (x->slot && r->tenant)
 		app_tenant_release_transfer(r->app, r->tenant);
 	x->slot = false;
 }
 
-static int acquire_slot(struct req *r, struct xfer *x)
+static int acquire_slot(struct http_req *r, struct xfer *x)
 {
 	if (app_tenant_acquire_transfer(r->app, r->tenant) < 0) {
 		r->retry_after_s = RETRY_AFTER_BUSY_S;
-		return req_fail(r, -SBX_E_TOO_MANY, "tenant %s has %lld transfers running, its limit",
+		return http_fail(r, -SBX_E_TOO_MANY, "tenant %s has %lld transfers running, its limit",
 				r->tenant->name, (long long)r->app->cfg->tenant_max_transfers);
 	}
 	x->slot = true;
@@ -156,14 +156,14 @@ static int acquire_slot(struct req *r, struct xfer *x)
 /* Spend the token: an existing one (have_hash), or, for the bearer
  * shortcuts, a fresh one minted and claimed at once so the store holds the
  * same row as for a minted token. */
-static int claim(struct req *r, struct xfer *x, bool have_hash, const char *rel, const char *direction)
+static int claim(struct http_req *r, struct xfer *x, bool have_hash, const char *rel, const char *direction)
 {
 	int64_t now = now_ms();
 	int rc;
 	if (!have_hash) {
 		char tok[TOKEN_CHARS + 1];
 		if ((rc = token_new(tok, x->hash)) < 0)
-			return req_fail(r, rc, "no randomness for a transfer token");
+			return http_fail(r, rc, "no randomness for a transfer token");
 		struct store_transfer t = {.session = r->session_key,
 					   .session_len = r->session_key_len,
 					   .path = (char *)rel,
@@ -173,7 +173,7 @@ static int claim(struct req *r, struct xfer *x, bool have_hash, const char *rel,
 		snprintf(t.tenant, sizeof t.tenant, "%s", r->tenant->name);
 		snprintf(t.direction, sizeof t.direction, "%s", direction);
 		if ((rc = store_transfer_mint(r->app->store, &t)) < 0)
-			return req_fail(r, rc, "cannot record the transfer");
+			return http_fail(r, rc, "cannot record the transfer");
 	}
 	rc = store_transfer_claim(r->app->store, x->hash, now, NULL);
 	return rc < 0 ? token_refused(r, rc) : 0;
@@ -182,11 +182,11 @@ static int claim(struct req *r, struct xfer *x, bool have_hash, const char *rel,
 /* /fs/stream/{token}: look the token up without spending it, and take on
  * its tenant (workspace, audit row) and session (audit row). The request
  * stays unauthenticated: nothing else is granted by this. */
-static int token_open(struct req *r, const char *direction, struct store_transfer *t, struct xfer *x)
+static int token_open(struct http_req *r, const char *direction, struct store_transfer *t, struct xfer *x)
 {
 	const char *tok = r->params[0];
 	if (!token_well_formed(tok))
-		return req_fail(r, -ENOENT, "unknown transfer token");
+		return http_fail(r, -ENOENT, "unknown transfer token");
 	token_hash(tok, x->hash);
 	int rc = store_transfer_get(r->app->store, x->hash, t);
 	if (rc < 0)
@@ -201,10 +201,10 @@ static int token_open(struct req *r, const char *direction, struct store_transfe
 	r->session_key_len = t->session_len;
 	char wire[SBX_PATH_MAX + 16];
 	sbx_path_wire(t->path, wire, sizeof wire);
-	req_set_target(r, wire);
+	http_set_target(r, wire);
 
 	if (strcmp(t->direction, direction) != 0)
-		return req_fail(r, -SBX_E_CONFLICT, "this token is for %s: use %s /fs/stream/{token}",
+		return http_fail(r, -SBX_E_CONFLICT, "this token is for %s: use %s /fs/stream/{token}",
 				strcmp(t->direction, "write") == 0 ? "uploads" : "downloads",
 				strcmp(t->direction, "write") == 0 ? "PUT" : "GET");
 	if (strcmp(t->state, "minted") != 0 || t->expires_at <= now_ms()) {
@@ -218,13 +218,13 @@ static int token_open(struct req *r, const char *direction, struct store_transfe
 	}
 	rc = app_tenant_get(r->app, t->tenant, &r->tenant);
 	if (rc < 0)
-		return rc == -ENOENT ? req_fail(r, rc, "unknown transfer token")
-				     : req_fail(r, rc, "cannot load the tenant");
+		return rc == -ENOENT ? http_fail(r, rc, "unknown transfer token")
+				     : http_fail(r, rc, "cannot load the tenant");
 	return 0;
 }
 
 /* Why a transfer's connection ended before its end. */
-static const char *closed_why(const struct req *r)
+static const char *closed_why(const struct http_req *r)
 {
 	return r->app->stopping ? "the server stopped" : "the client left";
 }
@@ -277,7 +277,7 @@ static void dl_resp_free(void *cls)
 	dl_unref(cls);
 }
 
-static void dl_req_free(struct req *r)
+static void dl_req_free(struct http_req *r)
 {
 	struct dl *d = r->hstate;
 	r->hstate = NULL;
@@ -292,7 +292,7 @@ static void dl_req_free(struct req *r)
 	xfer_finish(r, &d->x, ok, (int64_t)d->sent, NULL, ok ? NULL : why);
 	xfer_release(r, &d->x);
 	r->bytes_out = (int64_t)d->sent;
-	metrics_bytes_streamed(r->app->metrics, 0, (int64_t)d->sent);
+	http_metrics_bytes_streamed(r->app->metrics, 0, (int64_t)d->sent);
 	dl_unref(d);
 }
 
@@ -309,7 +309,7 @@ static void dl_headers(struct MHD_Response *resp, int status, uint64_t start, ui
 
 /* Answer a download of rel: x->hash names a minted token when have_hash,
  * else one is minted. HEAD answers the headers and spends nothing. */
-static int download(struct req *r, const char *rel, struct xfer *x, bool have_hash)
+static int download(struct http_req *r, const char *rel, struct xfer *x, bool have_hash)
 {
 	int fd = -1;
 	uint64_t size = 0;
@@ -319,12 +319,12 @@ static int download(struct req *r, const char *rel, struct xfer *x, bool have_ha
 
 	uint64_t start = 0, end = size ? size - 1 : 0;
 	int status = 200;
-	const char *range = req_header(r, "Range");
+	const char *range = http_header(r, "Range");
 	if (range) {
 		rc = route_fs_parse_range(range, size, &start, &end);
 		if (rc == -ERANGE) {
 			close(fd);
-			return req_fail_range(r, size);
+			return http_fail_range(r, size);
 		}
 		if (rc == 0)
 			status = 206;
@@ -338,10 +338,10 @@ static int download(struct req *r, const char *rel, struct xfer *x, bool have_ha
 		struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
 		if (!resp) {
 			close(fd);
-			return req_fail(r, -ENOMEM, "cannot build the response");
+			return http_fail(r, -ENOMEM, "cannot build the response");
 		}
 		dl_headers(resp, status, start, end, size);
-		return reply_response(r, status, resp);
+		return http_reply_response(r, status, resp);
 	}
 
 	if ((rc = acquire_slot(r, x)) < 0 || (rc = claim(r, x, have_hash, rel, "read")) < 0) {
@@ -361,15 +361,15 @@ static int download(struct req *r, const char *rel, struct xfer *x, bool have_ha
 	    MHD_create_response_from_callback(len, DL_BLOCK, dl_read, d, dl_resp_free);
 	if (!resp) {
 		d->err = ENOMEM;
-		return req_fail(r, -ENOMEM, "cannot build the response");
+		return http_fail(r, -ENOMEM, "cannot build the response");
 	}
 	__atomic_add_fetch(&d->refs, 1, __ATOMIC_ACQ_REL);
 	dl_headers(resp, status, start, end, size);
-	return reply_response(r, status, resp);
+	return http_reply_response(r, status, resp);
 }
 
 /* GET /fs/stream/{token} */
-int route_transfer_get(struct req *r)
+int route_transfer_get(struct http_req *r)
 {
 	struct store_transfer t = {0};
 	struct xfer x = {0};
@@ -381,7 +381,7 @@ int route_transfer_get(struct req *r)
 }
 
 /* GET /fs/read_stream?path=P */
-int route_fs_read_stream(struct req *r)
+int route_fs_read_stream(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
@@ -402,13 +402,13 @@ struct ul {
 	struct xfer x;
 };
 
-static void ul_fail(struct req *r, struct ul *u)
+static void ul_fail(struct http_req *r, struct ul *u)
 {
 	sbx_upload_abort(&u->up);
 	xfer_finish(r, &u->x, false, (int64_t)u->n, NULL, u->why);
 }
 
-static int ul_write(struct req *r, const char *data, size_t len)
+static int ul_write(struct http_req *r, const char *data, size_t len)
 {
 	struct ul *u = r->hstate;
 	if (!u->up)
@@ -416,7 +416,7 @@ static int ul_write(struct req *r, const char *data, size_t len)
 	if (len > u->max - u->n) {
 		snprintf(u->why, sizeof u->why, "body over max_upload_bytes (%" PRIu64 ")", u->max);
 		ul_fail(r, u);
-		return req_fail(r, -EFBIG, "the body is over the upload limit of %" PRIu64 " bytes", u->max);
+		return http_fail(r, -EFBIG, "the body is over the upload limit of %" PRIu64 " bytes", u->max);
 	}
 	int rc = sbx_upload_write(u->up, data, len);
 	if (rc < 0) {
@@ -430,7 +430,7 @@ static int ul_write(struct req *r, const char *data, size_t len)
 	return 0;
 }
 
-static void ul_free(struct req *r)
+static void ul_free(struct http_req *r)
 {
 	struct ul *u = r->hstate;
 	r->hstate = NULL;
@@ -442,7 +442,7 @@ static void ul_free(struct req *r)
 	/* A refusal between the claim and the first byte. */
 	xfer_finish(r, &u->x, false, (int64_t)u->n, NULL, *u->why ? u->why : "refused");
 	xfer_release(r, &u->x);
-	metrics_bytes_streamed(r->app->metrics, (int64_t)u->n, 0);
+	http_metrics_bytes_streamed(r->app->metrics, (int64_t)u->n, 0);
 	EVP_MD_CTX_free(u->md);
 	free(u->rel);
 	free(u);
@@ -450,16 +450,16 @@ static void ul_free(struct req *r)
 
 /* Begin hook of both upload routes: everything that can be refused is
  * checked before the token is spent; then the temp file waits for the body. */
-static int upload_begin(struct req *r, const char *rel, struct xfer *x, bool have_hash)
+static int upload_begin(struct http_req *r, const char *rel, struct xfer *x, bool have_hash)
 {
 	uint64_t max = (uint64_t)r->app->cfg->max_upload_bytes;
-	const char *cl = req_header(r, "Content-Length");
+	const char *cl = http_header(r, "Content-Length");
 	if (cl) {
 		char *end = NULL;
 		errno = 0;
 		unsigned long long n = strtoull(cl, &end, 10);
 		if (!errno && end != cl && !*end && n > max)
-			return req_fail(r, -EFBIG,
+			return http_fail(r, -EFBIG,
 					"Content-Length %llu is over the upload limit of %" PRIu64 " bytes",
 					n, max);
 	}
@@ -492,7 +492,7 @@ static int upload_begin(struct req *r, const char *rel, struct xfer *x, bool hav
 }
 
 /* Begin hook of PUT /fs/stream/{token}. */
-int route_transfer_put_begin(struct req *r)
+int route_transfer_put_begin(struct http_req *r)
 {
 	struct store_transfer t = {0};
 	struct xfer x = {0};
@@ -504,7 +504,7 @@ int route_transfer_put_begin(struct req *r)
 }
 
 /* Begin hook of PUT /fs/write_stream?path=P. */
-int route_fs_write_stream_begin(struct req *r)
+int route_fs_write_stream_begin(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
@@ -515,11 +515,11 @@ int route_fs_write_stream_begin(struct req *r)
 }
 
 /* The body ended cleanly: put the file in place. Both upload routes. */
-int route_transfer_put(struct req *r)
+int route_transfer_put(struct http_req *r)
 {
 	struct ul *u = r->hstate;
 	if (!u || !u->up)
-		return req_fail(r, -EIO, "the upload was not started");
+		return http_fail(r, -EIO, "the upload was not started");
 	uint64_t size = 0;
 	int rc = sbx_upload_commit(&u->up, &size);
 	if (rc < 0) {
@@ -534,25 +534,25 @@ int route_transfer_put(struct req *r)
 	xfer_finish(r, &u->x, true, (int64_t)size, sha, NULL);
 	char wire[SBX_PATH_MAX + 16];
 	sbx_path_wire(u->rel, wire, sizeof wire);
-	return reply_json(
+	return http_reply_json(
 	    r, 201, json_pack("{s:s, s:I, s:s}", "path", wire, "size", (json_int_t)size, "sha256", sha));
 }
 
 /* ---- minting ---- */
 
 /* POST /fs/transfers {path, direction, ttl_s} */
-int route_transfers_post(struct req *r)
+int route_transfers_post(struct http_req *r)
 {
 	const struct sbx_config *cfg = r->app->cfg;
 	const char *path = NULL, *direction = NULL;
 	size_t plen = 0, dlen = 0;
 	int64_t ttl = cfg->transfer_ttl_default_s;
-	const struct field f[] = {
+	const struct http_field f[] = {
 	    {"path", F_STRING, true, &path, &plen, 0, 0, NULL},
 	    {"direction", F_STRING, true, &direction, &dlen, 0, 0, NULL},
 	    {"ttl_s", F_INT, false, &ttl, NULL, 1, INT32_MAX, NULL},
 	};
-	int rc = fields_read(r, r->json, f, 3);
+	int rc = http_fields_read(r, r->json, f, 3);
 	if (rc < 0)
 		return rc;
 	bool read;
@@ -561,9 +561,9 @@ int route_transfers_post(struct req *r)
 	else if (dlen == 5 && memcmp(direction, "write", 5) == 0)
 		read = false;
 	else
-		return req_fail(r, -EINVAL, "direction must be \"read\" or \"write\"");
+		return http_fail(r, -EINVAL, "direction must be \"read\" or \"write\"");
 	if (!(r->claims.scopes & (read ? AUTH_SCOPE_FS_READ : AUTH_SCOPE_FS_WRITE)))
-		return req_fail(r, -SBX_E_SCOPE, "a %s transfer needs the scope fs:%s", direction, direction);
+		return http_fail(r, -SBX_E_SCOPE, "a %s transfer needs the scope fs:%s", direction, direction);
 	if (ttl > cfg->transfer_ttl_max_s)
 		ttl = cfg->transfer_ttl_max_s;
 
@@ -593,17 +593,17 @@ int route_transfers_post(struct req *r)
 				   .created_at = now,
 				   .expires_at = now + ttl * 1000};
 	if ((rc = token_new(tok, t.token_hash)) < 0)
-		return req_fail(r, rc, "no randomness for a transfer token");
+		return http_fail(r, rc, "no randomness for a transfer token");
 	snprintf(t.tenant, sizeof t.tenant, "%s", r->tenant->name);
 	snprintf(t.direction, sizeof t.direction, "%s", read ? "read" : "write");
 	if ((rc = store_transfer_mint(r->app->store, &t)) < 0)
-		return req_fail(r, rc, "cannot record the transfer");
+		return http_fail(r, rc, "cannot record the transfer");
 
 	char wire[SBX_PATH_MAX + 16], url[64], exp[40];
 	sbx_path_wire(rel, wire, sizeof wire);
 	snprintf(url, sizeof url, "/fs/stream/%s", tok);
 	rfc3339_ms(t.expires_at, exp, sizeof exp);
-	return reply_json(r, 201,
+	return http_reply_json(r, 201,
 			  json_pack("{s:s, s:s, s:s, s:s, s:s}", "token", tok, "url", url, "direction",
 				    t.direction, "path", wire, "expires_at", exp));
 }

@@ -98,7 +98,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	struct store *store = NULL;
 	struct sbx_backend *backend = NULL;
 	struct sbx_runner *runner = NULL;
-	struct srv_http *http = NULL;
+	struct http_daemon *http = NULL;
 	struct srv_retention *retention = NULL;
 	struct app app;
 	bool app_ready = false;
@@ -164,19 +164,19 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	app_ready = true;
 	app.backend = backend;
 	app.runner = runner;
-	rc = watch_new(&app.watch);
+	rc = http_watch_new(&app.watch);
 	if (rc < 0) {
 		/* Without it no suspended request notices its client leaving. */
 		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", sbx_strerror(rc));
 		goto out;
 	}
-	hub_new(&app.hub, app.metrics, app.watch, cancel_job, runner);
+	http_hub_new(&app.hub, app.metrics, app.watch, cancel_job, runner);
 	route_exec_init(&app);
 	if (prepare_workspaces(&app) < 0)
 		goto out;
 	srv_retention_start(&retention, &app);
 
-	rc = srv_http_start(&http, &app.http, err, sizeof err);
+	rc = http_daemon_start(&http, &app.http, err, sizeof err);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: %s\n", err);
 		goto out;
@@ -184,7 +184,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	char health[256] = "";
 	sbx_backend_health(backend, health, sizeof health);
 	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s", cfg->listen,
-		srv_http_port(http), cfg->tls_cert ? "https" : "http", cfg->data_dir, cfg->backend, health);
+		http_daemon_port(http), cfg->tls_cert ? "https" : "http", cfg->data_dir, cfg->backend, health);
 
 	for (;;) {
 		struct pollfd pfd = { .fd = signal_pipe[0], .events = POLLIN };
@@ -193,9 +193,9 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	}
 	log_msg("info", "shutting down: no new connections, cancelling commands");
 	app.stopping = true;
-	srv_http_quiesce(http);
+	http_daemon_quiesce(http);
 	sbx_runner_cancel_all(runner);
-	hub_close_all(app.hub);
+	http_hub_close_all(app.hub);
 	/* In-flight requests get a bounded time to finish. */
 	int64_t deadline = mono_ns() + cfg->shutdown_grace_s * 1000000000LL;
 	while (sbx_runner_active(runner) > 0 && mono_ns() < deadline)
@@ -227,11 +227,11 @@ out:
 	sbx_runner_stop(runner);
 	if (app_ready)
 		route_exec_drain(&app);
-	srv_http_stop(&http);
+	http_daemon_stop(&http);
 	sbx_runner_free(&runner);
 	if (app_ready) {
-		hub_free(&app.hub);
-		watch_free(&app.watch);
+		http_hub_free(&app.hub);
+		http_watch_free(&app.watch);
 		route_exec_fini(&app);
 	}
 	if (app_ready)

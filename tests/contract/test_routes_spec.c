@@ -326,7 +326,7 @@ int main(int argc, char **argv)
 	/* Table -> spec. */
 	h = false;
 	for (size_t i = 0; i < route_count; i++) {
-		const struct route *rt = &route_table[i];
+		const struct http_route *rt = &route_table[i];
 		struct op *o = find_op(rt->method, rt->pattern);
 		if (!o) {
 			heading(&h, "IN THE ROUTE TABLE, NOT IN THE SPEC:");
@@ -353,7 +353,7 @@ int main(int argc, char **argv)
 	/* Who may call: scopes and public routes, for the routes in both. */
 	h = false;
 	for (size_t i = 0; i < route_count; i++) {
-		const struct route *rt = &route_table[i];
+		const struct http_route *rt = &route_table[i];
 		struct op *o = find_op(rt->method, rt->pattern);
 		if (!o)
 			continue;

@@ -13,7 +13,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct req r;
+	struct http_req r;
 	memset(&r, 0, sizeof r);
 	json_t *j = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
 	if (j && json_is_object(j)) {
@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		bool b1 = false, b2 = false;
 		int64_t t = 0;
 		json_t *env = NULL;
-		const struct field f[] = {
+		const struct http_field f[] = {
 			{ "command", F_STRING, true, &cmd, &cl, 0, 0, NULL },
 			{ "path", F_STRING, false, &path, &pl, 0, 0, NULL },
 			{ "id", F_STRING, false, &id, &il, 0, 0, NULL },
@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			{ "timeout_s", F_INT, false, &t, NULL, 1, 604800, NULL },
 			{ "env", F_OBJECT, false, &env, NULL, 0, 0, NULL },
 		};
-		if (fields_read(&r, j, f, sizeof f / sizeof f[0]) == 0) {
+		if (http_fields_read(&r, j, f, sizeof f / sizeof f[0]) == 0) {
 			if (!cmd || (t && (t < 1 || t > 604800)))
 				abort();
 		}

@@ -12,7 +12,7 @@
 
 static void expect(int code, int status, const char *wire)
 {
-	struct wire_error w = wire_error_for(code);
+	struct http_wire_error w = http_wire_error(code);
 	assert_int_equal(w.status, status);
 	assert_string_equal(w.code, wire);
 }
@@ -55,11 +55,11 @@ static void test_hints(void **state)
 {
 	(void)state;
 	/* 413 names the streaming routes, 422 names read_buffer, 503s say how to retry. */
-	assert_non_null(strstr(wire_error_for(-EFBIG).retry_hint, "stream"));
-	assert_non_null(strstr(wire_error_for(-SBX_E_NOT_TEXT).retry_hint, "/fs/read_buffer"));
-	assert_non_null(wire_error_for(-SBX_E_BACKEND).retry_hint);
-	assert_non_null(wire_error_for(-SBX_E_STORE).retry_hint);
-	assert_null(wire_error_for(-ENOENT).retry_hint);
+	assert_non_null(strstr(http_wire_error(-EFBIG).retry_hint, "stream"));
+	assert_non_null(strstr(http_wire_error(-SBX_E_NOT_TEXT).retry_hint, "/fs/read_buffer"));
+	assert_non_null(http_wire_error(-SBX_E_BACKEND).retry_hint);
+	assert_non_null(http_wire_error(-SBX_E_STORE).retry_hint);
+	assert_null(http_wire_error(-ENOENT).retry_hint);
 }
 
 int main(void)
