@@ -422,6 +422,97 @@ static void write_ready(const char *what, long n)
 	}
 }
 
+struct sse_counts {
+	long connected, events, heartbeats, closed, failed;
+	long long bytes;
+};
+
+/* Connect watcher i and send its request; state 2 when that failed. */
+static void sse_dial(struct sse *s, int ep, uint32_t i, const char *id, struct sse_counts *n)
+{
+	char req[8192];
+	int fd = -1;
+	for (int tries = 0; tries < 50 && fd < 0; tries++) {
+		fd = dial();
+		if (fd < 0)
+			usleep(20000);
+	}
+	s->fd = fd;
+	if (fd < 0) {
+		n->failed++;
+		s->state = 2;
+		return;
+	}
+	int len = snprintf(req, sizeof(req),
+			   "GET /exec/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: %s\r\n"
+			   "Accept: text/event-stream\r\n\r\n",
+			   id, auth);
+	if (write_all(fd, req, (size_t)len) < 0) {
+		n->failed++;
+		close(fd);
+		s->state = 2;
+		return;
+	}
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+	epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* One complete line of watcher s: the status line, then event names. */
+static void sse_line(struct sse *s, struct sse_counts *n)
+{
+	s->line[s->ll] = '\0';
+	if (s->ll && s->line[s->ll - 1] == '\r')
+		s->line[--s->ll] = '\0';
+	if (s->state == 0) {
+		if (strncmp(s->line, "HTTP/1.", 7) == 0) {
+			s->status = s->ll > 9 ? (int)strtol(s->line + 9, NULL, 10) : 0;
+			if (s->status == 200)
+				n->connected++;
+			else
+				n->failed++;
+		} else if (s->ll == 0) {
+			s->state = 1;
+		}
+	} else if (!s->overflow && strncmp(s->line, "event:", 6) == 0) {
+		n->events++;
+		if (strstr(s->line, "heartbeat"))
+			n->heartbeats++;
+	}
+	s->ll = 0;
+	s->overflow = 0;
+}
+
+/* Read what watcher s has; close it at EOF. */
+static void sse_drain(struct sse *s, int ep, struct sse_counts *n)
+{
+	char buf[65536];
+	for (;;) {
+		ssize_t r = read(s->fd, buf, sizeof(buf));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			epoll_ctl(ep, EPOLL_CTL_DEL, s->fd, NULL);
+			close(s->fd);
+			s->state = 2;
+			n->closed++;
+			return;
+		}
+		n->bytes += r;
+		for (ssize_t j = 0; j < r; j++) {
+			if (buf[j] == '\n') {
+				sse_line(s, n);
+			} else if (s->ll + 1 < sizeof(s->line)) {
+				s->line[s->ll++] = buf[j];
+			} else {
+				s->overflow = 1;
+			}
+		}
+	}
+}
+
 static int mode_sse(void)
 {
 	int nid = 0;
@@ -430,39 +521,12 @@ static int mode_sse(void)
 		return 2;
 	struct sse *ss = calloc((size_t)clients, sizeof(*ss));
 	int ep = epoll_create1(EPOLL_CLOEXEC);
-	long connected = 0, events = 0, heartbeats = 0, closed = 0, failed = 0;
-	long long bytes = 0;
-	char buf[65536];
+	struct sse_counts n = {0};
 	int ready_written = 0;
 	double t0 = now(), end = t0 + dur, ready_deadline = t0 + 30;
 
 	for (int i = 0; i < clients && !stop_flag; i++) {
-		char req[8192];
-		int fd = -1;
-		for (int tries = 0; tries < 50 && fd < 0; tries++) {
-			fd = dial();
-			if (fd < 0)
-				usleep(20000);
-		}
-		ss[i].fd = fd;
-		if (fd < 0) {
-			failed++;
-			ss[i].state = 2;
-			continue;
-		}
-		int len = snprintf(req, sizeof(req),
-				   "GET /exec/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: %s\r\n"
-				   "Accept: text/event-stream\r\n\r\n",
-				   idv[i % nid], auth);
-		if (write_all(fd, req, (size_t)len) < 0) {
-			failed++;
-			close(fd);
-			ss[i].state = 2;
-			continue;
-		}
-		fcntl(fd, F_SETFL, O_NONBLOCK);
-		struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
-		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+		sse_dial(&ss[i], ep, (uint32_t)i, idv[i % nid], &n);
 		if (i % 100 == 99)
 			usleep(5000); /* do not overrun the listen backlog */
 	}
@@ -470,69 +534,24 @@ static int mode_sse(void)
 		double t = now();
 		if (t >= end)
 			break;
-		if (!ready_written && (connected + failed + closed >= clients || t >= ready_deadline)) {
-			write_ready("connected", connected);
+		if (!ready_written && (n.connected + n.failed + n.closed >= clients || t >= ready_deadline)) {
+			write_ready("connected", n.connected);
 			ready_written = 1;
 		}
 		struct epoll_event evs[256];
-		int n = epoll_wait(ep, evs, 256, 100);
-		for (int k = 0; k < n; k++) {
-			struct sse *s = &ss[evs[k].data.u32];
-			for (;;) {
-				ssize_t r = read(s->fd, buf, sizeof(buf));
-				if (r < 0 && errno == EINTR)
-					continue;
-				if (r < 0 && errno == EAGAIN)
-					break;
-				if (r <= 0) {
-					epoll_ctl(ep, EPOLL_CTL_DEL, s->fd, NULL);
-					close(s->fd);
-					s->state = 2;
-					closed++;
-					break;
-				}
-				bytes += r;
-				for (ssize_t j = 0; j < r; j++) {
-					char ch = buf[j];
-					if (ch != '\n') {
-						if (s->ll + 1 < sizeof(s->line))
-							s->line[s->ll++] = ch;
-						else
-							s->overflow = 1;
-						continue;
-					}
-					s->line[s->ll] = '\0';
-					if (s->ll && s->line[s->ll - 1] == '\r')
-						s->line[--s->ll] = '\0';
-					if (s->state == 0) {
-						if (strncmp(s->line, "HTTP/1.", 7) == 0) {
-							s->status = (int)strtol(s->line + 9, NULL, 10);
-							if (s->status == 200)
-								connected++;
-							else
-								failed++;
-						} else if (s->ll == 0)
-							s->state = 1;
-					} else if (!s->overflow && strncmp(s->line, "event:", 6) == 0) {
-						events++;
-						if (strstr(s->line, "heartbeat"))
-							heartbeats++;
-					}
-					s->ll = 0;
-					s->overflow = 0;
-				}
-			}
-		}
+		int k = epoll_wait(ep, evs, 256, 100);
+		for (int e = 0; e < k; e++)
+			sse_drain(&ss[evs[e].data.u32], ep, &n);
 	}
 	if (!ready_written)
-		write_ready("connected", connected);
+		write_ready("connected", n.connected);
 	printf("watchers=%d connected=%ld failed=%ld closed_early=%ld events=%ld heartbeats=%ld bytes=%lld "
 	       "secs=%.3f\n",
-	       clients, connected, failed, closed, events, heartbeats, bytes, now() - t0);
+	       clients, n.connected, n.failed, n.closed, n.events, n.heartbeats, n.bytes, now() - t0);
 	for (int i = 0; i < clients; i++)
 		if (ss[i].state != 2 && ss[i].fd >= 0)
 			close(ss[i].fd);
-	return connected ? 0 : 1;
+	return n.connected ? 0 : 1;
 }
 
 /* ---- hold mode ---- */

@@ -25,7 +25,7 @@
 
 static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struct auth_key *key)
 {
-	int rc = app_tenant_get(ctx, name, t);
+	int rc = route_tenant_get(ctx, name, t);
 	if (rc == 0)
 		*key = (*t)->key;
 	return rc;
@@ -33,7 +33,7 @@ static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struc
 
 static void hook_tenant_put(void *ctx, struct tenant **t)
 {
-	app_tenant_put(ctx, t);
+	route_tenant_put(ctx, t);
 }
 
 static int hook_audit(void *ctx, const struct http_req *r, const char *route, const char *outcome, double ms)
@@ -61,7 +61,7 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	return store_audit_append(a->store, &rec);
 }
 
-int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz)
+int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz)
 {
 	memset(a, 0, sizeof *a);
 	a->cfg = cfg;
@@ -92,7 +92,7 @@ static void tenant_free(struct tenant *t)
 	free(t);
 }
 
-void app_fini(struct app *a)
+void route_app_fini(struct app *a)
 {
 	for (size_t i = 0; i < a->ntenants; i++)
 		tenant_free(a->tenants[i]);
@@ -152,7 +152,7 @@ fail:
 	return rc;
 }
 
-int app_tenant_get(struct app *a, const char *name, struct tenant **out)
+int route_tenant_get(struct app *a, const char *name, struct tenant **out)
 {
 	int64_t now = now_ms();
 	pthread_mutex_lock(&a->tenants_lock);
@@ -205,7 +205,7 @@ int app_tenant_get(struct app *a, const char *name, struct tenant **out)
 	return rc;
 }
 
-void app_tenant_put(struct app *a, struct tenant **tp)
+void route_tenant_put(struct app *a, struct tenant **tp)
 {
 	struct tenant *t = *tp;
 	if (!t)
@@ -238,22 +238,22 @@ static void release(struct app *a, int *counter)
 	pthread_mutex_unlock(&a->tenants_lock);
 }
 
-int app_tenant_acquire_exec(struct app *a, struct tenant *t)
+int route_tenant_acquire_exec(struct app *a, struct tenant *t)
 {
 	return acquire(a, &t->load->execs, a->cfg->tenant_max_execs);
 }
 
-void app_tenant_release_exec(struct app *a, struct tenant *t)
+void route_tenant_release_exec(struct app *a, struct tenant *t)
 {
 	release(a, &t->load->execs);
 }
 
-int app_tenant_acquire_transfer(struct app *a, struct tenant *t)
+int route_tenant_acquire_transfer(struct app *a, struct tenant *t)
 {
 	return acquire(a, &t->load->transfers, a->cfg->tenant_max_transfers);
 }
 
-void app_tenant_release_transfer(struct app *a, struct tenant *t)
+void route_tenant_release_transfer(struct app *a, struct tenant *t)
 {
 	release(a, &t->load->transfers);
 }

@@ -67,16 +67,16 @@ struct app {
 	size_t nloads;
 };
 
-int app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz);
-void app_fini(struct app *a);
+int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz);
+void route_app_fini(struct app *a);
 
 /* Look up a tenant (cached for a few seconds, then re-read so a removal or
  * a key change takes effect) and take a reference. -ENOENT unknown;
  * other -errno. */
-int app_tenant_get(struct app *a, const char *name, struct tenant **out);
-void app_tenant_put(struct app *a, struct tenant **t);
+int route_tenant_get(struct app *a, const char *name, struct tenant **out);
+void route_tenant_put(struct app *a, struct tenant **t);
 /* Per-tenant concurrency slots: 0, or -SBX_E_TOO_MANY at the limit. */
-int app_tenant_acquire_exec(struct app *a, struct tenant *t);
-void app_tenant_release_exec(struct app *a, struct tenant *t);
-int app_tenant_acquire_transfer(struct app *a, struct tenant *t);
-void app_tenant_release_transfer(struct app *a, struct tenant *t);
+int route_tenant_acquire_exec(struct app *a, struct tenant *t);
+void route_tenant_release_exec(struct app *a, struct tenant *t);
+int route_tenant_acquire_transfer(struct app *a, struct tenant *t);
+void route_tenant_release_transfer(struct app *a, struct tenant *t);

@@ -54,7 +54,7 @@ int route_exec_events(struct http_req *r)
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
 	json_t *res = ex.result ? json_loads(ex.result, 0, NULL) : NULL;
-	json_t *start = exec_start_json(&ex);
+	json_t *start = route_exec_start_json(&ex);
 	bool running = strcmp(ex.state, "running") == 0;
 	store_exec_clear(&ex);
 	if (!res) {

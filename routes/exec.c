@@ -289,7 +289,7 @@ int route_exec_post(struct http_req *r)
 
 static json_t *exec_view(const struct store_exec *ex, bool with_result)
 {
-	json_t *o = exec_start_json(ex);
+	json_t *o = route_exec_start_json(ex);
 	json_object_set_new(o, "state", json_string(ex->state));
 	if (with_result) {
 		json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;

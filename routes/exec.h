@@ -22,4 +22,4 @@ void route_exec_drain(struct app *a);
 void route_exec_fini(struct app *a);
 /* {"id", "command", "session", "cwd", "started_at"}: the data of the
  * `start` event and the common part of GET /exec/{id}. */
-json_t *exec_start_json(const struct store_exec *ex);
+json_t *route_exec_start_json(const struct store_exec *ex);

@@ -74,7 +74,7 @@ static void job_put_locked(struct exec_job *j)
 {
 	if (--j->refs > 0)
 		return;
-	app_tenant_put(j->app, &j->tenant);
+	route_tenant_put(j->app, &j->tenant);
 	free(j);
 }
 
@@ -143,7 +143,7 @@ static void record_exit(struct app *a, struct exec_job *j)
 		http_hub_channel_exit(a->hub, j->chan, j->result, NULL);
 	}
 	j->chan = NULL;
-	app_tenant_release_exec(a, j->tenant);
+	route_tenant_release_exec(a, j->tenant);
 }
 
 /* Completion thread (or the starting request when the runner refused the
@@ -408,7 +408,7 @@ static json_t *start_json(const char *id, const char *command, const char *sessi
 	return o;
 }
 
-json_t *exec_start_json(const struct store_exec *ex)
+json_t *route_exec_start_json(const struct store_exec *ex)
 {
 	return start_json(ex->id, ex->command, ex->session, ex->session_len, ex->cwd, ex->started_at);
 }
@@ -443,7 +443,7 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 		return http_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
 	}
 	json_t *res = json_loads(ex->result, 0, NULL);
-	json_t *start = exec_start_json(ex);
+	json_t *start = route_exec_start_json(ex);
 	store_exec_clear(ex);
 	if (!res) {
 		json_decref(start);
@@ -504,7 +504,7 @@ static int begin_locked(struct http_req *r, struct store_exec *row, bool id_give
 	for (int attempt = 0;; attempt++) {
 		if (id_given && (rc = answer_existing(r, row->id, row->request_hash, stream)) != -ENOENT)
 			return rc; /* answered (or waiting) from the earlier exec */
-		if ((rc = app_tenant_acquire_exec(a, r->tenant)) < 0) {
+		if ((rc = route_tenant_acquire_exec(a, r->tenant)) < 0) {
 			r->retry_after_s = 1;
 			return http_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
 					(long long)a->cfg->tenant_max_execs);
@@ -515,7 +515,7 @@ static int begin_locked(struct http_req *r, struct store_exec *row, bool id_give
 		if (rc == 0)
 			return 1; /* e->mu stays held until the job is registered */
 		pthread_mutex_unlock(&e->mu);
-		app_tenant_release_exec(a, r->tenant);
+		route_tenant_release_exec(a, r->tenant);
 		if (rc == -EEXIST && id_given && attempt < 3)
 			continue; /* a concurrent request started it: answer from that exec */
 		if (rc == -EEXIST && id_given)
@@ -534,7 +534,7 @@ static struct exec_job *job_new(struct http_req *r, const struct store_exec *row
 	struct exec_job *j = xcalloc(1, sizeof *j);
 	j->app = a;
 	snprintf(j->id, sizeof j->id, "%s", row->id);
-	if (app_tenant_get(a, r->tenant->name, &j->tenant) < 0) {
+	if (route_tenant_get(a, r->tenant->name, &j->tenant) < 0) {
 		/* Removed this instant: run under the request's reference. */
 		j->tenant = r->tenant;
 		r->tenant = NULL;

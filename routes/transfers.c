@@ -138,13 +138,13 @@ static void xfer_finish(struct http_req *r, struct xfer *x, bool ok, int64_t byt
 static void xfer_release(struct http_req *r, struct xfer *x)
 {
 	if (x->slot && r->tenant)
-		app_tenant_release_transfer(r->app, r->tenant);
+		route_tenant_release_transfer(r->app, r->tenant);
 	x->slot = false;
 }
 
 static int acquire_slot(struct http_req *r, struct xfer *x)
 {
-	if (app_tenant_acquire_transfer(r->app, r->tenant) < 0) {
+	if (route_tenant_acquire_transfer(r->app, r->tenant) < 0) {
 		r->retry_after_s = RETRY_AFTER_BUSY_S;
 		return http_fail(r, -SBX_E_TOO_MANY, "tenant %s has %lld transfers running, its limit",
 				r->tenant->name, (long long)r->app->cfg->tenant_max_transfers);
@@ -216,7 +216,7 @@ static int token_open(struct http_req *r, const char *direction, struct store_tr
 		}
 		return token_refused(r, rc);
 	}
-	rc = app_tenant_get(r->app, t->tenant, &r->tenant);
+	rc = route_tenant_get(r->app, t->tenant, &r->tenant);
 	if (rc < 0)
 		return rc == -ENOENT ? http_fail(r, rc, "unknown transfer token")
 				     : http_fail(r, rc, "cannot load the tenant");

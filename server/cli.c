@@ -77,6 +77,70 @@ static char *generate_secret(void)
 	return s;
 }
 
+/* An RS256/ES256 tenant's key: the public key file, checked. Returns the
+ * exit status on failure (said on stderr), 0 when t->key and t->alg are set. */
+static int public_key_of(struct store_tenant *t, const struct cli_args *a)
+{
+	enum auth_alg alg;
+	const char *why = NULL;
+	int rc;
+	if (!a->alg || auth_alg_parse(a->alg, &alg) < 0 || alg == AUTH_ALG_HS256) {
+		fprintf(stderr, "sandboxd: --public-key needs --alg RS256 or --alg ES256\n");
+		return 2;
+	}
+	if ((rc = read_whole(a->public_key, 64 * 1024, &t->key, &t->key_len)) < 0) {
+		fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, sbx_strerror(rc));
+		return 1;
+	}
+	if (auth_check_public_key(t->key, t->key_len, alg, &why) < 0) {
+		fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, why);
+		free(t->key);
+		t->key = NULL;
+		return 1;
+	}
+	snprintf(t->alg, sizeof t->alg, "%s", auth_alg_name(alg));
+	return 0;
+}
+
+/* An HS256 tenant's key: the secret file (at least 256 bits), or a fresh
+ * secret, also left in *generated to be shown once. Exit status on
+ * failure (said on stderr), else 0. */
+static int secret_of(struct store_tenant *t, const struct cli_args *a, char **generated)
+{
+	int rc;
+	if (a->alg && strcmp(a->alg, "HS256") != 0) {
+		fprintf(stderr, "sandboxd: --alg %s needs --public-key\n", a->alg);
+		return 2;
+	}
+	snprintf(t->alg, sizeof t->alg, "HS256");
+	if (!a->secret_file) {
+		*generated = generate_secret();
+		if (!*generated) {
+			fprintf(stderr, "sandboxd: cannot read random bytes\n");
+			return 1;
+		}
+		t->key = (unsigned char *)xstrdup(*generated);
+		t->key_len = strlen(*generated);
+		return 0;
+	}
+	if ((rc = read_whole(a->secret_file, 64 * 1024, &t->key, &t->key_len)) < 0) {
+		fprintf(stderr, "sandboxd: %s: %s\n", a->secret_file, sbx_strerror(rc));
+		return 1;
+	}
+	/* One trailing newline is an artefact of editors and echo, not key material. */
+	if (t->key_len && t->key[t->key_len - 1] == '\n')
+		t->key_len--;
+	if (t->key_len && t->key[t->key_len - 1] == '\r')
+		t->key_len--;
+	if (t->key_len < 32) {
+		fprintf(stderr, "sandboxd: an HS256 secret must be at least 32 bytes (256 bits)\n");
+		free(t->key);
+		t->key = NULL;
+		return 1;
+	}
+	return 0;
+}
+
 static int tenant_add(struct store *s, const struct cli_args *a)
 {
 	if (a->nwords != 2) {
@@ -88,73 +152,25 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 		fprintf(stderr, "sandboxd: tenant name must match [a-z0-9][a-z0-9_-]{0,62}\n");
 		return 2;
 	}
+	if (a->secret_file && a->public_key) {
+		fprintf(stderr, "sandboxd: give --secret-file or --public-key, not both\n");
+		return 2;
+	}
 	struct store_tenant t = { 0 };
 	snprintf(t.name, sizeof t.name, "%s", name);
 	t.operator_tenant = a->operator_tenant;
 	t.created_at = now_ms();
 	char *generated = NULL;
-	int rc;
-	if (a->secret_file && a->public_key) {
-		fprintf(stderr, "sandboxd: give --secret-file or --public-key, not both\n");
-		return 2;
-	}
-	if (a->public_key) {
-		enum auth_alg alg;
-		const char *why = NULL;
-		if (!a->alg || auth_alg_parse(a->alg, &alg) < 0 || alg == AUTH_ALG_HS256) {
-			fprintf(stderr, "sandboxd: --public-key needs --alg RS256 or --alg ES256\n");
-			return 2;
-		}
-		if ((rc = read_whole(a->public_key, 64 * 1024, &t.key, &t.key_len)) < 0) {
-			fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, sbx_strerror(rc));
-			return 1;
-		}
-		if (auth_check_public_key(t.key, t.key_len, alg, &why) < 0) {
-			fprintf(stderr, "sandboxd: %s: %s\n", a->public_key, why);
-			free(t.key);
-			return 1;
-		}
-		snprintf(t.alg, sizeof t.alg, "%s", auth_alg_name(alg));
-	} else {
-		if (a->alg && strcmp(a->alg, "HS256") != 0) {
-			fprintf(stderr, "sandboxd: --alg %s needs --public-key\n", a->alg);
-			return 2;
-		}
-		snprintf(t.alg, sizeof t.alg, "HS256");
-		if (a->secret_file) {
-			if ((rc = read_whole(a->secret_file, 64 * 1024, &t.key, &t.key_len)) < 0) {
-				fprintf(stderr, "sandboxd: %s: %s\n", a->secret_file, sbx_strerror(rc));
-				return 1;
-			}
-			/* One trailing newline is an artefact of editors and echo, not key material. */
-			if (t.key_len && t.key[t.key_len - 1] == '\n')
-				t.key_len--;
-			if (t.key_len && t.key[t.key_len - 1] == '\r')
-				t.key_len--;
-			if (t.key_len < 32) {
-				fprintf(stderr, "sandboxd: an HS256 secret must be at least 32 bytes (256 bits)\n");
-				free(t.key);
-				return 1;
-			}
-		} else {
-			generated = generate_secret();
-			if (!generated) {
-				fprintf(stderr, "sandboxd: cannot read random bytes\n");
-				return 1;
-			}
-			t.key = (unsigned char *)xstrdup(generated);
-			t.key_len = strlen(generated);
-		}
-	}
+	int rc = a->public_key ? public_key_of(&t, a) : secret_of(&t, a, &generated);
+	if (rc != 0)
+		return rc;
 	rc = store_tenant_add(s, &t);
 	free(t.key);
-	if (rc == -EEXIST) {
-		fprintf(stderr, "sandboxd: tenant %s exists\n", name);
-		free(generated);
-		return 1;
-	}
 	if (rc < 0) {
-		fprintf(stderr, "sandboxd: cannot add tenant %s: %s\n", name, sbx_strerror(rc));
+		if (rc == -EEXIST)
+			fprintf(stderr, "sandboxd: tenant %s exists\n", name);
+		else
+			fprintf(stderr, "sandboxd: cannot add tenant %s: %s\n", name, sbx_strerror(rc));
 		free(generated);
 		return 1;
 	}

@@ -89,15 +89,127 @@ static int parse_ll(const char *opt, const char *v, long long *out)
 	return 0;
 }
 
+/* The options that fill struct cli_args: 0 taken, 1 not one of them,
+ * -1 a bad value (said on stderr). */
+static int arg_option(int c, struct cli_args *a)
+{
+	switch (c) {
+	case O_SECRET_FILE: a->secret_file = optarg; return 0;
+	case O_PUBLIC_KEY: a->public_key = optarg; return 0;
+	case O_ALG: a->alg = optarg; return 0;
+	case O_OPERATOR: a->operator_tenant = true; return 0;
+	case O_TENANT: a->tenant = optarg; return 0;
+	case O_SCOPE: a->scope = optarg; return 0;
+	case O_TTL: return parse_ll("--ttl", optarg, &a->ttl);
+	case O_SINCE: a->since = optarg; return 0;
+	case O_UNTIL: a->until = optarg; return 0;
+	case O_LIMIT: return parse_ll("--limit", optarg, &a->limit);
+	case O_FORMAT: a->format = optarg; return 0;
+	case O_ROUTE: a->route = optarg; return 0;
+	case O_OUTCOME: a->outcome = optarg; return 0;
+	case O_SESSION: a->session = optarg; return 0;
+	default: return 1;
+	}
+}
+
+/* The options that set a configuration key: *key and optarg, or 1 when c
+ * is not one of them, -1 on a bad --set. */
+static int config_option(int c, const char **key)
+{
+	switch (c) {
+	case O_LISTEN: *key = "listen"; return 0;
+	case O_DATA_DIR: *key = "data-dir"; return 0;
+	case O_BACKEND: *key = "backend"; return 0;
+	case O_UNSAFE: *key = "allow-unsafe-local"; optarg = "true"; return 0;
+	case O_TLS_CERT: *key = "tls-cert"; return 0;
+	case O_TLS_KEY: *key = "tls-key"; return 0;
+	case O_SET: {
+		char *eq = strchr(optarg, '=');
+		if (!eq) {
+			fprintf(stderr, "sandboxd: --set wants KEY=VALUE\n");
+			return -1;
+		}
+		*eq = '\0';
+		*key = optarg;
+		optarg = eq + 1;
+		return 0;
+	}
+	default: return 1;
+	}
+}
+
+struct parsed {
+	struct cli_args a;
+	struct pending pend[64]; /* configuration keys, applied after the file */
+	size_t npend;
+	const char *config_file;
+};
+
+/* getopt_long over the command's options. 0 go on; 1 done (help or
+ * version printed); -1 error (said on stderr). */
+static int parse_options(int argc, char **argv, struct parsed *p)
+{
+	int c;
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		const char *key = NULL;
+		int rc;
+		if (c == O_CONFIG) {
+			p->config_file = optarg;
+			continue;
+		}
+		if (c == O_HELP || c == O_VERSION) {
+			if (c == O_HELP)
+				fputs(usage, stdout);
+			else
+				printf("sandboxd %s\n", SANDBOXD_VERSION);
+			return 1;
+		}
+		if ((rc = arg_option(c, &p->a)) <= 0) {
+			if (rc < 0)
+				return -1;
+			continue;
+		}
+		if ((rc = config_option(c, &key)) != 0) {
+			if (rc > 0)
+				fputs(usage, stderr);
+			return -1;
+		}
+		if (p->npend == sizeof p->pend / sizeof p->pend[0]) {
+			fprintf(stderr, "sandboxd: too many options\n");
+			return -1;
+		}
+		p->pend[p->npend].name = key;
+		p->pend[p->npend].value = optarg;
+		p->npend++;
+	}
+	p->a.words = argv + optind;
+	p->a.nwords = argc - optind;
+	return 0;
+}
+
+/* The configuration: defaults, then the file, then the command line. */
+static int configure(struct sbx_config *cfg, const struct parsed *p)
+{
+	char err[512];
+	if (p->config_file && cfg_load_file(cfg, p->config_file, err, sizeof err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err);
+		return -1;
+	}
+	for (size_t i = 0; i < p->npend; i++)
+		if (cfg_set(cfg, p->pend[i].name, p->pend[i].value, err, sizeof err) < 0) {
+			fprintf(stderr, "sandboxd: %s\n", err);
+			return -1;
+		}
+	cfg_finish(cfg);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct sbx_config cfg;
-	struct cli_args a = { .ttl = 3600, .limit = 100 };
-	struct pending pend[64];
-	size_t npend = 0;
-	const char *config_file = NULL;
+	struct parsed p = { .a = { .ttl = 3600, .limit = 100 } };
 	int status = 2;
-	char err[512];
 
 	json_set_alloc_funcs(xmalloc, free);
 	cfg_defaults(&cfg);
@@ -122,86 +234,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sandboxd: unknown command '%s'\n%s", argv[1], usage);
 		goto out;
 	}
-
-	int c;
-	optind = 2;
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
-		const char *key = NULL;
-		switch (c) {
-		case O_CONFIG: config_file = optarg; break;
-		case O_LISTEN: key = "listen"; break;
-		case O_DATA_DIR: key = "data-dir"; break;
-		case O_BACKEND: key = "backend"; break;
-		case O_UNSAFE: key = "allow-unsafe-local"; optarg = "true"; break;
-		case O_TLS_CERT: key = "tls-cert"; break;
-		case O_TLS_KEY: key = "tls-key"; break;
-		case O_SET: {
-			char *eq = strchr(optarg, '=');
-			if (!eq) {
-				fprintf(stderr, "sandboxd: --set wants KEY=VALUE\n");
-				goto out;
-			}
-			*eq = '\0';
-			key = optarg;
-			optarg = eq + 1;
-			break;
-		}
-		case O_SECRET_FILE: a.secret_file = optarg; break;
-		case O_PUBLIC_KEY: a.public_key = optarg; break;
-		case O_ALG: a.alg = optarg; break;
-		case O_OPERATOR: a.operator_tenant = true; break;
-		case O_TENANT: a.tenant = optarg; break;
-		case O_SCOPE: a.scope = optarg; break;
-		case O_TTL:
-			if (parse_ll("--ttl", optarg, &a.ttl) < 0)
-				goto out;
-			break;
-		case O_SINCE: a.since = optarg; break;
-		case O_UNTIL: a.until = optarg; break;
-		case O_LIMIT:
-			if (parse_ll("--limit", optarg, &a.limit) < 0)
-				goto out;
-			break;
-		case O_FORMAT: a.format = optarg; break;
-		case O_ROUTE: a.route = optarg; break;
-		case O_OUTCOME: a.outcome = optarg; break;
-		case O_SESSION: a.session = optarg; break;
-		case O_HELP:
-			fputs(usage, stdout);
-			status = 0;
-			goto out;
-		case O_VERSION:
-			printf("sandboxd %s\n", SANDBOXD_VERSION);
-			status = 0;
-			goto out;
-		default:
-			fputs(usage, stderr);
-			goto out;
-		}
-		if (key) {
-			if (npend == sizeof pend / sizeof pend[0]) {
-				fprintf(stderr, "sandboxd: too many options\n");
-				goto out;
-			}
-			pend[npend].name = key;
-			pend[npend].value = optarg;
-			npend++;
-		}
-	}
-	a.words = argv + optind;
-	a.nwords = argc - optind;
-
-	if (config_file && cfg_load_file(&cfg, config_file, err, sizeof err) < 0) {
-		fprintf(stderr, "sandboxd: %s\n", err);
+	int rc = parse_options(argc, argv, &p);
+	if (rc != 0) {
+		status = rc > 0 ? 0 : 2;
 		goto out;
 	}
-	for (size_t i = 0; i < npend; i++)
-		if (cfg_set(&cfg, pend[i].name, pend[i].value, err, sizeof err) < 0) {
-			fprintf(stderr, "sandboxd: %s\n", err);
-			goto out;
-		}
-	cfg_finish(&cfg);
-	status = commands[ci].fn(&cfg, &a);
+	if (configure(&cfg, &p) < 0)
+		goto out;
+	status = commands[ci].fn(&cfg, &p.a);
 out:
 	cfg_free(&cfg);
 	return status;

@@ -28,7 +28,7 @@ static void forget_spill(void *ctx, const char *tenant, const char *id)
 {
 	struct app *a = ctx;
 	struct tenant *t = NULL;
-	if (app_tenant_get(a, tenant, &t) < 0)
+	if (route_tenant_get(a, tenant, &t) < 0)
 		return;
 	static const char *const streams[] = { "stdout", "stderr" };
 	for (size_t i = 0; i < 2; i++) {
@@ -37,7 +37,7 @@ static void forget_spill(void *ctx, const char *tenant, const char *id)
 		snprintf(rel, sizeof rel, ".sandboxd/spill/%s.%s", id, streams[i]);
 		sbx_fs_rm(t->ws, rel, false, true, &removed);
 	}
-	app_tenant_put(a, &t);
+	route_tenant_put(a, &t);
 }
 
 static void *loop(void *arg)

@@ -56,7 +56,7 @@ static int prepare_workspaces(struct app *a)
 		return 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		struct tenant *t = NULL;
-		if (app_tenant_get(a, v[i].name, &t) < 0)
+		if (route_tenant_get(a, v[i].name, &t) < 0)
 			continue;
 		const char *dir = sbx_workspace_host_dir(t->ws);
 		char blocked[4096] = "";
@@ -78,7 +78,7 @@ static int prepare_workspaces(struct app *a)
 				log_msg("info", "removed %d temporary files of interrupted writes in tenant %s",
 					removed, t->name);
 		}
-		app_tenant_put(a, &t);
+		route_tenant_put(a, &t);
 	}
 	store_tenants_free(v, n);
 	return rc;
@@ -90,63 +90,80 @@ static void cancel_job(void *ctx, uint64_t job)
 	sbx_runner_cancel(ctx, job);
 }
 
-int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
-{
-	(void)args;
-	int status = 1;
-	char err[512] = "";
-	struct store *store = NULL;
-	struct sbx_backend *backend = NULL;
-	struct sbx_runner *runner = NULL;
-	struct http_daemon *http = NULL;
-	struct srv_retention *retention = NULL;
+/* Everything the server holds, released in reverse order by server_free. */
+struct server {
+	struct sbx_config *cfg;
+	struct store *store;
+	struct sbx_backend *backend;
+	struct sbx_runner *runner;
+	struct http_daemon *http;
+	struct srv_retention *retention;
 	struct app app;
-	bool app_ready = false;
+	bool app_ready;
+};
 
+static int check_backend_option(const struct sbx_config *cfg)
+{
 	if (strcmp(cfg->backend, "local") == 0 && !cfg->allow_unsafe_local) {
 		fprintf(stderr, "sandboxd: --backend local isolates nothing; it needs --allow-unsafe-local "
 				"(development only)\n");
-		return 2;
+		return -EINVAL;
 	}
 	if (strcmp(cfg->backend, "local") != 0 && strcmp(cfg->backend, "bwrap") != 0) {
 		fprintf(stderr, "sandboxd: --backend must be bwrap or local\n");
-		return 2;
+		return -EINVAL;
 	}
-	/* Commands must get default signal dispositions; the server itself
-	 * must survive writes to pipes whose reader is gone. */
+	return 0;
+}
+
+/* Commands must get default signal dispositions; the server itself must
+ * survive writes to pipes whose reader is gone. SIGTERM and SIGINT wake
+ * wait_for_signal through a pipe. */
+static int install_signals(void)
+{
 	signal(SIGPIPE, SIG_IGN);
 	if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-		return 1;
+		return -errno;
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	return 0;
+}
 
-	if (srv_prepare_data_dir(cfg) < 0)
-		goto out;
-	int rc = store_open(&store, cfg->db_path, true, err, sizeof err);
+static int open_store(struct server *s)
+{
+	char err[512] = "";
+	if (srv_prepare_data_dir(s->cfg) < 0)
+		return -EIO;
+	int rc = store_open(&s->store, s->cfg->db_path, true, err, sizeof err);
 	if (rc < 0) {
-		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, *err ? err : sbx_strerror(rc));
-		goto out;
+		fprintf(stderr, "sandboxd: %s: %s\n", s->cfg->db_path, *err ? err : sbx_strerror(rc));
+		return rc;
 	}
 	int lost = 0, failed = 0;
-	store_recover(store, &lost, &failed);
+	store_recover(s->store, &lost, &failed);
 	if (lost || failed)
 		log_msg("info", "recovered: %d execs marked lost, %d transfers marked failed", lost, failed);
+	return 0;
+}
 
+static int start_backend(struct server *s)
+{
+	const struct sbx_config *cfg = s->cfg;
 	/* cgroups are host-wide: the uid range (distinct per server on a
 	 * host) names this server's own group. */
 	char cgroup_root[64];
 	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
 	struct sbx_backend_config bc = { .name = cfg->backend, .use_cgroups = cfg->use_cgroups,
 					 .cgroup_root = cgroup_root };
-	rc = sbx_backend_new(&backend, &bc);
+	int rc = sbx_backend_new(&s->backend, &bc);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
 			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)" : sbx_strerror(rc));
-		goto out;
+		return rc;
 	}
-	int swept = sbx_backend_sweep(backend);
+	int swept = sbx_backend_sweep(s->backend);
 	if (swept > 0)
 		log_msg("info", "removed %d cgroups left by an earlier run", swept);
 	if (strcmp(cfg->backend, "local") == 0)
@@ -154,90 +171,128 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	if (!sbx_openat2_supported())
 		log_msg("error", "openat2 is unavailable (kernel older than 5.6, or running under a tool that "
 				 "does not know it): every file route will answer 503 and /readyz is unavailable");
-	rc = sbx_runner_new(&runner);
-	if (rc < 0) {
+	rc = sbx_runner_new(&s->runner);
+	if (rc < 0)
 		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", sbx_strerror(rc));
-		goto out;
-	}
+	return rc;
+}
 
-	app_init(&app, cfg, store, err, sizeof err);
-	app_ready = true;
-	app.backend = backend;
-	app.runner = runner;
-	rc = http_watch_new(&app.watch);
+/* The routes' state: tenants, the disconnect watcher, the event hub, the
+ * exec registry; then the workspaces' start checks and retention. */
+static int start_app(struct server *s)
+{
+	char err[512] = "";
+	struct app *a = &s->app;
+	route_app_init(a, s->cfg, s->store, err, sizeof err);
+	s->app_ready = true;
+	a->backend = s->backend;
+	a->runner = s->runner;
+	int rc = http_watch_new(&a->watch);
 	if (rc < 0) {
 		/* Without it no suspended request notices its client leaving. */
 		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", sbx_strerror(rc));
-		goto out;
+		return rc;
 	}
-	http_hub_new(&app.hub, app.metrics, app.watch, cancel_job, runner);
-	route_exec_init(&app);
-	if (prepare_workspaces(&app) < 0)
-		goto out;
-	srv_retention_start(&retention, &app);
+	http_hub_new(&a->hub, a->metrics, a->watch, cancel_job, s->runner);
+	route_exec_init(a);
+	if (prepare_workspaces(a) < 0)
+		return -EACCES;
+	srv_retention_start(&s->retention, a);
+	return 0;
+}
 
-	rc = http_daemon_start(&http, &app.http, err, sizeof err);
+static int start_http(struct server *s)
+{
+	char err[512] = "";
+	int rc = http_daemon_start(&s->http, &s->app.http, err, sizeof err);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: %s\n", err);
-		goto out;
+		return rc;
 	}
 	char health[256] = "";
-	sbx_backend_health(backend, health, sizeof health);
-	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s", cfg->listen,
-		http_daemon_port(http), cfg->tls_cert ? "https" : "http", cfg->data_dir, cfg->backend, health);
+	sbx_backend_health(s->backend, health, sizeof health);
+	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s", s->cfg->listen,
+		http_daemon_port(s->http), s->cfg->tls_cert ? "https" : "http", s->cfg->data_dir, s->cfg->backend,
+		health);
+	return 0;
+}
 
+static void wait_for_signal(void)
+{
 	for (;;) {
 		struct pollfd pfd = { .fd = signal_pipe[0], .events = POLLIN };
 		if (poll(&pfd, 1, -1) > 0)
 			break;
 	}
+}
+
+/* Stop accepting, cancel commands, give in-flight requests a bounded time
+ * to finish. The runner reports what is left (resuming their connections)
+ * before the daemon stops: libmicrohttpd must not stop with suspended
+ * ones. It stays allocated until the daemon is gone, so a late cancel or
+ * submit from a request thread finds a stopped runner, not freed memory. */
+static void shut_down(struct server *s)
+{
 	log_msg("info", "shutting down: no new connections, cancelling commands");
-	app.stopping = true;
-	http_daemon_quiesce(http);
-	sbx_runner_cancel_all(runner);
-	http_hub_close_all(app.hub);
-	/* In-flight requests get a bounded time to finish. */
-	int64_t deadline = mono_ns() + cfg->shutdown_grace_s * 1000000000LL;
-	while (sbx_runner_active(runner) > 0 && mono_ns() < deadline)
+	s->app.stopping = true;
+	http_daemon_quiesce(s->http);
+	sbx_runner_cancel_all(s->runner);
+	http_hub_close_all(s->app.hub);
+	int64_t deadline = mono_ns() + s->cfg->shutdown_grace_s * 1000000000LL;
+	while (sbx_runner_active(s->runner) > 0 && mono_ns() < deadline)
 		usleep(10000);
-	/* The runner reports what is left (resuming their connections) before
-	 * the daemon stops: libmicrohttpd must not stop with suspended ones.
-	 * It stays allocated until the daemon is gone, so a late cancel or
-	 * submit from a request thread finds a stopped runner, not freed
-	 * memory. */
 	int64_t left_ms = (deadline - mono_ns()) / 1000000;
-	if (sbx_runner_stop_within(runner, left_ms > 1000 ? left_ms : 1000) < 0) {
+	if (sbx_runner_stop_within(s->runner, left_ms > 1000 ? left_ms : 1000) < 0) {
 		/* A turn of the runner never ended (a defect: it must not wait on
 		 * anything a tenant controls). SIGTERM still ends the server:
 		 * without the clean shutdown, which the next start recovers
 		 * from like a crash. */
 		const char *step = "";
-		int64_t busy = sbx_runner_busy_ms(runner, &step);
+		int64_t busy = sbx_runner_busy_ms(s->runner, &step);
 		log_msg("error", "the runner has been stuck for %lld ms (%s): exiting without a clean shutdown",
 			(long long)busy, step);
 		_exit(1);
 	}
 	/* The runner has reported every exit; their records and answers are
 	 * made on the registry's completion thread. */
-	route_exec_drain(&app);
+	route_exec_drain(&s->app);
 	usleep(50000);
-	status = 0;
-out:
-	srv_retention_stop(&retention);
-	sbx_runner_stop(runner);
-	if (app_ready)
-		route_exec_drain(&app);
-	http_daemon_stop(&http);
-	sbx_runner_free(&runner);
-	if (app_ready) {
-		http_hub_free(&app.hub);
-		http_watch_free(&app.watch);
-		route_exec_fini(&app);
+}
+
+static void server_free(struct server *s)
+{
+	srv_retention_stop(&s->retention);
+	sbx_runner_stop(s->runner);
+	if (s->app_ready)
+		route_exec_drain(&s->app);
+	http_daemon_stop(&s->http);
+	sbx_runner_free(&s->runner);
+	if (s->app_ready) {
+		http_hub_free(&s->app.hub);
+		http_watch_free(&s->app.watch);
+		route_exec_fini(&s->app);
+		route_app_fini(&s->app);
 	}
-	if (app_ready)
-		app_fini(&app);
-	sbx_backend_free(&backend);
-	store_close(&store);
+	sbx_backend_free(&s->backend);
+	store_close(&s->store);
+}
+
+int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
+{
+	(void)args;
+	struct server s = { .cfg = cfg };
+	int status = 1;
+
+	if (check_backend_option(cfg) < 0)
+		return 2;
+	if (install_signals() < 0)
+		return 1;
+	if (open_store(&s) == 0 && start_backend(&s) == 0 && start_app(&s) == 0 && start_http(&s) == 0) {
+		wait_for_signal();
+		shut_down(&s);
+		status = 0;
+	}
+	server_free(&s);
 	if (status == 0)
 		log_msg("info", "stopped");
 	close(signal_pipe[0]);
