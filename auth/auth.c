@@ -2,7 +2,7 @@
  * security.md "tokens"). The header and payload are decoded here, with
  * jansson, before any key is touched: the tenant's key decides which
  * algorithm is acceptable, never the token. */
-#include "auth.h"
+#include "auth/auth.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,5 +1,5 @@
 /* Algorithm names and scope strings: the vocabulary of auth.h. */
-#include "auth.h"
+#include "auth/auth.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "buf.h"
+#include "common/buf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xmalloc.h"
+#include "common/xmalloc.h"
 
 void buf_init(struct buf *b, size_t max)
 {

@@ -1,4 +1,4 @@
-#include "xmalloc.h"
+#include "common/xmalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
