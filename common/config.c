@@ -55,6 +55,8 @@ static const struct option_spec specs[] = {
 	I("transfer-ttl-max-s", transfer_ttl_max_s, "3600", 1, 604800),
 	I("mem-limit-bytes", mem_limit_bytes, "2147483648", 0, INT64_MAX),
 	I("nproc-limit", nproc_limit, "256", 0, 1000000),
+	I("tenant-mem-budget-bytes", tenant_mem_budget_bytes, "4294967296", 0, INT64_MAX),
+	I("tenant-nproc-budget", tenant_nproc_budget, "512", 0, 1000000),
 	I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX),
 	I("nofile-limit", nofile_limit, "1024", 0, 1048576),
 	I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),

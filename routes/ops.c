@@ -4,6 +4,7 @@
 
 #include "common/embedded.h"
 #include "common/errors.h"
+#include "common/xmalloc.h"
 #include "routes/app.h"
 #include "http/metrics.h"
 #include "http/route.h"
@@ -55,6 +56,40 @@ int route_readyz(struct http_req *r)
 	return http_reply_json(r, ready ? 200 : 503, body);
 }
 
+/* Each tenant's commands together against its budget (cgroups only). */
+static void tenant_usage(struct app *a, struct buf *out)
+{
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	if (!a->backend || store_tenant_list(a->store, &v, &n) < 0)
+		return;
+	uint64_t(*use)[2] = xcalloc(n + 1, sizeof *use);
+	bool *have = xcalloc(n + 1, sizeof *have);
+	for (size_t i = 0; i < n; i++)
+		have[i] = sbx_backend_tenant_usage(a->backend, (uid_t)(a->cfg->uid_base + v[i].slot), &use[i][0],
+						   &use[i][1]) == 0;
+	static const char *const family[2][2] = {
+		{ "sandboxd_tenant_memory_bytes", "Memory of a tenant's commands together." },
+		{ "sandboxd_tenant_processes", "Processes of a tenant's commands together." },
+	};
+	for (int k = 0; k < 2; k++) {
+		buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", family[k][0], family[k][1], family[k][0]);
+		for (size_t i = 0; i < n; i++)
+			if (have[i])
+				buf_appendf(out, "%s{tenant=\"%s\"} %llu\n", family[k][0], v[i].name,
+					    (unsigned long long)use[i][k]);
+	}
+	buf_appendf(out,
+		    "# HELP sandboxd_tenant_memory_budget_bytes Each tenant's memory budget (0: none).\n"
+		    "# TYPE sandboxd_tenant_memory_budget_bytes gauge\nsandboxd_tenant_memory_budget_bytes %lld\n"
+		    "# HELP sandboxd_tenant_processes_budget Each tenant's process budget (0: none).\n"
+		    "# TYPE sandboxd_tenant_processes_budget gauge\nsandboxd_tenant_processes_budget %lld\n",
+		    (long long)a->cfg->tenant_mem_budget_bytes, (long long)a->cfg->tenant_nproc_budget);
+	free(use);
+	free(have);
+	store_tenants_free(v, n);
+}
+
 int route_metrics(struct http_req *r)
 {
 	struct buf out;
@@ -66,6 +101,7 @@ int route_metrics(struct http_req *r)
 		    "(cgroup) could not be applied.\n"
 		    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
 		    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
+	tenant_usage(r->app, &out);
 	size_t n = 0;
 	char *text = buf_steal(&out, &n);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);

@@ -481,6 +481,13 @@ void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req)
 	sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
 }
 
+int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
+{
+	if (!b || !b->cgroups)
+		return -ENOTSUP;
+	return sbx_cgroup_tenant_usage(b->cgroup_root, uid, mem_bytes, nproc);
+}
+
 int sbx_backend_sweep(struct sbx_backend *b)
 {
 	return b && b->cgroups ? sbx_cgroup_sweep(b->cgroup_root) : 0;

@@ -14,6 +14,10 @@ struct sbx_limits {
 	uint64_t fsize_bytes;  /* RLIMIT_FSIZE (0: none) */
 	uint64_t nofile;       /* RLIMIT_NOFILE (0: keep) */
 	uint64_t tmp_bytes;    /* size of the private /tmp (bwrap) */
+	/* The tenant's budget: all its commands together (its cgroup parent
+	 * u<uid>); 0: none. Where cgroups are in force only. */
+	uint64_t tenant_mem_bytes;
+	uint64_t tenant_nproc;
 };
 
 struct sbx_spawn_req {
@@ -62,6 +66,11 @@ void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req);
  * this server left behind, e.g. after a kill -9. Returns how many groups
  * were removed. */
 int sbx_backend_sweep(struct sbx_backend *b);
+
+/* What a tenant's commands use together now (its cgroup parent): memory
+ * in bytes and processes. -ENOENT when none has run yet, -ENOTSUP
+ * without cgroups. */
+int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc);
 
 /* Commands refused because their limits could not be applied. */
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);

@@ -164,6 +164,53 @@ static int group_path(char *out, size_t outsz, const char *hier, const char *roo
 	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
 }
 
+/* The tenant's budget on its parent group; 0 means none ("max", or -1
+ * for memory v1). Written on every command: cheap, and a changed
+ * configuration takes effect at the tenant's next command. */
+static int set_budget(const char *hier, const char *rel, const char *limit_file, uint64_t budget)
+{
+	char file[600], val[32];
+
+	snprintf(file, sizeof(file), CG_ROOT "/%s/%s/%s", hier, rel, limit_file);
+	if (budget)
+		snprintf(val, sizeof(val), "%" PRIu64, budget);
+	else
+		snprintf(val, sizeof(val), "%s", strcmp(hier, "pids") == 0 ? "max" : "-1");
+	return write_file(file, val);
+}
+
+static int read_u64(const char *path, uint64_t *out)
+{
+	char buf[64];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	buf[n] = '\0';
+	*out = strtoull(buf, NULL, 10);
+	return 0;
+}
+
+int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
+{
+	char path[600];
+	int rc;
+
+	if (!name_ok(root))
+		return -EINVAL;
+	snprintf(path, sizeof(path), CG_ROOT "/memory/%s/u%u/memory.usage_in_bytes", root, (unsigned)uid);
+	rc = read_u64(path, mem_bytes);
+	if (rc < 0)
+		return rc;
+	snprintf(path, sizeof(path), CG_ROOT "/pids/%s/u%u/pids.current", root, (unsigned)uid);
+	return read_u64(path, nproc);
+}
+
 bool sbx_cgroup_probe(const char *root)
 {
 	char path[512];
@@ -197,8 +244,12 @@ int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct s
 	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
 	for (i = 0; i < 2; i++) {
 		uint64_t v = i == 0 ? lim->mem_bytes : lim->nproc;
+		uint64_t budget = i == 0 ? lim->tenant_mem_bytes : lim->tenant_nproc;
 
 		rc = mkdir_p(ctrls[i].hier, rel);
+		if (rc < 0)
+			goto fail;
+		rc = set_budget(ctrls[i].hier, rel, ctrls[i].limit_file, budget);
 		if (rc < 0)
 			goto fail;
 		rc = group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq);

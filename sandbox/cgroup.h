@@ -6,8 +6,8 @@
  *     /sys/fs/cgroup/{memory,pids}/<root>/u<uid>/j<seq>
  *
  * root is the server's own ("sandboxd/<uid-base>": distinct per server on
- * a host), u<uid> the tenant's parent, j<seq> one command, seq a number
- * the runner counts. A command's group is always new: an existing one is
+ * a host), u<uid> the tenant's parent (its budget: every command of the
+ * tenant together), j<seq> one command, seq a number the runner counts. A command's group is always new: an existing one is
  * a leftover, removed first, and a control file in its place is refused. */
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,11 +19,16 @@ struct sbx_limits;
  * creates <root> in both. root: "a/b" of [A-Za-z0-9_.-] components. */
 bool sbx_cgroup_probe(const char *root);
 
-/* Create the command's group in memory and pids, set memory.limit_in_bytes
- * and pids.max from lim (when non-zero) and open each cgroup.procs
+/* Create the command's group in memory and pids, set the tenant's budget
+ * on its parent u<uid> (lim->tenant_mem_bytes, lim->tenant_nproc; "max"
+ * when 0), set memory.limit_in_bytes and pids.max from lim (when non-zero) and open each cgroup.procs
  * (O_WRONLY|O_CLOEXEC) into fds[0..1]. Returns 2, or -errno with nothing
  * left open and nothing left behind: the command must then not run. */
 int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim, int fds[2]);
+
+/* The tenant's current use: memory.usage_in_bytes and pids.current of
+ * u<uid>. 0, -ENOENT (no group yet), other -errno. */
+int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc);
 
 /* Kill whatever is left in the command's groups and rmdir them. */
 void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq);
