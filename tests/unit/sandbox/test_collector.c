@@ -16,6 +16,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
 #include "sandbox/workspace.h"
+#include "unit.h"
 
 #define FFFD "\xEF\xBF\xBD"
 
@@ -29,8 +30,7 @@ static int setup(void **state)
 	struct fixture *f = xcalloc(1, sizeof(*f));
 	struct sbx_owner owner = {.uid = getuid(), .gid = getgid(), .chown = false};
 
-	snprintf(f->dir, sizeof(f->dir), "/tmp/sbx-coll-XXXXXX");
-	if (!mkdtemp(f->dir))
+	if (unit_tmpdir(f->dir, sizeof(f->dir), "coll"))
 		return -1;
 	if (sbx_workspace_open(&f->ws, f->dir, &owner))
 		return -1;
@@ -41,11 +41,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	char cmd[128];
 
 	sbx_workspace_free(&f->ws);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
+	if (unit_rm_rf(f->dir) != 0)
 		return -1;
 	free(f);
 	return 0;
@@ -458,9 +456,9 @@ int main(void)
 	    cmocka_unit_test(test_utf8_boundary_whole_char_kept),
 	    cmocka_unit_test(test_sanitize),
 	    cmocka_unit_test(test_invalid_in_output),
-	    cmocka_unit_test_setup_teardown(test_no_spill_when_short, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spill_full_stream, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spill_cap_and_retrunc, setup, teardown),
+	    UNIT_TEST_FX(test_no_spill_when_short),
+	    UNIT_TEST_FX(test_spill_full_stream),
+	    UNIT_TEST_FX(test_spill_cap_and_retrunc),
 	    cmocka_unit_test(test_tail_line),
 	    cmocka_unit_test(test_tail_line_after_truncation),
 	};

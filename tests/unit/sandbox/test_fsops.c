@@ -1217,33 +1217,31 @@ static void t_session_dir_remove(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(t_ftype_name),
-	    T(t_write_read),
-	    T(t_write_parents),
-	    T(t_write_escapes),
-	    T(t_upload_abort_keeps_old),
-	    T(t_upload_long_leaf),
-	    T(t_upload_write_fails),
-	    T(t_upload_parent_swapped),
-	    T(t_open_read_special),
-	    T(t_open_read_escapes),
-	    T(t_stat),
-	    T(t_exists),
-	    T(t_readdir),
-	    T(t_mkdir),
-	    T(t_rm_basic),
-	    T(t_rm_roots),
-	    T(t_rm_links),
-	    T(t_move),
-	    T(t_session_dir_remove),
-	    T(t_sweep_temps),
-	    T(t_race_swaps),
-	    T(t_race_rm_recursive),
-	    T(t_race_mkdir_recursive),
+	    UNIT_TEST_FX(t_write_read),
+	    UNIT_TEST_FX(t_write_parents),
+	    UNIT_TEST_FX(t_write_escapes),
+	    UNIT_TEST_FX(t_upload_abort_keeps_old),
+	    UNIT_TEST_FX(t_upload_long_leaf),
+	    UNIT_TEST_FX(t_upload_write_fails),
+	    UNIT_TEST_FX(t_upload_parent_swapped),
+	    UNIT_TEST_FX(t_open_read_special),
+	    UNIT_TEST_FX(t_open_read_escapes),
+	    UNIT_TEST_FX(t_stat),
+	    UNIT_TEST_FX(t_exists),
+	    UNIT_TEST_FX(t_readdir),
+	    UNIT_TEST_FX(t_mkdir),
+	    UNIT_TEST_FX(t_rm_basic),
+	    UNIT_TEST_FX(t_rm_roots),
+	    UNIT_TEST_FX(t_rm_links),
+	    UNIT_TEST_FX(t_move),
+	    UNIT_TEST_FX(t_session_dir_remove),
+	    UNIT_TEST_FX(t_sweep_temps),
+	    UNIT_TEST_FX(t_race_swaps),
+	    UNIT_TEST_FX(t_race_rm_recursive),
+	    UNIT_TEST_FX(t_race_mkdir_recursive),
 	};
-#undef T
 
 	umask(022);
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,6 +20,7 @@
 #include "sandbox/backend.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
+#include "unit.h"
 
 #define MAX_HB 64
 
@@ -48,7 +49,6 @@ struct fixture {
 	struct sbx_backend *backend;
 	struct sbx_runner *runner;
 };
-
 
 static void rec_init(struct rec *r)
 {
@@ -136,8 +136,7 @@ static int setup(void **state)
 	struct sbx_owner owner = {.uid = getuid(), .gid = getgid(), .chown = false};
 	struct sbx_backend_config cfg = {.name = "local", .use_cgroups = false};
 
-	snprintf(f->dir, sizeof(f->dir), "/tmp/sbx-runner-XXXXXX");
-	if (!mkdtemp(f->dir))
+	if (unit_tmpdir(f->dir, sizeof(f->dir), "runner"))
 		return -1;
 	if (sbx_workspace_open(&f->ws, f->dir, &owner))
 		return -1;
@@ -152,7 +151,6 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	char cmd[128];
 	int rc = 0;
 
 	sbx_runner_free(&f->runner);
@@ -161,8 +159,7 @@ static int teardown(void **state)
 		rc = -1;
 	sbx_backend_free(&f->backend);
 	sbx_workspace_free(&f->ws);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
+	if (unit_rm_rf(f->dir) != 0)
 		rc = -1;
 	free(f);
 	return rc;
@@ -727,24 +724,24 @@ static void test_free_cancels_running(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_echo, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_exit_codes, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_timeout_term_ignored, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_other_thread, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_timeout_then_cancel_keeps_timeout, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_background_child_killed, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_setsid_child_does_not_block, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_heartbeats, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_heartbeats_silent, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_stdin, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_output_events, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spill_and_truncation, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spawn_failure, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_watchdog, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_free_cancels_running, setup, teardown),
+	    UNIT_TEST_FX(test_echo),
+	    UNIT_TEST_FX(test_exit_codes),
+	    UNIT_TEST_FX(test_timeout),
+	    UNIT_TEST_FX(test_timeout_term_ignored),
+	    UNIT_TEST_FX(test_idle_timeout),
+	    UNIT_TEST_FX(test_cancel_other_thread),
+	    UNIT_TEST_FX(test_timeout_then_cancel_keeps_timeout),
+	    UNIT_TEST_FX(test_background_child_killed),
+	    UNIT_TEST_FX(test_setsid_child_does_not_block),
+	    UNIT_TEST_FX(test_heartbeats),
+	    UNIT_TEST_FX(test_heartbeats_silent),
+	    UNIT_TEST_FX(test_stdin),
+	    UNIT_TEST_FX(test_output_events),
+	    UNIT_TEST_FX(test_spill_and_truncation),
+	    UNIT_TEST_FX(test_spawn_failure),
+	    UNIT_TEST_FX(test_concurrent),
+	    UNIT_TEST_FX(test_watchdog),
+	    UNIT_TEST_FX(test_free_cancels_running),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

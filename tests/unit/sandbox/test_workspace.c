@@ -528,13 +528,13 @@ int main(void)
 	    cmocka_unit_test(t_normalize),
 	    cmocka_unit_test(t_normalize_invalid),
 	    cmocka_unit_test(t_path_wire),
-	    cmocka_unit_test_setup_teardown(t_workspace_open, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_openat_escapes, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_open_parent, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_ws_mkdir, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_session_dir, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_session_dir_failure_not_memoised, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_session_dir_many_threads, setup, teardown),
+	    UNIT_TEST_FX(t_workspace_open),
+	    UNIT_TEST_FX(t_openat_escapes),
+	    UNIT_TEST_FX(t_open_parent),
+	    UNIT_TEST_FX(t_ws_mkdir),
+	    UNIT_TEST_FX(t_session_dir),
+	    UNIT_TEST_FX(t_session_dir_failure_not_memoised),
+	    UNIT_TEST_FX(t_session_dir_many_threads),
 	};
 
 	umask(022);

@@ -16,6 +16,7 @@
 #include "common/errors.h"
 #include "store/store.h"
 #include "store/store_impl.h"
+#include "unit.h"
 
 struct fx {
 	char dir[64];
@@ -27,8 +28,7 @@ static int setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof *f);
 
-	snprintf(f->dir, sizeof f->dir, "/tmp/sbx-store-XXXXXX");
-	if (!mkdtemp(f->dir)) {
+	if (unit_tmpdir(f->dir, sizeof f->dir, "store")) {
 		free(f);
 		return -1;
 	}
@@ -1102,26 +1102,26 @@ static void test_audit_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_fresh_migrate, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_migrate_rerun_noop, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_newer_refused, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_fresh_without_migrate, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_behind_without_migrate, setup, teardown),
+	    UNIT_TEST_FX(test_fresh_migrate),
+	    UNIT_TEST_FX(test_migrate_rerun_noop),
+	    UNIT_TEST_FX(test_newer_refused),
+	    UNIT_TEST_FX(test_fresh_without_migrate),
+	    UNIT_TEST_FX(test_behind_without_migrate),
 	    cmocka_unit_test(test_close_null),
-	    cmocka_unit_test_setup_teardown(test_tenants, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_tenant_remove_cascades, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_session_race, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_execs, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_recover, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_transfers, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_transfer_claim_race, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_basic, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_filters_and_pages, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_query_plan, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_close_flushes, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_bad_record, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_threads, setup, teardown),
+	    UNIT_TEST_FX(test_tenants),
+	    UNIT_TEST_FX(test_tenant_remove_cascades),
+	    UNIT_TEST_FX(test_sessions),
+	    UNIT_TEST_FX(test_session_race),
+	    UNIT_TEST_FX(test_execs),
+	    UNIT_TEST_FX(test_recover),
+	    UNIT_TEST_FX(test_transfers),
+	    UNIT_TEST_FX(test_transfer_claim_race),
+	    UNIT_TEST_FX(test_audit_basic),
+	    UNIT_TEST_FX(test_audit_filters_and_pages),
+	    UNIT_TEST_FX(test_audit_query_plan),
+	    UNIT_TEST_FX(test_audit_close_flushes),
+	    UNIT_TEST_FX(test_audit_bad_record),
+	    UNIT_TEST_FX(test_audit_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
