@@ -251,23 +251,32 @@ static void test_exit_codes(void **state)
 	rec_fini(&r);
 }
 
+/* Run req into a timeout (idle or not): exit 124 with stdout out, and
+ * the exit at least min_ms and under max_ms after the submit. */
+static void run_timed_out(struct fixture *f, struct sbx_exec_req *req, struct rec *r, bool idle,
+			  const char *out, int64_t min_ms, int64_t max_ms)
+{
+	int64_t t0 = mono_ms();
+
+	run(f, req, r, 10);
+	assert_true(r->res.timed_out);
+	assert_int_equal(r->res.idle, idle);
+	assert_false(r->res.cancelled);
+	assert_int_equal(r->res.exit_code, 124);
+	assert_string_equal(r->res.stdout_text, out);
+	assert_true(r->exit_mono - t0 >= min_ms);
+	assert_true(r->exit_mono - t0 < max_ms);
+}
+
 static void test_timeout(void **state)
 {
 	struct fixture *f = *state;
 	struct sbx_exec_req req = base_req(f, "echo before; echo e >&2; sleep 10");
 	struct rec r;
-	int64_t t0 = mono_ms();
 
 	req.timeout_ms = 300;
-	run(f, &req, &r, 10);
-	assert_true(r.res.timed_out);
-	assert_false(r.res.idle);
-	assert_false(r.res.cancelled);
-	assert_int_equal(r.res.exit_code, 124);
-	assert_string_equal(r.res.stdout_text, "before\n");
+	run_timed_out(f, &req, &r, false, "before\n", 300, 3000);
 	assert_string_equal(r.res.stderr_text, "e\n");
-	assert_true(r.exit_mono - t0 >= 300);
-	assert_true(r.exit_mono - t0 < 3000);
 	rec_fini(&r);
 }
 
@@ -276,16 +285,10 @@ static void test_timeout_term_ignored(void **state)
 	struct fixture *f = *state;
 	struct sbx_exec_req req = base_req(f, "trap '' TERM; echo x; sleep 10");
 	struct rec r;
-	int64_t t0 = mono_ms();
 
 	req.timeout_ms = 200;
 	req.kill_grace_ms = 300;
-	run(f, &req, &r, 10);
-	assert_true(r.res.timed_out);
-	assert_int_equal(r.res.exit_code, 124);
-	assert_string_equal(r.res.stdout_text, "x\n");
-	assert_true(r.exit_mono - t0 >= 500);
-	assert_true(r.exit_mono - t0 < 3000);
+	run_timed_out(f, &req, &r, false, "x\n", 500, 3000);
 	rec_fini(&r);
 }
 
@@ -295,16 +298,9 @@ static void test_idle_timeout(void **state)
 	/* output every 200 ms for 1.2 s keeps it alive past a 500 ms idle limit */
 	struct sbx_exec_req req = base_req(f, "for i in 1 2 3 4 5 6; do echo $i; sleep 0.2; done; sleep 10");
 	struct rec r;
-	int64_t t0 = mono_ms();
 
 	req.idle_timeout_ms = 500;
-	run(f, &req, &r, 10);
-	assert_true(r.res.timed_out);
-	assert_true(r.res.idle);
-	assert_int_equal(r.res.exit_code, 124);
-	assert_string_equal(r.res.stdout_text, "1\n2\n3\n4\n5\n6\n");
-	assert_true(r.exit_mono - t0 >= 1500);
-	assert_true(r.exit_mono - t0 < 5000);
+	run_timed_out(f, &req, &r, true, "1\n2\n3\n4\n5\n6\n", 1500, 5000);
 	rec_fini(&r);
 }
 
