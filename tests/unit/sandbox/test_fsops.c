@@ -1096,43 +1096,76 @@ static void *rm_race_thread(void *p)
 	return NULL;
 }
 
+/* Up to 2000 rounds (at most 1.5 s) of round(fx, rc, i, arg) while
+ * rm_race_thread swaps in tree i, then check that out was not reached. A
+ * round marks its tree with rc->idx while it attacks. */
+static void race_rounds(struct fx *fx, struct rm_racer *rc,
+			void (*round)(struct fx *fx, struct rm_racer *rc, int i, const char *arg),
+			const char *arg)
+{
+	struct timespec t0;
+	pthread_t th;
+
+	rc->wsfd = open(fx->h.wsdir, O_PATH | O_DIRECTORY);
+	assert_true(rc->wsfd >= 0);
+	alarm(60);
+	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, rc), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++)
+		round(fx, rc, i, arg);
+	atomic_store(&rc->stop, true);
+	pthread_join(th, NULL);
+	alarm(0);
+	close(rc->wsfd);
+	assert_outside_untouched(fx);
+}
+
+/* v<i>/sub (with a file) and v<i>/sub_alt -> out_sub; remove v<i>. */
+static void rm_round(struct fx *fx, struct rm_racer *rc, int i, const char *out_sub)
+{
+	char rel[64];
+	bool removed;
+
+	snprintf(rel, sizeof rel, "v%d", i);
+	host_mkdir(fx->h.wsdir, rel);
+	snprintf(rel, sizeof rel, "v%d/sub", i);
+	host_mkdir(fx->h.wsdir, rel);
+	snprintf(rel, sizeof rel, "v%d/sub/inner.txt", i);
+	host_write(fx->h.wsdir, rel, "x");
+	snprintf(rel, sizeof rel, "v%d/sub_alt", i);
+	host_symlink(fx->h.wsdir, out_sub, rel);
+	atomic_store(&rc->idx, i);
+	snprintf(rel, sizeof rel, "v%d", i);
+	(void)sbx_fs_rm(fx->h.ws, rel, true, false, &removed);
+	(void)sbx_fs_sweep_temps(fx->h.ws);
+	atomic_store(&rc->idx, -1);
+}
+
 static void t_race_rm_recursive(void **state)
 {
 	struct fx *fx = *state;
 	struct rm_racer rc = {.idx = -1, .stop = false, .tree = 'v', .a = "sub", .b = "sub_alt"};
-	struct timespec t0;
-	pthread_t th;
-	char rel[64], p[512];
-	int i;
+	char p[512];
 
 	snprintf(p, sizeof p, "%s/sub", fx->h.out);
-	rc.wsfd = open(fx->h.wsdir, O_PATH | O_DIRECTORY);
-	assert_true(rc.wsfd >= 0);
-	alarm(60);
-	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, &rc), 0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++) {
-		bool removed;
+	race_rounds(fx, &rc, rm_round, p);
+}
 
-		snprintf(rel, sizeof rel, "v%d", i);
-		host_mkdir(fx->h.wsdir, rel);
-		snprintf(rel, sizeof rel, "v%d/sub", i);
-		host_mkdir(fx->h.wsdir, rel);
-		snprintf(rel, sizeof rel, "v%d/sub/inner.txt", i);
-		host_write(fx->h.wsdir, rel, "x");
-		snprintf(rel, sizeof rel, "v%d/sub_alt", i);
-		host_symlink(fx->h.wsdir, p, rel);
-		atomic_store(&rc.idx, i);
-		snprintf(rel, sizeof rel, "v%d", i);
-		(void)sbx_fs_rm(fx->h.ws, rel, true, false, &removed);
-		(void)sbx_fs_sweep_temps(fx->h.ws);
-		atomic_store(&rc.idx, -1);
-	}
-	atomic_store(&rc.stop, true);
-	pthread_join(th, NULL);
-	alarm(0);
-	close(rc.wsfd);
-	assert_outside_untouched(fx);
+/* m<i>/n_alt -> out; mkdir m<i>/n/x/y and write m<i>/n/x/f.txt. */
+static void mkdir_round(struct fx *fx, struct rm_racer *rc, int i, const char *out)
+{
+	char rel[64];
+
+	snprintf(rel, sizeof rel, "m%d", i);
+	host_mkdir(fx->h.wsdir, rel);
+	snprintf(rel, sizeof rel, "m%d/n_alt", i);
+	host_symlink(fx->h.wsdir, out, rel);
+	atomic_store(&rc->idx, i);
+	snprintf(rel, sizeof rel, "m%d/n/x/y", i);
+	(void)sbx_fs_mkdir(fx->h.ws, rel, true);
+	snprintf(rel, sizeof rel, "m%d/n/x/f.txt", i);
+	(void)sbx_fs_write(fx->h.ws, rel, "x", 1, true);
+	atomic_store(&rc->idx, -1);
 }
 
 /* Recursive mkdir with each new directory swapped for a link out between
@@ -1141,33 +1174,8 @@ static void t_race_mkdir_recursive(void **state)
 {
 	struct fx *fx = *state;
 	struct rm_racer rc = {.idx = -1, .stop = false, .tree = 'm', .a = "n", .b = "n_alt"};
-	struct timespec t0;
-	pthread_t th;
-	char rel[64];
-	int i;
 
-	rc.wsfd = open(fx->h.wsdir, O_PATH | O_DIRECTORY);
-	assert_true(rc.wsfd >= 0);
-	alarm(60);
-	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, &rc), 0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++) {
-		snprintf(rel, sizeof rel, "m%d", i);
-		host_mkdir(fx->h.wsdir, rel);
-		snprintf(rel, sizeof rel, "m%d/n_alt", i);
-		host_symlink(fx->h.wsdir, fx->h.out, rel);
-		atomic_store(&rc.idx, i);
-		snprintf(rel, sizeof rel, "m%d/n/x/y", i);
-		(void)sbx_fs_mkdir(fx->h.ws, rel, true);
-		snprintf(rel, sizeof rel, "m%d/n/x/f.txt", i);
-		(void)sbx_fs_write(fx->h.ws, rel, "x", 1, true);
-		atomic_store(&rc.idx, -1);
-	}
-	atomic_store(&rc.stop, true);
-	pthread_join(th, NULL);
-	alarm(0);
-	close(rc.wsfd);
-	assert_outside_untouched(fx);
+	race_rounds(fx, &rc, mkdir_round, fx->h.out);
 }
 
 static void t_session_dir_remove(void **state)
