@@ -59,13 +59,21 @@ static void t_djb2(void **state)
 	(void)sbx_djb2_64(big, sizeof big);
 }
 
+/* The segment of key (len bytes) with salt is want. */
+static void expect_segment(const char *key, size_t len, unsigned salt, const char *want)
+{
+	char seg[SBX_SEGMENT_MAX];
+
+	sbx_session_segment(key, len, salt, seg);
+	assert_string_equal(seg, want);
+}
+
 static void t_segment_vector(void **state)
 {
 	char seg[SBX_SEGMENT_MAX];
 
 	(void)state;
-	sbx_session_segment("chat:42", 7, 0, seg);
-	assert_string_equal(seg, "chat_42-29c5c2leqt");
+	expect_segment("chat:42", 7, 0, "chat_42-29c5c2leqt");
 	sbx_session_segment("default", 7, 0, seg);
 	assert_true(strncmp(seg, "default-", 8) == 0);
 }
@@ -73,11 +81,9 @@ static void t_segment_vector(void **state)
 static void t_segment_nonascii(void **state)
 {
 	static const char key[] = "\xc3\xa9t\xc3\xa9 x/y";
-	char seg[SBX_SEGMENT_MAX];
 
 	(void)state;
-	sbx_session_segment(key, sizeof key - 1, 0, seg);
-	assert_string_equal(seg, "__t___x_y-1wdtc0omsbip");
+	expect_segment(key, sizeof key - 1, 0, "__t___x_y-1wdtc0omsbip");
 }
 
 static void t_segment_long(void **state)
@@ -109,17 +115,14 @@ static void t_segment_long(void **state)
 
 static void t_segment_salt(void **state)
 {
-	char seg[SBX_SEGMENT_MAX];
+	char seg2[SBX_SEGMENT_MAX];
 
 	(void)state;
-	sbx_session_segment("chat:42", 7, 3, seg);
-	assert_string_equal(seg, "chat_42-29c5c2leqt-3");
-	sbx_session_segment("chat:42", 7, 0, seg);
-	assert_string_equal(seg, "chat_42-29c5c2leqt");
+	expect_segment("chat:42", 7, 3, "chat_42-29c5c2leqt-3");
+	expect_segment("chat:42", 7, 0, "chat_42-29c5c2leqt");
 	/* Distinct keys with the same readable prefix get distinct segments. */
-	char seg2[SBX_SEGMENT_MAX];
 	sbx_session_segment("chat/42", 7, 0, seg2);
-	assert_string_not_equal(seg, seg2);
+	assert_string_not_equal("chat_42-29c5c2leqt", seg2);
 	assert_true(strncmp(seg2, "chat_42-", 8) == 0);
 }
 
