@@ -70,6 +70,29 @@ static inline void host_symlink(const char *base, const char *target, const char
 	assert_int_equal(symlink(target, p), 0);
 }
 
+/* st is a 0755 directory, owned by TEST_UID:TEST_GID when the tests run
+ * as root (only then can the workspace give it away). */
+static inline void expect_ws_dir(const struct stat *st)
+{
+	assert_true(S_ISDIR(st->st_mode));
+	assert_int_equal(st->st_mode & 07777, 0755);
+	if (am_root()) {
+		assert_int_equal(st->st_uid, TEST_UID);
+		assert_int_equal(st->st_gid, TEST_GID);
+	}
+}
+
+/* base/rel on the host is such a directory. */
+static inline void host_expect_dir(const char *base, const char *rel)
+{
+	char p[512];
+	struct stat st;
+
+	hpath(p, sizeof p, base, rel);
+	assert_int_equal(stat(p, &st), 0);
+	expect_ws_dir(&st);
+}
+
 /* The number a shell command prints (find ... | wc -l), or -1. */
 static inline int host_count(const char *cmd)
 {

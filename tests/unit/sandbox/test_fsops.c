@@ -301,8 +301,6 @@ static void t_write_parents(void **state)
 {
 	struct fx *fx = *state;
 	struct sbx_upload *up = NULL;
-	struct stat hst;
-	char p[512];
 
 	assert_int_equal(sbx_fs_write(fx->h.ws, "p/q.txt", "x", 1, false), -SBX_E_PARENT_MISSING);
 	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "p/q.txt", false), -SBX_E_PARENT_MISSING);
@@ -310,11 +308,7 @@ static void t_write_parents(void **state)
 	assert_false(host_exists(fx->h.wsdir, "p"));
 	assert_int_equal(sbx_fs_write(fx->h.ws, "x/y/z.txt", "deep", 4, true), 0);
 	assert_host_content(fx->h.wsdir, "x/y/z.txt", "deep");
-	hpath(p, sizeof p, fx->h.wsdir, "x/y");
-	assert_int_equal(stat(p, &hst), 0);
-	assert_int_equal(hst.st_mode & 07777, 0755);
-	if (am_root())
-		assert_int_equal(hst.st_uid, TEST_UID);
+	host_expect_dir(fx->h.wsdir, "x/y");
 	assert_int_equal(sbx_fs_write(fx->h.ws, "d/f.txt/z", "x", 1, true), -ENOTDIR);
 	assert_int_equal(sbx_fs_write(fx->h.ws, "d/f.txt/z", "x", 1, false), -ENOTDIR);
 	assert_int_equal(sbx_fs_write(fx->h.ws, "d", "x", 1, false), -EISDIR);
@@ -722,22 +716,13 @@ static void t_readdir(void **state)
 static void t_mkdir(void **state)
 {
 	struct fx *fx = *state;
-	struct stat hst;
-	char p[512];
 
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m", false), 0);
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m", false), -EEXIST);
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m", true), 0);
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m/a/b", false), -SBX_E_PARENT_MISSING);
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m/a/b/c", true), 0);
-	hpath(p, sizeof p, fx->h.wsdir, "m/a/b/c");
-	assert_int_equal(stat(p, &hst), 0);
-	assert_true(S_ISDIR(hst.st_mode));
-	assert_int_equal(hst.st_mode & 07777, 0755);
-	if (am_root()) {
-		assert_int_equal(hst.st_uid, TEST_UID);
-		assert_int_equal(hst.st_gid, TEST_GID);
-	}
+	host_expect_dir(fx->h.wsdir, "m/a/b/c");
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "d/f.txt", false), -EEXIST);
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "d/f.txt", true), -EEXIST);
 	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "d/f.txt/x", true), -ENOTDIR);

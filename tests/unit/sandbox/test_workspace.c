@@ -242,12 +242,7 @@ static void t_workspace_open(void **state)
 	assert_int_equal(sbx_workspace_open(&ws, deep, &own), 0);
 	assert_string_equal(sbx_workspace_host_dir(ws), deep);
 	assert_int_equal(fstat(sbx_workspace_dirfd(ws), &st), 0);
-	assert_true(S_ISDIR(st.st_mode));
-	assert_int_equal(st.st_mode & 07777, 0755);
-	if (am_root()) {
-		assert_int_equal(st.st_uid, TEST_UID);
-		assert_int_equal(st.st_gid, TEST_GID);
-	}
+	expect_ws_dir(&st);
 	/* O_PATH: not readable through this fd. */
 	char c;
 	assert_true(read(sbx_workspace_dirfd(ws), &c, 1) < 0);
@@ -325,7 +320,6 @@ static void t_open_parent(void **state)
 	const char *leaf = NULL;
 	int dfd = -1;
 	struct stat st;
-	char p[512];
 
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "", false, &dfd, &leaf), -EINVAL);
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "a/..", false, &dfd, &leaf), -EINVAL);
@@ -340,14 +334,7 @@ static void t_open_parent(void **state)
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "x/y/z.txt", true, &dfd, &leaf), 0);
 	assert_string_equal(leaf, "z.txt");
 	close(dfd);
-	hpath(p, sizeof p, fx->wsdir, "x/y");
-	assert_int_equal(stat(p, &st), 0);
-	assert_true(S_ISDIR(st.st_mode));
-	assert_int_equal(st.st_mode & 07777, 0755);
-	if (am_root()) {
-		assert_int_equal(st.st_uid, TEST_UID);
-		assert_int_equal(st.st_gid, TEST_GID);
-	}
+	host_expect_dir(fx->wsdir, "x/y");
 	assert_false(host_exists(fx->wsdir, "x/y/z.txt"));
 
 	host_write(fx->wsdir, "file", "x");
