@@ -115,7 +115,9 @@ struct store_val {
 	    sizeof((const struct store_val[]){__VA_ARGS__}) / sizeof(struct store_val)
 #define Q_NOARGS NULL, 0
 
-/* How store_get and store_list read a row into a caller's struct. */
+/* How store_get and store_list read a row into a caller's struct. clear
+ * undoes fill for store_list's error path; NULL for a row type that is
+ * only read with store_get or store_step_row. */
 struct store_row {
 	size_t size;				   /* of the struct */
 	void (*fill)(sqlite3_stmt *st, void *dst); /* from the current row */
