@@ -61,7 +61,8 @@ static bool scache_cacheable(const char *tenant, size_t key_len)
 	return strlen(tenant) < sizeof(((struct scache_ent *)0)->tenant) && key_len <= SCACHE_KEY_MAX;
 }
 
-static bool ent_is(const struct scache_ent *e, uint64_t h, const char *tenant, const char *key, size_t key_len)
+static bool ent_is(const struct scache_ent *e, uint64_t h, const char *tenant, const char *key,
+		   size_t key_len)
 {
 	return e->used && e->hash == h && e->key_len == key_len && strcmp(e->tenant, tenant) == 0 &&
 	       memcmp(e->key, key, key_len) == 0;
@@ -128,14 +129,13 @@ static void scache_drop(struct store *s, const char *tenant, const char *key, si
 static int session_lookup(struct store *s, const char *tenant, const char *key, size_t key_len,
 			  char segment[64], int64_t *last_used)
 {
-	sqlite3_stmt *st = store_stmt(
-	    s, ST_SESSION_GET, "SELECT segment, last_used_at FROM sessions WHERE tenant = ?1 AND key = ?2");
+	sqlite3_stmt *st = store_prep(
+	    s, ST_SESSION_GET, "SELECT segment, last_used_at FROM sessions WHERE tenant = ?1 AND key = ?2",
+	    Q_ARGS(Q_TEXT(tenant), Q_BLOB(key, key_len)));
 	int r;
 
 	if (!st)
 		return -SBX_E_STORE;
-	store_bind_text(st, 1, tenant);
-	store_bind_blob(st, 2, key, key_len);
 	r = sqlite3_step(st);
 	if (r == SQLITE_ROW) {
 		store_col_copy(st, 0, segment, 64);
@@ -150,29 +150,24 @@ static int session_lookup(struct store *s, const char *tenant, const char *key, 
 
 static int session_touch(struct store *s, const char *tenant, const char *key, size_t key_len, int64_t now)
 {
-	sqlite3_stmt *st = store_stmt(s, ST_SESSION_TOUCH,
+	sqlite3_stmt *st = store_prep(s, ST_SESSION_TOUCH,
 				      "UPDATE sessions SET last_used_at = ?3 WHERE tenant = ?1 AND key = ?2 "
-				      "AND last_used_at < ?3");
+				      "AND last_used_at < ?3",
+				      Q_ARGS(Q_TEXT(tenant), Q_BLOB(key, key_len), Q_INT(now)));
 
-	if (!st)
-		return -SBX_E_STORE;
-	store_bind_text(st, 1, tenant);
-	store_bind_blob(st, 2, key, key_len);
-	sqlite3_bind_int64(st, 3, now);
-	return store_step_done(st);
+	return st ? store_step_done(st) : -SBX_E_STORE;
 }
 
 /* 1 when another key of the tenant holds segment. */
 static int segment_taken(struct store *s, const char *tenant, const char *segment)
 {
-	sqlite3_stmt *st = store_stmt(s, ST_SESSION_SEGMENT_TAKEN,
-				      "SELECT 1 FROM sessions WHERE tenant = ?1 AND segment = ?2");
+	sqlite3_stmt *st = store_prep(s, ST_SESSION_SEGMENT_TAKEN,
+				      "SELECT 1 FROM sessions WHERE tenant = ?1 AND segment = ?2",
+				      Q_ARGS(Q_TEXT(tenant), Q_TEXT(segment)));
 	int r;
 
 	if (!st)
 		return -SBX_E_STORE;
-	store_bind_text(st, 1, tenant);
-	store_bind_text(st, 2, segment);
 	r = sqlite3_step(st);
 	r = r == SQLITE_ROW ? 1 : r == SQLITE_DONE ? 0 : store_rc(r);
 	sqlite3_reset(st);
@@ -200,15 +195,12 @@ static int session_insert(struct store *s, const char *tenant, const char *key, 
 	if (salt == MAX_SALT)
 		return -SBX_E_STORE;
 
-	st = store_stmt(s, ST_SESSION_INSERT,
+	st = store_prep(s, ST_SESSION_INSERT,
 			"INSERT INTO sessions (tenant, key, segment, created_at, last_used_at) "
-			"VALUES (?1, ?2, ?3, ?4, ?4)");
+			"VALUES (?1, ?2, ?3, ?4, ?4)",
+			Q_ARGS(Q_TEXT(tenant), Q_BLOB(key, key_len), Q_TEXT(cand), Q_INT(now)));
 	if (!st)
 		return -SBX_E_STORE;
-	store_bind_text(st, 1, tenant);
-	store_bind_blob(st, 2, key, key_len);
-	store_bind_text(st, 3, cand);
-	sqlite3_bind_int64(st, 4, now);
 	r = store_step_done(st);
 	if (!r)
 		memcpy(segment, cand, 64);
@@ -296,49 +288,36 @@ int store_session_find(struct store *s, const char *tenant, const char *key, siz
 	return 0;
 }
 
+static void session_from_row(sqlite3_stmt *st, void *dst)
+{
+	struct store_session *e = dst;
+
+	memset(e, 0, sizeof *e);
+	e->key = store_col_blobdup(st, 0, &e->key_len);
+	store_col_copy(st, 1, e->segment, sizeof e->segment);
+	e->created_at = sqlite3_column_int64(st, 2);
+	e->last_used_at = sqlite3_column_int64(st, 3);
+}
+
+static void session_clear(void *e)
+{
+	free(((struct store_session *)e)->key);
+}
+
+static const struct store_row session_row = {sizeof(struct store_session), session_from_row, session_clear};
+
 int store_session_list(struct store *s, const char *tenant, size_t limit, struct store_session **out,
 		       size_t *n)
 {
-	struct store_session *v = NULL;
-	size_t cnt = 0, cap = 0;
-	sqlite3_stmt *st;
-	int r;
+	void *v;
+	int r = store_list(s, ST_SESSION_LIST,
+			   "SELECT key, segment, created_at, last_used_at FROM sessions WHERE tenant = ?1 "
+			   "ORDER BY last_used_at DESC, created_at DESC LIMIT ?2",
+			   &session_row, &v, n, Q_ARGS(Q_TEXT(tenant), Q_INT(limit ? (int64_t)limit : -1)));
 
-	pthread_mutex_lock(&s->lock);
-	st = store_stmt(s, ST_SESSION_LIST,
-			"SELECT key, segment, created_at, last_used_at FROM sessions WHERE tenant = ?1 "
-			"ORDER BY last_used_at DESC, created_at DESC LIMIT ?2");
-	if (!st) {
-		r = -SBX_E_STORE;
-		goto out;
-	}
-	store_bind_text(st, 1, tenant);
-	sqlite3_bind_int64(st, 2, limit ? (int64_t)limit : -1);
-	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-		struct store_session *e;
-
-		if (cnt == cap) {
-			cap = cap ? cap * 2 : 8;
-			v = xrealloc(v, cap * sizeof *v);
-		}
-		e = &v[cnt++];
-		memset(e, 0, sizeof *e);
-		e->key = store_col_blobdup(st, 0, &e->key_len);
-		store_col_copy(st, 1, e->segment, sizeof e->segment);
-		e->created_at = sqlite3_column_int64(st, 2);
-		e->last_used_at = sqlite3_column_int64(st, 3);
-	}
-	r = r == SQLITE_DONE ? 0 : store_rc(r);
-	sqlite3_reset(st);
-out:
-	pthread_mutex_unlock(&s->lock);
-	if (r) {
-		store_sessions_free(v, cnt);
-		return r;
-	}
-	*out = v;
-	*n = cnt;
-	return 0;
+	if (!r)
+		*out = v;
+	return r;
 }
 
 int store_session_delete(struct store *s, const char *tenant, const char *key, size_t key_len,
@@ -350,14 +329,13 @@ int store_session_delete(struct store *s, const char *tenant, const char *key, s
 	pthread_mutex_lock(&s->lock);
 	/* Before the DELETE and under s->lock: no lookup can re-cache the row. */
 	scache_drop(s, tenant, key, key_len);
-	st = store_stmt(s, ST_SESSION_DELETE,
-			"DELETE FROM sessions WHERE tenant = ?1 AND key = ?2 RETURNING segment");
+	st = store_prep(s, ST_SESSION_DELETE,
+			"DELETE FROM sessions WHERE tenant = ?1 AND key = ?2 RETURNING segment",
+			Q_ARGS(Q_TEXT(tenant), Q_BLOB(key, key_len)));
 	if (!st) {
 		r = -SBX_E_STORE;
 		goto out;
 	}
-	store_bind_text(st, 1, tenant);
-	store_bind_blob(st, 2, key, key_len);
 	r = sqlite3_step(st);
 	if (r == SQLITE_ROW) {
 		char seg[64];

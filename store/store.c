@@ -106,6 +106,15 @@ void store_tx_rollback(struct store *s)
 		run_cached(s, ST_ROLLBACK, "ROLLBACK");
 }
 
+int store_tx_end(struct store *s, int r)
+{
+	if (r) {
+		store_tx_rollback(s);
+		return r;
+	}
+	return store_tx_commit(s);
+}
+
 int store_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n)
 {
 	if (!p)
@@ -120,6 +129,118 @@ int store_bind_text(sqlite3_stmt *st, int i, const char *str)
 	if (!str)
 		return sqlite3_bind_null(st, i);
 	return sqlite3_bind_text(st, i, str, -1, SQLITE_TRANSIENT);
+}
+
+sqlite3_stmt *store_prep(struct store *s, enum store_stmt_id id, const char *sql, const struct store_val *v,
+			 size_t n)
+{
+	sqlite3_stmt *st = store_stmt(s, id, sql);
+
+	if (!st)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		int at = (int)i + 1;
+
+		switch (v[i].type) {
+		case STORE_NULL:
+			break; /* store_stmt cleared the bindings */
+		case STORE_TEXT:
+			store_bind_text(st, at, v[i].text);
+			break;
+		case STORE_BLOB:
+			store_bind_blob(st, at, v[i].blob, v[i].len);
+			break;
+		case STORE_INT:
+			sqlite3_bind_int64(st, at, v[i].i);
+			break;
+		}
+	}
+	return st;
+}
+
+int store_step_row(sqlite3_stmt *st, const struct store_row *rt, void *dst)
+{
+	int r = sqlite3_step(st);
+
+	if (r == SQLITE_ROW) {
+		rt->fill(st, dst);
+		r = 0;
+	} else {
+		r = r == SQLITE_DONE ? -ENOENT : store_rc(r);
+	}
+	sqlite3_reset(st);
+	return r;
+}
+
+int store_run(struct store *s, enum store_stmt_id id, const char *sql, const struct store_val *v, size_t n)
+{
+	sqlite3_stmt *st;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	st = store_prep(s, id, sql, v, n);
+	r = st ? store_step_done(st) : -SBX_E_STORE;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_run_one(struct store *s, enum store_stmt_id id, const char *sql, const struct store_val *v,
+		  size_t n)
+{
+	sqlite3_stmt *st;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	st = store_prep(s, id, sql, v, n);
+	r = st ? store_step_one(s, st) : -SBX_E_STORE;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_get(struct store *s, enum store_stmt_id id, const char *sql, const struct store_row *rt, void *dst,
+	      const struct store_val *v, size_t n)
+{
+	sqlite3_stmt *st;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	st = store_prep(s, id, sql, v, n);
+	r = st ? store_step_row(st, rt, dst) : -SBX_E_STORE;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_list(struct store *s, enum store_stmt_id id, const char *sql, const struct store_row *rt,
+	       void **out, size_t *nout, const struct store_val *v, size_t n)
+{
+	char *rows = NULL;
+	size_t cnt = 0, cap = 0;
+	sqlite3_stmt *st;
+	int r = -SBX_E_STORE;
+
+	pthread_mutex_lock(&s->lock);
+	st = store_prep(s, id, sql, v, n);
+	if (st) {
+		while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+			if (cnt == cap) {
+				cap = cap ? cap * 2 : 8;
+				rows = xrealloc(rows, cap * rt->size);
+			}
+			rt->fill(st, rows + cnt++ * rt->size);
+		}
+		r = r == SQLITE_DONE ? 0 : store_rc(r);
+		sqlite3_reset(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (r) {
+		for (size_t i = 0; i < cnt; i++)
+			rt->clear(rows + i * rt->size);
+		free(rows);
+		return r;
+	}
+	*out = rows;
+	*nout = cnt;
+	return 0;
 }
 
 char *store_col_strdup(sqlite3_stmt *st, int i)
@@ -491,10 +612,8 @@ int store_recover(struct store *s, int *lost_execs, int *failed_transfers)
 			goto out;
 		counts[i] = sqlite3_changes(s->db);
 	}
-	r = store_tx_commit(s);
 out:
-	if (r)
-		store_tx_rollback(s);
+	r = store_tx_end(s, r);
 	pthread_mutex_unlock(&s->lock);
 	if (!r) {
 		if (lost_execs)

@@ -89,11 +89,63 @@ int store_rc(int rc);
 int store_tx_begin(struct store *s);
 int store_tx_commit(struct store *s);
 void store_tx_rollback(struct store *s);
+/* End the transaction as r says: commit when r is 0, else roll back.
+ * Returns r, or the commit's error. */
+int store_tx_end(struct store *s, int r);
 /* Step a statement expected to return no row (INSERT/UPDATE/DELETE). */
 int store_step_done(sqlite3_stmt *st);
 /* The same for an UPDATE/DELETE of one row: -ENOENT when none matched. */
 int store_step_one(struct store *s, sqlite3_stmt *st);
 
+/* One value for a statement parameter. Write a query's values in order
+ * (?1, ?2, ...) next to its SQL: Q_ARGS(Q_TEXT(tenant), Q_INT(now)). */
+struct store_val {
+	enum { STORE_NULL, STORE_TEXT, STORE_BLOB, STORE_INT } type;
+	const char *text; /* NULL binds NULL */
+	const void *blob; /* NULL binds NULL; length 0 binds a zero-length blob */
+	size_t len;
+	int64_t i;
+};
+#define Q_NULL ((struct store_val){.type = STORE_NULL})
+#define Q_TEXT(s) ((struct store_val){.type = STORE_TEXT, .text = (s)})
+#define Q_BLOB(p, n) ((struct store_val){.type = STORE_BLOB, .blob = (p), .len = (n)})
+#define Q_INT(v) ((struct store_val){.type = STORE_INT, .i = (v)})
+#define Q_ARGS(...)                                                                                          \
+	(const struct store_val[]){__VA_ARGS__},                                                             \
+	    sizeof((const struct store_val[]){__VA_ARGS__}) / sizeof(struct store_val)
+#define Q_NOARGS NULL, 0
+
+/* How store_get and store_list read a row into a caller's struct. clear
+ * undoes fill for store_list's error path; NULL for a row type that is
+ * only read with store_get or store_step_row. */
+struct store_row {
+	size_t size;				   /* of the struct */
+	void (*fill)(sqlite3_stmt *st, void *dst); /* from the current row */
+	void (*clear)(void *dst);		   /* frees what fill allocated */
+};
+
+/* Caller holds s->lock. store_stmt with vals bound; NULL as store_stmt. */
+sqlite3_stmt *store_prep(struct store *s, enum store_stmt_id id, const char *sql, const struct store_val *v,
+			 size_t n);
+/* Step st once: its row goes to dst through rt->fill. 0, -ENOENT when
+ * there is no row, or an error. Resets st. */
+int store_step_row(sqlite3_stmt *st, const struct store_row *rt, void *dst);
+
+/* One cached statement under s->lock, each a whole query; a prepare
+ * failure is -SBX_E_STORE.
+ * store_run: no row to read (store_step_done).
+ * store_run_one: an UPDATE/DELETE of one row (store_step_one: -ENOENT).
+ * store_get: the first row into *dst (store_step_row: -ENOENT); dst is
+ *   untouched on failure.
+ * store_list: every row into a new array of rt->size elements, which the
+ *   caller owns; *out and *n are set only on success. */
+int store_run(struct store *s, enum store_stmt_id id, const char *sql, const struct store_val *v, size_t n);
+int store_run_one(struct store *s, enum store_stmt_id id, const char *sql, const struct store_val *v,
+		  size_t n);
+int store_get(struct store *s, enum store_stmt_id id, const char *sql, const struct store_row *rt, void *dst,
+	      const struct store_val *v, size_t n);
+int store_list(struct store *s, enum store_stmt_id id, const char *sql, const struct store_row *rt,
+	       void **out, size_t *nout, const struct store_val *v, size_t n);
 
 /* Binding helpers: a zero-length blob must not become NULL. */
 int store_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n);

@@ -1,18 +1,18 @@
 /* Tenants: name, signing algorithm and key, operator flag and uid slot. */
 #include "store/store_impl.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/timeutil.h"
 #include "common/errors.h"
-#include "common/xmalloc.h"
 
 #define TENANT_COLS "name, alg, key, operator, slot, created_at"
 
-static void tenant_from_row(sqlite3_stmt *st, struct store_tenant *t)
+static void tenant_from_row(sqlite3_stmt *st, void *dst)
 {
+	struct store_tenant *t = dst;
+
 	memset(t, 0, sizeof *t);
 	store_col_copy(st, 0, t->name, sizeof t->name);
 	store_col_copy(st, 1, t->alg, sizeof t->alg);
@@ -21,6 +21,13 @@ static void tenant_from_row(sqlite3_stmt *st, struct store_tenant *t)
 	t->slot = sqlite3_column_int64(st, 4);
 	t->created_at = sqlite3_column_int64(st, 5);
 }
+
+static void tenant_clear(void *t)
+{
+	store_tenant_clear(t);
+}
+
+static const struct store_row tenant_row = {sizeof(struct store_tenant), tenant_from_row, tenant_clear};
 
 int store_tenant_add(struct store *s, struct store_tenant *t)
 {
@@ -53,25 +60,13 @@ int store_tenant_add(struct store *s, struct store_tenant *t)
 	if (r)
 		goto out;
 
-	st = store_stmt(s, ST_TENANT_INSERT,
-			"INSERT INTO tenants (" TENANT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
-	if (!st) {
-		r = -SBX_E_STORE;
-		goto out;
-	}
-	store_bind_text(st, 1, t->name);
-	store_bind_text(st, 2, t->alg);
-	store_bind_blob(st, 3, t->key ? (const void *)t->key : "", t->key_len);
-	sqlite3_bind_int(st, 4, t->operator_tenant ? 1 : 0);
-	sqlite3_bind_int64(st, 5, slot);
-	sqlite3_bind_int64(st, 6, created);
-	r = store_step_done(st);
-	if (r)
-		goto out;
-	r = store_tx_commit(s);
+	st = store_prep(
+	    s, ST_TENANT_INSERT, "INSERT INTO tenants (" TENANT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+	    Q_ARGS(Q_TEXT(t->name), Q_TEXT(t->alg), Q_BLOB(t->key ? (const void *)t->key : "", t->key_len),
+		   Q_INT(t->operator_tenant ? 1 : 0), Q_INT(slot), Q_INT(created)));
+	r = st ? store_step_done(st) : -SBX_E_STORE;
 out:
-	if (r)
-		store_tx_rollback(s);
+	r = store_tx_end(s, r);
 	pthread_mutex_unlock(&s->lock);
 	if (!r) {
 		t->slot = slot;
@@ -82,80 +77,27 @@ out:
 
 int store_tenant_get(struct store *s, const char *name, struct store_tenant *out)
 {
-	sqlite3_stmt *st;
-	int r;
-
-	pthread_mutex_lock(&s->lock);
-	st = store_stmt(s, ST_TENANT_GET, "SELECT " TENANT_COLS " FROM tenants WHERE name = ?1");
-	if (!st) {
-		r = -SBX_E_STORE;
-		goto out;
-	}
-	store_bind_text(st, 1, name);
-	r = sqlite3_step(st);
-	if (r == SQLITE_ROW) {
-		tenant_from_row(st, out);
-		r = 0;
-	} else {
-		r = r == SQLITE_DONE ? -ENOENT : store_rc(r);
-	}
-	sqlite3_reset(st);
-out:
-	pthread_mutex_unlock(&s->lock);
-	return r;
+	return store_get(s, ST_TENANT_GET, "SELECT " TENANT_COLS " FROM tenants WHERE name = ?1", &tenant_row,
+			 out, Q_ARGS(Q_TEXT(name)));
 }
 
 int store_tenant_list(struct store *s, struct store_tenant **out, size_t *n)
 {
-	struct store_tenant *v = NULL;
-	size_t cnt = 0, cap = 0;
-	sqlite3_stmt *st;
-	int r;
+	void *v;
+	int r = store_list(s, ST_TENANT_LIST, "SELECT " TENANT_COLS " FROM tenants ORDER BY name",
+			   &tenant_row, &v, n, Q_NOARGS);
 
-	pthread_mutex_lock(&s->lock);
-	st = store_stmt(s, ST_TENANT_LIST, "SELECT " TENANT_COLS " FROM tenants ORDER BY name");
-	if (!st) {
-		r = -SBX_E_STORE;
-		goto out;
-	}
-	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-		if (cnt == cap) {
-			cap = cap ? cap * 2 : 8;
-			v = xrealloc(v, cap * sizeof *v);
-		}
-		tenant_from_row(st, &v[cnt++]);
-	}
-	r = r == SQLITE_DONE ? 0 : store_rc(r);
-	sqlite3_reset(st);
-out:
-	pthread_mutex_unlock(&s->lock);
-	if (r) {
-		store_tenants_free(v, cnt);
-		return r;
-	}
-	*out = v;
-	*n = cnt;
-	return 0;
+	if (!r)
+		*out = v;
+	return r;
 }
 
 int store_tenant_remove(struct store *s, const char *name)
 {
-	sqlite3_stmt *st;
-	int r;
-
-	pthread_mutex_lock(&s->lock);
-	st = store_stmt(s, ST_TENANT_DELETE, "DELETE FROM tenants WHERE name = ?1");
-	if (!st) {
-		r = -SBX_E_STORE;
-		goto out;
-	}
-	store_bind_text(st, 1, name);
 	/* One statement: the cascade to sessions, execs and transfers is
 	 * part of it and atomic with it. */
-	r = store_step_one(s, st);
-out:
-	pthread_mutex_unlock(&s->lock);
-	return r;
+	return store_run_one(s, ST_TENANT_DELETE, "DELETE FROM tenants WHERE name = ?1",
+			     Q_ARGS(Q_TEXT(name)));
 }
 
 void store_tenant_clear(struct store_tenant *t)

@@ -79,8 +79,9 @@ static char *signing_input(const char *hdr, const char *pl)
 	return s;
 }
 
-/* header.payload signed with HMAC-SHA256 under key. */
-static char *hs256_token(const char *hdr, const char *pl, const void *key, size_t key_len)
+/* header.payload signed with HMAC-SHA256 under key, keeping only the
+ * first sig_len bytes of the MAC (all 32 when sig_len is larger). */
+static char *hs256_token_cut(const char *hdr, const char *pl, const void *key, size_t key_len, size_t sig_len)
 {
 	char *in = signing_input(hdr, pl);
 	unsigned char md[32];
@@ -88,11 +89,17 @@ static char *hs256_token(const char *hdr, const char *pl, const void *key, size_
 	char *sig, *tok;
 
 	assert_non_null(HMAC(EVP_sha256(), key, (int)key_len, (unsigned char *)in, strlen(in), md, &md_len));
-	sig = b64url(md, md_len);
+	sig = b64url(md, sig_len < md_len ? sig_len : md_len);
 	tok = xasprintf("%s.%s", in, sig);
 	free(in);
 	free(sig);
 	return tok;
+}
+
+/* header.payload signed with HMAC-SHA256 under key. */
+static char *hs256_token(const char *hdr, const char *pl, const void *key, size_t key_len)
+{
+	return hs256_token_cut(hdr, pl, key, key_len, SIZE_MAX);
 }
 
 #define HDR_HS256 "{\"alg\":\"HS256\",\"typ\":\"JWT\"}"
@@ -242,6 +249,48 @@ static void expect_refused(const char *tok, const struct auth_config *cfg, const
 	assert_int_equal(c.scopes, 0);
 }
 
+/* Expect tok refused with reason, then free it. */
+static void refused_free(char *tok, const struct auth_config *cfg, const char *reason)
+{
+	expect_refused(tok, cfg, reason);
+	free(tok);
+}
+
+/* tok with its payload replaced by pl2 is refused: the signature no
+ * longer covers it. Frees tok and pl2. */
+static void swapped_payload_refused(char *tok, char *pl2)
+{
+	char *b2 = b64url(pl2, strlen(pl2));
+	const char *d1 = strchr(tok, '.'), *d2 = strchr(d1 + 1, '.');
+
+	refused_free(xasprintf("%.*s.%s%s", (int)(d1 - tok), tok, b2, d2), NULL, "bad signature");
+	free(b2);
+	free(pl2);
+	free(tok);
+}
+
+/* A token for tenant (payload expiring in a minute, no extra claims)
+ * signed with HMAC-SHA256 under key with header hdr: refused for reason. */
+static void hs256_refused(const char *tenant, const char *hdr, const void *key, size_t key_len,
+			  const char *reason)
+{
+	char *pl = payload(tenant, NOW + 60, "");
+
+	refused_free(hs256_token(hdr, pl, key, key_len), NULL, reason);
+	free(pl);
+}
+
+/* pl signed with libjwt under a PEM key: accepted for tenant. */
+static void pem_ok(jwt_alg_t alg, const char *priv, char *pl, const char *tenant, struct auth_claims *c)
+{
+	char *tok = pem_token(alg, priv, pl);
+
+	expect_ok(tok, NULL, c);
+	assert_string_equal(c->tenant, tenant);
+	free(tok);
+	free(pl);
+}
+
 /* Sign pl for acme, expect a refusal with reason, then free. */
 static void acme_refused(char *pl, const struct auth_config *cfg, const char *reason)
 {
@@ -361,33 +410,18 @@ static void test_handmade_hs256_accepted(void **state)
 static void test_rs256_accepted(void **state)
 {
 	struct auth_claims c;
-	char *pl = payload("rsa1", NOW + 60, ",\"scope\":\"exec\"");
-	char *tok = pem_token(JWT_ALG_RS256, keys.rsa_priv, pl);
 
-	expect_ok(tok, NULL, &c);
-	assert_string_equal(c.tenant, "rsa1");
+	pem_ok(JWT_ALG_RS256, keys.rsa_priv, payload("rsa1", NOW + 60, ",\"scope\":\"exec\""), "rsa1", &c);
 	assert_int_equal(c.scopes, AUTH_SCOPE_EXEC);
-	free(tok);
-	free(pl);
 	(void)state;
 }
 
 static void test_rs256_tampered_refused(void **state)
 {
 	char *pl = payload("rsa1", NOW + 60, "");
-	char *tok = pem_token(JWT_ALG_RS256, keys.rsa_priv, pl);
-	char *pl2 = payload("rsa1", NOW + 99999, "");
-	char *b2 = b64url(pl2, strlen(pl2));
-	char *d1 = strchr(tok, '.'), *d2 = strchr(d1 + 1, '.');
-	char *forged;
 
-	*d1 = '\0';
-	forged = xasprintf("%s.%s%s", tok, b2, d2);
-	expect_refused(forged, NULL, "bad signature");
-	free(forged);
-	free(b2);
-	free(pl2);
-	free(tok);
+	swapped_payload_refused(pem_token(JWT_ALG_RS256, keys.rsa_priv, pl),
+				payload("rsa1", NOW + 99999, ""));
 	free(pl);
 	(void)state;
 }
@@ -395,13 +429,8 @@ static void test_rs256_tampered_refused(void **state)
 static void test_es256_accepted(void **state)
 {
 	struct auth_claims c;
-	char *pl = payload("ec1", NOW + 60, "");
-	char *tok = pem_token(JWT_ALG_ES256, keys.ec_priv, pl);
 
-	expect_ok(tok, NULL, &c);
-	assert_string_equal(c.tenant, "ec1");
-	free(tok);
-	free(pl);
+	pem_ok(JWT_ALG_ES256, keys.ec_priv, payload("ec1", NOW + 60, ""), "ec1", &c);
 	(void)state;
 }
 
@@ -419,7 +448,8 @@ static void test_es256_high_s_refused(void **state)
 
 		assert_string_not_equal(low, high);
 		/* the library alone would take the high-S one */
-		assert_int_equal(jwt_decode(&jwt, high, (const unsigned char *)keys.ec_pub, (int)strlen(keys.ec_pub)), 0);
+		assert_int_equal(
+		    jwt_decode(&jwt, high, (const unsigned char *)keys.ec_pub, (int)strlen(keys.ec_pub)), 0);
 		jwt_free(jwt);
 		expect_ok(low, NULL, &c);
 		assert_string_equal(c.tenant, "ec1");
@@ -436,38 +466,27 @@ static void test_es256_high_s_refused(void **state)
 static void test_es256_bad_shape_refused(void **state)
 {
 	static const unsigned char n[32] = {
-		0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-		0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
+	    0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+	    0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
 	};
 	char *pl = payload("ec1", NOW + 60, "");
 	char *tok = pem_token(JWT_ALG_ES256, keys.ec_priv, pl);
 	unsigned char sig[96], bad[96];
-	char *forged;
 
 	assert_int_equal(sig_bytes(tok, sig), 64);
 	memcpy(bad, sig, 64);
 	memset(bad, 0, 32); /* r = 0 */
-	forged = with_sig(tok, bad, 64);
-	expect_refused(forged, NULL, "bad signature");
-	free(forged);
+	refused_free(with_sig(tok, bad, 64), NULL, "bad signature");
 	memcpy(bad, sig, 64);
 	memset(bad + 32, 0, 32); /* s = 0 */
-	forged = with_sig(tok, bad, 64);
-	expect_refused(forged, NULL, "bad signature");
-	free(forged);
+	refused_free(with_sig(tok, bad, 64), NULL, "bad signature");
 	memcpy(bad, sig, 64);
 	memcpy(bad, n, 32); /* r = n */
-	forged = with_sig(tok, bad, 64);
-	expect_refused(forged, NULL, "bad signature");
-	free(forged);
-	forged = with_sig(tok, sig, 63); /* short */
-	expect_refused(forged, NULL, "bad signature");
-	free(forged);
+	refused_free(with_sig(tok, bad, 64), NULL, "bad signature");
+	refused_free(with_sig(tok, sig, 63), NULL, "bad signature"); /* short */
 	memcpy(bad, sig, 64);
 	bad[64] = 0;
-	forged = with_sig(tok, bad, 65); /* long */
-	expect_refused(forged, NULL, "bad signature");
-	free(forged);
+	refused_free(with_sig(tok, bad, 65), NULL, "bad signature"); /* long */
 	struct auth_claims c;
 	expect_ok(tok, NULL, &c); /* the untouched low-S token */
 	free(tok);
@@ -493,12 +512,7 @@ static void test_alg_none_refused(void **state)
 /* Signed with the right secret: only the alg check can refuse these. */
 static void test_alg_None_refused(void **state)
 {
-	char *pl = payload("acme", NOW + 60, "");
-	char *tok = hs256_token("{\"alg\":\"None\",\"typ\":\"JWT\"}", pl, secret, SECRET_LEN);
-
-	expect_refused(tok, NULL, "alg mismatch");
-	free(tok);
-	free(pl);
+	hs256_refused("acme", "{\"alg\":\"None\",\"typ\":\"JWT\"}", secret, SECRET_LEN, "alg mismatch");
 	(void)state;
 }
 
@@ -511,10 +525,7 @@ static void test_alg_other_refused(void **state)
 	char *pl = payload("acme", NOW + 60, "");
 
 	for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++) {
-		char *tok = hs256_token(hdrs[i], pl, secret, SECRET_LEN);
-
-		expect_refused(tok, NULL, "alg mismatch");
-		free(tok);
+		refused_free(hs256_token(hdrs[i], pl, secret, SECRET_LEN), NULL, "alg mismatch");
 	}
 	free(pl);
 	(void)state;
@@ -524,34 +535,22 @@ static void test_alg_other_refused(void **state)
  * as an HS256 secret. */
 static void test_rs256_pem_as_hs256_secret_refused(void **state)
 {
-	char *pl = payload("rsa1", NOW + 60, "");
-	char *tok = hs256_token(HDR_HS256, pl, keys.rsa_pub, strlen(keys.rsa_pub));
-
-	expect_refused(tok, NULL, "alg mismatch");
-	free(tok);
-	free(pl);
+	hs256_refused("rsa1", HDR_HS256, keys.rsa_pub, strlen(keys.rsa_pub), "alg mismatch");
 	(void)state;
 }
 
 static void test_es256_against_rs256_tenant_refused(void **state)
 {
 	char *pl = payload("rsa1", NOW + 60, "");
-	char *tok = pem_token(JWT_ALG_ES256, keys.ec_priv, pl);
 
-	expect_refused(tok, NULL, "alg mismatch");
-	free(tok);
+	refused_free(pem_token(JWT_ALG_ES256, keys.ec_priv, pl), NULL, "alg mismatch");
 	free(pl);
 	(void)state;
 }
 
 static void test_empty_key_refused(void **state)
 {
-	char *pl = payload("nokey", NOW + 60, "");
-	char *tok = hs256_token(HDR_HS256, pl, "", 0);
-
-	expect_refused(tok, NULL, "no key");
-	free(tok);
-	free(pl);
+	hs256_refused("nokey", HDR_HS256, "", 0, "no key");
 	(void)state;
 }
 
@@ -559,31 +558,15 @@ static void test_empty_key_refused(void **state)
 
 static void test_wrong_secret_refused(void **state)
 {
-	char *pl = payload("acme", NOW + 60, "");
-	char *tok = hs256_token(HDR_HS256, pl, wrong_secret, SECRET_LEN);
-
-	expect_refused(tok, NULL, "bad signature");
-	free(tok);
-	free(pl);
+	hs256_refused("acme", HDR_HS256, wrong_secret, SECRET_LEN, "bad signature");
 	(void)state;
 }
 
 static void test_tampered_claims_refused(void **state)
 {
 	char *pl = payload("acme", NOW + 60, "");
-	char *tok = acme(pl);
-	char *pl2 = payload("acme", NOW + 60, ",\"scope\":\"admin\"");
-	char *b2 = b64url(pl2, strlen(pl2));
-	char *d1 = strchr(tok, '.'), *d2 = strchr(d1 + 1, '.');
-	char *forged;
 
-	*d1 = '\0';
-	forged = xasprintf("%s.%s%s", tok, b2, d2);
-	expect_refused(forged, NULL, "bad signature");
-	free(forged);
-	free(b2);
-	free(pl2);
-	free(tok);
+	swapped_payload_refused(acme(pl), payload("acme", NOW + 60, ",\"scope\":\"admin\""));
 	free(pl);
 	(void)state;
 }
@@ -591,19 +574,9 @@ static void test_tampered_claims_refused(void **state)
 static void test_truncated_signature_refused(void **state)
 {
 	char *pl = payload("acme", NOW + 60, "");
-	char *in = signing_input(HDR_HS256, pl);
-	unsigned char md[32];
-	unsigned md_len = 0;
-	char *sig, *tok;
 
 	/* The first 31 bytes of the right MAC: a prefix compare would pass. */
-	assert_non_null(HMAC(EVP_sha256(), secret, SECRET_LEN, (unsigned char *)in, strlen(in), md, &md_len));
-	sig = b64url(md, 31);
-	tok = xasprintf("%s.%s", in, sig);
-	expect_refused(tok, NULL, "bad signature");
-	free(tok);
-	free(sig);
-	free(in);
+	refused_free(hs256_token_cut(HDR_HS256, pl, secret, SECRET_LEN, 31), NULL, "bad signature");
 	free(pl);
 	(void)state;
 }
@@ -806,29 +779,18 @@ static void test_garbage_base64_refused(void **state)
 
 	expect_refused("!!!.???.***", NULL, "malformed");
 	/* Standard base64 characters and padding are not base64url. */
-	t = xasprintf("%s+", tok);
-	expect_refused(t, NULL, "malformed");
-	free(t);
-	t = xasprintf("%s=", tok);
-	expect_refused(t, NULL, "malformed");
-	free(t);
+	refused_free(xasprintf("%s+", tok), NULL, "malformed");
+	refused_free(xasprintf("%s=", tok), NULL, "malformed");
 	/* A valid token with one header character replaced. */
 	t = xstrdup(tok);
 	t[3] = '*';
-	expect_refused(t, NULL, "malformed");
-	free(t);
+	refused_free(t, NULL, "malformed");
 	/* A header that decodes but is not JSON. */
-	t = xasprintf("bm90IGpzb24.%s", strchr(tok, '.') + 1);
-	expect_refused(t, NULL, "malformed");
-	free(t);
+	refused_free(xasprintf("bm90IGpzb24.%s", strchr(tok, '.') + 1), NULL, "malformed");
 	/* JSON that is not an object. */
-	t = xasprintf("WzFd.%s", strchr(tok, '.') + 1);
-	expect_refused(t, NULL, "malformed");
-	free(t);
+	refused_free(xasprintf("WzFd.%s", strchr(tok, '.') + 1), NULL, "malformed");
 	/* Non-canonical base64url: "QR" and "QQ" both decode to "A". */
-	t = xasprintf("%s.QR", in);
-	expect_refused(t, NULL, "malformed");
-	free(t);
+	refused_free(xasprintf("%s.QR", in), NULL, "malformed");
 	free(in);
 	free(pl);
 	free(tok);
@@ -838,19 +800,14 @@ static void test_garbage_base64_refused(void **state)
 static void test_two_part_token_refused(void **state)
 {
 	char *tok = acme_valid();
-	char *t;
 
 	*strrchr(tok, '.') = '\0';
 	expect_refused(tok, NULL, "malformed");
 	/* Three parts with an empty signature: shaped right, never valid. */
-	t = xasprintf("%s.", tok);
-	expect_refused(t, NULL, "bad signature");
-	free(t);
+	refused_free(xasprintf("%s.", tok), NULL, "bad signature");
 	free(tok);
 	tok = acme_valid();
-	t = xasprintf("%s.e30", tok);
-	expect_refused(t, NULL, "malformed");
-	free(t);
+	refused_free(xasprintf("%s.e30", tok), NULL, "malformed");
 	expect_refused("", NULL, "malformed");
 	expect_refused("..", NULL, "malformed");
 	free(tok);
@@ -970,8 +927,8 @@ int main(void)
 	    cmocka_unit_test(test_rs256_accepted),
 	    cmocka_unit_test(test_rs256_tampered_refused),
 	    cmocka_unit_test(test_es256_accepted),
-		cmocka_unit_test(test_es256_high_s_refused),
-		cmocka_unit_test(test_es256_bad_shape_refused),
+	    cmocka_unit_test(test_es256_high_s_refused),
+	    cmocka_unit_test(test_es256_bad_shape_refused),
 	    cmocka_unit_test(test_alg_none_refused),
 	    cmocka_unit_test(test_alg_None_refused),
 	    cmocka_unit_test(test_alg_other_refused),

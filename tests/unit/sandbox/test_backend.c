@@ -224,6 +224,14 @@ static int exit_code(const struct run *r)
 	return 128 + WTERMSIG(r->status);
 }
 
+/* Run req on b to its end: it must run and exit with want (128 + signal
+ * when killed). */
+static void expect_exit(struct sbx_backend *b, struct sbx_spawn_req *req, struct run *r, int want)
+{
+	assert_int_equal(run(b, req, r), 0);
+	assert_int_equal(exit_code(r), want);
+}
+
 /* ---- local ---- */
 
 /* The server's own fds may all lie above a command's RLIMIT_NOFILE (a
@@ -265,8 +273,7 @@ static void test_local_runs(void **state)
 	struct run *r = new_run();
 
 	assert_string_equal(sbx_backend_name(f->local), "local");
-	assert_int_equal(run(f->local, &req, r), 0);
-	assert_int_equal(exit_code(r), 7);
+	expect_exit(f->local, &req, r, 7);
 	assert_string_equal(r->out, "hello\n");
 	assert_string_equal(r->err, "oops\n");
 }
@@ -286,8 +293,7 @@ static void test_local_cwd_env(void **state)
 	mkdir(sub, 0755);
 	req.cwd_rel = "sub";
 	req.env = env;
-	assert_int_equal(run(f->local, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->local, &req, r, 0);
 	want = xasprintf("%s\nbar baz\n%s\nC\nunset\n/usr/local/bin:/usr/bin:/bin\n", sub, f->ws);
 	assert_string_equal(r->out, want);
 	free(want);
@@ -304,8 +310,7 @@ static void test_local_fds_and_signals(void **state)
 	struct run *r = new_run();
 
 	assert_true(leak > 2);
-	assert_int_equal(run(f->local, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->local, &req, r, 0);
 	assert_string_equal(r->out, "0\n1\n2\nSigIgn:\t0000000000000000\n");
 	close(leak);
 }
@@ -319,8 +324,7 @@ static void test_local_drop_privs(void **state)
 	if (!f->root) {
 		skip();
 	}
-	assert_int_equal(run(f->local, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->local, &req, r, 0);
 	assert_string_equal(r->out, "100000\n100000\n100000\n256\n");
 }
 
@@ -392,8 +396,7 @@ static void test_bwrap_identity(void **state)
 	struct run *r = new_run();
 	char *want;
 
-	assert_int_equal(run(f->bwrap, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->bwrap, &req, r, 0);
 	want = xasprintf("%u\nsandbox\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n"
 			 "NoNewPrivs:\t1\nSeccomp:\t2\n",
 			 f->root ? TENANT_UID : (unsigned)getuid());
@@ -413,8 +416,7 @@ static void test_bwrap_no_userns_no_net(void **state)
 					    true);
 	struct run *r = new_run();
 
-	assert_int_equal(run(f->bwrap, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->bwrap, &req, r, 0);
 	/* Only loopback; a private pid namespace (bwrap's init, sh, and the
 	 * pipeline's ls/grep: a handful of processes, none of the host's). */
 	assert_int_equal(strncmp(r->out, "lo\n", 3), 0);
@@ -459,8 +461,7 @@ static void test_bwrap_env_fds(void **state)
 
 	assert_true(leak > 2);
 	req.env = env;
-	assert_int_equal(run(f->bwrap, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->bwrap, &req, r, 0);
 	assert_null(strstr(r->out, "canary"));
 	assert_string_equal(r->out, "EMPTY=\nFOO=bar baz\nHOME=/workspace\nLANG=C.UTF-8\n"
 				    "PATH=/usr/local/bin:/usr/bin:/bin\nPWD=/workspace\nUSER=sandbox\n"
@@ -485,8 +486,7 @@ static void test_bwrap_workspace_ownership(void **state)
 		free(su);
 		skip();
 	}
-	assert_int_equal(run(f->bwrap, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->bwrap, &req, r, 0);
 	assert_int_equal(stat(made, &st), 0);
 	assert_int_equal(st.st_uid, TENANT_UID);
 	assert_int_equal(st.st_gid, TENANT_UID);
@@ -511,14 +511,12 @@ static void test_bwrap_cwd_exit(void **state)
 	assert_int_equal(mkdir(dir, 0755), 0);
 	assert_int_equal(mkdir(dir2, 0755), 0);
 	req.cwd_rel = "a/b c";
-	assert_int_equal(run(f->bwrap, &req, r), 0);
-	assert_int_equal(exit_code(r), 42);
+	expect_exit(f->bwrap, &req, r, 42);
 	assert_string_equal(r->out, "/workspace/a/b c\n");
 
 	req.cwd_rel = "";
 	req.command = "kill -TERM $$";
-	assert_int_equal(run(f->bwrap, &req, r), 0);
-	assert_int_equal(exit_code(r), 128 + SIGTERM);
+	expect_exit(f->bwrap, &req, r, 128 + SIGTERM);
 
 	/* The command is one argv element: quotes and ; are the shell's. */
 	req.command = "echo 'a;b' \"$(echo c)\"";
@@ -802,8 +800,7 @@ static void test_bwrap_seccomp(void **state)
 	if (access("/usr/bin/python3", X_OK) < 0) {
 		skip();
 	}
-	assert_int_equal(run(f->bwrap, &req, r), 0);
-	assert_int_equal(exit_code(r), 0);
+	expect_exit(f->bwrap, &req, r, 0);
 	assert_string_equal(r->out, "1\n38\n1\n1\n1\n1\n25\n");
 }
 

@@ -16,6 +16,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
 #include "sandbox/workspace.h"
+#include "unit.h"
 
 #define FFFD "\xEF\xBF\xBD"
 
@@ -29,8 +30,7 @@ static int setup(void **state)
 	struct fixture *f = xcalloc(1, sizeof(*f));
 	struct sbx_owner owner = {.uid = getuid(), .gid = getgid(), .chown = false};
 
-	snprintf(f->dir, sizeof(f->dir), "/tmp/sbx-coll-XXXXXX");
-	if (!mkdtemp(f->dir))
+	if (unit_tmpdir(f->dir, sizeof(f->dir), "coll"))
 		return -1;
 	if (sbx_workspace_open(&f->ws, f->dir, &owner))
 		return -1;
@@ -41,11 +41,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	char cmd[128];
 
 	sbx_workspace_free(&f->ws);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
+	if (unit_rm_rf(f->dir) != 0)
 		return -1;
 	free(f);
 	return 0;
@@ -313,6 +311,18 @@ static bool exists(struct fixture *f, const char *rel)
 	return lstat(path, &st) == 0;
 }
 
+/* The file at path holds exactly the first n bytes of want. */
+static void expect_file(const char *path, const char *want, size_t n)
+{
+	size_t len = 0;
+	char *got = read_file(path, &len);
+
+	assert_non_null(got);
+	assert_int_equal(len, n);
+	assert_memory_equal(got, want, n);
+	free(got);
+}
+
 static void test_no_spill_when_short(void **state)
 {
 	struct fixture *f = *state;
@@ -336,8 +346,8 @@ static void test_spill_full_stream(void **state)
 {
 	struct fixture *f = *state;
 	struct sbx_collector *c = NULL;
-	char *in = xmalloc(100000), *text = NULL, *got, path[256];
-	size_t len = 0, glen = 0;
+	char *in = xmalloc(100000), *text = NULL, path[256];
+	size_t len = 0;
 
 	for (size_t i = 0; i < 100000; i++)
 		in[i] = (char)(i * 7 + i / 251); /* raw, invalid UTF-8 too */
@@ -352,11 +362,7 @@ static void test_spill_full_stream(void **state)
 	assert_non_null(
 	    memmem(text, len, "omitted; full output in /workspace/.sandboxd/spill/long.stdout ...]\n", 68));
 	snprintf(path, sizeof(path), "%s/.sandboxd/spill/long.stdout", f->dir);
-	got = read_file(path, &glen);
-	assert_non_null(got);
-	assert_int_equal(glen, 100000);
-	assert_memory_equal(got, in, 100000);
-	free(got);
+	expect_file(path, in, 100000);
 	free(text);
 	free(in);
 	sbx_collector_free(&c);
@@ -366,8 +372,8 @@ static void test_spill_cap_and_retrunc(void **state)
 {
 	struct fixture *f = *state;
 	struct sbx_collector *c = NULL;
-	char *in = digits(1000), *text = NULL, *got, path[256];
-	size_t len = 0, glen = 0;
+	char *in = digits(1000), *text = NULL, path[256];
+	size_t len = 0;
 	int fd;
 
 	/* an old spill of the same id is replaced */
@@ -384,64 +390,60 @@ static void test_spill_cap_and_retrunc(void **state)
 	assert_int_equal(sbx_collector_new(&c, 100, f->ws, ".sandboxd/spill/cap.stderr", 500), 0);
 	feed_chunks(c, in, 1000, 64);
 	sbx_collector_finish(c, &text, &len);
-	got = read_file(path, &glen);
-	assert_non_null(got);
-	assert_int_equal(glen, 500);
-	assert_memory_equal(got, in, 500);
+	expect_file(path, in, 500);
 	assert_non_null(strstr(text, "900 bytes omitted; first 500 bytes of output in "
 				     "/workspace/.sandboxd/spill/cap.stderr ...]\n"));
-	free(got);
 	free(text);
 	free(in);
 	sbx_collector_free(&c);
 }
 
+/* The tail line of c, read into a buffer of size bytes, is want. */
+static void expect_tail(struct sbx_collector *c, size_t size, const char *want)
+{
+	char out[128];
+
+	assert_true(size <= sizeof out);
+	sbx_collector_tail(c, out, size);
+	assert_string_equal(out, want);
+}
+
 static void test_tail_line(void **state)
 {
 	struct sbx_collector *c = NULL;
-	char out[64];
 
 	(void)state;
 	assert_int_equal(sbx_collector_new(&c, 100, NULL, NULL, 0), 0);
-	sbx_collector_tail(c, out, sizeof(out));
-	assert_string_equal(out, "");
+	expect_tail(c, 64, "");
 	feed_chunks(c, "abc\nde", 6, 2);
-	sbx_collector_tail(c, out, sizeof(out));
-	assert_string_equal(out, "de");
+	expect_tail(c, 64, "de");
 	feed_chunks(c, "f\n", 2, 2);
-	sbx_collector_tail(c, out, sizeof(out));
-	assert_string_equal(out, "def");
+	expect_tail(c, 64, "def");
 	feed_chunks(c, "one line\n\n", 10, 10);
-	sbx_collector_tail(c, out, sizeof(out));
-	assert_string_equal(out, "");
+	expect_tail(c, 64, "");
 	feed_chunks(c, "0123456789", 10, 10);
 	/* bounded: the last max-1 bytes of the line */
-	sbx_collector_tail(c, out, 5);
-	assert_string_equal(out, "6789");
+	expect_tail(c, 5, "6789");
 	/* never splits a character, and is sanitised */
 	feed_chunks(c, "\xE2\x82\xAC\xFF", 4, 4);
-	sbx_collector_tail(c, out, 5);
-	assert_string_equal(out, FFFD);
-	sbx_collector_tail(c, out, 7);
-	assert_string_equal(out, "\xE2\x82\xAC" FFFD);
+	expect_tail(c, 5, FFFD);
+	expect_tail(c, 7, "\xE2\x82\xAC" FFFD);
 	sbx_collector_free(&c);
 }
 
 static void test_tail_line_after_truncation(void **state)
 {
 	struct sbx_collector *c = NULL;
-	char *in = digits(1000), out[128];
+	char *in = digits(1000);
 
 	(void)state;
 	assert_int_equal(sbx_collector_new(&c, 100, NULL, NULL, 0), 0);
 	feed_chunks(c, in, 1000, 77);
 	feed_chunks(c, "\nlast line\n", 11, 3);
-	sbx_collector_tail(c, out, sizeof(out));
-	assert_string_equal(out, "last line");
+	expect_tail(c, 128, "last line");
 	/* a line longer than the ring: its last bytes */
 	feed_chunks(c, in, 1000, 77);
-	sbx_collector_tail(c, out, 11);
-	assert_string_equal(out, "0123456789");
+	expect_tail(c, 11, "0123456789");
 	free(in);
 	sbx_collector_free(&c);
 }
@@ -458,9 +460,9 @@ int main(void)
 	    cmocka_unit_test(test_utf8_boundary_whole_char_kept),
 	    cmocka_unit_test(test_sanitize),
 	    cmocka_unit_test(test_invalid_in_output),
-	    cmocka_unit_test_setup_teardown(test_no_spill_when_short, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spill_full_stream, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spill_cap_and_retrunc, setup, teardown),
+	    UNIT_TEST_FX(test_no_spill_when_short),
+	    UNIT_TEST_FX(test_spill_full_stream),
+	    UNIT_TEST_FX(test_spill_cap_and_retrunc),
 	    cmocka_unit_test(test_tail_line),
 	    cmocka_unit_test(test_tail_line_after_truncation),
 	};

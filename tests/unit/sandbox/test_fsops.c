@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -32,53 +31,15 @@
 #include "common/errors.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
-
-#define TEST_UID 4242
-#define TEST_GID 4343
-#define SECRET "TOP SECRET\n"
+#include "host.h"
 
 struct fx {
-	char top[64];
-	char wsdir[96];
-	char out[96];
-	struct sbx_workspace *ws;
+	struct host_ws h;
 	int ino;    /* inotify on out and its directories */
 	char *snap; /* baseline snapshot of out */
 };
 
 /* ---- host-side helpers ---- */
-
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(p);
-}
-
-static void rm_rf(const char *p)
-{
-	nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static bool am_root(void)
-{
-	return geteuid() == 0;
-}
-
-static void hpath(char *dst, size_t n, const char *base, const char *rel)
-{
-	snprintf(dst, n, "%s/%s", base, rel);
-}
-
-static bool host_exists(const char *base, const char *rel)
-{
-	char p[512];
-	struct stat st;
-
-	hpath(p, sizeof p, base, rel);
-	return lstat(p, &st) == 0;
-}
 
 static bool host_is(const char *base, const char *rel, mode_t type)
 {
@@ -87,18 +48,6 @@ static bool host_is(const char *base, const char *rel, mode_t type)
 
 	hpath(p, sizeof p, base, rel);
 	return lstat(p, &st) == 0 && (st.st_mode & S_IFMT) == type;
-}
-
-static void host_write(const char *base, const char *rel, const char *s)
-{
-	char p[512];
-	FILE *f;
-
-	hpath(p, sizeof p, base, rel);
-	f = fopen(p, "w");
-	assert_non_null(f);
-	fputs(s, f);
-	assert_int_equal(fclose(f), 0);
 }
 
 /* Whole file via the host path; caller frees. NULL if unreadable. */
@@ -133,22 +82,6 @@ static void assert_host_content(const char *base, const char *rel, const char *w
 	free(s);
 }
 
-static void host_mkdir(const char *base, const char *rel)
-{
-	char p[512];
-
-	hpath(p, sizeof p, base, rel);
-	assert_int_equal(mkdir(p, 0755), 0);
-}
-
-static void host_symlink(const char *base, const char *target, const char *rel)
-{
-	char p[512];
-
-	hpath(p, sizeof p, base, rel);
-	assert_int_equal(symlink(target, p), 0);
-}
-
 static void host_rename(const char *base, const char *from, const char *to)
 {
 	char a[512], b[512];
@@ -162,17 +95,9 @@ static void host_rename(const char *base, const char *from, const char *to)
 static int count_temps(const char *base, const char *rel)
 {
 	char cmd[700];
-	FILE *p;
-	int n = -1;
 
 	snprintf(cmd, sizeof cmd, "find '%s/%s' -name '.sandboxd-tmp-*' | wc -l", base, rel);
-	p = popen(cmd, "r");
-	if (p) {
-		if (fscanf(p, "%d", &n) != 1)
-			n = -1;
-		pclose(p);
-	}
-	return n;
+	return host_count(cmd);
 }
 
 static char *fd_read_all(int fd)
@@ -243,7 +168,7 @@ static void add_watch(struct fx *fx, const char *rel)
 {
 	char p[512];
 
-	hpath(p, sizeof p, fx->out, rel);
+	hpath(p, sizeof p, fx->h.out, rel);
 	assert_true(inotify_add_watch(fx->ino, p, IN_ALL_EVENTS) >= 0);
 }
 
@@ -258,7 +183,7 @@ static void assert_outside_untouched(struct fx *fx)
 		const struct inotify_event *e = (const struct inotify_event *)b;
 		fail_msg("outside touched: inotify mask 0x%x name \"%s\"", e->mask, e->len ? e->name : "");
 	}
-	now = snapshot(fx->out);
+	now = snapshot(fx->h.out);
 	if (strcmp(now, fx->snap) != 0)
 		fail_msg("outside changed:\nbefore:\n%s\nafter:\n%s", fx->snap, now);
 	free(now);
@@ -268,42 +193,33 @@ static void assert_outside_untouched(struct fx *fx)
 static int setup(void **state)
 {
 	struct fx *fx = calloc(1, sizeof *fx);
-	struct sbx_owner own = {TEST_UID, TEST_GID, am_root()};
 	char p[512];
 
-	snprintf(fx->top, sizeof fx->top, "/tmp/sbx-fs-XXXXXX");
-	assert_non_null(mkdtemp(fx->top));
-	snprintf(fx->wsdir, sizeof fx->wsdir, "%s/ws", fx->top);
-	snprintf(fx->out, sizeof fx->out, "%s/out", fx->top);
-
-	assert_int_equal(mkdir(fx->out, 0755), 0);
-	host_write(fx->out, "secret", SECRET);
-	host_mkdir(fx->out, "sub");
-	host_write(fx->out, "sub/inner.txt", "inner\n");
-	host_mkdir(fx->out, "emptydir");
-	host_write(fx->out, ".sandboxd-tmp-keep", "not yours\n");
-	fx->snap = snapshot(fx->out);
+	host_ws_open(&fx->h, "fs");
+	host_write(fx->h.out, "sub/inner.txt", "inner\n");
+	host_mkdir(fx->h.out, "emptydir");
+	host_write(fx->h.out, ".sandboxd-tmp-keep", "not yours\n");
+	fx->snap = snapshot(fx->h.out);
 	fx->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	assert_true(fx->ino >= 0);
 	add_watch(fx, "");
 	add_watch(fx, "sub");
 	add_watch(fx, "emptydir");
 
-	assert_int_equal(sbx_workspace_open(&fx->ws, fx->wsdir, &own), 0);
-	host_mkdir(fx->wsdir, "d");
-	host_write(fx->wsdir, "d/f.txt", "inside");
-	host_symlink(fx->wsdir, fx->out, "abs");
-	host_symlink(fx->wsdir, "../out", "rel");
-	host_symlink(fx->wsdir, "../../out", "d/rel2");
-	snprintf(p, sizeof p, "%s/secret", fx->out);
-	host_symlink(fx->wsdir, p, "abs_secret");
-	host_symlink(fx->wsdir, "../out/secret", "rel_secret");
-	snprintf(p, sizeof p, "%s/nothere", fx->out);
-	host_symlink(fx->wsdir, p, "absdangle");
-	host_symlink(fx->wsdir, "loop", "loop");
-	host_symlink(fx->wsdir, "nothere", "dangle");
-	host_symlink(fx->wsdir, "d", "in_link");
-	host_symlink(fx->wsdir, "d/f.txt", "in_file_link");
+	host_mkdir(fx->h.wsdir, "d");
+	host_write(fx->h.wsdir, "d/f.txt", "inside");
+	host_symlink(fx->h.wsdir, fx->h.out, "abs");
+	host_symlink(fx->h.wsdir, "../out", "rel");
+	host_symlink(fx->h.wsdir, "../../out", "d/rel2");
+	snprintf(p, sizeof p, "%s/secret", fx->h.out);
+	host_symlink(fx->h.wsdir, p, "abs_secret");
+	host_symlink(fx->h.wsdir, "../out/secret", "rel_secret");
+	snprintf(p, sizeof p, "%s/nothere", fx->h.out);
+	host_symlink(fx->h.wsdir, p, "absdangle");
+	host_symlink(fx->h.wsdir, "loop", "loop");
+	host_symlink(fx->h.wsdir, "nothere", "dangle");
+	host_symlink(fx->h.wsdir, "d", "in_link");
+	host_symlink(fx->h.wsdir, "d/f.txt", "in_file_link");
 	drain_events(fx);
 	*state = fx;
 	return 0;
@@ -313,9 +229,8 @@ static int teardown(void **state)
 {
 	struct fx *fx = *state;
 
-	sbx_workspace_free(&fx->ws);
 	close(fx->ino);
-	rm_rf(fx->top);
+	host_ws_close(&fx->h);
 	free(fx->snap);
 	free(fx);
 	return 0;
@@ -342,8 +257,8 @@ static void t_write_read(void **state)
 	struct stat hst;
 	char p[512];
 
-	assert_int_equal(sbx_fs_write(fx->ws, "a.txt", "hello", 5, false), 0);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "a.txt", &fd, &size), 0);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "a.txt", "hello", 5, false), 0);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "a.txt", &fd, &size), 0);
 	assert_int_equal(size, 5);
 	/* A regular file (O_NONBLOCK, as every workspace open, means nothing
 	 * for one), close-on-exec. */
@@ -355,12 +270,12 @@ static void t_write_read(void **state)
 	free(s);
 	close(fd);
 
-	assert_int_equal(sbx_fs_stat(fx->ws, "a.txt", &st), 0);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "a.txt", &st), 0);
 	assert_int_equal(st.type, SBX_FT_FILE);
 	assert_false(st.is_symlink);
 	assert_int_equal(st.size, 5);
 	assert_int_equal(st.mode, 0644);
-	hpath(p, sizeof p, fx->wsdir, "a.txt");
+	hpath(p, sizeof p, fx->h.wsdir, "a.txt");
 	assert_int_equal(stat(p, &hst), 0);
 	if (am_root()) {
 		assert_int_equal(hst.st_uid, TEST_UID);
@@ -368,16 +283,16 @@ static void t_write_read(void **state)
 	}
 
 	/* Replace: new content, new inode, no temp left behind. */
-	assert_int_equal(sbx_fs_write(fx->ws, "a.txt", "world!!", 7, false), 0);
-	assert_host_content(fx->wsdir, "a.txt", "world!!");
-	assert_int_equal(sbx_fs_write(fx->ws, "empty", "", 0, false), 0);
-	assert_host_content(fx->wsdir, "empty", "");
-	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "a.txt", "world!!", 7, false), 0);
+	assert_host_content(fx->h.wsdir, "a.txt", "world!!");
+	assert_int_equal(sbx_fs_write(fx->h.ws, "empty", "", 0, false), 0);
+	assert_host_content(fx->h.wsdir, "empty", "");
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 0);
 
 	/* Through an in-workspace link to a directory. */
-	assert_int_equal(sbx_fs_write(fx->ws, "in_link/g.txt", "g", 1, false), 0);
-	assert_host_content(fx->wsdir, "d/g.txt", "g");
-	assert_int_equal(sbx_fs_open_read(fx->ws, "in_file_link", &fd, &size), 0);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "in_link/g.txt", "g", 1, false), 0);
+	assert_host_content(fx->h.wsdir, "d/g.txt", "g");
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "in_file_link", &fd, &size), 0);
 	assert_int_equal(size, 6);
 	close(fd);
 }
@@ -386,58 +301,52 @@ static void t_write_parents(void **state)
 {
 	struct fx *fx = *state;
 	struct sbx_upload *up = NULL;
-	struct stat hst;
-	char p[512];
 
-	assert_int_equal(sbx_fs_write(fx->ws, "p/q.txt", "x", 1, false), -SBX_E_PARENT_MISSING);
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, "p/q.txt", false), -SBX_E_PARENT_MISSING);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "p/q.txt", "x", 1, false), -SBX_E_PARENT_MISSING);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "p/q.txt", false), -SBX_E_PARENT_MISSING);
 	assert_null(up);
-	assert_false(host_exists(fx->wsdir, "p"));
-	assert_int_equal(sbx_fs_write(fx->ws, "x/y/z.txt", "deep", 4, true), 0);
-	assert_host_content(fx->wsdir, "x/y/z.txt", "deep");
-	hpath(p, sizeof p, fx->wsdir, "x/y");
-	assert_int_equal(stat(p, &hst), 0);
-	assert_int_equal(hst.st_mode & 07777, 0755);
-	if (am_root())
-		assert_int_equal(hst.st_uid, TEST_UID);
-	assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt/z", "x", 1, true), -ENOTDIR);
-	assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt/z", "x", 1, false), -ENOTDIR);
-	assert_int_equal(sbx_fs_write(fx->ws, "d", "x", 1, false), -EISDIR);
-	assert_int_equal(sbx_fs_write(fx->ws, "", "x", 1, false), -EISDIR);
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, "x/y", true), -EISDIR);
+	assert_false(host_exists(fx->h.wsdir, "p"));
+	assert_int_equal(sbx_fs_write(fx->h.ws, "x/y/z.txt", "deep", 4, true), 0);
+	assert_host_content(fx->h.wsdir, "x/y/z.txt", "deep");
+	host_expect_dir(fx->h.wsdir, "x/y");
+	assert_int_equal(sbx_fs_write(fx->h.ws, "d/f.txt/z", "x", 1, true), -ENOTDIR);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "d/f.txt/z", "x", 1, false), -ENOTDIR);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "d", "x", 1, false), -EISDIR);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "", "x", 1, false), -EISDIR);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "x/y", true), -EISDIR);
 	assert_null(up);
-	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 0);
 }
 
 static void t_write_escapes(void **state)
 {
 	struct fx *fx = *state;
 
-	assert_int_equal(sbx_fs_write(fx->ws, "abs/new.txt", "x", 1, false), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "abs/secret", "x", 1, false), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "rel/secret", "x", 1, true), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "abs/x/y.txt", "x", 1, true), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "d/rel2/sub/inner.txt", "x", 1, true), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "absdangle/x", "x", 1, true), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "abs/new.txt", "x", 1, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "abs/secret", "x", 1, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "rel/secret", "x", 1, true), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "abs/x/y.txt", "x", 1, true), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "d/rel2/sub/inner.txt", "x", 1, true), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "absdangle/x", "x", 1, true), -EXDEV);
 	/* A link as the target that leads out is refused (the path names a
 	 * place outside), and left as it is. */
-	assert_int_equal(sbx_fs_write(fx->ws, "abs_secret", "mine", 4, false), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "rel_secret", "mine", 4, false), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "absdangle", "mine", 4, false), -EXDEV);
-	assert_true(host_is(fx->wsdir, "abs_secret", S_IFLNK));
-	assert_true(host_is(fx->wsdir, "rel_secret", S_IFLNK));
-	assert_true(host_is(fx->wsdir, "absdangle", S_IFLNK));
-	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "abs_secret", "mine", 4, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "rel_secret", "mine", 4, false), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "absdangle", "mine", 4, false), -EXDEV);
+	assert_true(host_is(fx->h.wsdir, "abs_secret", S_IFLNK));
+	assert_true(host_is(fx->h.wsdir, "rel_secret", S_IFLNK));
+	assert_true(host_is(fx->h.wsdir, "absdangle", S_IFLNK));
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 0);
 	/* One that stays inside (or dangles inside) is replaced as a link,
 	 * never written through. */
-	assert_int_equal(sbx_fs_write(fx->ws, "in_file_link", "mine", 4, false), 0);
-	assert_true(host_is(fx->wsdir, "in_file_link", S_IFREG));
-	assert_host_content(fx->wsdir, "d/f.txt", "inside");
-	assert_int_equal(sbx_fs_write(fx->ws, "dangle", "mine", 4, false), 0);
-	assert_true(host_is(fx->wsdir, "dangle", S_IFREG));
-	assert_false(host_exists(fx->wsdir, "nothere"));
+	assert_int_equal(sbx_fs_write(fx->h.ws, "in_file_link", "mine", 4, false), 0);
+	assert_true(host_is(fx->h.wsdir, "in_file_link", S_IFREG));
+	assert_host_content(fx->h.wsdir, "d/f.txt", "inside");
+	assert_int_equal(sbx_fs_write(fx->h.ws, "dangle", "mine", 4, false), 0);
+	assert_true(host_is(fx->h.wsdir, "dangle", S_IFREG));
+	assert_false(host_exists(fx->h.wsdir, "nothere"));
 	assert_outside_untouched(fx);
-	assert_false(host_exists(fx->out, "nothere"));
+	assert_false(host_exists(fx->h.out, "nothere"));
 }
 
 static void t_upload_abort_keeps_old(void **state)
@@ -448,24 +357,24 @@ static void t_upload_abort_keeps_old(void **state)
 	int fd = -1;
 	char *s;
 
-	assert_int_equal(sbx_fs_write(fx->ws, "doc", "old content", 11, false), 0);
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, "doc", false), 0);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "doc", "old content", 11, false), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "doc", false), 0);
 	assert_int_equal(sbx_upload_write(up, "new ", 4), 0);
 	assert_int_equal(sbx_upload_write(up, "partial", 7), 0);
 	/* Mid-upload a reader sees the old file, and one temp exists. */
-	assert_host_content(fx->wsdir, "doc", "old content");
-	assert_int_equal(count_temps(fx->wsdir, ""), 1);
+	assert_host_content(fx->h.wsdir, "doc", "old content");
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 1);
 	sbx_upload_abort(&up);
 	assert_null(up);
 	sbx_upload_abort(&up);
 	sbx_upload_abort(NULL);
-	assert_host_content(fx->wsdir, "doc", "old content");
-	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+	assert_host_content(fx->h.wsdir, "doc", "old content");
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 0);
 
 	/* Commit: a reader holding the old file keeps the old bytes, a new
 	 * open sees all of the new ones. */
-	assert_int_equal(sbx_fs_open_read(fx->ws, "doc", &fd, &size), 0);
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, "doc", false), 0);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "doc", &fd, &size), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "doc", false), 0);
 	assert_int_equal(sbx_upload_write(up, "brand new", 9), 0);
 	assert_int_equal(sbx_upload_commit(&up, &size), 0);
 	assert_null(up);
@@ -474,8 +383,8 @@ static void t_upload_abort_keeps_old(void **state)
 	assert_string_equal(s, "old content");
 	free(s);
 	close(fd);
-	assert_host_content(fx->wsdir, "doc", "brand new");
-	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+	assert_host_content(fx->h.wsdir, "doc", "brand new");
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 0);
 }
 
 static void t_upload_long_leaf(void **state)
@@ -489,14 +398,14 @@ static void t_upload_long_leaf(void **state)
 
 	memset(leaf, 'L', SBX_NAME_MAX);
 	leaf[SBX_NAME_MAX] = '\0';
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, leaf, false), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, leaf, false), 0);
 	/* The listing hides an upload in flight... */
-	assert_int_equal(sbx_fs_readdir(fx->ws, "", &ents, &n), 0);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "", &ents, &n), 0);
 	for (size_t i = 0; i < n; i++)
 		assert_true(strncmp(ents[i].name, ".sandboxd-tmp-", 14) != 0);
 	sbx_dirents_free(ents, n);
 	/* ...which the host sees under a bounded name. */
-	DIR *d = opendir(fx->wsdir);
+	DIR *d = opendir(fx->h.wsdir);
 	assert_non_null(d);
 	struct dirent *e;
 	while ((e = readdir(d))) {
@@ -513,7 +422,7 @@ static void t_upload_long_leaf(void **state)
 	assert_true(seen);
 	assert_int_equal(sbx_upload_write(up, "x", 1), 0);
 	assert_int_equal(sbx_upload_commit(&up, NULL), 0);
-	assert_true(host_is(fx->wsdir, leaf, S_IFREG));
+	assert_true(host_is(fx->h.wsdir, leaf, S_IFREG));
 }
 
 /* A file-size limit makes write fail mid-upload (EFBIG, as ENOSPC would):
@@ -527,8 +436,8 @@ static void t_upload_write_fails(void **state)
 	void (*oldsig)(int);
 	int r;
 
-	assert_int_equal(sbx_fs_write(fx->ws, "doc", "keep me", 7, false), 0);
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, "doc", false), 0);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "doc", "keep me", 7, false), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "doc", false), 0);
 	memset(big, 'z', sizeof big);
 	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
 	lim = old;
@@ -539,19 +448,19 @@ static void t_upload_write_fails(void **state)
 	setrlimit(RLIMIT_FSIZE, &old);
 	signal(SIGXFSZ, oldsig);
 	assert_int_equal(r, -EFBIG);
-	assert_host_content(fx->wsdir, "doc", "keep me");
+	assert_host_content(fx->h.wsdir, "doc", "keep me");
 	sbx_upload_abort(&up);
-	assert_host_content(fx->wsdir, "doc", "keep me");
-	assert_int_equal(count_temps(fx->wsdir, ""), 0);
+	assert_host_content(fx->h.wsdir, "doc", "keep me");
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 0);
 
 	/* Read-only parent (only meaningful without CAP_DAC_OVERRIDE). */
 	if (!am_root()) {
 		char p[512];
-		hpath(p, sizeof p, fx->wsdir, "d");
+		hpath(p, sizeof p, fx->h.wsdir, "d");
 		assert_int_equal(chmod(p, 0555), 0);
-		assert_int_equal(sbx_fs_write(fx->ws, "d/f.txt", "x", 1, false), -EACCES);
+		assert_int_equal(sbx_fs_write(fx->h.ws, "d/f.txt", "x", 1, false), -EACCES);
 		assert_int_equal(chmod(p, 0755), 0);
-		assert_host_content(fx->wsdir, "d/f.txt", "inside");
+		assert_host_content(fx->h.wsdir, "d/f.txt", "inside");
 	}
 }
 
@@ -562,13 +471,13 @@ static void t_upload_parent_swapped(void **state)
 	struct fx *fx = *state;
 	struct sbx_upload *up = NULL;
 
-	host_mkdir(fx->wsdir, "sw");
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, "sw/secret", false), 0);
+	host_mkdir(fx->h.wsdir, "sw");
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "sw/secret", false), 0);
 	assert_int_equal(sbx_upload_write(up, "planted", 7), 0);
-	host_rename(fx->wsdir, "sw", "sw_real");
-	host_symlink(fx->wsdir, fx->out, "sw");
+	host_rename(fx->h.wsdir, "sw", "sw_real");
+	host_symlink(fx->h.wsdir, fx->h.out, "sw");
 	assert_int_equal(sbx_upload_commit(&up, NULL), 0);
-	assert_host_content(fx->wsdir, "sw_real/secret", "planted");
+	assert_host_content(fx->h.wsdir, "sw_real/secret", "planted");
 	assert_outside_untouched(fx);
 
 	/* From now on every operation through "sw" refuses. */
@@ -578,22 +487,22 @@ static void t_upload_parent_swapped(void **state)
 	struct sbx_dirent *ents;
 	size_t n;
 	struct sbx_stat st;
-	assert_int_equal(sbx_fs_open_read(fx->ws, "sw/secret", &fd, &size), -EXDEV);
-	assert_int_equal(sbx_fs_write(fx->ws, "sw/secret", "x", 1, false), -EXDEV);
-	assert_int_equal(sbx_fs_readdir(fx->ws, "sw", &ents, &n), -EXDEV);
-	assert_int_equal(sbx_fs_stat(fx->ws, "sw/secret", &st), -EXDEV);
-	assert_int_equal(sbx_fs_exists(fx->ws, "sw/secret", &ex), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "sw/newdir", false), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "sw/newdir/x", true), -EXDEV);
-	assert_int_equal(sbx_fs_rm(fx->ws, "sw/sub", true, true, &removed), -EXDEV);
-	assert_int_equal(sbx_fs_rm(fx->ws, "sw/secret", false, false, &removed), -EXDEV);
-	assert_int_equal(sbx_fs_move(fx->ws, "sw/secret", "stolen", false), -EXDEV);
-	assert_int_equal(sbx_fs_move(fx->ws, "d/f.txt", "sw/planted", false), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "sw/secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "sw/secret", "x", 1, false), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "sw", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "sw/secret", &st), -EXDEV);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "sw/secret", &ex), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "sw/newdir", false), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "sw/newdir/x", true), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sw/sub", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sw/secret", false, false, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "sw/secret", "stolen", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "d/f.txt", "sw/planted", false), -EXDEV);
 	/* Removing "sw" removes the link only. */
-	assert_int_equal(sbx_fs_rm(fx->ws, "sw", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sw", true, false, &removed), 0);
 	assert_true(removed);
-	assert_false(host_exists(fx->wsdir, "sw"));
-	assert_true(host_is(fx->wsdir, "sw_real", S_IFDIR));
+	assert_false(host_exists(fx->h.wsdir, "sw"));
+	assert_true(host_is(fx->h.wsdir, "sw_real", S_IFDIR));
 	assert_outside_untouched(fx); /* compares out/secret's content too */
 }
 
@@ -608,34 +517,34 @@ static void t_open_read_special(void **state)
 	char p[512];
 
 	alarm(20); /* a FIFO open that blocks fails the test instead of hanging */
-	hpath(p, sizeof p, fx->wsdir, "fifo");
+	hpath(p, sizeof p, fx->h.wsdir, "fifo");
 	assert_int_equal(mkfifo(p, 0644), 0);
-	host_symlink(fx->wsdir, "fifo", "fifo_link");
-	assert_int_equal(sbx_fs_open_read(fx->ws, "fifo", &fd, &size), -SBX_E_SPECIAL);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "fifo_link", &fd, &size), -SBX_E_SPECIAL);
+	host_symlink(fx->h.wsdir, "fifo", "fifo_link");
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "fifo", &fd, &size), -SBX_E_SPECIAL);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "fifo_link", &fd, &size), -SBX_E_SPECIAL);
 	assert_int_equal(fd, -1);
 	assert_int_equal(size, 77);
 
-	hpath(p, sizeof p, fx->wsdir, "sock");
+	hpath(p, sizeof p, fx->h.wsdir, "sock");
 	assert_true(strlen(p) < sizeof sa.sun_path);
 	memcpy(sa.sun_path, p, strlen(p) + 1);
 	s = socket(AF_UNIX, SOCK_STREAM, 0);
 	assert_true(s >= 0);
 	assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "sock", &fd, &size), -SBX_E_SPECIAL);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "sock", &fd, &size), -SBX_E_SPECIAL);
 	close(s);
 
 	if (am_root()) {
-		hpath(p, sizeof p, fx->wsdir, "null");
+		hpath(p, sizeof p, fx->h.wsdir, "null");
 		assert_int_equal(mknod(p, S_IFCHR | 0666, makedev(1, 3)), 0);
-		assert_int_equal(sbx_fs_open_read(fx->ws, "null", &fd, &size), -SBX_E_SPECIAL);
+		assert_int_equal(sbx_fs_open_read(fx->h.ws, "null", &fd, &size), -SBX_E_SPECIAL);
 	}
-	assert_int_equal(sbx_fs_open_read(fx->ws, "d", &fd, &size), -EISDIR);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "in_link", &fd, &size), -EISDIR);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "", &fd, &size), -EISDIR);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "nothere", &fd, &size), -ENOENT);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "dangle", &fd, &size), -ENOENT);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "loop", &fd, &size), -ELOOP);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "d", &fd, &size), -EISDIR);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "in_link", &fd, &size), -EISDIR);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "", &fd, &size), -EISDIR);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "nothere", &fd, &size), -ENOENT);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "dangle", &fd, &size), -ENOENT);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "loop", &fd, &size), -ELOOP);
 	alarm(0);
 }
 
@@ -645,12 +554,12 @@ static void t_open_read_escapes(void **state)
 	uint64_t size;
 	int fd = -1;
 
-	assert_int_equal(sbx_fs_open_read(fx->ws, "abs_secret", &fd, &size), -EXDEV);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "rel_secret", &fd, &size), -EXDEV);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "abs/secret", &fd, &size), -EXDEV);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "rel/secret", &fd, &size), -EXDEV);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "d/rel2/sub/inner.txt", &fd, &size), -EXDEV);
-	assert_int_equal(sbx_fs_open_read(fx->ws, "absdangle", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "abs_secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "rel_secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "abs/secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "rel/secret", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "d/rel2/sub/inner.txt", &fd, &size), -EXDEV);
+	assert_int_equal(sbx_fs_open_read(fx->h.ws, "absdangle", &fd, &size), -EXDEV);
 	assert_int_equal(fd, -1);
 	assert_outside_untouched(fx);
 }
@@ -662,11 +571,11 @@ static void t_stat(void **state)
 	struct stat hst;
 	char p[512];
 
-	hpath(p, sizeof p, fx->wsdir, "d/f.txt");
+	hpath(p, sizeof p, fx->h.wsdir, "d/f.txt");
 	assert_int_equal(chmod(p, 0640), 0);
 	assert_int_equal(lstat(p, &hst), 0);
 
-	assert_int_equal(sbx_fs_stat(fx->ws, "d/f.txt", &st), 0);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "d/f.txt", &st), 0);
 	assert_int_equal(st.type, SBX_FT_FILE);
 	assert_int_equal(st.size, 6);
 	assert_int_equal(st.mode, 0640);
@@ -675,21 +584,21 @@ static void t_stat(void **state)
 	assert_int_equal(st.mtime.tv_sec, hst.st_mtim.tv_sec);
 	assert_int_equal(st.mtime.tv_nsec, hst.st_mtim.tv_nsec);
 
-	assert_int_equal(sbx_fs_stat(fx->ws, "", &st), 0);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "", &st), 0);
 	assert_int_equal(st.type, SBX_FT_DIR);
-	assert_int_equal(sbx_fs_stat(fx->ws, "d", &st), 0);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "d", &st), 0);
 	assert_int_equal(st.type, SBX_FT_DIR);
 	assert_int_equal(st.mode, 0755);
 
 	/* In-workspace links: followed, fields of the target. */
-	assert_int_equal(sbx_fs_stat(fx->ws, "in_file_link", &st), 0);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "in_file_link", &st), 0);
 	assert_int_equal(st.type, SBX_FT_FILE);
 	assert_true(st.is_symlink);
 	assert_true(st.followed);
 	assert_int_equal(st.size, 6);
 	assert_int_equal(st.mode, 0640);
 	assert_int_equal(st.mtime.tv_nsec, hst.st_mtim.tv_nsec);
-	assert_int_equal(sbx_fs_stat(fx->ws, "in_link", &st), 0);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "in_link", &st), 0);
 	assert_int_equal(st.type, SBX_FT_DIR);
 	assert_true(st.is_symlink && st.followed);
 
@@ -699,23 +608,23 @@ static void t_stat(void **state)
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
 		char target[512];
 		ssize_t tl;
-		hpath(p, sizeof p, fx->wsdir, links[i]);
+		hpath(p, sizeof p, fx->h.wsdir, links[i]);
 		tl = readlink(p, target, sizeof target);
 		assert_true(tl > 0);
-		assert_int_equal(sbx_fs_stat(fx->ws, links[i], &st), 0);
+		assert_int_equal(sbx_fs_stat(fx->h.ws, links[i], &st), 0);
 		if (st.type != SBX_FT_SYMLINK || !st.is_symlink || st.followed)
 			fail_msg("%s: type %d is_symlink %d followed %d", links[i], st.type, st.is_symlink,
 				 st.followed);
 		assert_int_equal(st.size, (uint64_t)tl);
 	}
-	assert_int_equal(sbx_fs_stat(fx->ws, "abs/secret", &st), -EXDEV);
-	assert_int_equal(sbx_fs_stat(fx->ws, "rel/sub", &st), -EXDEV);
-	assert_int_equal(sbx_fs_stat(fx->ws, "nothere", &st), -ENOENT);
-	assert_int_equal(sbx_fs_stat(fx->ws, "d/f.txt/x", &st), -ENOTDIR);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "abs/secret", &st), -EXDEV);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "rel/sub", &st), -EXDEV);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "nothere", &st), -ENOENT);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "d/f.txt/x", &st), -ENOTDIR);
 
-	hpath(p, sizeof p, fx->wsdir, "fifo");
+	hpath(p, sizeof p, fx->h.wsdir, "fifo");
 	assert_int_equal(mkfifo(p, 0600), 0);
-	assert_int_equal(sbx_fs_stat(fx->ws, "fifo", &st), 0);
+	assert_int_equal(sbx_fs_stat(fx->h.ws, "fifo", &st), 0);
 	assert_int_equal(st.type, SBX_FT_OTHER);
 	assert_int_equal(st.mode, 0600);
 	assert_outside_untouched(fx);
@@ -726,26 +635,26 @@ static void t_exists(void **state)
 	struct fx *fx = *state;
 	bool e = false;
 
-	assert_int_equal(sbx_fs_exists(fx->ws, "d/f.txt", &e), 0);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "d/f.txt", &e), 0);
 	assert_true(e);
-	assert_int_equal(sbx_fs_exists(fx->ws, "", &e), 0);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "", &e), 0);
 	assert_true(e);
-	assert_int_equal(sbx_fs_exists(fx->ws, "nothere", &e), 0);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "nothere", &e), 0);
 	assert_false(e);
-	assert_int_equal(sbx_fs_exists(fx->ws, "no/such/thing", &e), 0);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "no/such/thing", &e), 0);
 	assert_false(e);
-	assert_int_equal(sbx_fs_exists(fx->ws, "d/f.txt/x", &e), 0);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "d/f.txt/x", &e), 0);
 	assert_false(e);
 	/* lstat sense: links exist, whatever they point at. */
 	static const char *const links[] = {"dangle", "loop", "abs", "rel_secret", "absdangle"};
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
 		e = false;
-		assert_int_equal(sbx_fs_exists(fx->ws, links[i], &e), 0);
+		assert_int_equal(sbx_fs_exists(fx->h.ws, links[i], &e), 0);
 		assert_true(e);
 	}
-	assert_int_equal(sbx_fs_exists(fx->ws, "abs/secret", &e), -EXDEV);
-	assert_int_equal(sbx_fs_exists(fx->ws, "rel/nothing", &e), -EXDEV);
-	assert_int_equal(sbx_fs_exists(fx->ws, "d/rel2/secret", &e), -EXDEV);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "abs/secret", &e), -EXDEV);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "rel/nothing", &e), -EXDEV);
+	assert_int_equal(sbx_fs_exists(fx->h.ws, "d/rel2/secret", &e), -EXDEV);
 	assert_outside_untouched(fx);
 }
 
@@ -756,18 +665,18 @@ static void t_readdir(void **state)
 	struct sbx_dirent *ents = NULL;
 	size_t n = 0;
 
-	host_mkdir(fx->wsdir, "r");
-	host_write(fx->wsdir, "r/b", "bb");
-	host_write(fx->wsdir, "r/B", "B");
-	host_write(fx->wsdir, "r/a", "aaa");
-	host_write(fx->wsdir, "r/_", "");
-	host_write(fx->wsdir, "r/.h", "");
-	host_write(fx->wsdir, "r/\xc3\xa9", "");
-	host_write(fx->wsdir, "r/z9", "");
-	host_mkdir(fx->wsdir, "r/dd");
-	host_symlink(fx->wsdir, "a", "r/ln");
+	host_mkdir(fx->h.wsdir, "r");
+	host_write(fx->h.wsdir, "r/b", "bb");
+	host_write(fx->h.wsdir, "r/B", "B");
+	host_write(fx->h.wsdir, "r/a", "aaa");
+	host_write(fx->h.wsdir, "r/_", "");
+	host_write(fx->h.wsdir, "r/.h", "");
+	host_write(fx->h.wsdir, "r/\xc3\xa9", "");
+	host_write(fx->h.wsdir, "r/z9", "");
+	host_mkdir(fx->h.wsdir, "r/dd");
+	host_symlink(fx->h.wsdir, "a", "r/ln");
 
-	assert_int_equal(sbx_fs_readdir(fx->ws, "r", &ents, &n), 0);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "r", &ents, &n), 0);
 	assert_int_equal(n, sizeof want / sizeof want[0]);
 	for (size_t i = 0; i < n; i++) {
 		assert_string_equal(ents[i].name, want[i]);
@@ -782,10 +691,10 @@ static void t_readdir(void **state)
 	}
 	sbx_dirents_free(ents, n);
 
-	assert_int_equal(sbx_fs_readdir(fx->ws, "r/dd", &ents, &n), 0);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "r/dd", &ents, &n), 0);
 	assert_int_equal(n, 0);
 	sbx_dirents_free(ents, n);
-	assert_int_equal(sbx_fs_readdir(fx->ws, "in_link", &ents, &n), 0);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "in_link", &ents, &n), 0);
 	assert_int_equal(n, 2);
 	assert_string_equal(ents[0].name, "f.txt");
 	assert_string_equal(ents[1].name, "rel2");
@@ -793,12 +702,12 @@ static void t_readdir(void **state)
 	sbx_dirents_free(ents, n);
 	sbx_dirents_free(NULL, 0);
 
-	assert_int_equal(sbx_fs_readdir(fx->ws, "abs", &ents, &n), -EXDEV);
-	assert_int_equal(sbx_fs_readdir(fx->ws, "rel", &ents, &n), -EXDEV);
-	assert_int_equal(sbx_fs_readdir(fx->ws, "d/rel2", &ents, &n), -EXDEV);
-	assert_int_equal(sbx_fs_readdir(fx->ws, "abs/sub", &ents, &n), -EXDEV);
-	assert_int_equal(sbx_fs_readdir(fx->ws, "d/f.txt", &ents, &n), -ENOTDIR);
-	assert_int_equal(sbx_fs_readdir(fx->ws, "nothere", &ents, &n), -ENOENT);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "abs", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "rel", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "d/rel2", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "abs/sub", &ents, &n), -EXDEV);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "d/f.txt", &ents, &n), -ENOTDIR);
+	assert_int_equal(sbx_fs_readdir(fx->h.ws, "nothere", &ents, &n), -ENOENT);
 	assert_outside_untouched(fx);
 }
 
@@ -807,38 +716,29 @@ static void t_readdir(void **state)
 static void t_mkdir(void **state)
 {
 	struct fx *fx = *state;
-	struct stat hst;
-	char p[512];
 
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "m", false), 0);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "m", false), -EEXIST);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "m", true), 0);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "m/a/b", false), -SBX_E_PARENT_MISSING);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "m/a/b/c", true), 0);
-	hpath(p, sizeof p, fx->wsdir, "m/a/b/c");
-	assert_int_equal(stat(p, &hst), 0);
-	assert_true(S_ISDIR(hst.st_mode));
-	assert_int_equal(hst.st_mode & 07777, 0755);
-	if (am_root()) {
-		assert_int_equal(hst.st_uid, TEST_UID);
-		assert_int_equal(hst.st_gid, TEST_GID);
-	}
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/f.txt", false), -EEXIST);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/f.txt", true), -EEXIST);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/f.txt/x", true), -ENOTDIR);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "in_link/viaLink", false), 0);
-	assert_true(host_is(fx->wsdir, "d/viaLink", S_IFDIR));
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m", false), 0);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m", false), -EEXIST);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m", true), 0);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m/a/b", false), -SBX_E_PARENT_MISSING);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "m/a/b/c", true), 0);
+	host_expect_dir(fx->h.wsdir, "m/a/b/c");
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "d/f.txt", false), -EEXIST);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "d/f.txt", true), -EEXIST);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "d/f.txt/x", true), -ENOTDIR);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "in_link/viaLink", false), 0);
+	assert_true(host_is(fx->h.wsdir, "d/viaLink", S_IFDIR));
 
 	/* Through links that leave: refused, nothing created outside. */
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs/new", false), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs/new/x", true), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs/sub/new", true), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "rel/new", true), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "d/rel2/new/x/y", true), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "absdangle", true), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "absdangle/x", true), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs", true), -EXDEV);
-	assert_int_equal(sbx_fs_mkdir(fx->ws, "abs", false), -EEXIST);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "abs/new", false), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "abs/new/x", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "abs/sub/new", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "rel/new", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "d/rel2/new/x/y", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "absdangle", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "absdangle/x", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "abs", true), -EXDEV);
+	assert_int_equal(sbx_fs_mkdir(fx->h.ws, "abs", false), -EEXIST);
 	assert_outside_untouched(fx);
 }
 
@@ -847,35 +747,35 @@ static void t_rm_basic(void **state)
 	struct fx *fx = *state;
 	bool removed = true;
 
-	host_write(fx->wsdir, "a.txt", "a");
-	assert_int_equal(sbx_fs_rm(fx->ws, "a.txt", false, false, &removed), 0);
+	host_write(fx->h.wsdir, "a.txt", "a");
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "a.txt", false, false, &removed), 0);
 	assert_true(removed);
-	assert_false(host_exists(fx->wsdir, "a.txt"));
+	assert_false(host_exists(fx->h.wsdir, "a.txt"));
 
-	host_mkdir(fx->wsdir, "e");
-	assert_int_equal(sbx_fs_rm(fx->ws, "e", false, false, &removed), 0);
+	host_mkdir(fx->h.wsdir, "e");
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "e", false, false, &removed), 0);
 	assert_true(removed);
-	assert_false(host_exists(fx->wsdir, "e"));
+	assert_false(host_exists(fx->h.wsdir, "e"));
 
-	host_mkdir(fx->wsdir, "ne");
-	host_write(fx->wsdir, "ne/x", "x");
-	assert_int_equal(sbx_fs_rm(fx->ws, "ne", false, false, &removed), -ENOTEMPTY);
+	host_mkdir(fx->h.wsdir, "ne");
+	host_write(fx->h.wsdir, "ne/x", "x");
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "ne", false, false, &removed), -ENOTEMPTY);
 	assert_false(removed);
-	assert_true(host_exists(fx->wsdir, "ne/x"));
-	assert_int_equal(sbx_fs_rm(fx->ws, "ne", true, false, &removed), 0);
+	assert_true(host_exists(fx->h.wsdir, "ne/x"));
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "ne", true, false, &removed), 0);
 	assert_true(removed);
-	assert_false(host_exists(fx->wsdir, "ne"));
+	assert_false(host_exists(fx->h.wsdir, "ne"));
 
 	removed = true;
-	assert_int_equal(sbx_fs_rm(fx->ws, "nothere", false, false, &removed), -ENOENT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "nothere", false, false, &removed), -ENOENT);
 	assert_false(removed);
-	assert_int_equal(sbx_fs_rm(fx->ws, "no/such", true, false, &removed), -ENOENT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "no/such", true, false, &removed), -ENOENT);
 	removed = true;
-	assert_int_equal(sbx_fs_rm(fx->ws, "nothere", false, true, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "nothere", false, true, &removed), 0);
 	assert_false(removed);
-	assert_int_equal(sbx_fs_rm(fx->ws, "no/such", true, true, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "no/such", true, true, &removed), 0);
 	assert_false(removed);
-	assert_int_equal(sbx_fs_rm(fx->ws, "d/f.txt/x", false, true, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "d/f.txt/x", false, true, &removed), 0);
 	assert_false(removed);
 }
 
@@ -884,23 +784,23 @@ static void t_rm_roots(void **state)
 	struct fx *fx = *state;
 	bool removed = true;
 
-	host_mkdir(fx->wsdir, "sessions");
-	host_mkdir(fx->wsdir, "sessions/s1");
-	host_symlink(fx->wsdir, ".", "rootlink");
-	host_symlink(fx->wsdir, "sessions", "sesslink");
-	assert_int_equal(sbx_fs_rm(fx->ws, "", true, true, &removed), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_rm(fx->ws, "sessions", true, true, &removed), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_rm(fx->ws, "sessions/s1", true, true, &removed), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_rm(fx->ws, "sessions/nothere", true, true, &removed), -SBX_E_ROOT);
+	host_mkdir(fx->h.wsdir, "sessions");
+	host_mkdir(fx->h.wsdir, "sessions/s1");
+	host_symlink(fx->h.wsdir, ".", "rootlink");
+	host_symlink(fx->h.wsdir, "sessions", "sesslink");
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sessions", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sessions/s1", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sessions/nothere", true, true, &removed), -SBX_E_ROOT);
 	/* The same directories reached through in-workspace links. */
-	assert_int_equal(sbx_fs_rm(fx->ws, "rootlink/sessions", true, true, &removed), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_rm(fx->ws, "rootlink/sessions/s1", true, true, &removed), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_rm(fx->ws, "sesslink/s1", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "rootlink/sessions", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "rootlink/sessions/s1", true, true, &removed), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sesslink/s1", true, true, &removed), -SBX_E_ROOT);
 	assert_false(removed);
-	assert_true(host_is(fx->wsdir, "sessions/s1", S_IFDIR));
+	assert_true(host_is(fx->h.wsdir, "sessions/s1", S_IFDIR));
 	/* Below a session root is fine. */
-	host_write(fx->wsdir, "sessions/s1/f", "x");
-	assert_int_equal(sbx_fs_rm(fx->ws, "sessions/s1/f", false, false, &removed), 0);
+	host_write(fx->h.wsdir, "sessions/s1/f", "x");
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "sessions/s1/f", false, false, &removed), 0);
 	assert_true(removed);
 }
 
@@ -911,43 +811,43 @@ static void t_rm_links(void **state)
 	char p[512];
 
 	/* Removing a link removes the link, recursive or not. */
-	assert_int_equal(sbx_fs_rm(fx->ws, "abs", false, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "abs", false, false, &removed), 0);
 	assert_true(removed);
-	assert_false(host_exists(fx->wsdir, "abs"));
-	assert_int_equal(sbx_fs_rm(fx->ws, "rel", true, false, &removed), 0);
-	assert_int_equal(sbx_fs_rm(fx->ws, "rel_secret", true, false, &removed), 0);
-	assert_int_equal(sbx_fs_rm(fx->ws, "in_link", true, false, &removed), 0);
-	assert_int_equal(sbx_fs_rm(fx->ws, "loop", true, false, &removed), 0);
-	assert_true(host_exists(fx->wsdir, "d/f.txt"));
-	assert_false(host_exists(fx->wsdir, "in_link"));
+	assert_false(host_exists(fx->h.wsdir, "abs"));
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "rel", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "rel_secret", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "in_link", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "loop", true, false, &removed), 0);
+	assert_true(host_exists(fx->h.wsdir, "d/f.txt"));
+	assert_false(host_exists(fx->h.wsdir, "in_link"));
 
 	/* Through links: refused, force or not. */
-	host_symlink(fx->wsdir, fx->out, "abs");
-	assert_int_equal(sbx_fs_rm(fx->ws, "abs/secret", false, false, &removed), -EXDEV);
-	assert_int_equal(sbx_fs_rm(fx->ws, "abs/secret", false, true, &removed), -EXDEV);
-	assert_int_equal(sbx_fs_rm(fx->ws, "abs/sub", true, true, &removed), -EXDEV);
-	assert_int_equal(sbx_fs_rm(fx->ws, "abs/nothing", true, true, &removed), -EXDEV);
-	assert_int_equal(sbx_fs_rm(fx->ws, "d/rel2/sub", true, true, &removed), -EXDEV);
-	assert_int_equal(sbx_fs_rm(fx->ws, "absdangle/x", true, true, &removed), -EXDEV);
+	host_symlink(fx->h.wsdir, fx->h.out, "abs");
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "abs/secret", false, false, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "abs/secret", false, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "abs/sub", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "abs/nothing", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "d/rel2/sub", true, true, &removed), -EXDEV);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "absdangle/x", true, true, &removed), -EXDEV);
 
 	/* A tree full of links: the tree goes, no link is followed. */
-	host_mkdir(fx->wsdir, "tree");
-	host_mkdir(fx->wsdir, "tree/a");
-	host_mkdir(fx->wsdir, "tree/a/b");
-	host_write(fx->wsdir, "tree/a/b/file", "x");
-	host_write(fx->wsdir, "tree/top", "x");
-	host_symlink(fx->wsdir, fx->out, "tree/a/out_abs");
-	host_symlink(fx->wsdir, "../../../out", "tree/a/out_rel");
-	host_symlink(fx->wsdir, "../../../out/secret", "tree/a/b/secret_rel");
-	host_symlink(fx->wsdir, "../d", "tree/in_dir");
-	host_symlink(fx->wsdir, "/", "tree/hostroot");
-	hpath(p, sizeof p, fx->wsdir, "tree/a/fifo");
+	host_mkdir(fx->h.wsdir, "tree");
+	host_mkdir(fx->h.wsdir, "tree/a");
+	host_mkdir(fx->h.wsdir, "tree/a/b");
+	host_write(fx->h.wsdir, "tree/a/b/file", "x");
+	host_write(fx->h.wsdir, "tree/top", "x");
+	host_symlink(fx->h.wsdir, fx->h.out, "tree/a/out_abs");
+	host_symlink(fx->h.wsdir, "../../../out", "tree/a/out_rel");
+	host_symlink(fx->h.wsdir, "../../../out/secret", "tree/a/b/secret_rel");
+	host_symlink(fx->h.wsdir, "../d", "tree/in_dir");
+	host_symlink(fx->h.wsdir, "/", "tree/hostroot");
+	hpath(p, sizeof p, fx->h.wsdir, "tree/a/fifo");
 	assert_int_equal(mkfifo(p, 0644), 0);
-	assert_int_equal(sbx_fs_rm(fx->ws, "tree", true, false, &removed), 0);
+	assert_int_equal(sbx_fs_rm(fx->h.ws, "tree", true, false, &removed), 0);
 	assert_true(removed);
-	assert_false(host_exists(fx->wsdir, "tree"));
-	assert_true(host_exists(fx->wsdir, "d/f.txt"));
-	assert_true(host_exists(fx->wsdir, "d/rel2"));
+	assert_false(host_exists(fx->h.wsdir, "tree"));
+	assert_true(host_exists(fx->h.wsdir, "d/f.txt"));
+	assert_true(host_exists(fx->h.wsdir, "d/rel2"));
 	assert_outside_untouched(fx);
 }
 
@@ -955,61 +855,61 @@ static void t_move(void **state)
 {
 	struct fx *fx = *state;
 
-	assert_int_equal(sbx_fs_move(fx->ws, "d/f.txt", "g.txt", false), 0);
-	assert_host_content(fx->wsdir, "g.txt", "inside");
-	assert_false(host_exists(fx->wsdir, "d/f.txt"));
-	host_write(fx->wsdir, "h.txt", "hhh");
-	assert_int_equal(sbx_fs_move(fx->ws, "g.txt", "h.txt", false), -EEXIST);
-	assert_host_content(fx->wsdir, "g.txt", "inside");
-	assert_host_content(fx->wsdir, "h.txt", "hhh");
-	assert_int_equal(sbx_fs_move(fx->ws, "g.txt", "h.txt", true), 0);
-	assert_host_content(fx->wsdir, "h.txt", "inside");
-	assert_false(host_exists(fx->wsdir, "g.txt"));
+	assert_int_equal(sbx_fs_move(fx->h.ws, "d/f.txt", "g.txt", false), 0);
+	assert_host_content(fx->h.wsdir, "g.txt", "inside");
+	assert_false(host_exists(fx->h.wsdir, "d/f.txt"));
+	host_write(fx->h.wsdir, "h.txt", "hhh");
+	assert_int_equal(sbx_fs_move(fx->h.ws, "g.txt", "h.txt", false), -EEXIST);
+	assert_host_content(fx->h.wsdir, "g.txt", "inside");
+	assert_host_content(fx->h.wsdir, "h.txt", "hhh");
+	assert_int_equal(sbx_fs_move(fx->h.ws, "g.txt", "h.txt", true), 0);
+	assert_host_content(fx->h.wsdir, "h.txt", "inside");
+	assert_false(host_exists(fx->h.wsdir, "g.txt"));
 
-	assert_int_equal(sbx_fs_move(fx->ws, "nothere", "x", false), -ENOENT);
-	assert_int_equal(sbx_fs_move(fx->ws, "zz/a", "x", false), -ENOENT);
-	assert_int_equal(sbx_fs_move(fx->ws, "h.txt", "zz/b", false), -SBX_E_PARENT_MISSING);
-	assert_int_equal(sbx_fs_move(fx->ws, "h.txt", "in_link/h2.txt", false), 0);
-	assert_true(host_exists(fx->wsdir, "d/h2.txt"));
+	assert_int_equal(sbx_fs_move(fx->h.ws, "nothere", "x", false), -ENOENT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "zz/a", "x", false), -ENOENT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "h.txt", "zz/b", false), -SBX_E_PARENT_MISSING);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "h.txt", "in_link/h2.txt", false), 0);
+	assert_true(host_exists(fx->h.wsdir, "d/h2.txt"));
 
 	/* Directories: over a non-empty one refused, over an empty one fine. */
-	host_mkdir(fx->wsdir, "src");
-	host_write(fx->wsdir, "src/f", "f");
-	host_mkdir(fx->wsdir, "full");
-	host_write(fx->wsdir, "full/g", "g");
-	host_mkdir(fx->wsdir, "empty");
-	assert_int_equal(sbx_fs_move(fx->ws, "src", "full", false), -EEXIST);
-	assert_int_equal(sbx_fs_move(fx->ws, "src", "full", true), -ENOTEMPTY);
-	assert_int_equal(sbx_fs_move(fx->ws, "src", "empty", true), 0);
-	assert_host_content(fx->wsdir, "empty/f", "f");
+	host_mkdir(fx->h.wsdir, "src");
+	host_write(fx->h.wsdir, "src/f", "f");
+	host_mkdir(fx->h.wsdir, "full");
+	host_write(fx->h.wsdir, "full/g", "g");
+	host_mkdir(fx->h.wsdir, "empty");
+	assert_int_equal(sbx_fs_move(fx->h.ws, "src", "full", false), -EEXIST);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "src", "full", true), -ENOTEMPTY);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "src", "empty", true), 0);
+	assert_host_content(fx->h.wsdir, "empty/f", "f");
 
 	/* Roots. */
-	host_mkdir(fx->wsdir, "sessions");
-	host_mkdir(fx->wsdir, "sessions/s1");
-	host_symlink(fx->wsdir, ".", "rootlink");
-	assert_int_equal(sbx_fs_move(fx->ws, "", "x", false), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_move(fx->ws, "sessions", "x", false), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_move(fx->ws, "sessions/s1", "x", false), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_move(fx->ws, "empty", "sessions/s2", false), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_move(fx->ws, "empty", "sessions", true), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_move(fx->ws, "rootlink/sessions/s1", "x", false), -SBX_E_ROOT);
-	assert_int_equal(sbx_fs_move(fx->ws, "rootlink/sessions", "x", false), -SBX_E_ROOT);
-	assert_true(host_is(fx->wsdir, "sessions/s1", S_IFDIR));
-	assert_int_equal(sbx_fs_move(fx->ws, "empty", "sessions/s1/moved", false), 0);
+	host_mkdir(fx->h.wsdir, "sessions");
+	host_mkdir(fx->h.wsdir, "sessions/s1");
+	host_symlink(fx->h.wsdir, ".", "rootlink");
+	assert_int_equal(sbx_fs_move(fx->h.ws, "", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "sessions", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "sessions/s1", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "empty", "sessions/s2", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "empty", "sessions", true), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "rootlink/sessions/s1", "x", false), -SBX_E_ROOT);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "rootlink/sessions", "x", false), -SBX_E_ROOT);
+	assert_true(host_is(fx->h.wsdir, "sessions/s1", S_IFDIR));
+	assert_int_equal(sbx_fs_move(fx->h.ws, "empty", "sessions/s1/moved", false), 0);
 
 	/* Escapes: nothing leaves, nothing is planted. */
-	assert_int_equal(sbx_fs_move(fx->ws, "abs/secret", "stolen", false), -EXDEV);
-	assert_int_equal(sbx_fs_move(fx->ws, "rel/sub", "stolen", false), -EXDEV);
-	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "abs/planted", false), -EXDEV);
-	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "rel/planted", true), -EXDEV);
-	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "d/rel2/sub/planted", true), -EXDEV);
-	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "abs/secret", true), -EXDEV);
-	assert_false(host_exists(fx->wsdir, "stolen"));
+	assert_int_equal(sbx_fs_move(fx->h.ws, "abs/secret", "stolen", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "rel/sub", "stolen", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "d/h2.txt", "abs/planted", false), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "d/h2.txt", "rel/planted", true), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "d/h2.txt", "d/rel2/sub/planted", true), -EXDEV);
+	assert_int_equal(sbx_fs_move(fx->h.ws, "d/h2.txt", "abs/secret", true), -EXDEV);
+	assert_false(host_exists(fx->h.wsdir, "stolen"));
 	/* Moving a link moves the link. */
-	assert_int_equal(sbx_fs_move(fx->ws, "abs", "abs_moved", false), 0);
-	assert_true(host_is(fx->wsdir, "abs_moved", S_IFLNK));
-	assert_int_equal(sbx_fs_move(fx->ws, "d/h2.txt", "abs_secret", true), 0);
-	assert_true(host_is(fx->wsdir, "abs_secret", S_IFREG));
+	assert_int_equal(sbx_fs_move(fx->h.ws, "abs", "abs_moved", false), 0);
+	assert_true(host_is(fx->h.wsdir, "abs_moved", S_IFLNK));
+	assert_int_equal(sbx_fs_move(fx->h.ws, "d/h2.txt", "abs_secret", true), 0);
+	assert_true(host_is(fx->h.wsdir, "abs_secret", S_IFREG));
 	assert_outside_untouched(fx);
 }
 
@@ -1021,30 +921,30 @@ static void t_sweep_temps(void **state)
 	struct sbx_upload *up = NULL;
 	char p[512];
 
-	host_write(fx->wsdir, ".sandboxd-tmp-a-1", "x");
-	host_write(fx->wsdir, "d/.sandboxd-tmp-b-2", "x");
-	host_mkdir(fx->wsdir, "d/e");
-	host_write(fx->wsdir, "d/e/.sandboxd-tmp-c", "x");
-	host_mkdir(fx->wsdir, ".sandboxd-tmp-dir");
-	host_write(fx->wsdir, ".sandboxd-tmp-dir/.sandboxd-tmp-x", "x");
-	host_write(fx->wsdir, "d/e/keep.txt", "keep");
-	snprintf(p, sizeof p, "%s/.sandboxd-tmp-keep", fx->out);
-	host_symlink(fx->wsdir, p, ".sandboxd-tmp-link");
+	host_write(fx->h.wsdir, ".sandboxd-tmp-a-1", "x");
+	host_write(fx->h.wsdir, "d/.sandboxd-tmp-b-2", "x");
+	host_mkdir(fx->h.wsdir, "d/e");
+	host_write(fx->h.wsdir, "d/e/.sandboxd-tmp-c", "x");
+	host_mkdir(fx->h.wsdir, ".sandboxd-tmp-dir");
+	host_write(fx->h.wsdir, ".sandboxd-tmp-dir/.sandboxd-tmp-x", "x");
+	host_write(fx->h.wsdir, "d/e/keep.txt", "keep");
+	snprintf(p, sizeof p, "%s/.sandboxd-tmp-keep", fx->h.out);
+	host_symlink(fx->h.wsdir, p, ".sandboxd-tmp-link");
 	/* An interrupted upload's temp file is found too. */
-	assert_int_equal(sbx_upload_begin(&up, fx->ws, "d/e/up.txt", false), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "d/e/up.txt", false), 0);
 	assert_int_equal(sbx_upload_write(up, "partial", 7), 0);
 
-	assert_int_equal(sbx_fs_sweep_temps(fx->ws), 5);
+	assert_int_equal(sbx_fs_sweep_temps(fx->h.ws), 5);
 	sbx_upload_abort(&up);
-	assert_false(host_exists(fx->wsdir, ".sandboxd-tmp-a-1"));
-	assert_false(host_exists(fx->wsdir, "d/.sandboxd-tmp-b-2"));
-	assert_false(host_exists(fx->wsdir, "d/e/.sandboxd-tmp-c"));
-	assert_false(host_exists(fx->wsdir, ".sandboxd-tmp-dir/.sandboxd-tmp-x"));
-	assert_true(host_is(fx->wsdir, ".sandboxd-tmp-dir", S_IFDIR));
-	assert_true(host_is(fx->wsdir, ".sandboxd-tmp-link", S_IFLNK));
-	assert_false(host_exists(fx->wsdir, "d/e/up.txt"));
-	assert_host_content(fx->wsdir, "d/e/keep.txt", "keep");
-	assert_int_equal(sbx_fs_sweep_temps(fx->ws), 0);
+	assert_false(host_exists(fx->h.wsdir, ".sandboxd-tmp-a-1"));
+	assert_false(host_exists(fx->h.wsdir, "d/.sandboxd-tmp-b-2"));
+	assert_false(host_exists(fx->h.wsdir, "d/e/.sandboxd-tmp-c"));
+	assert_false(host_exists(fx->h.wsdir, ".sandboxd-tmp-dir/.sandboxd-tmp-x"));
+	assert_true(host_is(fx->h.wsdir, ".sandboxd-tmp-dir", S_IFDIR));
+	assert_true(host_is(fx->h.wsdir, ".sandboxd-tmp-link", S_IFLNK));
+	assert_false(host_exists(fx->h.wsdir, "d/e/up.txt"));
+	assert_host_content(fx->h.wsdir, "d/e/keep.txt", "keep");
+	assert_int_equal(sbx_fs_sweep_temps(fx->h.ws), 0);
 	assert_outside_untouched(fx);
 }
 
@@ -1088,17 +988,17 @@ static void t_race_swaps(void **state)
 	long exdev = 0, ok = 0;
 	char p[512];
 
-	host_mkdir(fx->wsdir, "race");
-	host_write(fx->wsdir, "race/secret", "inside secret");
-	host_mkdir(fx->wsdir, "race/sub");
-	host_write(fx->wsdir, "race/sub/inner.txt", "inside inner");
-	host_write(fx->wsdir, "race/data", "data");
-	hpath(p, sizeof p, fx->wsdir, "race/data_alt");
+	host_mkdir(fx->h.wsdir, "race");
+	host_write(fx->h.wsdir, "race/secret", "inside secret");
+	host_mkdir(fx->h.wsdir, "race/sub");
+	host_write(fx->h.wsdir, "race/sub/inner.txt", "inside inner");
+	host_write(fx->h.wsdir, "race/data", "data");
+	hpath(p, sizeof p, fx->h.wsdir, "race/data_alt");
 	assert_int_equal(mkfifo(p, 0644), 0);
-	host_symlink(fx->wsdir, fx->out, "race_alt");
-	host_symlink(fx->wsdir, "../../out/sub", "race/sub_alt");
-	rc.wsfd = open(fx->wsdir, O_PATH | O_DIRECTORY);
-	hpath(p, sizeof p, fx->wsdir, "race");
+	host_symlink(fx->h.wsdir, fx->h.out, "race_alt");
+	host_symlink(fx->h.wsdir, "../../out/sub", "race/sub_alt");
+	rc.wsfd = open(fx->h.wsdir, O_PATH | O_DIRECTORY);
+	hpath(p, sizeof p, fx->h.wsdir, "race");
 	rc.racefd = open(p, O_PATH | O_DIRECTORY);
 	assert_true(rc.wsfd >= 0 && rc.racefd >= 0);
 	drain_events(fx);
@@ -1114,27 +1014,27 @@ static void t_race_swaps(void **state)
 		size_t n = 0;
 		struct sbx_stat st;
 
-		res[k++] = sbx_fs_write(fx->ws, "race/secret", "pwned", 5, false);
-		res[k++] = sbx_fs_write(fx->ws, "race/sub/inner.txt", "pwned", 5, true);
-		res[k++] = sbx_fs_mkdir(fx->ws, "race/sub/newdir/x", true);
-		res[k++] = sbx_fs_mkdir(fx->ws, "race/newdir", false);
-		res[k++] = sbx_fs_open_read(fx->ws, "race/data", &fd, &size);
+		res[k++] = sbx_fs_write(fx->h.ws, "race/secret", "pwned", 5, false);
+		res[k++] = sbx_fs_write(fx->h.ws, "race/sub/inner.txt", "pwned", 5, true);
+		res[k++] = sbx_fs_mkdir(fx->h.ws, "race/sub/newdir/x", true);
+		res[k++] = sbx_fs_mkdir(fx->h.ws, "race/newdir", false);
+		res[k++] = sbx_fs_open_read(fx->h.ws, "race/data", &fd, &size);
 		if (fd >= 0)
 			close(fd);
 		fd = -1;
-		res[k++] = sbx_fs_open_read(fx->ws, "race/secret", &fd, &size);
+		res[k++] = sbx_fs_open_read(fx->h.ws, "race/secret", &fd, &size);
 		if (fd >= 0)
 			close(fd);
-		res[k++] = sbx_fs_readdir(fx->ws, "race/sub", &ents, &n);
+		res[k++] = sbx_fs_readdir(fx->h.ws, "race/sub", &ents, &n);
 		if (res[k - 1] == 0)
 			sbx_dirents_free(ents, n);
-		res[k++] = sbx_fs_stat(fx->ws, "race/sub/inner.txt", &st);
-		res[k++] = sbx_fs_exists(fx->ws, "race/sub/inner.txt", &b);
-		res[k++] = sbx_fs_move(fx->ws, "race/sub/inner.txt", "race/stolen", true);
-		res[k++] = sbx_fs_move(fx->ws, "race/stolen", "race/sub/inner.txt", true);
-		res[k++] = sbx_fs_rm(fx->ws, "race/newdir", false, true, &b);
-		res[k++] = sbx_fs_rm(fx->ws, "race/sub", true, true, &b);
-		res[k++] = sbx_fs_rm(fx->ws, "race/secret", false, true, &b);
+		res[k++] = sbx_fs_stat(fx->h.ws, "race/sub/inner.txt", &st);
+		res[k++] = sbx_fs_exists(fx->h.ws, "race/sub/inner.txt", &b);
+		res[k++] = sbx_fs_move(fx->h.ws, "race/sub/inner.txt", "race/stolen", true);
+		res[k++] = sbx_fs_move(fx->h.ws, "race/stolen", "race/sub/inner.txt", true);
+		res[k++] = sbx_fs_rm(fx->h.ws, "race/newdir", false, true, &b);
+		res[k++] = sbx_fs_rm(fx->h.ws, "race/sub", true, true, &b);
+		res[k++] = sbx_fs_rm(fx->h.ws, "race/secret", false, true, &b);
 		for (int i = 0; i < k; i++) {
 			if (res[i] == -EXDEV)
 				exdev++;
@@ -1181,43 +1081,76 @@ static void *rm_race_thread(void *p)
 	return NULL;
 }
 
+/* Up to 2000 rounds (at most 1.5 s) of round(fx, rc, i, arg) while
+ * rm_race_thread swaps in tree i, then check that out was not reached. A
+ * round marks its tree with rc->idx while it attacks. */
+static void race_rounds(struct fx *fx, struct rm_racer *rc,
+			void (*round)(struct fx *fx, struct rm_racer *rc, int i, const char *arg),
+			const char *arg)
+{
+	struct timespec t0;
+	pthread_t th;
+
+	rc->wsfd = open(fx->h.wsdir, O_PATH | O_DIRECTORY);
+	assert_true(rc->wsfd >= 0);
+	alarm(60);
+	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, rc), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++)
+		round(fx, rc, i, arg);
+	atomic_store(&rc->stop, true);
+	pthread_join(th, NULL);
+	alarm(0);
+	close(rc->wsfd);
+	assert_outside_untouched(fx);
+}
+
+/* v<i>/sub (with a file) and v<i>/sub_alt -> out_sub; remove v<i>. */
+static void rm_round(struct fx *fx, struct rm_racer *rc, int i, const char *out_sub)
+{
+	char rel[64];
+	bool removed;
+
+	snprintf(rel, sizeof rel, "v%d", i);
+	host_mkdir(fx->h.wsdir, rel);
+	snprintf(rel, sizeof rel, "v%d/sub", i);
+	host_mkdir(fx->h.wsdir, rel);
+	snprintf(rel, sizeof rel, "v%d/sub/inner.txt", i);
+	host_write(fx->h.wsdir, rel, "x");
+	snprintf(rel, sizeof rel, "v%d/sub_alt", i);
+	host_symlink(fx->h.wsdir, out_sub, rel);
+	atomic_store(&rc->idx, i);
+	snprintf(rel, sizeof rel, "v%d", i);
+	(void)sbx_fs_rm(fx->h.ws, rel, true, false, &removed);
+	(void)sbx_fs_sweep_temps(fx->h.ws);
+	atomic_store(&rc->idx, -1);
+}
+
 static void t_race_rm_recursive(void **state)
 {
 	struct fx *fx = *state;
 	struct rm_racer rc = {.idx = -1, .stop = false, .tree = 'v', .a = "sub", .b = "sub_alt"};
-	struct timespec t0;
-	pthread_t th;
-	char rel[64], p[512];
-	int i;
+	char p[512];
 
-	snprintf(p, sizeof p, "%s/sub", fx->out);
-	rc.wsfd = open(fx->wsdir, O_PATH | O_DIRECTORY);
-	assert_true(rc.wsfd >= 0);
-	alarm(60);
-	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, &rc), 0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++) {
-		bool removed;
+	snprintf(p, sizeof p, "%s/sub", fx->h.out);
+	race_rounds(fx, &rc, rm_round, p);
+}
 
-		snprintf(rel, sizeof rel, "v%d", i);
-		host_mkdir(fx->wsdir, rel);
-		snprintf(rel, sizeof rel, "v%d/sub", i);
-		host_mkdir(fx->wsdir, rel);
-		snprintf(rel, sizeof rel, "v%d/sub/inner.txt", i);
-		host_write(fx->wsdir, rel, "x");
-		snprintf(rel, sizeof rel, "v%d/sub_alt", i);
-		host_symlink(fx->wsdir, p, rel);
-		atomic_store(&rc.idx, i);
-		snprintf(rel, sizeof rel, "v%d", i);
-		(void)sbx_fs_rm(fx->ws, rel, true, false, &removed);
-		(void)sbx_fs_sweep_temps(fx->ws);
-		atomic_store(&rc.idx, -1);
-	}
-	atomic_store(&rc.stop, true);
-	pthread_join(th, NULL);
-	alarm(0);
-	close(rc.wsfd);
-	assert_outside_untouched(fx);
+/* m<i>/n_alt -> out; mkdir m<i>/n/x/y and write m<i>/n/x/f.txt. */
+static void mkdir_round(struct fx *fx, struct rm_racer *rc, int i, const char *out)
+{
+	char rel[64];
+
+	snprintf(rel, sizeof rel, "m%d", i);
+	host_mkdir(fx->h.wsdir, rel);
+	snprintf(rel, sizeof rel, "m%d/n_alt", i);
+	host_symlink(fx->h.wsdir, out, rel);
+	atomic_store(&rc->idx, i);
+	snprintf(rel, sizeof rel, "m%d/n/x/y", i);
+	(void)sbx_fs_mkdir(fx->h.ws, rel, true);
+	snprintf(rel, sizeof rel, "m%d/n/x/f.txt", i);
+	(void)sbx_fs_write(fx->h.ws, rel, "x", 1, true);
+	atomic_store(&rc->idx, -1);
 }
 
 /* Recursive mkdir with each new directory swapped for a link out between
@@ -1226,33 +1159,8 @@ static void t_race_mkdir_recursive(void **state)
 {
 	struct fx *fx = *state;
 	struct rm_racer rc = {.idx = -1, .stop = false, .tree = 'm', .a = "n", .b = "n_alt"};
-	struct timespec t0;
-	pthread_t th;
-	char rel[64];
-	int i;
 
-	rc.wsfd = open(fx->wsdir, O_PATH | O_DIRECTORY);
-	assert_true(rc.wsfd >= 0);
-	alarm(60);
-	assert_int_equal(pthread_create(&th, NULL, rm_race_thread, &rc), 0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (i = 0; i < 2000 && elapsed_ms(&t0) < 1500; i++) {
-		snprintf(rel, sizeof rel, "m%d", i);
-		host_mkdir(fx->wsdir, rel);
-		snprintf(rel, sizeof rel, "m%d/n_alt", i);
-		host_symlink(fx->wsdir, fx->out, rel);
-		atomic_store(&rc.idx, i);
-		snprintf(rel, sizeof rel, "m%d/n/x/y", i);
-		(void)sbx_fs_mkdir(fx->ws, rel, true);
-		snprintf(rel, sizeof rel, "m%d/n/x/f.txt", i);
-		(void)sbx_fs_write(fx->ws, rel, "x", 1, true);
-		atomic_store(&rc.idx, -1);
-	}
-	atomic_store(&rc.stop, true);
-	pthread_join(th, NULL);
-	alarm(0);
-	close(rc.wsfd);
-	assert_outside_untouched(fx);
+	race_rounds(fx, &rc, mkdir_round, fx->h.out);
 }
 
 static void t_session_dir_remove(void **state)
@@ -1260,75 +1168,73 @@ static void t_session_dir_remove(void **state)
 	struct fx *fx = *state;
 	char p[512];
 
-	assert_int_equal(sbx_session_dir_ensure(fx->ws, "s1-abc"), 0);
-	assert_int_equal(sbx_fs_write(fx->ws, "sessions/s1-abc/a/b/c.txt", "x", 1, true), 0);
-	host_symlink(fx->wsdir, fx->out, "sessions/s1-abc/a/out");
-	host_symlink(fx->wsdir, "../../d", "sessions/s1-abc/in");
+	assert_int_equal(sbx_session_dir_ensure(fx->h.ws, "s1-abc"), 0);
+	assert_int_equal(sbx_fs_write(fx->h.ws, "sessions/s1-abc/a/b/c.txt", "x", 1, true), 0);
+	host_symlink(fx->h.wsdir, fx->h.out, "sessions/s1-abc/a/out");
+	host_symlink(fx->h.wsdir, "../../d", "sessions/s1-abc/in");
 	drain_events(fx);
-	assert_int_equal(sbx_session_dir_remove(fx->ws, "s1-abc"), 0);
-	assert_false(host_exists(fx->wsdir, "sessions/s1-abc"));
-	assert_true(host_is(fx->wsdir, "sessions", S_IFDIR));
-	assert_host_content(fx->wsdir, "d/f.txt", "inside");
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, "s1-abc"), 0);
+	assert_false(host_exists(fx->h.wsdir, "sessions/s1-abc"));
+	assert_true(host_is(fx->h.wsdir, "sessions", S_IFDIR));
+	assert_host_content(fx->h.wsdir, "d/f.txt", "inside");
 	assert_outside_untouched(fx);
 	/* Missing: fine. The memo was forgotten: ensure makes it again. */
-	assert_int_equal(sbx_session_dir_remove(fx->ws, "s1-abc"), 0);
-	assert_int_equal(sbx_session_dir_ensure(fx->ws, "s1-abc"), 0);
-	assert_true(host_is(fx->wsdir, "sessions/s1-abc", S_IFDIR));
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, "s1-abc"), 0);
+	assert_int_equal(sbx_session_dir_ensure(fx->h.ws, "s1-abc"), 0);
+	assert_true(host_is(fx->h.wsdir, "sessions/s1-abc", S_IFDIR));
 
 	/* The session directory replaced by a link: the link goes. */
-	hpath(p, sizeof p, fx->wsdir, "sessions/s1-abc");
+	hpath(p, sizeof p, fx->h.wsdir, "sessions/s1-abc");
 	assert_int_equal(rmdir(p), 0);
-	host_symlink(fx->wsdir, fx->out, "sessions/s1-abc");
+	host_symlink(fx->h.wsdir, fx->h.out, "sessions/s1-abc");
 	drain_events(fx);
-	assert_int_equal(sbx_session_dir_remove(fx->ws, "s1-abc"), 0);
-	assert_false(host_exists(fx->wsdir, "sessions/s1-abc"));
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, "s1-abc"), 0);
+	assert_false(host_exists(fx->h.wsdir, "sessions/s1-abc"));
 	assert_outside_untouched(fx);
 
 	/* "sessions" itself a link: nothing is removed through it. */
-	host_mkdir(fx->wsdir, "sessions/s2-abc");
-	host_rename(fx->wsdir, "sessions", "moved");
-	host_symlink(fx->wsdir, fx->out, "sessions");
+	host_mkdir(fx->h.wsdir, "sessions/s2-abc");
+	host_rename(fx->h.wsdir, "sessions", "moved");
+	host_symlink(fx->h.wsdir, fx->h.out, "sessions");
 	drain_events(fx);
-	assert_int_equal(sbx_session_dir_remove(fx->ws, "sub"), 0);
-	assert_int_equal(sbx_session_dir_remove(fx->ws, "emptydir"), 0);
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, "sub"), 0);
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, "emptydir"), 0);
 	assert_outside_untouched(fx);
-	assert_true(host_is(fx->wsdir, "moved/s2-abc", S_IFDIR));
+	assert_true(host_is(fx->h.wsdir, "moved/s2-abc", S_IFDIR));
 
-	assert_int_equal(sbx_session_dir_remove(fx->ws, ""), -EINVAL);
-	assert_int_equal(sbx_session_dir_remove(fx->ws, ".."), -EINVAL);
-	assert_int_equal(sbx_session_dir_remove(fx->ws, "a/b"), -EINVAL);
-	assert_int_equal(sbx_session_dir_remove(fx->ws, NULL), -EINVAL);
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, ""), -EINVAL);
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, ".."), -EINVAL);
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, "a/b"), -EINVAL);
+	assert_int_equal(sbx_session_dir_remove(fx->h.ws, NULL), -EINVAL);
 }
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(t_ftype_name),
-	    T(t_write_read),
-	    T(t_write_parents),
-	    T(t_write_escapes),
-	    T(t_upload_abort_keeps_old),
-	    T(t_upload_long_leaf),
-	    T(t_upload_write_fails),
-	    T(t_upload_parent_swapped),
-	    T(t_open_read_special),
-	    T(t_open_read_escapes),
-	    T(t_stat),
-	    T(t_exists),
-	    T(t_readdir),
-	    T(t_mkdir),
-	    T(t_rm_basic),
-	    T(t_rm_roots),
-	    T(t_rm_links),
-	    T(t_move),
-	    T(t_session_dir_remove),
-	    T(t_sweep_temps),
-	    T(t_race_swaps),
-	    T(t_race_rm_recursive),
-	    T(t_race_mkdir_recursive),
+	    UNIT_TEST_FX(t_write_read),
+	    UNIT_TEST_FX(t_write_parents),
+	    UNIT_TEST_FX(t_write_escapes),
+	    UNIT_TEST_FX(t_upload_abort_keeps_old),
+	    UNIT_TEST_FX(t_upload_long_leaf),
+	    UNIT_TEST_FX(t_upload_write_fails),
+	    UNIT_TEST_FX(t_upload_parent_swapped),
+	    UNIT_TEST_FX(t_open_read_special),
+	    UNIT_TEST_FX(t_open_read_escapes),
+	    UNIT_TEST_FX(t_stat),
+	    UNIT_TEST_FX(t_exists),
+	    UNIT_TEST_FX(t_readdir),
+	    UNIT_TEST_FX(t_mkdir),
+	    UNIT_TEST_FX(t_rm_basic),
+	    UNIT_TEST_FX(t_rm_roots),
+	    UNIT_TEST_FX(t_rm_links),
+	    UNIT_TEST_FX(t_move),
+	    UNIT_TEST_FX(t_session_dir_remove),
+	    UNIT_TEST_FX(t_sweep_temps),
+	    UNIT_TEST_FX(t_race_swaps),
+	    UNIT_TEST_FX(t_race_rm_recursive),
+	    UNIT_TEST_FX(t_race_mkdir_recursive),
 	};
-#undef T
 
 	umask(022);
 	return cmocka_run_group_tests(tests, NULL, NULL);

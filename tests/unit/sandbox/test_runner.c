@@ -20,6 +20,7 @@
 #include "sandbox/backend.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
+#include "unit.h"
 
 #define MAX_HB 64
 
@@ -48,7 +49,6 @@ struct fixture {
 	struct sbx_backend *backend;
 	struct sbx_runner *runner;
 };
-
 
 static void rec_init(struct rec *r)
 {
@@ -136,8 +136,7 @@ static int setup(void **state)
 	struct sbx_owner owner = {.uid = getuid(), .gid = getgid(), .chown = false};
 	struct sbx_backend_config cfg = {.name = "local", .use_cgroups = false};
 
-	snprintf(f->dir, sizeof(f->dir), "/tmp/sbx-runner-XXXXXX");
-	if (!mkdtemp(f->dir))
+	if (unit_tmpdir(f->dir, sizeof(f->dir), "runner"))
 		return -1;
 	if (sbx_workspace_open(&f->ws, f->dir, &owner))
 		return -1;
@@ -152,7 +151,6 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	char cmd[128];
 	int rc = 0;
 
 	sbx_runner_free(&f->runner);
@@ -161,8 +159,7 @@ static int teardown(void **state)
 		rc = -1;
 	sbx_backend_free(&f->backend);
 	sbx_workspace_free(&f->ws);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
+	if (unit_rm_rf(f->dir) != 0)
 		rc = -1;
 	free(f);
 	return rc;
@@ -254,23 +251,32 @@ static void test_exit_codes(void **state)
 	rec_fini(&r);
 }
 
+/* Run req into a timeout (idle or not): exit 124 with stdout out, and
+ * the exit at least min_ms and under max_ms after the submit. */
+static void run_timed_out(struct fixture *f, struct sbx_exec_req *req, struct rec *r, bool idle,
+			  const char *out, int64_t min_ms, int64_t max_ms)
+{
+	int64_t t0 = mono_ms();
+
+	run(f, req, r, 10);
+	assert_true(r->res.timed_out);
+	assert_int_equal(r->res.idle, idle);
+	assert_false(r->res.cancelled);
+	assert_int_equal(r->res.exit_code, 124);
+	assert_string_equal(r->res.stdout_text, out);
+	assert_true(r->exit_mono - t0 >= min_ms);
+	assert_true(r->exit_mono - t0 < max_ms);
+}
+
 static void test_timeout(void **state)
 {
 	struct fixture *f = *state;
 	struct sbx_exec_req req = base_req(f, "echo before; echo e >&2; sleep 10");
 	struct rec r;
-	int64_t t0 = mono_ms();
 
 	req.timeout_ms = 300;
-	run(f, &req, &r, 10);
-	assert_true(r.res.timed_out);
-	assert_false(r.res.idle);
-	assert_false(r.res.cancelled);
-	assert_int_equal(r.res.exit_code, 124);
-	assert_string_equal(r.res.stdout_text, "before\n");
+	run_timed_out(f, &req, &r, false, "before\n", 300, 3000);
 	assert_string_equal(r.res.stderr_text, "e\n");
-	assert_true(r.exit_mono - t0 >= 300);
-	assert_true(r.exit_mono - t0 < 3000);
 	rec_fini(&r);
 }
 
@@ -279,16 +285,10 @@ static void test_timeout_term_ignored(void **state)
 	struct fixture *f = *state;
 	struct sbx_exec_req req = base_req(f, "trap '' TERM; echo x; sleep 10");
 	struct rec r;
-	int64_t t0 = mono_ms();
 
 	req.timeout_ms = 200;
 	req.kill_grace_ms = 300;
-	run(f, &req, &r, 10);
-	assert_true(r.res.timed_out);
-	assert_int_equal(r.res.exit_code, 124);
-	assert_string_equal(r.res.stdout_text, "x\n");
-	assert_true(r.exit_mono - t0 >= 500);
-	assert_true(r.exit_mono - t0 < 3000);
+	run_timed_out(f, &req, &r, false, "x\n", 500, 3000);
 	rec_fini(&r);
 }
 
@@ -298,16 +298,9 @@ static void test_idle_timeout(void **state)
 	/* output every 200 ms for 1.2 s keeps it alive past a 500 ms idle limit */
 	struct sbx_exec_req req = base_req(f, "for i in 1 2 3 4 5 6; do echo $i; sleep 0.2; done; sleep 10");
 	struct rec r;
-	int64_t t0 = mono_ms();
 
 	req.idle_timeout_ms = 500;
-	run(f, &req, &r, 10);
-	assert_true(r.res.timed_out);
-	assert_true(r.res.idle);
-	assert_int_equal(r.res.exit_code, 124);
-	assert_string_equal(r.res.stdout_text, "1\n2\n3\n4\n5\n6\n");
-	assert_true(r.exit_mono - t0 >= 1500);
-	assert_true(r.exit_mono - t0 < 5000);
+	run_timed_out(f, &req, &r, true, "1\n2\n3\n4\n5\n6\n", 1500, 5000);
 	rec_fini(&r);
 }
 
@@ -727,24 +720,24 @@ static void test_free_cancels_running(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_echo, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_exit_codes, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_timeout_term_ignored, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_other_thread, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_timeout_then_cancel_keeps_timeout, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_background_child_killed, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_setsid_child_does_not_block, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_heartbeats, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_heartbeats_silent, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_stdin, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_output_events, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spill_and_truncation, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_spawn_failure, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_watchdog, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_free_cancels_running, setup, teardown),
+	    UNIT_TEST_FX(test_echo),
+	    UNIT_TEST_FX(test_exit_codes),
+	    UNIT_TEST_FX(test_timeout),
+	    UNIT_TEST_FX(test_timeout_term_ignored),
+	    UNIT_TEST_FX(test_idle_timeout),
+	    UNIT_TEST_FX(test_cancel_other_thread),
+	    UNIT_TEST_FX(test_timeout_then_cancel_keeps_timeout),
+	    UNIT_TEST_FX(test_background_child_killed),
+	    UNIT_TEST_FX(test_setsid_child_does_not_block),
+	    UNIT_TEST_FX(test_heartbeats),
+	    UNIT_TEST_FX(test_heartbeats_silent),
+	    UNIT_TEST_FX(test_stdin),
+	    UNIT_TEST_FX(test_output_events),
+	    UNIT_TEST_FX(test_spill_and_truncation),
+	    UNIT_TEST_FX(test_spawn_failure),
+	    UNIT_TEST_FX(test_concurrent),
+	    UNIT_TEST_FX(test_watchdog),
+	    UNIT_TEST_FX(test_free_cancels_running),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,6 @@
  * checked from the host side. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -21,122 +20,33 @@
 
 #include "common/errors.h"
 #include "sandbox/workspace.h"
-
-#define TEST_UID 4242
-#define TEST_GID 4343
-
-struct fx {
-	char top[64];	/* mkdtemp dir */
-	char wsdir[96]; /* top/ws: the workspace */
-	char out[96];	/* top/out: a host dir the workspace must not reach */
-	struct sbx_workspace *ws;
-};
-
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(p);
-}
-
-static void rm_rf(const char *p)
-{
-	nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static bool am_root(void)
-{
-	return geteuid() == 0;
-}
-
-static void hpath(char *dst, size_t n, const char *base, const char *rel)
-{
-	snprintf(dst, n, "%s/%s", base, rel);
-}
-
-static bool host_exists(const char *base, const char *rel)
-{
-	char p[512];
-	struct stat st;
-
-	hpath(p, sizeof p, base, rel);
-	return lstat(p, &st) == 0;
-}
-
-static void host_symlink(struct fx *fx, const char *target, const char *rel)
-{
-	char p[512];
-
-	hpath(p, sizeof p, fx->wsdir, rel);
-	assert_int_equal(symlink(target, p), 0);
-}
-
-static void host_mkdir(const char *base, const char *rel)
-{
-	char p[512];
-
-	hpath(p, sizeof p, base, rel);
-	assert_int_equal(mkdir(p, 0755), 0);
-}
-
-static void host_write(const char *base, const char *rel, const char *s)
-{
-	char p[512];
-	FILE *f;
-
-	hpath(p, sizeof p, base, rel);
-	f = fopen(p, "w");
-	assert_non_null(f);
-	fputs(s, f);
-	fclose(f);
-}
+#include "host.h"
 
 static int count_entries(const char *dir)
 {
 	char cmd[600];
-	FILE *p;
-	int n = -1;
 
 	snprintf(cmd, sizeof cmd, "find '%s' | wc -l", dir);
-	p = popen(cmd, "r");
-	if (p) {
-		if (fscanf(p, "%d", &n) != 1)
-			n = -1;
-		pclose(p);
-	}
-	return n;
+	return host_count(cmd);
 }
 
 static int setup(void **state)
 {
-	struct fx *fx = calloc(1, sizeof *fx);
-	struct sbx_owner own = {TEST_UID, TEST_GID, am_root()};
+	struct host_ws *fx = calloc(1, sizeof *fx);
 
-	snprintf(fx->top, sizeof fx->top, "/tmp/sbx-ws-XXXXXX");
-	assert_non_null(mkdtemp(fx->top));
-	snprintf(fx->wsdir, sizeof fx->wsdir, "%s/ws", fx->top);
-	snprintf(fx->out, sizeof fx->out, "%s/out", fx->top);
-	assert_int_equal(mkdir(fx->out, 0755), 0);
-	host_write(fx->out, "secret", "TOP SECRET\n");
-	host_mkdir(fx->out, "sub");
-	assert_int_equal(sbx_workspace_open(&fx->ws, fx->wsdir, &own), 0);
+	host_ws_open(fx, "ws");
 	*state = fx;
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 
-	sbx_workspace_free(&fx->ws);
-	assert_null(fx->ws);
-	rm_rf(fx->top);
+	host_ws_close(fx);
 	free(fx);
 	return 0;
 }
-
-/* ---- segments ---- */
 
 static void t_djb2(void **state)
 {
@@ -149,13 +59,21 @@ static void t_djb2(void **state)
 	(void)sbx_djb2_64(big, sizeof big);
 }
 
+/* The segment of key (len bytes) with salt is want. */
+static void expect_segment(const char *key, size_t len, unsigned salt, const char *want)
+{
+	char seg[SBX_SEGMENT_MAX];
+
+	sbx_session_segment(key, len, salt, seg);
+	assert_string_equal(seg, want);
+}
+
 static void t_segment_vector(void **state)
 {
 	char seg[SBX_SEGMENT_MAX];
 
 	(void)state;
-	sbx_session_segment("chat:42", 7, 0, seg);
-	assert_string_equal(seg, "chat_42-29c5c2leqt");
+	expect_segment("chat:42", 7, 0, "chat_42-29c5c2leqt");
 	sbx_session_segment("default", 7, 0, seg);
 	assert_true(strncmp(seg, "default-", 8) == 0);
 }
@@ -163,11 +81,9 @@ static void t_segment_vector(void **state)
 static void t_segment_nonascii(void **state)
 {
 	static const char key[] = "\xc3\xa9t\xc3\xa9 x/y";
-	char seg[SBX_SEGMENT_MAX];
 
 	(void)state;
-	sbx_session_segment(key, sizeof key - 1, 0, seg);
-	assert_string_equal(seg, "__t___x_y-1wdtc0omsbip");
+	expect_segment(key, sizeof key - 1, 0, "__t___x_y-1wdtc0omsbip");
 }
 
 static void t_segment_long(void **state)
@@ -199,17 +115,14 @@ static void t_segment_long(void **state)
 
 static void t_segment_salt(void **state)
 {
-	char seg[SBX_SEGMENT_MAX];
+	char seg2[SBX_SEGMENT_MAX];
 
 	(void)state;
-	sbx_session_segment("chat:42", 7, 3, seg);
-	assert_string_equal(seg, "chat_42-29c5c2leqt-3");
-	sbx_session_segment("chat:42", 7, 0, seg);
-	assert_string_equal(seg, "chat_42-29c5c2leqt");
+	expect_segment("chat:42", 7, 3, "chat_42-29c5c2leqt-3");
+	expect_segment("chat:42", 7, 0, "chat_42-29c5c2leqt");
 	/* Distinct keys with the same readable prefix get distinct segments. */
-	char seg2[SBX_SEGMENT_MAX];
 	sbx_session_segment("chat/42", 7, 0, seg2);
-	assert_string_not_equal(seg, seg2);
+	assert_string_not_equal("chat_42-29c5c2leqt", seg2);
 	assert_true(strncmp(seg2, "chat_42-", 8) == 0);
 }
 
@@ -319,7 +232,7 @@ static void t_path_wire(void **state)
 
 static void t_workspace_open(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 	struct sbx_workspace *ws = NULL, *keep = (struct sbx_workspace *)0x1;
 	struct sbx_owner own = {TEST_UID, TEST_GID, am_root()};
 	char deep[256], file[256];
@@ -329,12 +242,7 @@ static void t_workspace_open(void **state)
 	assert_int_equal(sbx_workspace_open(&ws, deep, &own), 0);
 	assert_string_equal(sbx_workspace_host_dir(ws), deep);
 	assert_int_equal(fstat(sbx_workspace_dirfd(ws), &st), 0);
-	assert_true(S_ISDIR(st.st_mode));
-	assert_int_equal(st.st_mode & 07777, 0755);
-	if (am_root()) {
-		assert_int_equal(st.st_uid, TEST_UID);
-		assert_int_equal(st.st_gid, TEST_GID);
-	}
+	expect_ws_dir(&st);
 	/* O_PATH: not readable through this fd. */
 	char c;
 	assert_true(read(sbx_workspace_dirfd(ws), &c, 1) < 0);
@@ -353,19 +261,19 @@ static void t_workspace_open(void **state)
 
 static void t_openat_escapes(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 	int fd;
 
 	host_mkdir(fx->wsdir, "d");
 	host_write(fx->wsdir, "d/f.txt", "inside");
-	host_symlink(fx, fx->out, "abs");
-	host_symlink(fx, "../out", "rel");
-	host_symlink(fx, "../../out", "d/rel2");
-	host_symlink(fx, "../out/secret", "rel_secret");
-	host_symlink(fx, "/proc/self/root", "magic");
-	host_symlink(fx, "d", "in");
-	host_symlink(fx, "../d/f.txt", "in_file"); /* from ws/: leaves it */
-	host_symlink(fx, "d/../d/f.txt", "in_file2");
+	host_symlink(fx->wsdir, fx->out, "abs");
+	host_symlink(fx->wsdir, "../out", "rel");
+	host_symlink(fx->wsdir, "../../out", "d/rel2");
+	host_symlink(fx->wsdir, "../out/secret", "rel_secret");
+	host_symlink(fx->wsdir, "/proc/self/root", "magic");
+	host_symlink(fx->wsdir, "d", "in");
+	host_symlink(fx->wsdir, "../d/f.txt", "in_file"); /* from ws/: leaves it */
+	host_symlink(fx->wsdir, "d/../d/f.txt", "in_file2");
 
 	assert_int_equal(sbx_ws_openat(fx->ws, "abs/secret", O_RDONLY, 0), -EXDEV);
 	assert_int_equal(sbx_ws_openat(fx->ws, "abs", O_PATH, 0), -EXDEV);
@@ -408,11 +316,10 @@ static void t_openat_escapes(void **state)
 
 static void t_open_parent(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 	const char *leaf = NULL;
 	int dfd = -1;
 	struct stat st;
-	char p[512];
 
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "", false, &dfd, &leaf), -EINVAL);
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "a/..", false, &dfd, &leaf), -EINVAL);
@@ -427,14 +334,7 @@ static void t_open_parent(void **state)
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "x/y/z.txt", true, &dfd, &leaf), 0);
 	assert_string_equal(leaf, "z.txt");
 	close(dfd);
-	hpath(p, sizeof p, fx->wsdir, "x/y");
-	assert_int_equal(stat(p, &st), 0);
-	assert_true(S_ISDIR(st.st_mode));
-	assert_int_equal(st.st_mode & 07777, 0755);
-	if (am_root()) {
-		assert_int_equal(st.st_uid, TEST_UID);
-		assert_int_equal(st.st_gid, TEST_GID);
-	}
+	host_expect_dir(fx->wsdir, "x/y");
 	assert_false(host_exists(fx->wsdir, "x/y/z.txt"));
 
 	host_write(fx->wsdir, "file", "x");
@@ -442,9 +342,9 @@ static void t_open_parent(void **state)
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "file/a/b", true, &dfd, &leaf), -ENOTDIR);
 
 	/* Through escaping links: refused, nothing made outside. */
-	host_symlink(fx, fx->out, "abs");
-	host_symlink(fx, "../out", "rel");
-	host_symlink(fx, "/nonexistent-sbx-dir", "absdangle");
+	host_symlink(fx->wsdir, fx->out, "abs");
+	host_symlink(fx->wsdir, "../out", "rel");
+	host_symlink(fx->wsdir, "/nonexistent-sbx-dir", "absdangle");
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "abs/f", false, &dfd, &leaf), -EXDEV);
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "abs/new/f", true, &dfd, &leaf), -EXDEV);
 	assert_int_equal(sbx_ws_open_parent(fx->ws, "rel/new/deeper/f", true, &dfd, &leaf), -EXDEV);
@@ -456,7 +356,7 @@ static void t_open_parent(void **state)
 
 static void t_ws_mkdir(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "", true), 0);
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "", false), -EEXIST);
@@ -470,17 +370,17 @@ static void t_ws_mkdir(void **state)
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "f", true), -EEXIST);
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "f/g", true), -ENOTDIR);
 	/* A dangling link in the way is not followed to create its target. */
-	host_symlink(fx, "target-not-there", "dangle");
+	host_symlink(fx->wsdir, "target-not-there", "dangle");
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "dangle", true), -EEXIST);
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "dangle/x", true), -EEXIST);
 	assert_false(host_exists(fx->wsdir, "target-not-there"));
 	/* An in-workspace link to a directory counts as the directory. */
-	host_symlink(fx, "b/c", "inlink");
+	host_symlink(fx->wsdir, "b/c", "inlink");
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "inlink", true), 0);
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "inlink/e/f", true), 0);
 	assert_true(host_exists(fx->wsdir, "b/c/e/f"));
 	/* Escaping links. */
-	host_symlink(fx, fx->out, "abs");
+	host_symlink(fx->wsdir, fx->out, "abs");
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "abs", true), -EXDEV);
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "abs", false), -EEXIST);
 	assert_int_equal(sbx_ws_mkdir(fx->ws, "abs/sub", true), -EXDEV);
@@ -494,7 +394,7 @@ static void t_ws_mkdir(void **state)
 
 static void t_session_dir(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 	char seg[SBX_SEGMENT_MAX], rel[128];
 	struct stat st;
 	char p[512];
@@ -526,7 +426,7 @@ static void t_session_dir(void **state)
 
 static void t_session_dir_failure_not_memoised(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 	char p[512];
 
 	/* "sessions" is a file: ensure fails, and is not remembered. */
@@ -542,7 +442,7 @@ static void t_session_dir_failure_not_memoised(void **state)
 	assert_int_equal(rmdir(p), 0);
 	hpath(p, sizeof p, fx->wsdir, "sessions");
 	assert_int_equal(rmdir(p), 0);
-	host_symlink(fx, fx->out, "sessions");
+	host_symlink(fx->wsdir, fx->out, "sessions");
 	assert_int_equal(sbx_session_dir_ensure(fx->ws, "s-2"), -EXDEV);
 	assert_false(host_exists(fx->out, "s-2"));
 	assert_int_equal(count_entries(fx->out), 3);
@@ -570,7 +470,7 @@ static void *ensure_thread(void *p)
 
 static void t_session_dir_many_threads(void **state)
 {
-	struct fx *fx = *state;
+	struct host_ws *fx = *state;
 	struct ensure_arg args[4];
 	pthread_t th[4];
 	char seg[SBX_SEGMENT_MAX], key[32], rel[128];
@@ -592,7 +492,7 @@ static void t_session_dir_many_threads(void **state)
 	/* All memoised: with the directories gone, ensure still says 0 ... */
 	char p[512];
 	hpath(p, sizeof p, fx->wsdir, "sessions");
-	rm_rf(p);
+	unit_rm_rf(p);
 	sbx_session_segment("key:77", 6, 0, seg);
 	assert_int_equal(sbx_session_dir_ensure(fx->ws, seg), 0);
 	assert_false(host_exists(fx->wsdir, "sessions"));
@@ -618,13 +518,13 @@ int main(void)
 	    cmocka_unit_test(t_normalize),
 	    cmocka_unit_test(t_normalize_invalid),
 	    cmocka_unit_test(t_path_wire),
-	    cmocka_unit_test_setup_teardown(t_workspace_open, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_openat_escapes, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_open_parent, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_ws_mkdir, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_session_dir, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_session_dir_failure_not_memoised, setup, teardown),
-	    cmocka_unit_test_setup_teardown(t_session_dir_many_threads, setup, teardown),
+	    UNIT_TEST_FX(t_workspace_open),
+	    UNIT_TEST_FX(t_openat_escapes),
+	    UNIT_TEST_FX(t_open_parent),
+	    UNIT_TEST_FX(t_ws_mkdir),
+	    UNIT_TEST_FX(t_session_dir),
+	    UNIT_TEST_FX(t_session_dir_failure_not_memoised),
+	    UNIT_TEST_FX(t_session_dir_many_threads),
 	};
 
 	umask(022);

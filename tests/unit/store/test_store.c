@@ -16,6 +16,7 @@
 #include "common/errors.h"
 #include "store/store.h"
 #include "store/store_impl.h"
+#include "unit.h"
 
 struct fx {
 	char dir[64];
@@ -27,8 +28,7 @@ static int setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof *f);
 
-	snprintf(f->dir, sizeof f->dir, "/tmp/sbx-store-XXXXXX");
-	if (!mkdtemp(f->dir)) {
+	if (unit_tmpdir(f->dir, sizeof f->dir, "store")) {
 		free(f);
 		return -1;
 	}
@@ -275,6 +275,21 @@ static void test_tenants(void **state)
 
 static void fake_seg(const char *key, size_t len, unsigned salt, char *out);
 
+/* A transfer of alice's to mint; token_hash is left zero. */
+static struct store_transfer mk_transfer(const char *session, const char *path, const char *direction,
+					 int64_t created_at, int64_t expires_at)
+{
+	struct store_transfer t = {.tenant = "alice",
+				   .session = (char *)session,
+				   .session_len = strlen(session),
+				   .path = (char *)path,
+				   .created_at = created_at,
+				   .expires_at = expires_at};
+
+	snprintf(t.direction, sizeof t.direction, "%s", direction);
+	return t;
+}
+
 static void test_tenant_remove_cascades(void **state)
 {
 	struct fx *f = *state;
@@ -287,13 +302,7 @@ static void test_tenant_remove_cascades(void **state)
 			       .cwd = "/",
 			       .request_hash = "h",
 			       .started_at = 1};
-	struct store_transfer t = {.tenant = "alice",
-				   .session = "k",
-				   .session_len = 1,
-				   .path = "a",
-				   .direction = "read",
-				   .created_at = 1,
-				   .expires_at = 100};
+	struct store_transfer t = mk_transfer("k", "a", "read", 1, 100);
 	char seg[64];
 
 	add_tenant(s, "alice", NULL);
@@ -554,12 +563,7 @@ static void test_recover(void **state)
 	struct fx *f = *state;
 	struct store *s = open_ok(f);
 	struct store_exec e, g;
-	struct store_transfer t = {.tenant = "alice",
-				   .session = "s",
-				   .session_len = 1,
-				   .path = "f",
-				   .direction = "write",
-				   .created_at = 1};
+	struct store_transfer t = mk_transfer("s", "f", "write", 1, 0);
 	struct store_transfer got;
 	int lost = -1, failed = -1;
 	int64_t far = INT64_C(1) << 50;
@@ -619,13 +623,7 @@ static void test_transfers(void **state)
 {
 	struct fx *f = *state;
 	struct store *s = open_ok(f);
-	struct store_transfer t = {.tenant = "alice",
-				   .session = "sess",
-				   .session_len = 4,
-				   .path = "dir/a.txt",
-				   .direction = "read",
-				   .created_at = 1000,
-				   .expires_at = 2000};
+	struct store_transfer t = mk_transfer("sess", "dir/a.txt", "read", 1000, 2000);
 	struct store_transfer c, g;
 	unsigned char unknown[32];
 
@@ -713,13 +711,7 @@ static void test_transfer_claim_race(void **state)
 	struct fx *f = *state;
 	struct store *s = open_ok(f);
 	struct store *s2 = NULL;
-	struct store_transfer t = {.tenant = "alice",
-				   .session = "s",
-				   .session_len = 1,
-				   .path = "p",
-				   .direction = "write",
-				   .created_at = 1,
-				   .expires_at = 100000};
+	struct store_transfer t = mk_transfer("s", "p", "write", 1, 100000);
 	char err[256];
 
 	add_tenant(s, "alice", NULL);
@@ -1102,26 +1094,26 @@ static void test_audit_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_fresh_migrate, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_migrate_rerun_noop, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_newer_refused, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_fresh_without_migrate, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_behind_without_migrate, setup, teardown),
+	    UNIT_TEST_FX(test_fresh_migrate),
+	    UNIT_TEST_FX(test_migrate_rerun_noop),
+	    UNIT_TEST_FX(test_newer_refused),
+	    UNIT_TEST_FX(test_fresh_without_migrate),
+	    UNIT_TEST_FX(test_behind_without_migrate),
 	    cmocka_unit_test(test_close_null),
-	    cmocka_unit_test_setup_teardown(test_tenants, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_tenant_remove_cascades, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_session_race, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_execs, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_recover, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_transfers, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_transfer_claim_race, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_basic, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_filters_and_pages, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_query_plan, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_close_flushes, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_bad_record, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_audit_threads, setup, teardown),
+	    UNIT_TEST_FX(test_tenants),
+	    UNIT_TEST_FX(test_tenant_remove_cascades),
+	    UNIT_TEST_FX(test_sessions),
+	    UNIT_TEST_FX(test_session_race),
+	    UNIT_TEST_FX(test_execs),
+	    UNIT_TEST_FX(test_recover),
+	    UNIT_TEST_FX(test_transfers),
+	    UNIT_TEST_FX(test_transfer_claim_race),
+	    UNIT_TEST_FX(test_audit_basic),
+	    UNIT_TEST_FX(test_audit_filters_and_pages),
+	    UNIT_TEST_FX(test_audit_query_plan),
+	    UNIT_TEST_FX(test_audit_close_flushes),
+	    UNIT_TEST_FX(test_audit_bad_record),
+	    UNIT_TEST_FX(test_audit_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
