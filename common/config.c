@@ -61,6 +61,7 @@ static const struct option_spec specs[] = {
 	I("nofile-limit", nofile_limit, "1024", 0, 1048576),
 	I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),
 	B("use-cgroups", use_cgroups, "true"),
+	I("events-replay", events_replay, "256", 1, 100000),
 	B("metrics-public", metrics_public, "false"),
 	I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
 	I("retention-max-age-s", retention_max_age_s, "2592000", 0, INT64_MAX),

@@ -17,11 +17,12 @@
 #include "http/watch.h"
 
 #define CHANNEL_RING 64           /* replayable events per exec */
-#define FEED_RING 256             /* replayable feed events */
-/* ...and their bytes: an exit event carries the whole ShellResult (up to
- * two max-output-bytes-cap streams, JSON-escaped), so a count alone would
- * let one tenant's execs pin gigabytes. The newest event always stays. */
-#define FEED_RING_BYTES (32u << 20)
+/* Feed replay: the count is the server's setting (per tenant); the bytes
+ * bound it too: an exit event carries the whole ShellResult (up to two
+ * max-output-bytes-cap streams, JSON-escaped), so a count alone would let
+ * one tenant's execs pin gigabytes. The newest event always stays. */
+#define FEED_TENANT_BYTES (8u << 20)
+#define FEED_ALL_BYTES (32u << 20) /* the every-tenant view of admin feeds */
 #define QUEUE_MAX (256 * 1024)    /* a watcher's backlog before it is dropped */
 #define QUEUE_MAX_OUTPUT (4 << 20) /* the owner of a streamed exec */
 /* wire.md promises a comment at least every 15 s; the keepalive tick is 1 s,
@@ -67,23 +68,33 @@ struct sub {
 	struct sub *next;
 };
 
+/* A bounded replay buffer of formatted events, oldest first, ids rising. */
+struct ring {
+	struct msg **m;
+	size_t n, cap, bytes, max_bytes;
+};
+
 struct http_hub_channel {
 	char tenant[64];
 	char id[72];
 	json_t *start;
 	int64_t seq;
-	struct msg *ring[CHANNEL_RING];
-	size_t ring_n;
+	struct ring ring;
 	struct msg *start_msg;    /* kept for late joiners even when the ring has moved on */
 	bool started, ended;
 	int refs;
 	struct http_hub_channel *next;
 };
 
-struct feed_entry {
+/* One tenant's feed: its own ids, which never go backwards (they start
+ * at the server's start time in microseconds: a restart begins above any
+ * id a previous run gave, unless it published a million events a second
+ * on average), and its own replay buffer. */
+struct tenant_feed {
 	char tenant[64];
-	int64_t seq;
-	struct msg *m;
+	int64_t next_id;
+	struct ring ring;
+	struct tenant_feed *next;
 };
 
 struct http_hub {
@@ -95,10 +106,11 @@ struct http_hub {
 	pthread_cond_t cv;
 	struct http_hub_channel *channels;
 	struct sub *subs;
-	int64_t feed_seq;
-	struct feed_entry feed[FEED_RING];
-	size_t feed_n;
-	size_t feed_bytes; /* the messages of feed[] */
+	struct tenant_feed *feeds;
+	size_t feed_replay; /* events kept per tenant */
+	int64_t id_base;    /* first id of every feed in this run */
+	int64_t all_next_id; /* the every-tenant view (admin) has ids of its own */
+	struct ring all;
 	pthread_t ka;
 	bool stop;
 	bool closed; /* http_hub_close_all ran: new streams end after their replay */
@@ -159,6 +171,47 @@ static void msg_put(struct msg *m)
 		free(m);
 }
 
+/* ---- replay rings (hub lock held) ---- */
+
+static void ring_init(struct ring *r, size_t cap, size_t max_bytes)
+{
+	r->m = xcalloc(cap, sizeof *r->m);
+	r->n = r->bytes = 0;
+	r->cap = cap;
+	r->max_bytes = max_bytes;
+}
+
+static void ring_add(struct ring *r, struct msg *m)
+{
+	while (r->n == r->cap || (r->n && r->bytes + m->len > r->max_bytes)) {
+		r->bytes -= r->m[0]->len;
+		msg_put(r->m[0]);
+		memmove(r->m, r->m + 1, (r->n - 1) * sizeof r->m[0]);
+		r->n--;
+	}
+	r->m[r->n++] = msg_ref(m);
+	r->bytes += m->len;
+}
+
+static void ring_free(struct ring *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		msg_put(r->m[i]);
+	free(r->m);
+	r->m = NULL;
+	r->n = 0;
+}
+
+/* `gap`: events after the client's last id are no longer kept; first_id
+ * is the first one it can have (it re-lists with GET /execs). No id: the
+ * client's Last-Event-ID stays where it was. */
+static struct msg *msg_gap(int64_t first_id)
+{
+	char t[96];
+	int n = snprintf(t, sizeof t, "event: gap\ndata: {\"first_id\":%lld}\n\n", (long long)first_id);
+	return msg_alloc(t, (size_t)n, MSG_OTHER);
+}
+
 /* ---- subscribers (hub lock held) ---- */
 
 static void wake(struct sub *s)
@@ -180,6 +233,21 @@ static void push(struct sub *s, struct msg *m)
 		s->head = q;
 	s->tail = q;
 	s->qbytes += m->len;
+}
+
+/* Replay to s what came after last_id (> 0): a `gap` first when some of
+ * it is gone; next_id is the id the next event will have. */
+static void replay(struct sub *s, const struct ring *r, int64_t last_id, int64_t next_id)
+{
+	int64_t first = r->n ? r->m[0]->id : next_id;
+	if (last_id + 1 < first) {
+		struct msg *g = msg_gap(first);
+		push(s, g);
+		msg_put(g);
+	}
+	for (size_t i = 0; i < r->n; i++)
+		if (r->m[i]->id > last_id)
+			push(s, r->m[i]);
 }
 
 static void note(struct sub *s, bool *noted, const char *text)
@@ -434,9 +502,13 @@ static void *keepalive(void *arg)
 }
 
 void http_hub_new(struct http_hub **out, struct http_metrics *metrics, struct http_watch *watch,
-	     void (*cancel)(void *ctx, uint64_t job), void *cancel_ctx)
+		  size_t feed_replay, void (*cancel)(void *ctx, uint64_t job), void *cancel_ctx)
 {
 	struct http_hub *h = xcalloc(1, sizeof *h);
+	h->feed_replay = feed_replay ? feed_replay : 1;
+	h->id_base = now_ms() * 1000;
+	h->all_next_id = h->id_base;
+	ring_init(&h->all, h->feed_replay, FEED_ALL_BYTES);
 	h->metrics = metrics;
 	h->watch = watch;
 	h->cancel = cancel;
@@ -466,13 +538,17 @@ void http_hub_free(struct http_hub **hp)
 	pthread_cond_signal(&h->cv);
 	pthread_mutex_unlock(&h->mu);
 	pthread_join(h->ka, NULL);
-	for (size_t i = 0; i < h->feed_n; i++)
-		msg_put(h->feed[i].m);
+	ring_free(&h->all);
+	while (h->feeds) {
+		struct tenant_feed *f = h->feeds;
+		h->feeds = f->next;
+		ring_free(&f->ring);
+		free(f);
+	}
 	while (h->channels) {
 		struct http_hub_channel *c = h->channels;
 		h->channels = c->next;
-		for (size_t i = 0; i < c->ring_n; i++)
-			msg_put(c->ring[i]);
+		ring_free(&c->ring);
 		msg_put(c->start_msg);
 		json_decref(c->start);
 		free(c);
@@ -494,21 +570,50 @@ static void channel_put_locked(struct http_hub *h, struct http_hub_channel *c)
 			*p = c->next;
 			break;
 		}
-	for (size_t i = 0; i < c->ring_n; i++)
-		msg_put(c->ring[i]);
+	ring_free(&c->ring);
 	msg_put(c->start_msg);
 	json_decref(c->start);
 	free(c);
 }
 
-static void ring_add(struct http_hub_channel *c, struct msg *m)
+static struct tenant_feed *feed_of(struct http_hub *h, const char *tenant)
 {
-	if (c->ring_n == CHANNEL_RING) {
-		msg_put(c->ring[0]);
-		memmove(c->ring, c->ring + 1, (CHANNEL_RING - 1) * sizeof c->ring[0]);
-		c->ring_n--;
+	struct tenant_feed *f = h->feeds;
+	while (f && strcmp(f->tenant, tenant) != 0)
+		f = f->next;
+	if (f)
+		return f;
+	f = xcalloc(1, sizeof *f);
+	snprintf(f->tenant, sizeof f->tenant, "%s", tenant);
+	f->next_id = h->id_base;
+	ring_init(&f->ring, h->feed_replay, FEED_TENANT_BYTES);
+	f->next = h->feeds;
+	h->feeds = f;
+	return f;
+}
+
+/* An exec's event in the feeds: the tenant's own (its ids) and the
+ * every-tenant view (ids of its own). In a feed no event is the last. */
+static void publish_feed(struct http_hub *h, const char *tenant, const char *event, enum msg_kind kind,
+			 json_t *data)
+{
+	if (kind == MSG_FINAL)
+		kind = MSG_OTHER;
+	struct tenant_feed *f = feed_of(h, tenant);
+	struct msg *mt = msg_event(f->next_id++, event, data, kind);
+	struct msg *ma = msg_event(h->all_next_id++, event, data, kind);
+	ring_add(&f->ring, mt);
+	ring_add(&h->all, ma);
+	for (struct sub *s = h->subs; s; s = s->next) {
+		if (!s->feed)
+			continue;
+		if (!*s->tenant)
+			enqueue(s, ma);
+		else if (strcmp(s->tenant, tenant) == 0)
+			enqueue(s, mt);
 	}
-	c->ring[c->ring_n++] = msg_ref(m);
+	msg_put(mt);
+	msg_put(ma);
 }
 
 /* Publish an event of a channel: to its subscribers and (start, heartbeat,
@@ -517,30 +622,13 @@ static struct msg *publish(struct http_hub *h, struct http_hub_channel *c, const
 			   json_t *data, json_t *feed_data)
 {
 	struct msg *m = msg_event(++c->seq, event, data, kind);
-	ring_add(c, m);
+	ring_add(&c->ring, m);
 	for (struct sub *s = h->subs; s; s = s->next)
 		if (s->chan == c)
 			enqueue(s, m);
 	msg_put(m); /* the ring keeps it */
-	if (!feed_data)
-		return m;
-	/* In a feed no event is the last one. */
-	struct msg *f = msg_event(++h->feed_seq, event, feed_data, kind == MSG_FINAL ? MSG_OTHER : kind);
-	while (h->feed_n == FEED_RING || (h->feed_n && h->feed_bytes + f->len > FEED_RING_BYTES)) {
-		h->feed_bytes -= h->feed[0].m->len;
-		msg_put(h->feed[0].m);
-		memmove(h->feed, h->feed + 1, (h->feed_n - 1) * sizeof h->feed[0]);
-		h->feed_n--;
-	}
-	h->feed_bytes += f->len;
-	struct feed_entry *e = &h->feed[h->feed_n++];
-	snprintf(e->tenant, sizeof e->tenant, "%s", c->tenant);
-	e->seq = h->feed_seq;
-	e->m = msg_ref(f);
-	for (struct sub *s = h->subs; s; s = s->next)
-		if (s->feed && (!*s->tenant || strcmp(s->tenant, c->tenant) == 0))
-			enqueue(s, f);
-	msg_put(f);
+	if (feed_data)
+		publish_feed(h, c->tenant, event, kind, feed_data);
 	return m;
 }
 
@@ -558,6 +646,7 @@ struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *t
 	snprintf(c->id, sizeof c->id, "%s", id);
 	c->start = start;
 	c->refs = 2; /* the hub's list until exit, and the opener's */
+	ring_init(&c->ring, CHANNEL_RING, SIZE_MAX);
 	pthread_mutex_lock(&h->mu);
 	c->next = h->channels;
 	h->channels = c;
@@ -619,8 +708,17 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
 		json_t *fd = with_tenant(result, c->tenant);
 		publish(h, c, "exit", MSG_FINAL, result, fd);
 		json_decref(fd);
+		/* The owner's request (POST /exec with stream: true) is audited
+		 * with the exit code, like any other exec. */
+		json_t *code = json_object_get(result, "exit_code");
+		for (struct sub *s = h->subs; s; s = s->next)
+			if (s->chan == c && s->output && !s->req_gone && json_is_integer(code)) {
+				s->r->has_exit_code = true;
+				s->r->exit_code = (int)json_integer_value(code);
+			}
 	} else if (error) {
-		publish(h, c, "error", MSG_FINAL, error, NULL);
+		/* Not "error": EventSource reserves that name for its own. */
+		publish(h, c, "exec_error", MSG_FINAL, error, NULL);
 	}
 	c->ended = true;
 	for (struct sub *s = h->subs; s; s = s->next)
@@ -656,24 +754,14 @@ int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *
 	c->refs++;
 	/* Replay what the subscriber missed; a late joiner without an id
 	 * gets `start` and the latest state. */
-	bool replayed = false;
-	if (last_id > 0 && c->ring_n > 0) {
-		/* The ring holds the latest events in id order (output excluded). */
-		for (size_t i = 0; i < c->ring_n; i++) {
-			if (c->ring[i]->id > last_id) {
-				push(s, c->ring[i]);
-				replayed = true;
-			} else if (c->ring[i]->id == last_id) {
-				replayed = true; /* up to date */
-			}
-		}
-	}
-	if (!replayed && c->start_msg) {
+	if (last_id > 0) {
+		replay(s, &c->ring, last_id, c->seq + 1);
+	} else if (c->start_msg) {
 		/* `start`, then the most recent heartbeat if any. */
 		push(s, c->start_msg);
-		for (size_t i = c->ring_n; i-- > 0;)
-			if (c->ring[i]->kind == MSG_HEARTBEAT) {
-				push(s, c->ring[i]);
+		for (size_t i = c->ring.n; i-- > 0;)
+			if (c->ring.m[i]->kind == MSG_HEARTBEAT) {
+				push(s, c->ring.m[i]);
 				break;
 			}
 	}
@@ -688,28 +776,57 @@ int http_hub_subscribe_feed(struct http_hub *h, struct http_req *r, const char *
 	struct sub *s = sub_new_locked(h, r, false);
 	s->feed = true;
 	snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
-	if (last_id > 0)
-		for (size_t i = 0; i < h->feed_n; i++)
-			if (h->feed[i].seq > last_id && (!tenant || strcmp(h->feed[i].tenant, tenant) == 0))
-				push(s, h->feed[i].m);
+	if (last_id > 0) {
+		if (tenant) {
+			struct tenant_feed *f = feed_of(h, tenant);
+			replay(s, &f->ring, last_id, f->next_id);
+		} else {
+			replay(s, &h->all, last_id, h->all_next_id);
+		}
+	}
 	s->qmax += s->qbytes; /* the replay is held by the ring anyway */
 	pthread_mutex_unlock(&h->mu);
 	return sub_answer(h, r, s, true);
 }
 
-int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result)
+int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result, int64_t exit_id,
+			 int64_t last_id)
 {
+	if (exit_id < 2)
+		exit_id = 2; /* recorded before exit ids were kept: start, then exit */
+	if (last_id >= exit_id) {
+		/* Nothing more, ever: 204 is what makes EventSource stop. */
+		struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+		return resp ? http_reply_response(r, 204, resp) : -ENOMEM;
+	}
 	pthread_mutex_lock(&h->mu);
 	struct sub *s = sub_new_locked(h, r, false);
 	struct msg *m1 = msg_event(1, "start", start, MSG_OTHER);
-	struct msg *m2 = msg_event(2, "exit", result, MSG_FINAL);
-	push(s, m1);
+	struct msg *m2 = msg_event(exit_id, "exit", result, MSG_FINAL);
+	if (last_id <= 0) {
+		push(s, m1);
+	} else if (last_id + 1 < exit_id) {
+		/* heartbeats between the client's last and the exit are gone */
+		struct msg *g = msg_gap(exit_id);
+		push(s, g);
+		msg_put(g);
+	}
 	push(s, m2);
 	msg_put(m1);
 	msg_put(m2);
 	s->closing = true;
 	pthread_mutex_unlock(&h->mu);
 	return sub_answer(h, r, s, false);
+}
+
+/* The id the exit event of c will have: recorded with the result, so a
+ * finished exec replays it with that id. */
+int64_t http_hub_channel_exit_id(struct http_hub *h, struct http_hub_channel *c)
+{
+	pthread_mutex_lock(&h->mu);
+	int64_t id = c->seq + 1;
+	pthread_mutex_unlock(&h->mu);
+	return id;
 }
 
 void http_hub_set_cancel(struct http_hub *h, struct http_req *r, uint64_t job)

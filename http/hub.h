@@ -16,11 +16,12 @@ struct http_metrics;
 struct http_watch;
 struct http_hub_channel;
 
-/* metrics and watch must outlive the hub. cancel(cancel_ctx, job) is
+/* metrics and watch must outlive the hub. feed_replay: how many feed
+ * events are kept per tenant for Last-Event-ID (and bytes bound them). cancel(cancel_ctx, job) is
  * called (from a request or watcher thread) when the client that owns a
  * streamed command (http_hub_set_cancel) goes away before its end. */
 void http_hub_new(struct http_hub **out, struct http_metrics *metrics, struct http_watch *watch,
-	     void (*cancel)(void *ctx, uint64_t job), void *cancel_ctx);
+		  size_t feed_replay, void (*cancel)(void *ctx, uint64_t job), void *cancel_ctx);
 /* End every stream (shutdown) and resume their connections. */
 void http_hub_close_all(struct http_hub *h);
 void http_hub_free(struct http_hub **h);
@@ -35,9 +36,9 @@ void http_hub_channel_started(struct http_hub *h, struct http_hub_channel *c);
 void http_hub_channel_heartbeat(struct http_hub *h, struct http_hub_channel *c, json_t *data);
 /* `output` chunk: only to the subscribers that asked for output. */
 void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int stream, const char *p, size_t n);
-/* `exit` with the ShellResult (borrowed), or an `error` event with a wire
- * error when the command never started (result NULL); then every stream
- * of the channel ends and the channel is released. */
+/* `exit` with the ShellResult (borrowed), or an `exec_error` event with a
+ * wire error when the command never started (result NULL); then every
+ * stream of the channel ends and the channel is released. */
 void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_t *result, json_t *error);
 
 /* Subscribers (HTTP threads). Each answers r with a text/event-stream
@@ -46,11 +47,18 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
  * 0. */
 int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *tenant, const char *id, int64_t last_id,
 		       bool output);
-/* The tenant's feed (tenant NULL: every tenant, for admin). */
+/* The tenant's feed (tenant NULL: every tenant, for admin), with its own
+ * ids; a `gap` event first when events after last_id are gone. */
 int http_hub_subscribe_feed(struct http_hub *h, struct http_req *r, const char *tenant, int64_t last_id);
-/* An exec that has ended: `start` (from start data) and `exit` at once,
- * then the stream ends. */
-int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result);
+/* The id `exit` will have (call it when the command has ended, before
+ * http_hub_channel_exit, to record it with the result). */
+int64_t http_hub_channel_exit_id(struct http_hub *h, struct http_hub_channel *c);
+/* An exec that has ended: what comes after last_id of `start` (id 1) and
+ * `exit` (id exit_id, as it was sent live), a `gap` before it when
+ * heartbeats in between are no longer kept, then the stream ends; 204
+ * when last_id is the exit already (EventSource then stops). */
+int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result, int64_t exit_id,
+			 int64_t last_id);
 
 /* The subscriber of r (after http_hub_subscribe_exec) cancels runner job `job`
  * when its client hangs up (POST /exec with stream: true). */

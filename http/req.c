@@ -150,3 +150,22 @@ int http_fail_range(struct http_req *r, uint64_t size)
 	snprintf(r->content_range, sizeof r->content_range, "bytes */%" PRIu64, size);
 	return http_fail(r, -ERANGE, "the range starts past the end of the file");
 }
+
+#define RAW_TARGET_MAX 1024
+
+/* A refused path is audited as it was asked for (bounded, NUL spelled
+ * "\\0", valid UTF-8): an escape attempt must say what it tried. */
+void http_set_target_raw(struct http_req *r, const char *wire, size_t len)
+{
+	struct buf b;
+	buf_init(&b, 2 * RAW_TARGET_MAX + 8);
+	for (size_t i = 0; i < len && i < RAW_TARGET_MAX; i++)
+		buf_append(&b, wire[i] ? &wire[i] : "\\0", wire[i] ? 1 : 2);
+	if (len > RAW_TARGET_MAX)
+		buf_append(&b, "...", 3);
+	size_t n = 0;
+	char *s = utf8_sanitize(b.ptr ? b.ptr : "", b.len, &n);
+	buf_free(&b);
+	free(r->target);
+	r->target = s;
+}

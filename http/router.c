@@ -396,6 +396,14 @@ void http_complete(struct http_req *r, bool ok)
 	if (r->on_free)
 		r->on_free(r);
 
+	/* Refused before its handler ran: the audit still says what was
+	 * asked for, where the request names it in its query. */
+	if (!r->target && !r->ran && r->route) {
+		size_t n = 0;
+		const char *p = http_query_n(r, "path", &n);
+		if (p)
+			http_set_target_raw(r, p, n);
+	}
 	const struct http_hooks *hk = &r->env->hooks;
 	if (audit_wanted(r) && hk->audit(hk->ctx, r, route, outcome_for(r->status), ms) < 0)
 		http_metrics_audit_failure(r->env->metrics);

@@ -56,6 +56,7 @@ int route_exec_events(struct http_req *r)
 	json_t *res = ex.result ? json_loads(ex.result, 0, NULL) : NULL;
 	json_t *start = route_exec_start_json(&ex);
 	bool running = strcmp(ex.state, "running") == 0;
+	int64_t exit_id = ex.exit_event_id;
 	store_exec_clear(&ex);
 	if (!res) {
 		json_decref(start);
@@ -66,7 +67,7 @@ int route_exec_events(struct http_req *r)
 		return http_fail(r, running ? -EAGAIN : -SBX_E_CONFLICT,
 				running ? "the exec is finishing; retry" : "the exec was lost in a restart");
 	}
-	rc = http_hub_reply_ended(r->app->hub, r, start, res);
+	rc = http_hub_reply_ended(r->app->hub, r, start, res, exit_id, last_event_id(r));
 	json_decref(start);
 	json_decref(res);
 	return rc;

@@ -135,8 +135,9 @@ static void record_exit(struct app *a, struct exec_job *j)
 		json_decref(err);
 	} else {
 		char *text = json_dumps(j->result, JSON_COMPACT);
+		int64_t exit_id = http_hub_channel_exit_id(a->hub, j->chan);
 		if (store_exec_finish(a->store, j->tenant->name, j->id, j->state, j->exit_code, text,
-				      j->finished_at_ms) < 0)
+				      j->finished_at_ms, exit_id) < 0)
 			http_metrics_store_error(a->metrics);
 		free(text);
 		http_metrics_exec_finished(a->metrics, j->state, (double)j->duration_ms);
@@ -444,13 +445,14 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 	}
 	json_t *res = json_loads(ex->result, 0, NULL);
 	json_t *start = route_exec_start_json(ex);
+	int64_t exit_id = ex->exit_event_id;
 	store_exec_clear(ex);
 	if (!res) {
 		json_decref(start);
 		return http_fail(r, -SBX_E_STORE, "the stored result is unreadable");
 	}
 	if (stream) {
-		http_hub_reply_ended(r->app->hub, r, start, res);
+		http_hub_reply_ended(r->app->hub, r, start, res, exit_id, 0);
 		json_decref(start);
 		json_decref(res);
 		return 0;

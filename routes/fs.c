@@ -29,25 +29,6 @@ static json_t *wire_path_json(const char *rel)
 	return json_string(wire);
 }
 
-#define RAW_TARGET_MAX 1024
-
-/* A refused path is audited as it was asked for (bounded, NUL spelled
- * "\\0", valid UTF-8): an escape attempt must say what it tried. */
-static void set_raw_target(struct http_req *r, const char *wire, size_t len)
-{
-	struct buf b;
-	buf_init(&b, 2 * RAW_TARGET_MAX + 8);
-	for (size_t i = 0; i < len && i < RAW_TARGET_MAX; i++)
-		buf_append(&b, wire[i] ? &wire[i] : "\\0", wire[i] ? 1 : 2);
-	if (len > RAW_TARGET_MAX)
-		buf_append(&b, "...", 3);
-	size_t n = 0;
-	char *s = utf8_sanitize(b.ptr ? b.ptr : "", b.len, &n);
-	buf_free(&b);
-	free(r->target);
-	r->target = s;
-}
-
 int route_path(struct http_req *r, const char *wire, size_t len, char *out, size_t outsz)
 {
 	int rc = route_session(r);
@@ -55,7 +36,7 @@ int route_path(struct http_req *r, const char *wire, size_t len, char *out, size
 		return rc;
 	rc = sbx_path_normalize(wire, len, r->session_rel, out, outsz);
 	if (rc < 0)
-		set_raw_target(r, wire, len);
+		http_set_target_raw(r, wire, len);
 	if (rc == -EXDEV)
 		return http_fail(r, rc, "path leaves the workspace");
 	if (rc < 0)

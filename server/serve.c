@@ -193,7 +193,7 @@ static int start_app(struct server *s)
 		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", sbx_strerror(rc));
 		return rc;
 	}
-	http_hub_new(&a->hub, a->metrics, a->watch, cancel_job, s->runner);
+	http_hub_new(&a->hub, a->metrics, a->watch, (size_t)s->cfg->events_replay, cancel_job, s->runner);
 	route_exec_init(a);
 	if (prepare_workspaces(a) < 0)
 		return -EACCES;

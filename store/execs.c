@@ -7,7 +7,8 @@
 #include "common/errors.h"
 
 #define EXEC_COLS                                                                                            \
-	"tenant, id, session, command, cwd, request_hash, state, exit_code, result, started_at, finished_at"
+	"tenant, id, session, command, cwd, request_hash, state, exit_code, result, started_at, finished_at, "  \
+	"exit_event_id"
 
 static void exec_from_row(sqlite3_stmt *st, void *dst)
 {
@@ -28,6 +29,7 @@ static void exec_from_row(sqlite3_stmt *st, void *dst)
 	e->result = store_col_strdup(st, 8);
 	e->started_at = sqlite3_column_int64(st, 9);
 	e->finished_at = sqlite3_column_int64(st, 10);
+	e->exit_event_id = sqlite3_column_int64(st, 11);
 }
 
 static void exec_clear(void *e)
@@ -49,14 +51,14 @@ int store_exec_begin(struct store *s, const struct store_exec *e)
 
 /* A negative exit_code (killed, never started) is stored as NULL. */
 int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
-		      const char *result, int64_t finished_at)
+		      const char *result, int64_t finished_at, int64_t exit_event_id)
 {
 	return store_run_one(s, ST_EXEC_FINISH,
-			     "UPDATE execs SET state = ?3, exit_code = ?4, result = ?5, finished_at = ?6 "
-			     "WHERE tenant = ?1 AND id = ?2",
+			     "UPDATE execs SET state = ?3, exit_code = ?4, result = ?5, finished_at = ?6, "
+			     "exit_event_id = ?7 WHERE tenant = ?1 AND id = ?2",
 			     Q_ARGS(Q_TEXT(tenant), Q_TEXT(id), Q_TEXT(state),
 				    exit_code >= 0 ? Q_INT(exit_code) : Q_NULL, Q_TEXT(result),
-				    Q_INT(finished_at)));
+				    Q_INT(finished_at), Q_INT(exit_event_id)));
 }
 
 int store_exec_delete(struct store *s, const char *tenant, const char *id)
@@ -82,7 +84,7 @@ int store_exec_list(struct store *s, const char *tenant, const char *state, cons
 	 * all, and the (tenant, started_at DESC) index serves the order. */
 	r = store_list(s, ST_EXEC_LIST,
 		       "SELECT tenant, id, session, command, cwd, request_hash, state, exit_code, "
-		       "CASE WHEN ?5 THEN result END, started_at, finished_at FROM execs "
+		       "CASE WHEN ?5 THEN result END, started_at, finished_at, exit_event_id FROM execs "
 		       "WHERE tenant = ?1 AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR session = ?3) "
 		       "ORDER BY started_at DESC LIMIT ?4",
 		       &exec_row, &v, n,

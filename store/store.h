@@ -106,13 +106,15 @@ struct store_exec {
 	char *result;         /* owned: ShellResult JSON, or NULL */
 	int64_t started_at;
 	int64_t finished_at;  /* 0 while running */
+	int64_t exit_event_id; /* id of its `exit` event (0: not recorded) */
 };
 /* Insert a 'running' row (fail closed: the command must not start unless
  * this returns 0). -EEXIST when (tenant, id) exists. */
 int store_exec_begin(struct store *s, const struct store_exec *e);
-/* Finish: state, exit code, result JSON, finished_at. */
+/* Finish: state, exit code, result JSON, finished_at, and the id its
+ * `exit` event has on the live stream. */
 int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
-		      const char *result, int64_t finished_at);
+		      const char *result, int64_t finished_at, int64_t exit_event_id);
 /* Remove a row still 'running' whose command never started (the backend
  * refused it), so the id can be retried. -ENOENT. */
 int store_exec_delete(struct store *s, const char *tenant, const char *id);

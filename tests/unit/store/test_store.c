@@ -508,15 +508,16 @@ static void test_execs(void **state)
 	store_exec_clear(&g);
 	assert_int_equal(store_exec_get(s, "alice", "nope", &g), -ENOENT);
 
-	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150), 0);
-	assert_int_equal(store_exec_finish(s, "alice", "nope", "exited", 0, NULL, 150), -ENOENT);
-	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150, 9), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "nope", "exited", 0, NULL, 150, 0), -ENOENT);
+	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250, 0), 0);
 	assert_int_equal(store_exec_get(s, "alice", "e1", &g), 0);
 	assert_string_equal(g.state, "exited");
 	assert_true(g.has_exit_code);
 	assert_int_equal(g.exit_code, 3);
 	assert_string_equal(g.result, "{\"exit_code\":3}");
 	assert_int_equal(g.finished_at, 150);
+	assert_int_equal(g.exit_event_id, 9);
 	store_exec_clear(&g);
 	assert_int_equal(store_exec_get(s, "alice", "e2", &g), 0);
 	assert_false(g.has_exit_code);
@@ -573,7 +574,7 @@ static void test_recover(void **state)
 	assert_int_equal(store_exec_begin(s, &e), 0);
 	e = mk_exec("alice", "done", "s", 2);
 	assert_int_equal(store_exec_begin(s, &e), 0);
-	assert_int_equal(store_exec_finish(s, "alice", "done", "exited", 0, "{}", 3), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "done", "exited", 0, "{}", 3, 2), 0);
 	/* One active, one minted and expired, one minted and valid. */
 	t.expires_at = far;
 	memset(t.token_hash, 1, 32);
