@@ -576,11 +576,19 @@ static void channel_put_locked(struct http_hub *h, struct http_hub_channel *c)
 	free(c);
 }
 
-static struct tenant_feed *feed_of(struct http_hub *h, const char *tenant)
+static struct tenant_feed *feed_find(struct http_hub *h, const char *tenant)
 {
 	struct tenant_feed *f = h->feeds;
 	while (f && strcmp(f->tenant, tenant) != 0)
 		f = f->next;
+	return f;
+}
+
+/* A tenant's feed, made at its first event (never for a mere subscriber:
+ * an admin's ?tenant= may name anything). */
+static struct tenant_feed *feed_of(struct http_hub *h, const char *tenant)
+{
+	struct tenant_feed *f = feed_find(h, tenant);
 	if (f)
 		return f;
 	f = xcalloc(1, sizeof *f);
@@ -778,8 +786,9 @@ int http_hub_subscribe_feed(struct http_hub *h, struct http_req *r, const char *
 	snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
 	if (last_id > 0) {
 		if (tenant) {
-			struct tenant_feed *f = feed_of(h, tenant);
-			replay(s, &f->ring, last_id, f->next_id);
+			static const struct ring none;
+			struct tenant_feed *f = feed_find(h, tenant);
+			replay(s, f ? &f->ring : &none, last_id, f ? f->next_id : h->id_base);
 		} else {
 			replay(s, &h->all, last_id, h->all_next_id);
 		}
