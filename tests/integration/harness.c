@@ -1,3 +1,8 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -429,4 +434,57 @@ char *it_read_file(const char *path, size_t *len)
 		buf_append(&b, tmp, n);
 	fclose(f);
 	return buf_steal(&b, len);
+}
+
+void it_show(const struct it_resp *r)
+{
+	fprintf(stderr, "  got %ld: %.*s\n", r->status, (int)(r->len > 600 ? 600 : r->len),
+		r->body ? r->body : "");
+}
+
+void it_expect_status(const struct it_resp *r, long status)
+{
+	if (r->status != status)
+		it_show(r);
+	assert_int_equal(r->status, status);
+}
+
+void it_expect_error(const struct it_resp *r, long status, const char *code)
+{
+	if (r->status != status || strcmp(it_error_code(r), code) != 0) {
+		fprintf(stderr, "expected %ld %s\n", status, code);
+		it_show(r);
+	}
+	assert_int_equal(r->status, status);
+	assert_string_equal(it_error_code(r), code);
+	char *ct = it_header(r, "Content-Type");
+	assert_non_null(ct);
+	assert_string_equal(ct, "application/json");
+	free(ct);
+}
+
+void it_session_segment(const char *key, char *out, size_t outsz)
+{
+	static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+	unsigned long long h = 5381;
+	size_t n = strlen(key), o = 0;
+	for (size_t i = 0; i < n; i++)
+		h = h * 33 + (unsigned char)key[i];
+	for (size_t i = 0; i < n && i < 32 && o + 1 < outsz; i++) {
+		char c = key[i];
+		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
+		out[o++] = ok ? c : '_';
+	}
+	char b36[16];
+	int nb = 0;
+	do {
+		b36[nb++] = digits[h % 36];
+		h /= 36;
+	} while (h);
+	if (o + 1 < outsz)
+		out[o++] = '-';
+	while (nb > 0 && o + 1 < outsz)
+		out[o++] = b36[--nb];
+	out[o] = '\0';
 }

@@ -72,3 +72,16 @@ bool it_alive(struct it_server *s);
 int it_write_file(const char *path, const char *data, size_t len);
 /* Read a host file whole; NULL if missing. Caller frees. */
 char *it_read_file(const char *path, size_t *len);
+
+/* Assertions (cmocka) on a response; each prints the response on failure.
+ * it_expect_status: the HTTP status. it_expect_error: a wire error — the
+ * status, Content-Type exactly "application/json", and the error code. */
+void it_show(const struct it_resp *r);
+void it_expect_status(const struct it_resp *r, long status);
+void it_expect_error(const struct it_resp *r, long status, const char *code);
+
+/* wire.md "The model": the directory segment of a session key — its
+ * first 32 characters with all but [A-Za-z0-9._-] made '_', then '-' and
+ * the base-36 djb2-64 hash of the whole key. Computed here independently
+ * of the server. out must hold at least 48 bytes. */
+void it_session_segment(const char *key, char *out, size_t outsz);

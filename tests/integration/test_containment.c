@@ -151,7 +151,7 @@ static void test_planted_session_and_file_paths(void **state)
 	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
 		char key[32], seg[64];
 		snprintf(key, sizeof key, "planted-%s", kinds[i]);
-		session_segment(key, seg, sizeof seg);
+		it_session_segment(key, seg, sizeof seg);
 		char *rel = xasprintf("sessions/%s", seg);
 		if (strcmp(kinds[i], "file") == 0) {
 			char *cmd = xasprintf("cd /workspace && mkdir -p sessions && echo x > %s", rel);

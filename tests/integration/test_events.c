@@ -920,8 +920,7 @@ static void test_tenant_feed(void **state)
 	/* a tenant cannot read another's feed; nor can a non-admin operator token */
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "GET", "/events?tenant=globex", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 403);
-	assert_string_equal(it_error_code(&r), "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "GET", "/events?tenant=globex", tok_ops_audit, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 403);
@@ -984,8 +983,7 @@ static void test_auth(void **state)
 	static const char *const paths[] = { "/exec/auth-1/events", "/events" };
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(it_http(&srv, "GET", paths[i], NULL, NULL, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 401);
-		assert_string_equal(it_error_code(&r), "unauthorized");
+		it_expect_error(&r, 401, "unauthorized");
 		char *wa = it_header(&r, "WWW-Authenticate");
 		assert_non_null(wa);
 		free(wa);
@@ -996,8 +994,7 @@ static void test_auth(void **state)
 		assert_int_equal(r.status, 401);
 		it_resp_free(&r);
 		assert_int_equal(it_http(&srv, "GET", paths[i], tok_fsread, NULL, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 403);
-		assert_string_equal(it_error_code(&r), "insufficient_scope");
+		it_expect_error(&r, 403, "insufficient_scope");
 		it_resp_free(&r);
 		p = xasprintf("%s?access_token=%s", paths[i], tok_fsread);
 		assert_int_equal(it_http(&srv, "GET", p, NULL, NULL, NULL, 0, &r), 0);
@@ -1018,24 +1015,18 @@ static void test_not_found(void **state)
 	(void)state;
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "GET", "/exec/no-such-exec/events", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 404);
-	assert_string_equal(it_error_code(&r), "not_found");
-	char *ct = it_header(&r, "Content-Type");
-	assert_string_equal(ct, "application/json");
-	free(ct);
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	/* globex's exec, running (a live channel) and ended (the store) */
 	struct bg_req b;
 	bg_running(&b, tok_globex, "sleep 1", "nf-g");
 	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 404);
-	assert_string_equal(it_error_code(&r), "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	json_decref(bg_join(&b));
 	it_resp_free(&b.resp);
 	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 404);
-	assert_string_equal(it_error_code(&r), "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	/* the admin of the operator tenant may look at it with ?tenant= */
 	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events?tenant=globex", tok_admin, NULL, NULL, 0, &r), 0);

@@ -69,19 +69,6 @@ static int teardown(void **state)
 	return rc;
 }
 
-static void expect_error(struct it_resp *r, long status, const char *code)
-{
-	if (r->status != status || strcmp(it_error_code(r), code) != 0)
-		fprintf(stderr, "expected %ld %s, got %ld: %.*s\n", status, code, r->status, (int)r->len,
-			r->body ? r->body : "");
-	assert_int_equal(r->status, status);
-	assert_string_equal(it_error_code(r), code);
-	char *ct = it_header(r, "Content-Type");
-	assert_non_null(ct);
-	assert_string_equal(ct, "application/json");
-	free(ct);
-}
-
 /* POST /exec expecting an error. */
 static void exec_expect_error(struct it_server *s, const char *t, const char *const *hdrs, json_t *req,
 			      long status, const char *code)
@@ -89,7 +76,7 @@ static void exec_expect_error(struct it_server *s, const char *t, const char *co
 	struct it_resp r;
 	long st = ex_post(s, t, hdrs, req, NULL, &r);
 	assert_int_not_equal(st, -1);
-	expect_error(&r, status, code);
+	it_expect_error(&r, status, code);
 	it_resp_free(&r);
 }
 
@@ -99,7 +86,7 @@ static void raw_exec_expect_400(const char *body)
 	assert_int_equal(it_http(&srv, "POST", "/exec", tok, NULL, body, strlen(body), &r), 0);
 	if (r.status != 400)
 		fprintf(stderr, "body %s: expected 400, got %ld %.*s\n", body, r.status, (int)r.len, r.body);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 }
 
@@ -190,7 +177,7 @@ static void test_result_shape(void **state)
 	assert_string_equal(jstr(v, "command"), "printf out; printf err >&2; exit 3");
 	assert_string_equal(jstr(v, "session"), "default");
 	char seg[64], cwd[128];
-	session_segment("default", seg, sizeof seg);
+	it_session_segment("default", seg, sizeof seg);
 	snprintf(cwd, sizeof cwd, "/workspace/sessions/%s", seg);
 	assert_string_equal(jstr(v, "cwd"), cwd);
 	assert_true(rfc3339_ms(jstr(v, "started_at")) > 0);
@@ -302,7 +289,7 @@ static void test_cwd(void **state)
 {
 	(void)state;
 	char seg[64], want[256];
-	session_segment("default", seg, sizeof seg);
+	it_session_segment("default", seg, sizeof seg);
 
 	/* default: the session directory */
 	json_t *r = ex_run(&srv, tok, "pwd");
@@ -487,13 +474,13 @@ static void test_cancel_route(void **state)
 
 	/* cancelling it again: it has finished */
 	assert_int_equal(it_http(&srv, "POST", "/exec/cancel-me/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 409, "conflict");
+	it_expect_error(&r, 409, "conflict");
 	it_resp_free(&r);
 	/* so has a command that simply exited */
 	json_t *done = ex_ok(&srv, tok, NULL, json_pack("{s:s, s:s}", "command", "true", "id", "done-1"));
 	json_decref(done);
 	assert_int_equal(it_http(&srv, "POST", "/exec/done-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 409, "conflict");
+	it_expect_error(&r, 409, "conflict");
 	it_resp_free(&r);
 	v = NULL;
 	assert_int_equal(it_get_json(&srv, tok, "/exec/done-1", &v), 200);
@@ -560,13 +547,13 @@ static void test_unknown_and_foreign_ids(void **state)
 	(void)state;
 	struct it_resp r, r2;
 	assert_int_equal(it_http(&srv, "GET", "/exec/no-such-exec-1", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "POST", "/exec/no-such-exec-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "GET", "/exec/bad%21id", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 
 	/* globex's running exec is invisible to acme: the same 404 as a
@@ -578,13 +565,13 @@ static void test_unknown_and_foreign_ids(void **state)
 	assert_non_null(v);
 	json_decref(v);
 	assert_int_equal(it_http(&srv, "GET", "/exec/gx-own-1", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	assert_int_equal(it_http(&srv, "GET", "/exec/gx-own-2", tok, NULL, NULL, 0, &r2), 0);
-	expect_error(&r2, 404, "not_found");
+	it_expect_error(&r2, 404, "not_found");
 	it_resp_free(&r);
 	it_resp_free(&r2);
 	assert_int_equal(it_http(&srv, "POST", "/exec/gx-own-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	/* nor list it */
 	json_t *l = NULL;
@@ -602,10 +589,10 @@ static void test_unknown_and_foreign_ids(void **state)
 	json_decref(res);
 	/* after it finished, still not acme's */
 	assert_int_equal(it_http(&srv, "GET", "/exec/gx-own-1", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "POST", "/exec/gx-own-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 
 	/* ids are per tenant: the same id in two tenants are two execs */
@@ -865,7 +852,7 @@ static void test_429(void **state)
 			  json_pack("{s:s, s:s}", "command", "touch /workspace/third-ran", "id", "lim-3"),
 			  NULL, &r);
 	assert_int_equal(st, 429);
-	expect_error(&r, 429, "too_many_requests");
+	it_expect_error(&r, 429, "too_many_requests");
 	char *ra = it_header(&r, "Retry-After");
 	assert_non_null(ra);
 	assert_true(strtol(ra, NULL, 10) >= 1);
@@ -961,7 +948,7 @@ static void test_bad_bodies(void **state)
 	/* an empty body */
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "POST", "/exec", tok, NULL, "", 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	/* nothing ran, and the server goes on */
 	assert_int_equal(it_http(&srv, "GET", "/fs/exists?path=/workspace/bad-ran", tok, NULL, NULL, 0, &r),
@@ -989,10 +976,10 @@ static void test_scopes(void **state)
 				  "insufficient_scope");
 		struct it_resp r;
 		assert_int_equal(it_http(&srv, "GET", "/exec/scope-1", no_exec[i], NULL, NULL, 0, &r), 0);
-		expect_error(&r, 403, "insufficient_scope");
+		it_expect_error(&r, 403, "insufficient_scope");
 		it_resp_free(&r);
 		assert_int_equal(it_http(&srv, "GET", "/execs", no_exec[i], NULL, NULL, 0, &r), 0);
-		expect_error(&r, 403, "insufficient_scope");
+		it_expect_error(&r, 403, "insufficient_scope");
 		it_resp_free(&r);
 	}
 	/* audit:read observes but runs and cancels nothing */
@@ -1014,7 +1001,7 @@ static void test_scopes(void **state)
 	json_decref(v);
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "POST", "/exec/scope-2/cancel", tok_audit, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	json_t *res = bg_join(&b);
 	assert_int_equal(b.resp.status, 200);
@@ -1155,13 +1142,13 @@ static void test_list(void **state)
 	/* bad filters */
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "GET", "/execs?state=bogus", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "GET", "/execs?limit=0", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "GET", "/execs?limit=abc", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 }
 

@@ -29,18 +29,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void expect_error(struct it_resp *r, long status, const char *code)
-{
-	if (r->status != status || strcmp(it_error_code(r), code) != 0)
-		fprintf(stderr, "expected %ld %s, got %ld: %.*s\n", status, code, r->status, (int)r->len, r->body);
-	assert_int_equal(r->status, status);
-	assert_string_equal(it_error_code(r), code);
-	char *ct = it_header(r, "Content-Type");
-	assert_non_null(ct);
-	assert_string_equal(ct, "application/json");
-	free(ct);
-}
-
 static void test_health_public(void **state)
 {
 	(void)state;
@@ -67,7 +55,7 @@ static void test_401_variants(void **state)
 	struct it_resp r;
 	/* no token */
 	assert_int_equal(it_http(&srv, "GET", "/audit", NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 401, "unauthorized");
+	it_expect_error(&r, 401, "unauthorized");
 	char *wa = it_header(&r, "WWW-Authenticate");
 	assert_non_null(wa);
 	assert_string_equal(wa, "Bearer error=\"invalid_token\"");
@@ -75,13 +63,13 @@ static void test_401_variants(void **state)
 	it_resp_free(&r);
 	/* garbage token */
 	assert_int_equal(it_http(&srv, "GET", "/audit", "not.a.jwt", NULL, NULL, 0, &r), 0);
-	expect_error(&r, 401, "unauthorized");
+	it_expect_error(&r, 401, "unauthorized");
 	it_resp_free(&r);
 	/* alg none with the tenant claim */
 	const char *none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0."
 			   "eyJ0ZW5hbnQiOiJhY21lIiwiZXhwIjo0MTAyNDQ0ODAwLCJzY29wZSI6ImF1ZGl0OnJlYWQifQ.";
 	assert_int_equal(it_http(&srv, "GET", "/audit", none, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 401, "unauthorized");
+	it_expect_error(&r, 401, "unauthorized");
 	it_resp_free(&r);
 	/* a token of acme with its tenant claim rewritten to globex (signature no longer matches) */
 	char *t = it_token(&srv, "acme", "audit:read");
@@ -91,13 +79,13 @@ static void test_401_variants(void **state)
 	char *forged = xasprintf("%.*s.%s.%s", (int)(dot1 - t),
 				 t, "eyJ0ZW5hbnQiOiJnbG9iZXgiLCJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoiYXVkaXQ6cmVhZCJ9", dot2 + 1);
 	assert_int_equal(it_http(&srv, "GET", "/audit", forged, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 401, "unauthorized");
+	it_expect_error(&r, 401, "unauthorized");
 	it_resp_free(&r);
 	free(forged);
 	/* the token is only accepted in the header on non-SSE routes */
 	char *path = xasprintf("/audit?access_token=%s", t);
 	assert_int_equal(it_http(&srv, "GET", path, NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 401, "unauthorized");
+	it_expect_error(&r, 401, "unauthorized");
 	it_resp_free(&r);
 	free(path);
 	/* the same token in the header works */
@@ -113,14 +101,14 @@ static void test_403_scope_and_tenant_header(void **state)
 	struct it_resp r;
 	char *t = it_token(&srv, "acme", NULL); /* default scopes: no audit:read */
 	assert_int_equal(it_http(&srv, "GET", "/audit", t, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	free(t);
 
 	t = it_token(&srv, "acme", "audit:read");
 	const char *h1[] = { "X-Tenant-Id: globex", NULL };
 	assert_int_equal(it_http(&srv, "GET", "/audit", t, h1, NULL, 0, &r), 0);
-	expect_error(&r, 403, "forbidden");
+	it_expect_error(&r, 403, "forbidden");
 	it_resp_free(&r);
 	const char *h2[] = { "X-Tenant-Id: acme", NULL };
 	assert_int_equal(it_http(&srv, "GET", "/audit", t, h2, NULL, 0, &r), 0);
@@ -128,14 +116,14 @@ static void test_403_scope_and_tenant_header(void **state)
 	it_resp_free(&r);
 	/* audit:read may not look at another tenant */
 	assert_int_equal(it_http(&srv, "GET", "/audit?tenant=globex", t, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	free(t);
 
 	/* admin asked for by a non-operator tenant is not honoured */
 	t = it_token(&srv, "acme", "admin");
 	assert_int_equal(it_http(&srv, "GET", "/audit?tenant=globex", t, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	free(t);
 }
@@ -145,10 +133,10 @@ static void test_404_405(void **state)
 	(void)state;
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "GET", "/no/such/route", NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "DELETE", "/healthz", NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 405, "method_not_allowed");
+	it_expect_error(&r, 405, "method_not_allowed");
 	char *allow = it_header(&r, "Allow");
 	assert_non_null(allow);
 	assert_string_equal(allow, "GET");
@@ -158,7 +146,7 @@ static void test_404_405(void **state)
 	 * that are not UTF-8 still get a JSON 404 (they used to kill the
 	 * server: jansson refused the message and strlen(NULL) followed). */
 	assert_int_equal(it_http(&srv, "GET", "/%ff%fe", NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	assert_true(it_alive(&srv));
 }
@@ -176,7 +164,7 @@ static void test_413_body(void **state)
 	it_resp_free(&r);
 	const char *h[] = { "Content-Type: text/plain", NULL };
 	assert_int_equal(it_http(&srv, "GET", "/healthz", NULL, h, big, n, &r), 0);
-	expect_error(&r, 413, "too_large");
+	it_expect_error(&r, 413, "too_large");
 	assert_non_null(strstr(r.body, "stream"));
 	it_resp_free(&r);
 	free(big);
@@ -290,7 +278,7 @@ static void test_metrics(void **state)
 	(void)state;
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "GET", "/metrics", NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 401, "unauthorized");
+	it_expect_error(&r, 401, "unauthorized");
 	it_resp_free(&r);
 	char *t = it_token(&srv, "acme", "audit:read");
 	assert_int_equal(it_http(&srv, "GET", "/metrics", t, NULL, NULL, 0, &r), 0);

@@ -47,39 +47,11 @@ static int ino = -1;	    /* inotify on it */
 
 /* ---- small helpers ---- */
 
-/* wire.md "The model": the segment of a session key, computed here
- * independently of the server. */
-static void segment_of(const char *key, char out[80])
-{
-	static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
-	uint64_t h = 5381;
-	size_t n = strlen(key), o = 0;
-	char b36[16];
-	size_t nb = 0;
-	for (size_t i = 0; i < n; i++)
-		h = h * 33 + (unsigned char)key[i];
-	for (size_t i = 0; i < n && i < 32; i++) {
-		/* cppcheck-suppress arrayIndexOutOfBounds ; i < n, the key's strlen, not 32 */
-		char c = key[i];
-		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-			  c == '.' || c == '_' || c == '-';
-		out[o++] = ok ? c : '_';
-	}
-	out[o++] = '-';
-	do {
-		b36[nb++] = digits[h % 36];
-		h /= 36;
-	} while (h);
-	while (nb)
-		out[o++] = b36[--nb];
-	out[o] = '\0';
-}
-
 /* The wire path of rel inside a session: "/workspace/sessions/<seg>/rel". */
 static char *wire_in(const char *key, const char *rel)
 {
 	char seg[80];
-	segment_of(key, seg);
+	it_session_segment(key, seg, sizeof seg);
 	return *rel ? xasprintf("/workspace/sessions/%s/%s", seg, rel)
 		    : xasprintf("/workspace/sessions/%s", seg);
 }
@@ -88,7 +60,7 @@ static char *wire_in(const char *key, const char *rel)
 static char *host_in(const char *key, const char *rel)
 {
 	char seg[80];
-	segment_of(key, seg);
+	it_session_segment(key, seg, sizeof seg);
 	return *rel ? xasprintf("%s/sessions/%s/%s", ws, seg, rel) : xasprintf("%s/sessions/%s", ws, seg);
 }
 
@@ -161,38 +133,13 @@ static void fs_post(const char *route, const char *session, json_t *body, struct
 	free(text);
 }
 
-static void show(const struct it_resp *r)
-{
-	fprintf(stderr, "  got %ld: %.*s\n", r->status, (int)(r->len > 600 ? 600 : r->len),
-		r->body ? r->body : "");
-}
-
-static void expect_status(struct it_resp *r, long status)
-{
-	if (r->status != status)
-		show(r);
-	assert_int_equal(r->status, status);
-}
-
-static void expect_error(struct it_resp *r, long status, const char *code)
-{
-	if (r->status != status || strcmp(it_error_code(r), code) != 0)
-		show(r);
-	assert_int_equal(r->status, status);
-	assert_string_equal(it_error_code(r), code);
-	char *ct = it_header(r, "Content-Type");
-	assert_non_null(ct);
-	assert_string_equal(ct, "application/json");
-	free(ct);
-}
-
 /* The common one-liners: a write that must succeed, a request that must
  * fail with a given wire error. */
 static void put_ok(const char *path, const char *session, const void *data, size_t len)
 {
 	struct it_resp r;
 	fs_put(path, session, data, len, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 }
 
@@ -201,7 +148,7 @@ static void get_err(const char *route, const char *path, const char *session, co
 {
 	struct it_resp r;
 	fs_get(route, path, session, extra, &r);
-	expect_error(&r, status, code);
+	it_expect_error(&r, status, code);
 	it_resp_free(&r);
 }
 
@@ -209,7 +156,7 @@ static void post_err(const char *route, const char *session, json_t *body, long 
 {
 	struct it_resp r;
 	fs_post(route, session, body, &r);
-	expect_error(&r, status, code);
+	it_expect_error(&r, status, code);
 	it_resp_free(&r);
 }
 
@@ -228,7 +175,7 @@ static json_t *body_json(const struct it_resp *r)
 {
 	json_t *j = it_json(r);
 	if (!json_is_object(j))
-		show(r);
+		it_show(r);
 	assert_true(json_is_object(j));
 	return j;
 }
@@ -258,7 +205,7 @@ static void touch_session(const char *key)
 {
 	struct it_resp r;
 	fs_get("exists", ".", key, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 }
 
@@ -467,7 +414,7 @@ static void test_write_read(void **state)
 	const char *k = "t-write";
 	struct it_resp r;
 	fs_put("notes.txt", k, "hello\n", 6, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	expect_header(&r, "Content-Type", "application/json");
 	json_t *j = body_json(&r);
 	char *want = wire_in(k, "notes.txt");
@@ -482,7 +429,7 @@ static void test_write_read(void **state)
 	free(hp);
 
 	fs_get("read", "notes.txt", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	expect_header(&r, "Content-Type", "text/plain; charset=utf-8");
 	assert_int_equal(r.len, 6);
 	assert_memory_equal(r.body, "hello\n", 6);
@@ -490,7 +437,7 @@ static void test_write_read(void **state)
 
 	/* Parents are created; the echoed path is absolute and normalised. */
 	fs_put("a/./b//../c.txt", k, "abc", 3, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	want = wire_in(k, "a/c.txt");
 	assert_string_equal(jstr(j, "path"), want);
@@ -503,7 +450,7 @@ static void test_write_read(void **state)
 
 	/* An absolute path lands at the workspace root. */
 	fs_put("/workspace/abs-write.txt", k, "root", 4, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "path"), "/workspace/abs-write.txt");
 	json_decref(j);
@@ -516,7 +463,7 @@ static void test_write_read(void **state)
 	const char *utf = "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80\n";
 	put_ok("utf.txt", k, utf, strlen(utf));
 	fs_get("read", "utf.txt", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_int_equal(r.len, strlen(utf));
 	assert_memory_equal(r.body, utf, strlen(utf));
 	it_resp_free(&r);
@@ -528,7 +475,7 @@ static void test_empty_file(void **state)
 	const char *k = "t-empty";
 	struct it_resp r;
 	fs_put("empty", k, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	assert_int_equal(json_integer_value(json_object_get(j, "size")), 0);
 	json_decref(j);
@@ -541,20 +488,20 @@ static void test_empty_file(void **state)
 	free(hp);
 
 	fs_get("read", "empty", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_int_equal(r.len, 0);
 	it_resp_free(&r);
 	fs_get("read_buffer", "empty", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_int_equal(r.len, 0);
 	expect_header(&r, "Content-Length", "0");
 	it_resp_free(&r);
 	/* Nothing of an empty file can be asked for. */
 	fs_get("read_buffer", "empty", k, "Range: bytes=0-", &r);
-	expect_status(&r, 416);
+	it_expect_status(&r, 416);
 	it_resp_free(&r);
 	fs_get("stat", "empty", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_int_equal(json_integer_value(json_object_get(j, "size")), 0);
 	assert_string_equal(jstr(j, "type"), "file");
@@ -576,7 +523,7 @@ static void test_binary_and_ranges(void **state)
 	free(hp);
 
 	fs_get("read_buffer", "bin.dat", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	expect_header(&r, "Content-Type", "application/octet-stream");
 	expect_header(&r, "Accept-Ranges", "bytes");
 	assert_int_equal(r.len, 256);
@@ -594,7 +541,7 @@ static void test_binary_and_ranges(void **state)
 		char h[64], cr[64];
 		snprintf(h, sizeof h, "Range: %s", ok[i].range);
 		fs_get("read_buffer", "bin.dat", k, h, &r);
-		expect_status(&r, 206);
+		it_expect_status(&r, 206);
 		snprintf(cr, sizeof cr, "bytes %ld-%ld/256", ok[i].start, ok[i].end);
 		expect_header(&r, "Content-Range", cr);
 		assert_int_equal(r.len, (size_t)(ok[i].end - ok[i].start + 1));
@@ -605,7 +552,7 @@ static void test_binary_and_ranges(void **state)
 	static const char *past[] = {"Range: bytes=256-", "Range: bytes=1000-2000", "Range: bytes=-0"};
 	for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
 		fs_get("read_buffer", "bin.dat", k, past[i], &r);
-		expect_status(&r, 416);
+		it_expect_status(&r, 416);
 		expect_header(&r, "Content-Range", "bytes */256");
 		it_resp_free(&r);
 	}
@@ -617,14 +564,14 @@ static void test_binary_and_ranges(void **state)
 		fs_get("read_buffer", "bin.dat", k, junk[i], &r);
 		if (r.status != 200)
 			fprintf(stderr, "  %s\n", junk[i]);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		assert_int_equal(r.len, 256);
 		it_resp_free(&r);
 	}
 
 	/* /fs/read of bytes that are not UTF-8: 422, the hint names read_buffer. */
 	fs_get("read", "bin.dat", k, NULL, &r);
-	expect_error(&r, 422, "not_text");
+	it_expect_error(&r, 422, "not_text");
 	json_t *j = body_json(&r);
 	const char *hint = json_string_value(json_object_get(json_object_get(j, "error"), "retry_hint"));
 	assert_non_null(hint);
@@ -664,7 +611,7 @@ static void test_write_atomic_replace(void **state)
 
 	/* No temp file is left, nor shown. */
 	fs_get("readdir", ".", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	json_t *e = json_object_get(j, "entries");
 	assert_int_equal(json_array_size(e), 1);
@@ -673,7 +620,7 @@ static void test_write_atomic_replace(void **state)
 	it_resp_free(&r);
 	/* Refused writes leave none either. */
 	fs_put(".", k, "x", 1, &r);
-	expect_error(&r, 409, "is_a_directory");
+	it_expect_error(&r, 409, "is_a_directory");
 	it_resp_free(&r);
 	hp = host_in(k, "");
 	assert_int_equal(count_temps(hp), 0);
@@ -692,7 +639,7 @@ static void test_stat(void **state)
 	assert_int_equal(stat(hp, &st), 0);
 
 	fs_get("stat", "s.txt", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	char *want = wire_in(k, "s.txt");
 	assert_string_equal(jstr(j, "path"), want);
@@ -713,7 +660,7 @@ static void test_stat(void **state)
 
 	assert_int_equal(chmod(hp, 0600), 0);
 	fs_get("stat", "s.txt", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "mode"), "0600");
 	json_decref(j);
@@ -721,10 +668,10 @@ static void test_stat(void **state)
 	free(hp);
 
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "dir"), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	it_resp_free(&r);
 	fs_get("stat", "dir", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "type"), "directory");
 	assert_string_equal(jstr(j, "mode"), "0755");
@@ -736,7 +683,7 @@ static void test_stat(void **state)
 	assert_int_equal(symlink("s.txt", hp), 0);
 	free(hp);
 	fs_get("stat", "lnk", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "type"), "file");
 	assert_true(json_is_true(json_object_get(j, "is_symlink")));
@@ -753,7 +700,7 @@ static void test_stat(void **state)
 	assert_int_equal(symlink("nothere", hp), 0);
 	free(hp);
 	fs_get("stat", "dangle", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "type"), "symlink");
 	assert_true(json_is_true(json_object_get(j, "is_symlink")));
@@ -766,7 +713,7 @@ static void test_stat(void **state)
 	get_err("stat", "missing", k, NULL, 404, "not_found");
 	get_err("stat", "s.txt/below", k, NULL, 409, "not_a_directory");
 	fs_get("stat", "/workspace", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "path"), "/workspace");
 	assert_string_equal(jstr(j, "type"), "directory");
@@ -782,11 +729,11 @@ static void test_readdir(void **state)
 	static const char *names[] = {"b", "a.txt", "B", "_x", "a", "~t", "0"};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		fs_put(names[i], k, "1234", 4, &r);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		it_resp_free(&r);
 	}
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "d"), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	it_resp_free(&r);
 	char *hp = host_in(k, "ln");
 	assert_int_equal(symlink("a", hp), 0);
@@ -801,7 +748,7 @@ static void test_readdir(void **state)
 				       "b", "d", "ln", "~t", "\xef\xbf\xbd.bin"};
 	size_t ns = sizeof sorted / sizeof sorted[0];
 	fs_get("readdir", ".", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	assert_int_equal(json_object_size(j), 1);
 	json_t *e = json_object_get(j, "entries");
@@ -816,7 +763,7 @@ static void test_readdir(void **state)
 	char *url = xasprintf("/fs/readdir?path=.&detail=true");
 	call("GET", url, tok_rw, k, NULL, NULL, NULL, 0, &r);
 	free(url);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	e = json_object_get(j, "entries");
 	assert_int_equal(json_array_size(e), ns);
@@ -841,7 +788,7 @@ static void test_readdir(void **state)
 
 	/* An empty directory; a file; nothing. */
 	fs_get("readdir", "d", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_int_equal(json_array_size(json_object_get(j, "entries")), 0);
 	json_decref(j);
@@ -869,7 +816,7 @@ static void test_exists(void **state)
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		fs_get("exists", cases[i].path, k, NULL, &r);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		json_t *j = body_json(&r);
 		if (json_is_true(json_object_get(j, "exists")) != cases[i].want)
 			fprintf(stderr, "  exists %s\n", cases[i].path);
@@ -887,7 +834,7 @@ static void test_mkdir(void **state)
 	const char *k = "t-mkdir";
 	struct it_resp r;
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "d1"), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	json_t *j = body_json(&r);
 	char *want = wire_in(k, "d1");
 	assert_string_equal(jstr(j, "path"), want);
@@ -908,7 +855,7 @@ static void test_mkdir(void **state)
 	free(hp);
 
 	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "x/y/z", "recursive", 1), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	j = body_json(&r);
 	want = wire_in(k, "x/y/z");
 	assert_string_equal(jstr(j, "path"), want);
@@ -921,7 +868,7 @@ static void test_mkdir(void **state)
 	free(hp);
 	/* Recursive on what exists is fine. */
 	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "x/y", "recursive", 1), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	it_resp_free(&r);
 
 	put_ok("f", k, "x", 1);
@@ -946,7 +893,7 @@ static void test_rm(void **state)
 	struct it_resp r;
 	put_ok("f.txt", k, "x", 1);
 	fs_post("rm", k, json_pack("{s:s}", "path", "f.txt"), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	char *want = wire_in(k, "f.txt");
 	assert_string_equal(jstr(j, "path"), want);
@@ -959,10 +906,10 @@ static void test_rm(void **state)
 	free(hp);
 
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "empty"), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	it_resp_free(&r);
 	fs_post("rm", k, json_pack("{s:s}", "path", "empty"), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	hp = host_in(k, "empty");
 	assert_false(host_exists(hp));
@@ -975,7 +922,7 @@ static void test_rm(void **state)
 	assert_true(host_exists(hp));
 	free(hp);
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "full", "recursive", 1), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_true(json_is_true(json_object_get(j, "removed")));
 	json_decref(j);
@@ -986,13 +933,13 @@ static void test_rm(void **state)
 
 	post_err("rm", k, json_pack("{s:s}", "path", "gone"), 404, "not_found");
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "gone", "force", 1), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_true(json_is_false(json_object_get(j, "removed")));
 	json_decref(j);
 	it_resp_free(&r);
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "no/such/parent", "force", 1), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_true(json_is_false(json_object_get(j, "removed")));
 	json_decref(j);
@@ -1003,7 +950,7 @@ static void test_rm(void **state)
 	hp = host_in(k, "to-keep");
 	assert_int_equal(symlink("keep", hp), 0);
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "to-keep", "recursive", 1), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	assert_false(host_exists(hp));
 	free(hp);
@@ -1013,10 +960,10 @@ static void test_rm(void **state)
 
 	/* Roots are refused however they are named. */
 	char seg[80];
-	segment_of(k, seg);
+	it_session_segment(k, seg, sizeof seg);
 	char *own_abs = xasprintf("/workspace/sessions/%s", seg);
 	char other[80];
-	segment_of("t-rm-other", other);
+	it_session_segment("t-rm-other", other, sizeof other);
 	touch_session("t-rm-other");
 	char *other_abs = xasprintf("/workspace/sessions/%s", other);
 	const char *roots[] = {"/workspace", "/workspace/", "/workspace/sessions",
@@ -1027,7 +974,7 @@ static void test_rm(void **state)
 			&r);
 		if (r.status != 403)
 			fprintf(stderr, "  rm %s\n", roots[i]);
-		expect_error(&r, 403, "forbidden");
+		it_expect_error(&r, 403, "forbidden");
 		it_resp_free(&r);
 	}
 	hp = host_in(k, "keep/inner.txt");
@@ -1049,7 +996,7 @@ static void test_move(void **state)
 	put_ok("b.txt", k, "BBB", 3);
 
 	fs_post("move", k, json_pack("{s:s, s:s}", "from", "a.txt", "to", "c.txt"), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	char *want = wire_in(k, "c.txt");
 	assert_string_equal(jstr(j, "path"), want);
@@ -1065,7 +1012,7 @@ static void test_move(void **state)
 	assert_host_content(hb, "BBB", 3);
 	assert_host_content(hc, "AAA", 3);
 	fs_post("move", k, json_pack("{s:s, s:s, s:b}", "from", "c.txt", "to", "b.txt", "overwrite", 1), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	assert_host_content(hb, "AAA", 3);
 	assert_false(host_exists(hc));
@@ -1078,7 +1025,7 @@ static void test_move(void **state)
 	put_ok("dir/in.txt", k, "in", 2);
 	post_err("move", k, json_pack("{s:s, s:s, s:b}", "from", "b.txt", "to", "dir", "overwrite", 1), 409, "is_a_directory");
 	fs_post("move", k, json_pack("{s:s, s:s}", "from", "dir", "to", "dir2"), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	char *hin = host_in(k, "dir2/in.txt");
 	assert_host_content(hin, "in", 2);
@@ -1088,7 +1035,7 @@ static void test_move(void **state)
 	touch_session("t-move-2");
 	char *dst = wire_in("t-move-2", "moved.txt");
 	fs_post("move", k, json_pack("{s:s, s:s}", "from", "b.txt", "to", dst), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	free(dst);
 	char *hm = host_in("t-move-2", "moved.txt");
@@ -1100,7 +1047,7 @@ static void test_move(void **state)
 	fs_post("move", k,
 		json_pack("{s:s, s:s, s:b}", "from", "dir2", "to", "/workspace/sessions", "overwrite", 1),
 		&r);
-	expect_error(&r, 403, "forbidden");
+	it_expect_error(&r, 403, "forbidden");
 	it_resp_free(&r);
 	post_err("move", k, json_pack("{s:s}", "from", "dir2"), 400, "bad_request");
 	free(ha);
@@ -1117,20 +1064,20 @@ static void test_type_errors(void **state)
 	struct it_resp r;
 	put_ok("file", k, "x", 1);
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "dir"), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	it_resp_free(&r);
 
 	get_err("read", "dir", k, NULL, 409, "is_a_directory");
 	get_err("read_buffer", "dir", k, NULL, 409, "is_a_directory");
 	fs_put("dir", k, "x", 1, &r);
-	expect_error(&r, 409, "is_a_directory");
+	it_expect_error(&r, 409, "is_a_directory");
 	it_resp_free(&r);
 	fs_put("/workspace", k, "x", 1, &r);
-	expect_error(&r, 409, "is_a_directory");
+	it_expect_error(&r, 409, "is_a_directory");
 	it_resp_free(&r);
 	get_err("read", "file/x", k, NULL, 409, "not_a_directory");
 	fs_put("file/x", k, "x", 1, &r);
-	expect_error(&r, 409, "not_a_directory");
+	it_expect_error(&r, 409, "not_a_directory");
 	it_resp_free(&r);
 	post_err("rm", k, json_pack("{s:s}", "path", "file/x"), 409, "not_a_directory");
 	get_err("read", "nothing", k, NULL, 404, "not_found");
@@ -1156,7 +1103,7 @@ static void test_bad_request(void **state)
 		call(put ? "PUT" : "GET", nul[i], tok_rw, k, NULL, NULL, put ? "zz" : NULL, put ? 2 : 0, &r);
 		if (r.status != 400)
 			fprintf(stderr, "  %s\n", nul[i]);
-		expect_error(&r, 400, "bad_request");
+		it_expect_error(&r, 400, "bad_request");
 		it_resp_free(&r);
 	}
 	char *hp = host_in(k, "evil.txt");
@@ -1176,14 +1123,14 @@ static void test_bad_request(void **state)
 	memcpy(longp, "/workspace/", 11); /* absolute, so the session prefix does not count */
 	get_err("read", longp, k, NULL, 400, "bad_request");
 	fs_put(longp, k, "x", 1, &r);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	free(longp);
 	char comp[257];
 	memset(comp, 'c', 256);
 	comp[256] = '\0';
 	fs_put(comp, k, "x", 1, &r);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	post_err("mkdir", k, json_pack("{s:s}", "path", comp), 400, "bad_request");
 	comp[255] = '\0'; /* 255 is fine */
@@ -1194,11 +1141,11 @@ static void test_bad_request(void **state)
 					"/fs/exists", "/fs/read?path=",	 "/fs/stat?path", "/fs/read?file=a"};
 	for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
 		call("GET", missing[i], tok_rw, k, NULL, NULL, NULL, 0, &r);
-		expect_error(&r, 400, "bad_request");
+		it_expect_error(&r, 400, "bad_request");
 		it_resp_free(&r);
 	}
 	call("PUT", "/fs/write", tok_rw, k, NULL, NULL, "x", 1, &r);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 
 	/* Bodies that are not a JSON object. */
@@ -1208,7 +1155,7 @@ static void test_bad_request(void **state)
 	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
 		for (size_t b = 0; b < sizeof bodies / sizeof bodies[0]; b++) {
 			call("POST", routes[i], tok_rw, k, NULL, NULL, bodies[b], strlen(bodies[b]), &r);
-			expect_error(&r, 400, "bad_request");
+			it_expect_error(&r, 400, "bad_request");
 			it_resp_free(&r);
 		}
 
@@ -1255,13 +1202,13 @@ static void test_escape_by_path(void **state)
 			call("GET", url, tok_rw, k, NULL, NULL, NULL, 0, &r);
 			if (r.status != 403)
 				fprintf(stderr, "  %s\n", url);
-			expect_error(&r, 403, "outside_workspace");
+			it_expect_error(&r, 403, "outside_workspace");
 			it_resp_free(&r);
 			free(url);
 		}
 		char *url = xasprintf("/fs/write?path=%s", raw[i]);
 		call("PUT", url, tok_rw, k, NULL, NULL, "pwned", 5, &r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 		free(url);
 	}
@@ -1274,17 +1221,17 @@ static void test_escape_by_path(void **state)
 				    "/workspace/sessions/../../escape-probe"};
 	for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
 		fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", dec[i], "recursive", 1), &r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 		fs_post("rm", k, json_pack("{s:s, s:b, s:b}", "path", dec[i], "recursive", 1, "force", 1),
 			&r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 		fs_post("move", k, json_pack("{s:s, s:s}", "from", dec[i], "to", "stolen"), &r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 		fs_post("move", k, json_pack("{s:s, s:s}", "from", ".", "to", dec[i]), &r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 	}
 	assert_false(host_exists(probe));
@@ -1302,7 +1249,7 @@ static void test_escape_by_path(void **state)
 	assert_true(st.st_size > 5);
 	/* "..", from a session, is still inside: the sessions directory. */
 	fs_get("readdir", "..", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	assert_outside_untouched();
 }
@@ -1354,7 +1301,7 @@ static void test_escape_by_symlink(void **state)
 			fs_get(reads[g], through[i], k, NULL, &r);
 			if (r.status != 403)
 				fprintf(stderr, "  %s %s\n", reads[g], through[i]);
-			expect_error(&r, 403, "outside_workspace");
+			it_expect_error(&r, 403, "outside_workspace");
 			it_resp_free(&r);
 		}
 	}
@@ -1363,17 +1310,17 @@ static void test_escape_by_symlink(void **state)
 				      "esc/nothere"};
 	for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
 		fs_get("stat", below[i], k, NULL, &r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 		fs_get("exists", below[i], k, NULL, &r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 	}
 	/* A link that leaves is described as itself, never followed. */
 	static const char *self[] = {"esc", "escf", "escd", "up", "inner/l", "inner/rel"};
 	for (size_t i = 0; i < sizeof self / sizeof self[0]; i++) {
 		fs_get("stat", self[i], k, NULL, &r);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		json_t *j = body_json(&r);
 		assert_string_equal(jstr(j, "type"), "symlink");
 		assert_true(json_is_true(json_object_get(j, "is_symlink")));
@@ -1383,7 +1330,7 @@ static void test_escape_by_symlink(void **state)
 		json_decref(j);
 		it_resp_free(&r);
 		fs_get("exists", self[i], k, NULL, &r);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		j = body_json(&r);
 		assert_true(json_is_true(json_object_get(j, "exists")));
 		json_decref(j);
@@ -1399,7 +1346,7 @@ static void test_escape_by_symlink(void **state)
 		fs_put(writes[i], k, "pwned", 5, &r);
 		if (r.status != 403)
 			fprintf(stderr, "  write %s\n", writes[i]);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 	}
 	/* mkdir, plain and recursive. */
@@ -1408,7 +1355,7 @@ static void test_escape_by_symlink(void **state)
 		fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", dirs[i], "recursive", 1), &r);
 		if (r.status != 403)
 			fprintf(stderr, "  mkdir -p %s\n", dirs[i]);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 	}
 	post_err("mkdir", k, json_pack("{s:s}", "path", "esc/newdir"), 403, "outside_workspace");
@@ -1417,7 +1364,7 @@ static void test_escape_by_symlink(void **state)
 	for (size_t i = 0; i < sizeof rms / sizeof rms[0]; i++) {
 		fs_post("rm", k, json_pack("{s:s, s:b, s:b}", "path", rms[i], "recursive", 1, "force", 1),
 			&r);
-		expect_error(&r, 403, "outside_workspace");
+		it_expect_error(&r, 403, "outside_workspace");
 		it_resp_free(&r);
 	}
 	/* move out of, or into, a link that leaves. */
@@ -1426,12 +1373,12 @@ static void test_escape_by_symlink(void **state)
 	fs_post("move", k,
 		json_pack("{s:s, s:s, s:b}", "from", "inner/real.txt", "to", "esc/planted", "overwrite", 1),
 		&r);
-	expect_error(&r, 403, "outside_workspace");
+	it_expect_error(&r, 403, "outside_workspace");
 	it_resp_free(&r);
 	fs_post("move", k,
 		json_pack("{s:s, s:s, s:b}", "from", "inner/real.txt", "to", "esc/secret", "overwrite", 1),
 		&r);
-	expect_error(&r, 403, "outside_workspace");
+	it_expect_error(&r, 403, "outside_workspace");
 	it_resp_free(&r);
 	assert_outside_untouched();
 	assert_host_content(beside, "beside", 6);
@@ -1450,7 +1397,7 @@ static void test_escape_by_symlink(void **state)
 
 	/* Links themselves may be moved and removed, as links. */
 	fs_post("move", k, json_pack("{s:s, s:s}", "from", "escf", "to", "escf2"), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	char lt[256] = {0};
 	p = host_in(k, "escf2");
@@ -1459,7 +1406,7 @@ static void test_escape_by_symlink(void **state)
 	free(p);
 	/* Recursive removal of a tree holding links that leave removes the links. */
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "inner", "recursive", 1), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	p = host_in(k, "inner");
 	assert_false(host_exists(p));
@@ -1467,7 +1414,7 @@ static void test_escape_by_symlink(void **state)
 	static const char *gone[] = {"esc", "escf2", "escd", "up"};
 	for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
 		fs_post("rm", k, json_pack("{s:s, s:b}", "path", gone[i], "recursive", 1), &r);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		it_resp_free(&r);
 		p = host_in(k, gone[i]);
 		assert_false(host_exists(p));
@@ -1495,18 +1442,18 @@ static void test_in_workspace_links(void **state)
 	assert_int_equal(symlink("../..", hp), 0);
 	free(hp);
 	fs_get("read", "ld/f.txt", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_int_equal(r.len, 6);
 	it_resp_free(&r);
 	fs_get("readdir", "ld", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	put_ok("ld/g.txt", k, "via link", 8);
 	hp = host_in(k, "d/g.txt");
 	assert_host_content(hp, "via link", 8);
 	free(hp);
 	fs_get("stat", "ld", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	assert_string_equal(jstr(j, "type"), "directory");
 	assert_true(json_is_true(json_object_get(j, "is_symlink")));
@@ -1515,7 +1462,7 @@ static void test_in_workspace_links(void **state)
 	/* Roots reached through a link are still roots. */
 	post_err("rm", k, json_pack("{s:s, s:b}", "path", "root/sessions", "recursive", 1), 403, "forbidden");
 	char seg[80];
-	segment_of(k, seg);
+	it_session_segment(k, seg, sizeof seg);
 	char *via = xasprintf("root/sessions/%s", seg);
 	post_err("rm", k, json_pack("{s:s, s:b}", "path", via, "recursive", 1), 403, "forbidden");
 	free(via);
@@ -1538,7 +1485,7 @@ static void test_fifo(void **state)
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		fs_get(routes[i], "pipe", k, NULL, &r);
 		clock_gettime(CLOCK_MONOTONIC, &b);
-		expect_error(&r, 403, "forbidden");
+		it_expect_error(&r, 403, "forbidden");
 		it_resp_free(&r);
 		assert_true(b.tv_sec - a.tv_sec < 3);
 	}
@@ -1548,7 +1495,7 @@ static void test_fifo(void **state)
 	free(lp);
 	get_err("read", "to-pipe", k, NULL, 403, "forbidden");
 	fs_get("stat", "pipe", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	assert_string_equal(jstr(j, "type"), "other");
 	json_decref(j);
@@ -1566,24 +1513,24 @@ static void test_session_isolation(void **state)
 {
 	(void)state;
 	struct it_resp r;
-	/* wire.md's example, to keep segment_of honest. */
+	/* wire.md's example, to keep it_session_segment honest. */
 	char seg[80];
-	segment_of("chat:42", seg);
+	it_session_segment("chat:42", seg, sizeof seg);
 	assert_string_equal(seg, "chat_42-29c5c2leqt");
 	fs_put("same.txt", "chat:42", "alpha", 5, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	assert_string_equal(jstr(j, "path"), "/workspace/sessions/chat_42-29c5c2leqt/same.txt");
 	json_decref(j);
 	it_resp_free(&r);
 	put_ok("same.txt", "chat:43", "beta", 4);
 	fs_get("read", "same.txt", "chat:42", NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_int_equal(r.len, 5);
 	assert_memory_equal(r.body, "alpha", 5);
 	it_resp_free(&r);
 	fs_get("read", "same.txt", "chat:43", NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_int_equal(r.len, 4);
 	assert_memory_equal(r.body, "beta", 4);
 	it_resp_free(&r);
@@ -1602,12 +1549,12 @@ static void test_session_isolation(void **state)
 	put_ok("who", ka, "A", 1);
 	put_ok("who", kb, "B", 1);
 	fs_get("read", "who", ka, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_memory_equal(r.body, "A", 1);
 	it_resp_free(&r);
 	/* No header: the session "default". */
 	fs_put("d.txt", NULL, "d", 1, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	char *want = wire_in("default", "d.txt");
 	assert_string_equal(jstr(j, "path"), want);
@@ -1631,8 +1578,8 @@ static void test_tenant_isolation(void **state)
 	struct it_resp r2;
 	call("GET", u1, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r);
 	call("GET", u2, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r2);
-	expect_error(&r, 404, "not_found");
-	expect_error(&r2, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
+	it_expect_error(&r2, 404, "not_found");
 	/* The same answer as a missing file, but for the path it names. */
 	json_t *j1 = body_json(&r), *j2 = body_json(&r2);
 	const char *m1 = json_string_value(json_object_get(json_object_get(j1, "error"), "message"));
@@ -1652,13 +1599,13 @@ static void test_tenant_isolation(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		char *u = xasprintf("/fs/%s?path=%s", routes[i], e);
 		call("GET", u, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r);
-		expect_error(&r, 404, "not_found");
+		it_expect_error(&r, 404, "not_found");
 		it_resp_free(&r);
 		free(u);
 	}
 	u1 = xasprintf("/fs/exists?path=%s", e);
 	call("GET", u1, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_non_null(strstr(r.body, "false"));
 	it_resp_free(&r);
 	free(u1);
@@ -1666,7 +1613,7 @@ static void test_tenant_isolation(void **state)
 	/* globex's listing of /workspace/sessions never shows acme's. */
 	call("GET", "/fs/readdir?path=/workspace/sessions", tok_globex, "t-globex-own", NULL, NULL, NULL, 0,
 	     &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_non_null(strstr(r.body, "t-globex-own-"));
 	assert_null(strstr(r.body, "t-tenant-"));
 	it_resp_free(&r);
@@ -1674,18 +1621,18 @@ static void test_tenant_isolation(void **state)
 	/* globex's write and rm of the same path touch only globex's workspace. */
 	u1 = xasprintf("/fs/write?path=%s", e);
 	call("PUT", u1, tok_globex, "t-globex-own", NULL, NULL, "globex", 6, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	free(u1);
 	char *mine = host_in(k, "secret.txt");
 	assert_host_content(mine, "acme only", 9);
 	char seg[80];
-	segment_of(k, seg);
+	it_session_segment(k, seg, sizeof seg);
 	char *theirs = xasprintf("%s/tenants/globex/workspace/sessions/%s/secret.txt", srv.dir, seg);
 	assert_host_content(theirs, "globex", 6);
 	char *body = xasprintf("{\"path\": \"%s\"}", abs);
 	call("POST", "/fs/rm", tok_globex, "t-globex-own", NULL, NULL, body, strlen(body), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	free(body);
 	assert_false(host_exists(theirs));
@@ -1706,24 +1653,24 @@ static void test_scopes(void **state)
 	put_ok("r.txt", k, "readable", 8);
 	/* fs:read reads and cannot change anything. */
 	call("GET", "/fs/read?path=r.txt", tok_ro, k, NULL, NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	call("PUT", "/fs/write?path=ro.txt", tok_ro, k, NULL, NULL, "x", 1, &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	call("PUT", "/fs/write?path=r.txt", tok_ro, k, NULL, NULL, "x", 1, &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	const char *mk = "{\"path\": \"ro-dir\"}", *rm = "{\"path\": \"r.txt\"}",
 		   *mv = "{\"from\": \"r.txt\", \"to\": \"moved.txt\"}";
 	call("POST", "/fs/mkdir", tok_ro, k, NULL, NULL, mk, strlen(mk), &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	call("POST", "/fs/rm", tok_ro, k, NULL, NULL, rm, strlen(rm), &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	call("POST", "/fs/move", tok_ro, k, NULL, NULL, mv, strlen(mv), &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	char *p = host_in(k, "ro.txt");
 	assert_false(host_exists(p));
@@ -1739,21 +1686,21 @@ static void test_scopes(void **state)
 	for (size_t i = 0; i < 5; i++) {
 		char *u = xasprintf("/fs/%s?path=r.txt", reads[i]);
 		call("GET", u, tok_wo, k, NULL, NULL, NULL, 0, &r);
-		expect_error(&r, 403, "insufficient_scope");
+		it_expect_error(&r, 403, "insufficient_scope");
 		it_resp_free(&r);
 		call("GET", u, tok_audit, k, NULL, NULL, NULL, 0, &r);
-		expect_error(&r, 403, "insufficient_scope");
+		it_expect_error(&r, 403, "insufficient_scope");
 		it_resp_free(&r);
 		call("GET", u, NULL, k, NULL, NULL, NULL, 0, &r);
-		expect_error(&r, 401, "unauthorized");
+		it_expect_error(&r, 401, "unauthorized");
 		it_resp_free(&r);
 		free(u);
 	}
 	call("PUT", "/fs/write?path=wo.txt", tok_audit, k, NULL, NULL, "x", 1, &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	call("PUT", "/fs/write?path=wo.txt", tok_wo, k, NULL, NULL, "x", 1, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 }
 
@@ -1804,21 +1751,21 @@ static void test_audit_target(void **state)
 	const char *k = "t-audit";
 	struct it_resp r;
 	call("PUT", "/fs/write?path=x/../aud.txt", tok_rw, k, "fs-audit-write", NULL, "audited", 7, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	call("GET", "/fs/read?path=./sub/../aud.txt", tok_rw, k, "fs-audit-read", NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	const char *mv = "{\"from\": \"aud.txt\", \"to\": \"/workspace/sessions/../aud2.txt\"}";
 	call("POST", "/fs/move", tok_rw, k, "fs-audit-move", NULL, mv, strlen(mv), &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	call("GET", "/fs/read?path=/workspace/../etc/passwd", tok_rw, k, "fs-audit-escape", NULL, NULL, 0,
 	     &r);
-	expect_error(&r, 403, "outside_workspace");
+	it_expect_error(&r, 403, "outside_workspace");
 	it_resp_free(&r);
 	call("PUT", "/fs/write?path=nope.txt", tok_ro, k, "fs-audit-scope", NULL, "x", 1, &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 
 	json_t *a = find_audit("fs-audit-write");
@@ -1883,7 +1830,7 @@ static void test_sessions_routes(void **state)
 	const char *listers[] = {tok_audit, tok_ro, tok_rw};
 	for (size_t i = 0; i < 3; i++) {
 		call("GET", "/sessions", listers[i], NULL, NULL, NULL, NULL, 0, &r);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		expect_header(&r, "Content-Type", "application/json");
 		json_t *j = body_json(&r);
 		assert_int_equal(json_object_size(j), 1);
@@ -1909,13 +1856,13 @@ static void test_sessions_routes(void **state)
 		it_resp_free(&r);
 	}
 	call("GET", "/sessions", tok_wo, NULL, NULL, NULL, NULL, 0, &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	call("GET", "/sessions?limit=0", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	call("GET", "/sessions?limit=1", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
 	assert_int_equal(json_array_size(json_object_get(j, "sessions")), 1);
 	json_decref(j);
@@ -1923,7 +1870,7 @@ static void test_sessions_routes(void **state)
 	/* Listing is not using: it creates no session (ops has none). */
 	for (int i = 0; i < 2; i++) {
 		call("GET", "/sessions", tok_ops, NULL, NULL, NULL, NULL, 0, &r);
-		expect_status(&r, 200);
+		it_expect_status(&r, 200);
 		j = body_json(&r);
 		assert_int_equal(json_array_size(json_object_get(j, "sessions")), 0);
 		json_decref(j);
@@ -1931,22 +1878,22 @@ static void test_sessions_routes(void **state)
 	}
 	/* Another tenant's list never shows acme's. */
 	call("GET", "/sessions", tok_globex, NULL, NULL, NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_null(strstr(r.body, "gw:del"));
 	it_resp_free(&r);
 
 	/* Deleting needs fs:write; globex cannot delete acme's. */
 	call("DELETE", "/session", tok_ro, k, NULL, NULL, NULL, 0, &r);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	call("DELETE", "/session", tok_globex, k, NULL, NULL, NULL, 0, &r);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	char *dirp = host_in(k, "");
 	assert_true(host_exists(dirp));
 
 	call("DELETE", "/session", tok_rw, k, "fs-session-delete", NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "key"), k);
 	assert_true(json_is_true(json_object_get(j, "removed")));
@@ -1956,14 +1903,14 @@ static void test_sessions_routes(void **state)
 	assert_false(host_exists(dirp));
 	assert_outside_untouched();
 	call("GET", "/sessions", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_null(strstr(r.body, "gw:del"));
 	it_resp_free(&r);
 	call("DELETE", "/session", tok_rw, k, NULL, NULL, NULL, 0, &r);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	call("DELETE", "/session", tok_rw, "never-used", NULL, NULL, NULL, 0, &r);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	json_t *a = find_audit("fs-session-delete");
 	assert_non_null(a);
@@ -1974,11 +1921,11 @@ static void test_sessions_routes(void **state)
 
 	/* Used again, the session comes back with a fresh directory. */
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "again"), &r);
-	expect_status(&r, 201);
+	it_expect_status(&r, 201);
 	it_resp_free(&r);
 	assert_true(host_exists(dirp));
 	fs_get("readdir", ".", k, NULL, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_int_equal(json_array_size(json_object_get(j, "entries")), 1);
 	json_decref(j);
@@ -1990,7 +1937,7 @@ static void test_sessions_routes(void **state)
 	assert_int_equal(symlink(outside, dirp), 0);
 	drain_events();
 	call("DELETE", "/session", tok_rw, k, NULL, NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	assert_false(host_exists(dirp));
 	assert_outside_untouched();
@@ -2001,7 +1948,7 @@ static void test_sessions_routes(void **state)
 	hp = host_in("default", "");
 	assert_true(host_exists(hp));
 	call("DELETE", "/session", tok_rw, NULL, NULL, NULL, NULL, 0, &r);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_string_equal(jstr(j, "key"), "default");
 	json_decref(j);
@@ -2034,7 +1981,7 @@ static void test_too_large_default(void **state)
 	char *big = xmalloc(n);
 	memset(big, 'z', n);
 	fs_put("big.txt", k, big, n, &r);
-	expect_error(&r, 413, "too_large");
+	it_expect_error(&r, 413, "too_large");
 	json_t *j = body_json(&r);
 	const char *hint = json_string_value(json_object_get(json_object_get(j, "error"), "retry_hint"));
 	assert_non_null(hint);
@@ -2058,7 +2005,7 @@ static void test_too_large_default(void **state)
 	get_err("read_buffer", "huge.bin", k, NULL, 413, "too_large");
 	/* A part of it within the limit may be read. */
 	fs_get("read_buffer", "huge.bin", k, "Range: bytes=100-199", &r);
-	expect_status(&r, 206);
+	it_expect_status(&r, 206);
 	assert_int_equal(r.len, 100);
 	it_resp_free(&r);
 	assert_true(it_alive(&srv));
@@ -2077,17 +2024,17 @@ static void test_too_large_small_limit(void **state)
 	struct it_resp r;
 	const char *h[] = {"X-Session-Key: small", NULL};
 	assert_int_equal(it_http(&s2, "PUT", "/fs/write?path=over.txt", t, h, big, n, &r), 0);
-	expect_error(&r, 413, "too_large");
+	it_expect_error(&r, 413, "too_large");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&s2, "PUT", "/fs/write?path=at.txt", t, h, big, n - 1, &r), 0);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	assert_int_equal(it_http(&s2, "GET", "/fs/read_buffer?path=at.txt", t, h, NULL, 0, &r), 0);
-	expect_status(&r, 200);
+	it_expect_status(&r, 200);
 	assert_int_equal(r.len, MIB);
 	it_resp_free(&r);
 	char seg[80];
-	segment_of("small", seg);
+	it_session_segment("small", seg, sizeof seg);
 	char *over = xasprintf("%s/tenants/acme/workspace/sessions/%s/over.txt", s2.dir, seg);
 	assert_false(host_exists(over));
 	free(over);
@@ -2097,7 +2044,7 @@ static void test_too_large_small_limit(void **state)
 	static const char *routes[] = {"/fs/read?path=file.txt", "/fs/read_buffer?path=file.txt"};
 	for (size_t i = 0; i < 2; i++) {
 		assert_int_equal(it_http(&s2, "GET", routes[i], t, h, NULL, 0, &r), 0);
-		expect_error(&r, 413, "too_large");
+		it_expect_error(&r, 413, "too_large");
 		it_resp_free(&r);
 	}
 	/* A JSON body over the limit is refused the same way. */
@@ -2106,7 +2053,7 @@ static void test_too_large_small_limit(void **state)
 	memset(jb + off, 'p', n);
 	memcpy(jb + off + n, "\"}", 3);
 	assert_int_equal(it_http(&s2, "POST", "/fs/mkdir", t, h, jb, strlen(jb), &r), 0);
-	expect_error(&r, 413, "too_large");
+	it_expect_error(&r, 413, "too_large");
 	it_resp_free(&r);
 	free(jb);
 	assert_true(it_alive(&s2));

@@ -40,7 +40,7 @@ static int setup(void **state)
 	tok_globex = it_token(&srv, "globex", NULL);
 	snprintf(rnd, sizeof rnd, "%ld%d", (long)time(NULL), (int)getpid());
 	char seg[64];
-	session_segment("default", seg, sizeof seg);
+	it_session_segment("default", seg, sizeof seg);
 	snprintf(acme_session_host, sizeof acme_session_host, "%s/tenants/acme/workspace/sessions/%s",
 		 srv.dir, seg);
 	return tok && tok_globex ? 0 : -1;

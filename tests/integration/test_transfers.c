@@ -51,15 +51,6 @@ static int teardown(void **state)
 
 /* ---- helpers ---- */
 
-static void expect_error(struct it_resp *r, long status, const char *code)
-{
-	if (r->status != status || strcmp(it_error_code(r), code) != 0)
-		fprintf(stderr, "expected %ld %s, got %ld: %.*s\n", status, code, r->status, (int)r->len,
-			r->body ? r->body : "");
-	assert_int_equal(r->status, status);
-	assert_string_equal(it_error_code(r), code);
-}
-
 static char *session_header(const char *session)
 {
 	return xasprintf("X-Session-Key: %s", session);
@@ -438,7 +429,7 @@ static void test_mint_shape_scope_and_hash_only(void **state)
 	const char *h[] = {"X-Session-Key: tr-mint", NULL};
 	const char *wbody = "{\"path\":\"w.txt\",\"direction\":\"write\"}";
 	assert_int_equal(it_http(&srv, "POST", "/fs/transfers", ro, h, wbody, strlen(wbody), &r), 0);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	const char *rbody = "{\"path\":\"m.txt\",\"direction\":\"read\"}";
 	assert_int_equal(it_http(&srv, "POST", "/fs/transfers", ro, h, rbody, strlen(rbody), &r), 0);
@@ -447,19 +438,19 @@ static void test_mint_shape_scope_and_hash_only(void **state)
 	free(ro);
 	char *ex = it_token(&srv, "acme", "exec");
 	assert_int_equal(it_http(&srv, "POST", "/fs/transfers", ex, h, rbody, strlen(rbody), &r), 0);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	free(ex);
 
 	/* bad direction, missing file, escape */
 	free(mint("tr-mint", "m.txt", "sideways", 0, &r));
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	free(mint("tr-mint", "nope.txt", "read", 0, &r));
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	free(mint("tr-mint", "../../../etc/passwd", "read", 0, &r));
-	expect_error(&r, 403, "outside_workspace");
+	it_expect_error(&r, 403, "outside_workspace");
 	it_resp_free(&r);
 	free(url);
 	free(tok);
@@ -599,7 +590,7 @@ static void test_big_chunked_upload_constant_memory(void **state)
 	assert_int_equal(
 	    it_http(&srv, "GET", "/fs/read_stream?path=/workspace/shortcut.bin", bearer, NULL, NULL, 0, &r),
 	    0);
-	expect_error(&r, 403, "insufficient_scope");
+	it_expect_error(&r, 403, "insufficient_scope");
 	it_resp_free(&r);
 	free(rb);
 	free(bearer);
@@ -670,18 +661,18 @@ static void test_expiry(void **state)
 	sleep(2);
 	char *url = stream_url(tok);
 	assert_int_equal(it_http(&srv, "GET", url, NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 410, "token_expired");
+	it_expect_error(&r, 410, "token_expired");
 	it_resp_free(&r);
 	/* still expired the second time, and recorded as such */
 	assert_int_equal(it_http(&srv, "GET", url, NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 410, "token_expired");
+	it_expect_error(&r, 410, "token_expired");
 	it_resp_free(&r);
 	char *st = row_col(tok, "state");
 	assert_string_equal(st, "expired");
 	free(st);
 	char *wurl = stream_url(wtok);
 	assert_int_equal(it_http(&srv, "PUT", wurl, NULL, NULL, "data", 4, &r), 0);
-	expect_error(&r, 410, "token_expired");
+	it_expect_error(&r, 410, "token_expired");
 	it_resp_free(&r);
 	free(wurl);
 	free(wtok);
@@ -746,11 +737,11 @@ static void test_wrong_direction_and_unknown(void **state)
 	char *rurl = stream_url(rtok), *wurl = stream_url(wtok);
 
 	assert_int_equal(it_http(&srv, "PUT", rurl, NULL, NULL, "x", 1, &r), 0);
-	expect_error(&r, 409, "conflict");
+	it_expect_error(&r, 409, "conflict");
 	assert_non_null(strstr(r.body, "downloads"));
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "GET", wurl, NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 409, "conflict");
+	it_expect_error(&r, 409, "conflict");
 	assert_non_null(strstr(r.body, "uploads"));
 	it_resp_free(&r);
 	/* neither was spent by the refusal */
@@ -766,16 +757,16 @@ static void test_wrong_direction_and_unknown(void **state)
 	it_resp_free(&r);
 	/* used tokens */
 	assert_int_equal(it_http(&srv, "PUT", wurl, NULL, NULL, "again", 5, &r), 0);
-	expect_error(&r, 410, "token_used");
+	it_expect_error(&r, 410, "token_used");
 	it_resp_free(&r);
 
 	/* unknown, malformed */
 	const char *unknown = "/fs/stream/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 	assert_int_equal(it_http(&srv, "GET", unknown, NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "PUT", unknown, NULL, NULL, "x", 1, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	/* a client waiting for 100 Continue is refused before it sends the body */
 	const char *ask = "PUT /fs/stream/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA HTTP/1.1\r\nHost: x\r\n"
@@ -786,10 +777,10 @@ static void test_wrong_direction_and_unknown(void **state)
 	assert_null(strstr(ans, "100 Continue"));
 	free(ans);
 	assert_int_equal(it_http(&srv, "GET", "/fs/stream/short", NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
 	assert_int_equal(it_http(&srv, "DELETE", rurl, NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 405, "method_not_allowed");
+	it_expect_error(&r, 405, "method_not_allowed");
 	it_resp_free(&r);
 	free(rurl);
 	free(wurl);
@@ -803,10 +794,10 @@ static void test_missing_parent(void **state)
 	struct it_resp r;
 	char *dir = put_file("tr-par", "keep.txt", "k");
 	free(mint("tr-par", "nodir/x.txt", "write", 0, &r));
-	expect_error(&r, 404, "parent_missing");
+	it_expect_error(&r, 404, "parent_missing");
 	it_resp_free(&r);
 	req("PUT", "/fs/write_stream?path=nodir/x.txt", "tr-par", "abc", 3, &r);
-	expect_error(&r, 404, "parent_missing");
+	it_expect_error(&r, 404, "parent_missing");
 	it_resp_free(&r);
 
 	/* minted while the parent existed, removed before the upload: 404,
@@ -823,7 +814,7 @@ static void test_missing_parent(void **state)
 	it_resp_free(&r);
 	char *url = stream_url(tok);
 	assert_int_equal(it_http(&srv, "PUT", url, NULL, NULL, "abc", 3, &r), 0);
-	expect_error(&r, 404, "parent_missing");
+	it_expect_error(&r, 404, "parent_missing");
 	it_resp_free(&r);
 	char *sub = xasprintf("%s/sub", dir);
 	struct stat st;
@@ -915,7 +906,7 @@ static void test_kill9_mid_upload(void **state)
 	/* and the token stays spent */
 	char *url = stream_url(tok);
 	assert_int_equal(it_http(&srv, "PUT", url, NULL, NULL, "x", 1, &r), 0);
-	expect_error(&r, 410, "token_used");
+	it_expect_error(&r, 410, "token_used");
 	it_resp_free(&r);
 	free(url);
 	free(after);
@@ -935,7 +926,7 @@ static void test_over_upload_limit_and_head(void **state)
 	char *big = xcalloc(1, 2000000);
 	assert_int_equal(
 	    it_http(&s2, "PUT", "/fs/write_stream?path=/workspace/big", bearer, NULL, big, 2000000, &r), 0);
-	expect_error(&r, 413, "too_large");
+	it_expect_error(&r, 413, "too_large");
 	it_resp_free(&r);
 	/* chunked over the limit: refused once it passes, nothing is left behind */
 	struct io io = {.md = EVP_MD_CTX_new(), .total = 3000000, .seed = 1};
@@ -1021,14 +1012,14 @@ static void test_tenant_transfer_limit_429(void **state)
 			it_resp_free(&r);
 		usleep(20000);
 	}
-	expect_error(&r, 429, "too_many_requests");
+	it_expect_error(&r, 429, "too_many_requests");
 	char *ra = it_header(&r, "Retry-After");
 	assert_non_null(ra);
 	assert_true(atoi(ra) >= 1);
 	free(ra);
 	it_resp_free(&r);
 	assert_int_equal(it_http(&s2, "GET", url, NULL, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 429, "too_many_requests");
+	it_expect_error(&r, 429, "too_many_requests");
 	it_resp_free(&r);
 	/* another tenant is not affected */
 	assert_int_equal(
