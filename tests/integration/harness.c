@@ -47,6 +47,18 @@ static int free_port(void)
 	return ntohs(a.sin_port);
 }
 
+/* What is left to read on f, up to cap bytes (caller frees). */
+static char *read_all(FILE *f, size_t cap, size_t *len)
+{
+	struct buf b;
+	buf_init(&b, cap);
+	char tmp[65536];
+	size_t n;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		buf_append(&b, tmp, n);
+	return buf_steal(&b, len);
+}
+
 char *it_cli(struct it_server *s, int *status, const char *args)
 {
 	char *cmd = xasprintf("'%s' %s --data-dir '%s' 2>>'%s'", it_bin(), args, s->dir, s->log);
@@ -54,16 +66,11 @@ char *it_cli(struct it_server *s, int *status, const char *args)
 	free(cmd);
 	if (!p)
 		return NULL;
-	struct buf b;
-	buf_init(&b, 1u << 24);
-	char tmp[4096];
-	size_t n;
-	while ((n = fread(tmp, 1, sizeof tmp, p)) > 0)
-		buf_append(&b, tmp, n);
+	char *out = read_all(p, 1u << 24, NULL);
 	int st = pclose(p);
 	if (status)
 		*status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	return buf_steal(&b, NULL);
+	return out;
 }
 
 char *it_token(struct it_server *s, const char *tenant, const char *scope)
@@ -426,14 +433,9 @@ char *it_read_file(const char *path, size_t *len)
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return NULL;
-	struct buf b;
-	buf_init(&b, 1u << 30);
-	char tmp[65536];
-	size_t n;
-	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-		buf_append(&b, tmp, n);
+	char *out = read_all(f, 1u << 30, len);
 	fclose(f);
-	return buf_steal(&b, len);
+	return out;
 }
 
 void it_show(const struct it_resp *r)
@@ -487,4 +489,23 @@ void it_session_segment(const char *key, char *out, size_t outsz)
 	while (nb > 0 && o + 1 < outsz)
 		out[o++] = b36[--nb];
 	out[o] = '\0';
+}
+
+int it_mint_all(struct it_server *s, const struct it_tok *t, size_t n)
+{
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		*t[i].out = it_token(s, t[i].tenant, t[i].scope);
+		if (!*t[i].out)
+			rc = -1;
+	}
+	return rc;
+}
+
+void it_free_all(const struct it_tok *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(*t[i].out);
+		*t[i].out = NULL;
+	}
 }

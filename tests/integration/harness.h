@@ -31,6 +31,22 @@ const char *it_bin(void);
 int it_start(struct it_server *s, const char *const *extra);
 /* Like it_start but on an existing data directory (restart). */
 int it_restart(struct it_server *s, const char *const *extra);
+/* Defines setup() and teardown(), the group fixture of a suite whose
+ * tests share one server s with default settings: started before the
+ * first test, removed after the last. */
+#define IT_DEFAULT_SERVER_FIXTURE(s)                                                                         \
+	static int setup(void **state)                                                                       \
+	{                                                                                                    \
+		(void)state;                                                                                 \
+		return it_start(&(s), NULL);                                                                 \
+	}                                                                                                    \
+	static int teardown(void **state)                                                                    \
+	{                                                                                                    \
+		(void)state;                                                                                 \
+		it_cleanup(&(s));                                                                            \
+		return 0;                                                                                    \
+	}
+
 /* Send sig and wait; returns the exit status (or 128+signal). */
 int it_stop(struct it_server *s, int sig);
 /* Remove the data directory. */
@@ -40,6 +56,17 @@ void it_cleanup(struct it_server *s);
 char *it_cli(struct it_server *s, int *status, const char *args);
 /* Mint a token: scope NULL means no scope claim. Caller frees. */
 char *it_token(struct it_server *s, const char *tenant, const char *scope);
+
+/* A suite's tokens as a table: where each goes, its tenant and its scope
+ * (NULL: the default scopes). it_mint_all fills every *out and returns 0
+ * when all were minted, -1 otherwise; it_free_all frees them. */
+struct it_tok {
+	char **out;
+	const char *tenant, *scope;
+};
+int it_mint_all(struct it_server *s, const struct it_tok *t, size_t n);
+void it_free_all(const struct it_tok *t, size_t n);
+#define IT_NTOKS(t) (sizeof(t) / sizeof((t)[0]))
 
 /* One request. token may be NULL; headers: NULL-terminated "Name: value"
  * list or NULL; body may be NULL. Returns 0 or -1 (transport error).

@@ -37,6 +37,11 @@ static char *tok_wo;	    /* acme, fs:write */
 static char *tok_audit;	    /* acme, audit:read */
 static char *tok_globex;    /* globex, default scopes */
 static char *tok_ops;	    /* ops, audit:read */
+static const struct it_tok fs_toks[] = {
+    {&tok_rw, "acme", NULL},	   {&tok_ro, "acme", "fs:read"},
+    {&tok_wo, "acme", "fs:write"}, {&tok_audit, "acme", "audit:read"},
+    {&tok_globex, "globex", NULL}, {&tok_ops, "ops", "audit:read"},
+};
 static char ws[512];	    /* acme's workspace on the host */
 static char outside[128];   /* a host directory no route may reach */
 static char *out_snap;	    /* its baseline snapshot */
@@ -338,13 +343,7 @@ static inline int fs_setup(void **state)
 	(void)state;
 	if (it_start(&srv, NULL) < 0)
 		return -1;
-	tok_rw = it_token(&srv, "acme", NULL);
-	tok_ro = it_token(&srv, "acme", "fs:read");
-	tok_wo = it_token(&srv, "acme", "fs:write");
-	tok_audit = it_token(&srv, "acme", "audit:read");
-	tok_globex = it_token(&srv, "globex", NULL);
-	tok_ops = it_token(&srv, "ops", "audit:read");
-	if (!tok_rw || !tok_ro || !tok_wo || !tok_audit || !tok_globex || !tok_ops)
+	if (it_mint_all(&srv, fs_toks, IT_NTOKS(fs_toks)) < 0)
 		return -1;
 	snprintf(ws, sizeof ws, "%s/tenants/acme/workspace", srv.dir);
 
@@ -394,11 +393,6 @@ static inline int fs_teardown(void **state)
 	if (*outside)
 		rm_rf(outside);
 	free(out_snap);
-	free(tok_rw);
-	free(tok_ro);
-	free(tok_wo);
-	free(tok_audit);
-	free(tok_globex);
-	free(tok_ops);
+	it_free_all(fs_toks, IT_NTOKS(fs_toks));
 	return bad ? -1 : 0;
 }

@@ -29,6 +29,7 @@
 
 static struct it_server srv;
 static char *tok, *tok_globex;
+static const struct it_tok toks[] = {{&tok, "acme", NULL}, {&tok_globex, "globex", NULL}};
 static long uid_base;
 static char acme_ws[512]; /* acme's workspace on the host */
 
@@ -41,18 +42,17 @@ static int setup(void **state)
 				     "--set", "tmp-size-bytes=1073741824", NULL};
 	if (it_start(&srv, extra) < 0)
 		return -1;
-	tok = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
+	if (it_mint_all(&srv, toks, IT_NTOKS(toks)) < 0)
+		return -1;
 	snprintf(acme_ws, sizeof acme_ws, "%s/tenants/acme/workspace", srv.dir);
-	return tok && tok_globex ? 0 : -1;
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
 	int rc = it_finish(&srv);
-	free(tok);
-	free(tok_globex);
+	it_free_all(toks, IT_NTOKS(toks));
 	return rc;
 }
 

@@ -24,6 +24,14 @@
 static struct it_server srv;
 static struct sse *idle_feed; /* a feed that sees nothing, for the keepalive test */
 static char *tok_acme, *tok_globex, *tok_admin, *tok_fsread, *tok_audit, *tok_ops_audit;
+static const struct it_tok toks[] = {
+    {&tok_acme, "acme", NULL},
+    {&tok_globex, "globex", NULL},
+    {&tok_admin, "ops", "admin audit:read"},
+    {&tok_fsread, "acme", "fs:read"},
+    {&tok_audit, "acme", "audit:read"},
+    {&tok_ops_audit, "ops", "audit:read"},
+};
 
 /* ---- an SSE client ---- */
 
@@ -517,13 +525,7 @@ static int start_server(void)
 	const char *const extra[] = { "--set", "heartbeat-ms=500", NULL };
 	if (it_start(&srv, extra) < 0)
 		return -1;
-	tok_acme = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
-	tok_admin = it_token(&srv, "ops", "admin audit:read");
-	tok_fsread = it_token(&srv, "acme", "fs:read");
-	tok_audit = it_token(&srv, "acme", "audit:read");
-	tok_ops_audit = it_token(&srv, "ops", "audit:read");
-	return tok_acme && tok_globex && tok_admin && tok_fsread && tok_audit && tok_ops_audit ? 0 : -1;
+	return it_mint_all(&srv, toks, IT_NTOKS(toks));
 }
 
 static int setup(void **state)
@@ -572,12 +574,7 @@ static int teardown(void **state)
 		idle_feed = NULL;
 	}
 	int rc = it_finish(&srv);
-	free(tok_acme);
-	free(tok_globex);
-	free(tok_admin);
-	free(tok_fsread);
-	free(tok_audit);
-	free(tok_ops_audit);
+	it_free_all(toks, IT_NTOKS(toks));
 	return rc;
 }
 

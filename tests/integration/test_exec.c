@@ -32,6 +32,14 @@ static char *tok_read;	 /* acme fs:read */
 static char *tok_audit;	 /* acme audit:read */
 static char *tok_write;	 /* acme fs:write */
 static char *tok_exec;	 /* acme exec only */
+static const struct it_tok toks[] = {
+    {&tok, "acme", NULL},
+    {&tok_globex, "globex", NULL},
+    {&tok_read, "acme", "fs:read"},
+    {&tok_audit, "acme", "audit:read"},
+    {&tok_write, "acme", "fs:write"},
+    {&tok_exec, "acme", "exec"},
+};
 
 static int setup(void **state)
 {
@@ -43,13 +51,7 @@ static int setup(void **state)
 	const char *const extra[] = {"--set", it_uid_base_arg(NULL), NULL};
 	if (it_start(&srv, extra) < 0)
 		return -1;
-	tok = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
-	tok_read = it_token(&srv, "acme", "fs:read");
-	tok_audit = it_token(&srv, "acme", "audit:read");
-	tok_write = it_token(&srv, "acme", "fs:write");
-	tok_exec = it_token(&srv, "acme", "exec");
-	return tok && tok_globex && tok_read && tok_audit && tok_write && tok_exec ? 0 : -1;
+	return it_mint_all(&srv, toks, IT_NTOKS(toks));
 }
 
 static int teardown(void **state)
@@ -60,12 +62,7 @@ static int teardown(void **state)
 	for (size_t i = 0; i < 3; i++)
 		if (spare[i]->pid > 0)
 			it_cleanup(spare[i]);
-	free(tok);
-	free(tok_globex);
-	free(tok_read);
-	free(tok_audit);
-	free(tok_write);
-	free(tok_exec);
+	it_free_all(toks, IT_NTOKS(toks));
 	return rc;
 }
 

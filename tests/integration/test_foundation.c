@@ -16,18 +16,7 @@
 
 static struct it_server srv;
 
-static int setup(void **state)
-{
-	(void)state;
-	return it_start(&srv, NULL);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	it_cleanup(&srv);
-	return 0;
-}
+IT_DEFAULT_SERVER_FIXTURE(srv)
 
 static void test_health_public(void **state)
 {

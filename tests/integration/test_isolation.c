@@ -23,6 +23,7 @@
 
 static struct it_server srv;
 static char *tok, *tok_globex;
+static const struct it_tok toks[] = {{&tok, "acme", NULL}, {&tok_globex, "globex", NULL}};
 static uid_t acme_uid, globex_uid;
 static long uid_base;
 static char acme_session_host[512]; /* the default session directory of acme on the host */
@@ -36,22 +37,21 @@ static int setup(void **state)
 	const char *const extra[] = {"--set", cap, "--set", it_uid_base_arg(&uid_base), NULL};
 	if (it_start(&srv, extra) < 0)
 		return -1;
-	tok = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
+	if (it_mint_all(&srv, toks, IT_NTOKS(toks)) < 0)
+		return -1;
 	snprintf(rnd, sizeof rnd, "%ld%d", (long)time(NULL), (int)getpid());
 	char seg[64];
 	it_session_segment("default", seg, sizeof seg);
 	snprintf(acme_session_host, sizeof acme_session_host, "%s/tenants/acme/workspace/sessions/%s",
 		 srv.dir, seg);
-	return tok && tok_globex ? 0 : -1;
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
 	int rc = it_finish(&srv);
-	free(tok);
-	free(tok_globex);
+	it_free_all(toks, IT_NTOKS(toks));
 	return rc;
 }
 

@@ -17,18 +17,7 @@
 static struct it_server srv;
 static void acme_rows(void);
 
-static int setup(void **state)
-{
-	(void)state;
-	return it_start(&srv, NULL);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	it_cleanup(&srv);
-	return 0;
-}
+IT_DEFAULT_SERVER_FIXTURE(srv)
 
 static void get_ok(struct it_server *s, const char *path, const char *token, struct it_resp *r)
 {
