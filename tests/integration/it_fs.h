@@ -234,6 +234,30 @@ static inline void assert_host_content(const char *p, const char *want, size_t n
 	free(s);
 }
 
+/* The same, on rel inside session key of acme. */
+static inline void assert_session_content(const char *key, const char *rel, const char *want, size_t n)
+{
+	char *p = host_in(key, rel);
+	assert_host_content(p, want, n);
+	free(p);
+}
+
+static inline bool session_exists(const char *key, const char *rel)
+{
+	char *p = host_in(key, rel);
+	bool yes = host_exists(p);
+	free(p);
+	return yes;
+}
+
+/* Plant a symlink rel -> target inside session key, as a command could. */
+static inline void session_symlink(const char *key, const char *target, const char *rel)
+{
+	char *p = host_in(key, rel);
+	assert_int_equal(symlink(target, p), 0);
+	free(p);
+}
+
 static inline int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
 	(void)st;

@@ -315,10 +315,8 @@ static void test_sessions_routes(void **state)
 	const char *k = "gw:del \"me\" \\ {}";
 	put_ok("a/b/c.txt", k, "bye", 3);
 	/* Links that leave, inside the session, are removed as links. */
-	char *hp = host_in(k, "a/esc");
-	assert_int_equal(symlink(outside, hp), 0);
-	free(hp);
-	hp = host_in(k, "escf");
+	session_symlink(k, outside, "a/esc");
+	char *hp = host_in(k, "escf");
 	char *secret = xasprintf("%s/secret", outside);
 	assert_int_equal(symlink(secret, hp), 0);
 	free(secret);
@@ -455,9 +453,7 @@ static void test_sessions_routes(void **state)
 	assert_false(host_exists(hp));
 	free(hp);
 	/* The workspace and other sessions are left alone. */
-	hp = host_in("chat:42", "same.txt");
-	assert_host_content(hp, "alpha", 5);
-	free(hp);
+	assert_session_content("chat:42", "same.txt", "alpha", 5);
 }
 
 int main(void)

@@ -32,9 +32,7 @@ static void test_type_errors(void **state)
 	it_resp_free(&r);
 	post_err("rm", k, json_pack("{s:s}", "path", "file/x"), 409, "not_a_directory");
 	get_err("read", "nothing", k, NULL, 404, "not_found");
-	char *hp = host_in(k, "file");
-	assert_host_content(hp, "x", 1);
-	free(hp);
+	assert_session_content(k, "file", "x", 1);
 }
 
 static void test_bad_request(void **state)
@@ -57,13 +55,9 @@ static void test_bad_request(void **state)
 		it_expect_error(&r, 400, "bad_request");
 		it_resp_free(&r);
 	}
-	char *hp = host_in(k, "evil.txt");
-	assert_host_content(hp, "e", 1);
-	free(hp);
+	assert_session_content(k, "evil.txt", "e", 1);
 	post_err("mkdir", k, json_pack("{s:s%}", "path", "nul\0dir", (size_t)7), 400, "bad_request");
-	hp = host_in(k, "nul");
-	assert_false(host_exists(hp));
-	free(hp);
+	assert_false(session_exists(k, "nul"));
 
 	/* Too long: the whole path, one component. */
 	char *longp = xmalloc(4098);
@@ -144,9 +138,7 @@ static void test_too_large_default(void **state)
 	assert_non_null(strstr(hint, "stream"));
 	json_decref(j);
 	it_resp_free(&r);
-	char *hp = host_in(k, "big.txt");
-	assert_false(host_exists(hp));
-	free(hp);
+	assert_false(session_exists(k, "big.txt"));
 	/* Exactly the limit is fine. */
 	put_ok("limit.txt", k, big, n - 1);
 	free(big);
@@ -154,7 +146,7 @@ static void test_too_large_default(void **state)
 	assert_int_equal(count_temps(sd), 0);
 	free(sd);
 
-	hp = host_in(k, "huge.bin");
+	char *hp = host_in(k, "huge.bin");
 	make_sparse(hp, (off_t)(16 * MIB + 1));
 	free(hp);
 	get_err("read", "huge.bin", k, NULL, 413, "too_large");

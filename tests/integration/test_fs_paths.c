@@ -114,9 +114,7 @@ static void test_escape_by_symlink(void **state)
 	    {"inner/rel", "../../../../../../../../../../../../../../../../../../../../.."},
 	};
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
-		char *hp = host_in(k, links[i].name);
-		assert_int_equal(symlink(links[i].target, hp), 0);
-		free(hp);
+		session_symlink(k, links[i].target, links[i].name);
 	}
 	/* A file just outside the workspace, reachable by "up". */
 	char *beside = xasprintf("%s/tenants/acme/beside.txt", srv.dir);
@@ -274,13 +272,9 @@ static void test_in_workspace_links(void **state)
 	const char *k = "t-inlinks";
 	struct it_resp r;
 	put_ok("d/f.txt", k, "inside", 6);
-	char *hp = host_in(k, "ld");
-	assert_int_equal(symlink("d", hp), 0);
-	free(hp);
+	session_symlink(k, "d", "ld");
 	/* A link to the workspace root, from inside a session: still inside. */
-	hp = host_in(k, "root");
-	assert_int_equal(symlink("../..", hp), 0);
-	free(hp);
+	session_symlink(k, "../..", "root");
 	fs_get("read", "ld/f.txt", k, NULL, &r);
 	it_expect_status(&r, 200);
 	assert_int_equal(r.len, 6);
@@ -289,9 +283,7 @@ static void test_in_workspace_links(void **state)
 	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	put_ok("ld/g.txt", k, "via link", 8);
-	hp = host_in(k, "d/g.txt");
-	assert_host_content(hp, "via link", 8);
-	free(hp);
+	assert_session_content(k, "d/g.txt", "via link", 8);
 	fs_get("stat", "ld", k, NULL, &r);
 	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
@@ -306,9 +298,7 @@ static void test_in_workspace_links(void **state)
 	char *via = xasprintf("root/sessions/%s", seg);
 	post_err("rm", k, json_pack("{s:s, s:b}", "path", via, "recursive", 1), 403, "forbidden");
 	free(via);
-	hp = host_in(k, "d/f.txt");
-	assert_true(host_exists(hp));
-	free(hp);
+	assert_true(session_exists(k, "d/f.txt"));
 }
 
 static void test_fifo(void **state)

@@ -25,9 +25,7 @@ static void test_write_read(void **state)
 	free(want);
 	json_decref(j);
 	it_resp_free(&r);
-	char *hp = host_in(k, "notes.txt");
-	assert_host_content(hp, "hello\n", 6);
-	free(hp);
+	assert_session_content(k, "notes.txt", "hello\n", 6);
 
 	fs_get("read", "notes.txt", k, NULL, &r);
 	it_expect_status(&r, 200);
@@ -45,9 +43,7 @@ static void test_write_read(void **state)
 	free(want);
 	json_decref(j);
 	it_resp_free(&r);
-	hp = host_in(k, "a/c.txt");
-	assert_host_content(hp, "abc", 3);
-	free(hp);
+	assert_session_content(k, "a/c.txt", "abc", 3);
 
 	/* An absolute path lands at the workspace root. */
 	fs_put("/workspace/abs-write.txt", k, "root", 4, &r);
@@ -56,7 +52,7 @@ static void test_write_read(void **state)
 	assert_string_equal(jstr(j, "path"), "/workspace/abs-write.txt");
 	json_decref(j);
 	it_resp_free(&r);
-	hp = xasprintf("%s/abs-write.txt", ws);
+	char *hp = xasprintf("%s/abs-write.txt", ws);
 	assert_host_content(hp, "root", 4);
 	free(hp);
 
@@ -119,9 +115,7 @@ static void test_binary_and_ranges(void **state)
 	for (int i = 0; i < 256; i++)
 		bin[i] = (char)i;
 	put_ok("bin.dat", k, bin, sizeof bin);
-	char *hp = host_in(k, "bin.dat");
-	assert_host_content(hp, bin, sizeof bin);
-	free(hp);
+	assert_session_content(k, "bin.dat", bin, sizeof bin);
 
 	fs_get("read_buffer", "bin.dat", k, NULL, &r);
 	it_expect_status(&r, 200);
@@ -237,9 +231,7 @@ static void test_stat(void **state)
 	it_resp_free(&r);
 
 	/* A link inside the workspace is followed: the target's fields. */
-	hp = host_in(k, "lnk");
-	assert_int_equal(symlink("s.txt", hp), 0);
-	free(hp);
+	session_symlink(k, "s.txt", "lnk");
 	fs_get("stat", "lnk", k, NULL, &r);
 	it_expect_status(&r, 200);
 	j = body_json(&r);
@@ -254,9 +246,7 @@ static void test_stat(void **state)
 	it_resp_free(&r);
 
 	/* A dangling one is described as itself, nothing invented. */
-	hp = host_in(k, "dangle");
-	assert_int_equal(symlink("nothere", hp), 0);
-	free(hp);
+	session_symlink(k, "nothere", "dangle");
 	fs_get("stat", "dangle", k, NULL, &r);
 	it_expect_status(&r, 200);
 	j = body_json(&r);
@@ -293,11 +283,9 @@ static void test_readdir(void **state)
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "d"), &r);
 	it_expect_status(&r, 201);
 	it_resp_free(&r);
-	char *hp = host_in(k, "ln");
-	assert_int_equal(symlink("a", hp), 0);
-	free(hp);
+	session_symlink(k, "a", "ln");
 	/* A name that is not UTF-8, made by a command. */
-	hp = host_in(k, "\xff.bin");
+	char *hp = host_in(k, "\xff.bin");
 	host_put(hp, "x");
 	free(hp);
 
@@ -361,9 +349,7 @@ static void test_exists(void **state)
 	const char *k = "t-exists";
 	struct it_resp r;
 	put_ok("here.txt", k, "x", 1);
-	char *hp = host_in(k, "dangle");
-	assert_int_equal(symlink("nothere", hp), 0);
-	free(hp);
+	session_symlink(k, "nothere", "dangle");
 	static const struct {
 		const char *path;
 		bool want;

@@ -73,9 +73,7 @@ static void test_mkdir(void **state)
 
 	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "d1", "recursive", 0), 409, "exists");
 	post_err("mkdir", k, json_pack("{s:s}", "path", "x/y"), 404, "parent_missing");
-	hp = host_in(k, "x");
-	assert_false(host_exists(hp));
-	free(hp);
+	assert_false(session_exists(k, "x"));
 
 	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "x/y/z", "recursive", 1), &r);
 	it_expect_status(&r, 201);
@@ -104,9 +102,7 @@ static void test_mkdir(void **state)
 	post_err("mkdir", k, json_pack("{s:s, s:s}", "path", "q", "recursive", "yes"), 400, "bad_request");
 	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "q", "recursve", 1), 400, "bad_request");
 	post_err("mkdir", k, json_pack("{s:i}", "path", 5), 400, "bad_request");
-	hp = host_in(k, "q");
-	assert_false(host_exists(hp));
-	free(hp);
+	assert_false(session_exists(k, "q"));
 }
 
 static void test_rm(void **state)
@@ -124,9 +120,7 @@ static void test_rm(void **state)
 	free(want);
 	json_decref(j);
 	it_resp_free(&r);
-	char *hp = host_in(k, "f.txt");
-	assert_false(host_exists(hp));
-	free(hp);
+	assert_false(session_exists(k, "f.txt"));
 
 	fs_post("mkdir", k, json_pack("{s:s}", "path", "empty"), &r);
 	it_expect_status(&r, 201);
@@ -134,25 +128,19 @@ static void test_rm(void **state)
 	fs_post("rm", k, json_pack("{s:s}", "path", "empty"), &r);
 	it_expect_status(&r, 200);
 	it_resp_free(&r);
-	hp = host_in(k, "empty");
-	assert_false(host_exists(hp));
-	free(hp);
+	assert_false(session_exists(k, "empty"));
 
 	put_ok("full/a/b.txt", k, "x", 1);
 	put_ok("full/c.txt", k, "x", 1);
 	post_err("rm", k, json_pack("{s:s}", "path", "full"), 409, "not_empty");
-	hp = host_in(k, "full/a/b.txt");
-	assert_true(host_exists(hp));
-	free(hp);
+	assert_true(session_exists(k, "full/a/b.txt"));
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "full", "recursive", 1), &r);
 	it_expect_status(&r, 200);
 	j = body_json(&r);
 	assert_true(json_is_true(json_object_get(j, "removed")));
 	json_decref(j);
 	it_resp_free(&r);
-	hp = host_in(k, "full");
-	assert_false(host_exists(hp));
-	free(hp);
+	assert_false(session_exists(k, "full"));
 
 	post_err("rm", k, json_pack("{s:s}", "path", "gone"), 404, "not_found");
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "gone", "force", 1), &r);
@@ -170,16 +158,14 @@ static void test_rm(void **state)
 
 	/* A link is removed as a link; what it points at stays. */
 	put_ok("keep/inner.txt", k, "keep", 4);
-	hp = host_in(k, "to-keep");
+	char *hp = host_in(k, "to-keep");
 	assert_int_equal(symlink("keep", hp), 0);
 	fs_post("rm", k, json_pack("{s:s, s:b}", "path", "to-keep", "recursive", 1), &r);
 	it_expect_status(&r, 200);
 	it_resp_free(&r);
 	assert_false(host_exists(hp));
 	free(hp);
-	hp = host_in(k, "keep/inner.txt");
-	assert_host_content(hp, "keep", 4);
-	free(hp);
+	assert_session_content(k, "keep/inner.txt", "keep", 4);
 
 	/* Roots are refused however they are named. */
 	char seg[80];
@@ -200,12 +186,8 @@ static void test_rm(void **state)
 		it_expect_error(&r, 403, "forbidden");
 		it_resp_free(&r);
 	}
-	hp = host_in(k, "keep/inner.txt");
-	assert_true(host_exists(hp));
-	free(hp);
-	hp = host_in("t-rm-other", "");
-	assert_true(host_exists(hp));
-	free(hp);
+	assert_true(session_exists(k, "keep/inner.txt"));
+	assert_true(session_exists("t-rm-other", ""));
 	free(own_abs);
 	free(other_abs);
 }
