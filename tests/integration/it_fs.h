@@ -162,6 +162,16 @@ static inline void post_err(const char *route, const char *session, json_t *body
 	it_resp_free(&r);
 }
 
+/* A request without a body that must fail with a wire error. */
+static inline void call_err(const char *method, const char *url, const char *token, const char *session,
+			    long status, const char *code)
+{
+	struct it_resp r;
+	call(method, url, token, session, NULL, NULL, NULL, 0, &r);
+	it_expect_error(&r, status, code);
+	it_resp_free(&r);
+}
+
 static inline void expect_header(const struct it_resp *r, const char *name, const char *want)
 {
 	char *v = it_header(r, name);

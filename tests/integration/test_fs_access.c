@@ -97,9 +97,7 @@ static void test_tenant_isolation(void **state)
 	static const char *routes[] = {"read_buffer", "stat", "readdir"};
 	for (size_t i = 0; i < 3; i++) {
 		char *u = xasprintf("/fs/%s?path=%s", routes[i], e);
-		call("GET", u, tok_globex, "t-globex-own", NULL, NULL, NULL, 0, &r);
-		it_expect_error(&r, 404, "not_found");
-		it_resp_free(&r);
+		call_err("GET", u, tok_globex, "t-globex-own", 404, "not_found");
 		free(u);
 	}
 	u1 = xasprintf("/fs/exists?path=%s", e);
@@ -184,15 +182,9 @@ static void test_scopes(void **state)
 	static const char *reads[] = {"read", "read_buffer", "stat", "readdir", "exists"};
 	for (size_t i = 0; i < 5; i++) {
 		char *u = xasprintf("/fs/%s?path=r.txt", reads[i]);
-		call("GET", u, tok_wo, k, NULL, NULL, NULL, 0, &r);
-		it_expect_error(&r, 403, "insufficient_scope");
-		it_resp_free(&r);
-		call("GET", u, tok_audit, k, NULL, NULL, NULL, 0, &r);
-		it_expect_error(&r, 403, "insufficient_scope");
-		it_resp_free(&r);
-		call("GET", u, NULL, k, NULL, NULL, NULL, 0, &r);
-		it_expect_error(&r, 401, "unauthorized");
-		it_resp_free(&r);
+		call_err("GET", u, tok_wo, k, 403, "insufficient_scope");
+		call_err("GET", u, tok_audit, k, 403, "insufficient_scope");
+		call_err("GET", u, NULL, k, 401, "unauthorized");
 		free(u);
 	}
 	call("PUT", "/fs/write?path=wo.txt", tok_audit, k, NULL, NULL, "x", 1, &r);
@@ -352,12 +344,8 @@ static void test_sessions_routes(void **state)
 		json_decref(j);
 		it_resp_free(&r);
 	}
-	call("GET", "/sessions", tok_wo, NULL, NULL, NULL, NULL, 0, &r);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
-	call("GET", "/sessions?limit=0", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
-	it_expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	call_err("GET", "/sessions", tok_wo, NULL, 403, "insufficient_scope");
+	call_err("GET", "/sessions?limit=0", tok_audit, NULL, 400, "bad_request");
 	call("GET", "/sessions?limit=1", tok_audit, NULL, NULL, NULL, NULL, 0, &r);
 	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
@@ -380,12 +368,8 @@ static void test_sessions_routes(void **state)
 	it_resp_free(&r);
 
 	/* Deleting needs fs:write; globex cannot delete acme's. */
-	call("DELETE", "/session", tok_ro, k, NULL, NULL, NULL, 0, &r);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
-	call("DELETE", "/session", tok_globex, k, NULL, NULL, NULL, 0, &r);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	call_err("DELETE", "/session", tok_ro, k, 403, "insufficient_scope");
+	call_err("DELETE", "/session", tok_globex, k, 404, "not_found");
 	char *dirp = host_in(k, "");
 	assert_true(host_exists(dirp));
 
@@ -403,12 +387,8 @@ static void test_sessions_routes(void **state)
 	it_expect_status(&r, 200);
 	assert_null(strstr(r.body, "gw:del"));
 	it_resp_free(&r);
-	call("DELETE", "/session", tok_rw, k, NULL, NULL, NULL, 0, &r);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	call("DELETE", "/session", tok_rw, "never-used", NULL, NULL, NULL, 0, &r);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	call_err("DELETE", "/session", tok_rw, k, 404, "not_found");
+	call_err("DELETE", "/session", tok_rw, "never-used", 404, "not_found");
 	json_t *a = find_audit("fs-session-delete");
 	assert_non_null(a);
 	char *dw = wire_in(k, "");

@@ -85,9 +85,7 @@ static void test_bad_request(void **state)
 	static const char *missing[] = {"/fs/read",   "/fs/read_buffer", "/fs/stat",	  "/fs/readdir",
 					"/fs/exists", "/fs/read?path=",	 "/fs/stat?path", "/fs/read?file=a"};
 	for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
-		call("GET", missing[i], tok_rw, k, NULL, NULL, NULL, 0, &r);
-		it_expect_error(&r, 400, "bad_request");
-		it_resp_free(&r);
+		call_err("GET", missing[i], tok_rw, k, 400, "bad_request");
 	}
 	call("PUT", "/fs/write", tok_rw, k, NULL, NULL, "x", 1, &r);
 	it_expect_error(&r, 400, "bad_request");
