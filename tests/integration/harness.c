@@ -465,6 +465,15 @@ void it_expect_error(const struct it_resp *r, long status, const char *code)
 	free(ct);
 }
 
+void it_expect_error_at(struct it_server *s, const char *method, const char *path, const char *token,
+			long status, const char *code)
+{
+	struct it_resp r;
+	assert_int_equal(it_http(s, method, path, token, NULL, NULL, 0, &r), 0);
+	it_expect_error(&r, status, code);
+	it_resp_free(&r);
+}
+
 void it_session_segment(const char *key, char *out, size_t outsz)
 {
 	static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -500,6 +509,13 @@ int it_mint_all(struct it_server *s, const struct it_tok *t, size_t n)
 			rc = -1;
 	}
 	return rc;
+}
+
+int it_start_minted(struct it_server *s, const char *const *extra, const struct it_tok *t, size_t n)
+{
+	if (it_start(s, extra) < 0)
+		return -1;
+	return it_mint_all(s, t, n);
 }
 
 void it_free_all(const struct it_tok *t, size_t n)

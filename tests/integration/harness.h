@@ -66,6 +66,8 @@ struct it_tok {
 };
 int it_mint_all(struct it_server *s, const struct it_tok *t, size_t n);
 void it_free_all(const struct it_tok *t, size_t n);
+/* it_start, then it_mint_all on the new server: 0 or -1. */
+int it_start_minted(struct it_server *s, const char *const *extra, const struct it_tok *t, size_t n);
 #define IT_NTOKS(t) (sizeof(t) / sizeof((t)[0]))
 
 /* One request. token may be NULL; headers: NULL-terminated "Name: value"
@@ -106,6 +108,10 @@ char *it_read_file(const char *path, size_t *len);
 void it_show(const struct it_resp *r);
 void it_expect_status(const struct it_resp *r, long status);
 void it_expect_error(const struct it_resp *r, long status, const char *code);
+/* A request without headers or body that must fail with a wire error
+ * (transport errors fail too). */
+void it_expect_error_at(struct it_server *s, const char *method, const char *path, const char *token,
+			long status, const char *code);
 
 /* wire.md "The model": the directory segment of a session key — its
  * first 32 characters with all but [A-Za-z0-9._-] made '_', then '-' and

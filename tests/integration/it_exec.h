@@ -304,3 +304,11 @@ static inline int it_finish(struct it_server *s)
 		it_cleanup(s);
 	return rc;
 }
+
+/* it_finish, then free the suite's tokens. */
+static inline int it_finish_minted(struct it_server *s, const struct it_tok *t, size_t n)
+{
+	int rc = it_finish(s);
+	it_free_all(t, n);
+	return rc;
+}

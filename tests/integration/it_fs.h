@@ -375,9 +375,7 @@ static inline int log_clean(const char *log)
 static inline int fs_setup(void **state)
 {
 	(void)state;
-	if (it_start(&srv, NULL) < 0)
-		return -1;
-	if (it_mint_all(&srv, fs_toks, IT_NTOKS(fs_toks)) < 0)
+	if (it_start_minted(&srv, NULL, fs_toks, IT_NTOKS(fs_toks)) < 0)
 		return -1;
 	snprintf(ws, sizeof ws, "%s/tenants/acme/workspace", srv.dir);
 

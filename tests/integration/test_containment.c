@@ -40,9 +40,7 @@ static int setup(void **state)
 	 * and a /tmp larger than the limit: only the cgroup stops it. */
 	const char *const extra[] = {"--set", it_uid_base_arg(&uid_base), "--set", "mem-limit-bytes=268435456",
 				     "--set", "tmp-size-bytes=1073741824", NULL};
-	if (it_start(&srv, extra) < 0)
-		return -1;
-	if (it_mint_all(&srv, toks, IT_NTOKS(toks)) < 0)
+	if (it_start_minted(&srv, extra, toks, IT_NTOKS(toks)) < 0)
 		return -1;
 	snprintf(acme_ws, sizeof acme_ws, "%s/tenants/acme/workspace", srv.dir);
 	return 0;
@@ -51,9 +49,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	int rc = it_finish(&srv);
-	it_free_all(toks, IT_NTOKS(toks));
-	return rc;
+	return it_finish_minted(&srv, toks, IT_NTOKS(toks));
 }
 
 static json_t *run_id(const char *t, const char *cmd, const char *id, int timeout_s)

@@ -523,9 +523,7 @@ static int wait_fd_count(int want_at_most, long timeout_ms)
 static int start_server(void)
 {
 	const char *const extra[] = { "--set", "heartbeat-ms=500", NULL };
-	if (it_start(&srv, extra) < 0)
-		return -1;
-	return it_mint_all(&srv, toks, IT_NTOKS(toks));
+	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
 }
 
 static int setup(void **state)
@@ -573,9 +571,7 @@ static int teardown(void **state)
 		free(idle_feed);
 		idle_feed = NULL;
 	}
-	int rc = it_finish(&srv);
-	it_free_all(toks, IT_NTOKS(toks));
-	return rc;
+	return it_finish_minted(&srv, toks, IT_NTOKS(toks));
 }
 
 /* ---- tests ---- */
@@ -916,9 +912,7 @@ static void test_tenant_feed(void **state)
 
 	/* a tenant cannot read another's feed; nor can a non-admin operator token */
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/events?tenant=globex", tok_acme, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/events?tenant=globex", tok_acme, 403, "insufficient_scope");
 	assert_int_equal(it_http(&srv, "GET", "/events?tenant=globex", tok_ops_audit, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 403);
 	it_resp_free(&r);
@@ -990,9 +984,7 @@ static void test_auth(void **state)
 		free(p);
 		assert_int_equal(r.status, 401);
 		it_resp_free(&r);
-		assert_int_equal(it_http(&srv, "GET", paths[i], tok_fsread, NULL, NULL, 0, &r), 0);
-		it_expect_error(&r, 403, "insufficient_scope");
-		it_resp_free(&r);
+		it_expect_error_at(&srv, "GET", paths[i], tok_fsread, 403, "insufficient_scope");
 		p = xasprintf("%s?access_token=%s", paths[i], tok_fsread);
 		assert_int_equal(it_http(&srv, "GET", p, NULL, NULL, NULL, 0, &r), 0);
 		free(p);
@@ -1011,20 +1003,14 @@ static void test_not_found(void **state)
 {
 	(void)state;
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/exec/no-such-exec/events", tok_acme, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/no-such-exec/events", tok_acme, 404, "not_found");
 	/* globex's exec, running (a live channel) and ended (the store) */
 	struct bg_req b;
 	bg_running(&b, tok_globex, "sleep 1", "nf-g");
-	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events", tok_acme, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/nf-g/events", tok_acme, 404, "not_found");
 	json_decref(bg_join(&b));
 	it_resp_free(&b.resp);
-	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events", tok_acme, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/nf-g/events", tok_acme, 404, "not_found");
 	/* the admin of the operator tenant may look at it with ?tenant= */
 	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events?tenant=globex", tok_admin, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);

@@ -49,9 +49,7 @@ static int setup(void **state)
 	snprintf(canary, sizeof canary, "canary-%ld-%d", (long)time(NULL), (int)getpid());
 	setenv(CANARY_NAME, canary, 1);
 	const char *const extra[] = {"--set", it_uid_base_arg(NULL), NULL};
-	if (it_start(&srv, extra) < 0)
-		return -1;
-	return it_mint_all(&srv, toks, IT_NTOKS(toks));
+	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
 }
 
 static int teardown(void **state)
@@ -470,15 +468,11 @@ static void test_cancel_route(void **state)
 	json_decref(res);
 
 	/* cancelling it again: it has finished */
-	assert_int_equal(it_http(&srv, "POST", "/exec/cancel-me/cancel", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 409, "conflict");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/cancel-me/cancel", tok, 409, "conflict");
 	/* so has a command that simply exited */
 	json_t *done = ex_ok(&srv, tok, NULL, json_pack("{s:s, s:s}", "command", "true", "id", "done-1"));
 	json_decref(done);
-	assert_int_equal(it_http(&srv, "POST", "/exec/done-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 409, "conflict");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/done-1/cancel", tok, 409, "conflict");
 	v = NULL;
 	assert_int_equal(it_get_json(&srv, tok, "/exec/done-1", &v), 200);
 	assert_string_equal(jstr(v, "state"), "exited");
@@ -543,15 +537,9 @@ static void test_unknown_and_foreign_ids(void **state)
 {
 	(void)state;
 	struct it_resp r, r2;
-	assert_int_equal(it_http(&srv, "GET", "/exec/no-such-exec-1", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "POST", "/exec/no-such-exec-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "GET", "/exec/bad%21id", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/no-such-exec-1", tok, 404, "not_found");
+	it_expect_error_at(&srv, "POST", "/exec/no-such-exec-1/cancel", tok, 404, "not_found");
+	it_expect_error_at(&srv, "GET", "/exec/bad%21id", tok, 404, "not_found");
 
 	/* globex's running exec is invisible to acme: the same 404 as a
 	 * missing one, and acme cannot cancel it */
@@ -567,9 +555,7 @@ static void test_unknown_and_foreign_ids(void **state)
 	it_expect_error(&r2, 404, "not_found");
 	it_resp_free(&r);
 	it_resp_free(&r2);
-	assert_int_equal(it_http(&srv, "POST", "/exec/gx-own-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/gx-own-1/cancel", tok, 404, "not_found");
 	/* nor list it */
 	json_t *l = NULL;
 	assert_int_equal(it_get_json(&srv, tok, "/execs?state=running", &l), 200);
@@ -585,12 +571,8 @@ static void test_unknown_and_foreign_ids(void **state)
 	it_resp_free(&b.resp);
 	json_decref(res);
 	/* after it finished, still not acme's */
-	assert_int_equal(it_http(&srv, "GET", "/exec/gx-own-1", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "POST", "/exec/gx-own-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/gx-own-1", tok, 404, "not_found");
+	it_expect_error_at(&srv, "POST", "/exec/gx-own-1/cancel", tok, 404, "not_found");
 
 	/* ids are per tenant: the same id in two tenants are two execs */
 	json_t *a = ex_ok(&srv, tok, NULL, json_pack("{s:s, s:s}", "command", "echo A", "id", "same-id-1"));
@@ -971,13 +953,8 @@ static void test_scopes(void **state)
 		exec_expect_error(&srv, no_exec[i], NULL,
 				  json_pack("{s:s}", "command", "touch /workspace/scope-ran"), 403,
 				  "insufficient_scope");
-		struct it_resp r;
-		assert_int_equal(it_http(&srv, "GET", "/exec/scope-1", no_exec[i], NULL, NULL, 0, &r), 0);
-		it_expect_error(&r, 403, "insufficient_scope");
-		it_resp_free(&r);
-		assert_int_equal(it_http(&srv, "GET", "/execs", no_exec[i], NULL, NULL, 0, &r), 0);
-		it_expect_error(&r, 403, "insufficient_scope");
-		it_resp_free(&r);
+		it_expect_error_at(&srv, "GET", "/exec/scope-1", no_exec[i], 403, "insufficient_scope");
+		it_expect_error_at(&srv, "GET", "/execs", no_exec[i], 403, "insufficient_scope");
 	}
 	/* audit:read observes but runs and cancels nothing */
 	exec_expect_error(&srv, tok_audit, NULL, json_pack("{s:s}", "command", "touch /workspace/scope-ran"),
@@ -997,9 +974,7 @@ static void test_scopes(void **state)
 	assert_non_null(v);
 	json_decref(v);
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "POST", "/exec/scope-2/cancel", tok_audit, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/scope-2/cancel", tok_audit, 403, "insufficient_scope");
 	json_t *res = bg_join(&b);
 	assert_int_equal(b.resp.status, 200);
 	assert_false(jtrue(res, "cancelled"));
@@ -1137,16 +1112,9 @@ static void test_list(void **state)
 	json_decref(run);
 
 	/* bad filters */
-	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/execs?state=bogus", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "GET", "/execs?limit=0", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "GET", "/execs?limit=abc", tok, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/execs?state=bogus", tok, 400, "bad_request");
+	it_expect_error_at(&srv, "GET", "/execs?limit=0", tok, 400, "bad_request");
+	it_expect_error_at(&srv, "GET", "/execs?limit=abc", tok, 400, "bad_request");
 }
 
 /* ---- the server stopping ---- */

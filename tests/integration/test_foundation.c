@@ -51,15 +51,11 @@ static void test_401_variants(void **state)
 	free(wa);
 	it_resp_free(&r);
 	/* garbage token */
-	assert_int_equal(it_http(&srv, "GET", "/audit", "not.a.jwt", NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 401, "unauthorized");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/audit", "not.a.jwt", 401, "unauthorized");
 	/* alg none with the tenant claim */
 	const char *none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0."
 			   "eyJ0ZW5hbnQiOiJhY21lIiwiZXhwIjo0MTAyNDQ0ODAwLCJzY29wZSI6ImF1ZGl0OnJlYWQifQ.";
-	assert_int_equal(it_http(&srv, "GET", "/audit", none, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 401, "unauthorized");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/audit", none, 401, "unauthorized");
 	/* a token of acme with its tenant claim rewritten to globex (signature no longer matches) */
 	char *t = it_token(&srv, "acme", "audit:read");
 	assert_non_null(t);
@@ -67,15 +63,11 @@ static void test_401_variants(void **state)
 	char *dot2 = strchr(dot1 + 1, '.');
 	char *forged = xasprintf("%.*s.%s.%s", (int)(dot1 - t),
 				 t, "eyJ0ZW5hbnQiOiJnbG9iZXgiLCJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoiYXVkaXQ6cmVhZCJ9", dot2 + 1);
-	assert_int_equal(it_http(&srv, "GET", "/audit", forged, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 401, "unauthorized");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/audit", forged, 401, "unauthorized");
 	free(forged);
 	/* the token is only accepted in the header on non-SSE routes */
 	char *path = xasprintf("/audit?access_token=%s", t);
-	assert_int_equal(it_http(&srv, "GET", path, NULL, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 401, "unauthorized");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", path, NULL, 401, "unauthorized");
 	free(path);
 	/* the same token in the header works */
 	assert_int_equal(it_http(&srv, "GET", "/audit", t, NULL, NULL, 0, &r), 0);
@@ -89,9 +81,7 @@ static void test_403_scope_and_tenant_header(void **state)
 	(void)state;
 	struct it_resp r;
 	char *t = it_token(&srv, "acme", NULL); /* default scopes: no audit:read */
-	assert_int_equal(it_http(&srv, "GET", "/audit", t, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/audit", t, 403, "insufficient_scope");
 	free(t);
 
 	t = it_token(&srv, "acme", "audit:read");
@@ -104,16 +94,12 @@ static void test_403_scope_and_tenant_header(void **state)
 	assert_int_equal(r.status, 200);
 	it_resp_free(&r);
 	/* audit:read may not look at another tenant */
-	assert_int_equal(it_http(&srv, "GET", "/audit?tenant=globex", t, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/audit?tenant=globex", t, 403, "insufficient_scope");
 	free(t);
 
 	/* admin asked for by a non-operator tenant is not honoured */
 	t = it_token(&srv, "acme", "admin");
-	assert_int_equal(it_http(&srv, "GET", "/audit?tenant=globex", t, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/audit?tenant=globex", t, 403, "insufficient_scope");
 	free(t);
 }
 
@@ -121,9 +107,7 @@ static void test_404_405(void **state)
 {
 	(void)state;
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/no/such/route", NULL, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/no/such/route", NULL, 404, "not_found");
 	assert_int_equal(it_http(&srv, "DELETE", "/healthz", NULL, NULL, NULL, 0, &r), 0);
 	it_expect_error(&r, 405, "method_not_allowed");
 	char *allow = it_header(&r, "Allow");
@@ -134,9 +118,7 @@ static void test_404_405(void **state)
 	/* The path arrives percent-decoded and the message quotes it: bytes
 	 * that are not UTF-8 still get a JSON 404 (they used to kill the
 	 * server: jansson refused the message and strlen(NULL) followed). */
-	assert_int_equal(it_http(&srv, "GET", "/%ff%fe", NULL, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/%ff%fe", NULL, 404, "not_found");
 	assert_true(it_alive(&srv));
 }
 
@@ -266,9 +248,7 @@ static void test_metrics(void **state)
 {
 	(void)state;
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/metrics", NULL, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 401, "unauthorized");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/metrics", NULL, 401, "unauthorized");
 	char *t = it_token(&srv, "acme", "audit:read");
 	assert_int_equal(it_http(&srv, "GET", "/metrics", t, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);

@@ -35,9 +35,7 @@ static int setup(void **state)
 	char cap[64];
 	snprintf(cap, sizeof cap, "spill-cap-bytes=%ld", SPILL_CAP);
 	const char *const extra[] = {"--set", cap, "--set", it_uid_base_arg(&uid_base), NULL};
-	if (it_start(&srv, extra) < 0)
-		return -1;
-	if (it_mint_all(&srv, toks, IT_NTOKS(toks)) < 0)
+	if (it_start_minted(&srv, extra, toks, IT_NTOKS(toks)) < 0)
 		return -1;
 	snprintf(rnd, sizeof rnd, "%ld%d", (long)time(NULL), (int)getpid());
 	char seg[64];
@@ -50,9 +48,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	int rc = it_finish(&srv);
-	it_free_all(toks, IT_NTOKS(toks));
-	return rc;
+	return it_finish_minted(&srv, toks, IT_NTOKS(toks));
 }
 
 static const char *out_of(json_t *r)

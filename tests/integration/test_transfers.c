@@ -623,12 +623,8 @@ static void test_big_chunked_upload_constant_memory(void **state)
 	EVP_MD_CTX_free(io.md);
 	assert_string_equal(got, want);
 	/* the read shortcut needs fs:read */
-	struct it_resp r;
-	assert_int_equal(
-	    it_http(&srv, "GET", "/fs/read_stream?path=/workspace/shortcut.bin", bearer, NULL, NULL, 0, &r),
-	    0);
-	it_expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/fs/read_stream?path=/workspace/shortcut.bin", bearer, 403,
+			   "insufficient_scope");
 	free(rb);
 	free(bearer);
 	free(url);
@@ -770,9 +766,7 @@ static void test_wrong_direction_and_unknown(void **state)
 
 	/* unknown, malformed */
 	const char *unknown = "/fs/stream/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
-	assert_int_equal(it_http(&srv, "GET", unknown, NULL, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", unknown, NULL, 404, "not_found");
 	assert_int_equal(it_http(&srv, "PUT", unknown, NULL, NULL, "x", 1, &r), 0);
 	it_expect_error(&r, 404, "not_found");
 	it_resp_free(&r);
@@ -784,9 +778,7 @@ static void test_wrong_direction_and_unknown(void **state)
 	assert_true(strncmp(ans, "HTTP/1.1 404", 12) == 0);
 	assert_null(strstr(ans, "100 Continue"));
 	free(ans);
-	assert_int_equal(it_http(&srv, "GET", "/fs/stream/short", NULL, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/fs/stream/short", NULL, 404, "not_found");
 	stream_err("DELETE", rtok, NULL, 0, 405, "method_not_allowed");
 	free(rtok);
 	free(wtok);
@@ -1000,9 +992,7 @@ static void test_tenant_transfer_limit_429(void **state)
 	assert_true(atoi(ra) >= 1);
 	free(ra);
 	it_resp_free(&r);
-	assert_int_equal(it_http(&s2, "GET", url, NULL, NULL, NULL, 0, &r), 0);
-	it_expect_error(&r, 429, "too_many_requests");
-	it_resp_free(&r);
+	it_expect_error_at(&s2, "GET", url, NULL, 429, "too_many_requests");
 	/* another tenant is not affected */
 	assert_int_equal(
 	    it_http(&s2, "GET", "/fs/read_stream?path=/workspace/g.txt", globex, NULL, NULL, 0, &r), 0);
