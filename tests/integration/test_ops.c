@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,54 @@ static void *keep_writing(void *arg)
 }
 
 /* Every record exactly once across pages, oldest first, while others write. */
+/* GET /audit?<query> page after page (following "next"), at most
+ * max_pages pages, calling each on every record in order. */
+static void audit_walk(struct it_server *s, const char *admin, const char *query, int max_pages,
+		       void (*each)(json_t *rec, void *ud), void *ud)
+{
+	char *after = xstrdup("");
+	for (int page = 0; page < max_pages; page++) {
+		char *path = xasprintf("/audit?%s%s%s", query, *after ? "&after=" : "", after);
+		struct it_resp r;
+		get_ok(s, path, admin, &r);
+		free(path);
+		json_t *j = it_json(&r);
+		size_t k;
+		json_t *rec;
+		json_array_foreach(json_object_get(j, "records"), k, rec) {
+			each(rec, ud);
+		}
+		json_t *next = json_object_get(j, "next");
+		bool more = json_is_string(next);
+		free(after);
+		after = xstrdup(more ? json_string_value(next) : "");
+		json_decref(j);
+		it_resp_free(&r);
+		if (!more)
+			break;
+	}
+	free(after);
+}
+
+/* Records of the paging test: ids strictly rising (oldest first, never
+ * repeated), and each "page-N" request id counted. */
+struct paging {
+	int *seen;
+	long long last_id;
+};
+
+static void on_paged(json_t *rec, void *ud)
+{
+	struct paging *pg = ud;
+	long long id = json_integer_value(json_object_get(rec, "id"));
+	assert_true(id > pg->last_id); /* oldest first, never repeated */
+	pg->last_id = id;
+	const char *rid = json_string_value(json_object_get(rec, "request_id"));
+	int n = -1;
+	if (rid && sscanf(rid, "page-%d", &n) == 1 && n >= 0 && n < 120)
+		pg->seen[n]++;
+}
+
 static void test_audit_paging_under_writes(void **state)
 {
 	(void)state;
@@ -65,41 +114,13 @@ static void test_audit_paging_under_writes(void **state)
 	pthread_t th;
 	pthread_create(&th, NULL, keep_writing, &w);
 	int seen[120] = { 0 };
-	long long last_id = 0;
-	char *after = xstrdup("");
-	for (int page = 0; page < 1000; page++) {
-		char *path = xasprintf("/audit?limit=25&route=/sessions%s%s", *after ? "&after=" : "", after);
-		struct it_resp r;
-		get_ok(&srv, path, admin, &r);
-		free(path);
-		json_t *j = it_json(&r);
-		size_t k;
-		json_t *rec;
-		json_array_foreach(json_object_get(j, "records"), k, rec)
-		{
-			long long id = json_integer_value(json_object_get(rec, "id"));
-			assert_true(id > last_id); /* oldest first, never repeated */
-			last_id = id;
-			const char *rid = json_string_value(json_object_get(rec, "request_id"));
-			int n = -1;
-			if (rid && sscanf(rid, "page-%d", &n) == 1 && n >= 0 && n < 120)
-				seen[n]++;
-		}
-		json_t *next = json_object_get(j, "next");
-		bool more = json_is_string(next);
-		free(after);
-		after = xstrdup(more ? json_string_value(next) : "");
-		json_decref(j);
-		it_resp_free(&r);
-		if (!more)
-			break;
-	}
+	struct paging pg = {.seen = seen};
+	audit_walk(&srv, admin, "limit=25&route=/sessions", 1000, on_paged, &pg);
 	w.stop = 1;
 	pthread_join(th, NULL);
 	for (int i = 0; i < 120; i++)
 		assert_int_equal(seen[i], 1);
 	assert_true(w.n > 0);
-	free(after);
 	free(acme);
 	free(admin);
 }
@@ -301,35 +322,26 @@ static long long metric_now(struct it_server *s, const char *token, const char *
 }
 
 /* Audit rows on route whose request id starts with prefix (every page). */
+struct prefix_count {
+	const char *prefix;
+	int n;
+};
+
+static void on_counted(json_t *rec, void *ud)
+{
+	struct prefix_count *c = ud;
+	const char *rid = json_string_value(json_object_get(rec, "request_id"));
+	if (rid && strncmp(rid, c->prefix, strlen(c->prefix)) == 0)
+		c->n++;
+}
+
 static int count_rows(struct it_server *s, const char *admin, const char *route, const char *prefix)
 {
-	int n = 0;
-	char *after = xstrdup("");
-	for (;;) {
-		char *path = xasprintf("/audit?limit=1000&route=%s%s%s", route, *after ? "&after=" : "", after);
-		struct it_resp r;
-		get_ok(s, path, admin, &r);
-		free(path);
-		json_t *j = it_json(&r);
-		size_t k;
-		json_t *rec;
-		json_array_foreach(json_object_get(j, "records"), k, rec)
-		{
-			const char *rid = json_string_value(json_object_get(rec, "request_id"));
-			if (rid && strncmp(rid, prefix, strlen(prefix)) == 0)
-				n++;
-		}
-		json_t *next = json_object_get(j, "next");
-		bool more = json_is_string(next);
-		free(after);
-		after = xstrdup(more ? json_string_value(next) : "");
-		json_decref(j);
-		it_resp_free(&r);
-		if (!more)
-			break;
-	}
-	free(after);
-	return n;
+	struct prefix_count c = {.prefix = prefix};
+	char *query = xasprintf("limit=1000&route=%s", route);
+	audit_walk(s, admin, query, INT_MAX, on_counted, &c);
+	free(query);
+	return c.n;
 }
 
 /* Send an audited request of acme's with this id and wait (10 s at most)
