@@ -201,6 +201,43 @@ static inline const char *jstr(json_t *o, const char *k)
 	return s;
 }
 
+/* The body's "path" is rel's wire path inside session key. */
+static inline void assert_echoed_path(const struct it_resp *r, const char *key, const char *rel)
+{
+	json_t *j = body_json(r);
+	char *want = wire_in(key, rel);
+	assert_string_equal(jstr(j, "path"), want);
+	free(want);
+	json_decref(j);
+}
+
+/* The wire error's retry_hint mentions what. */
+static inline void assert_retry_hint(const struct it_resp *r, const char *what)
+{
+	json_t *j = body_json(r);
+	const char *hint = json_string_value(json_object_get(json_object_get(j, "error"), "retry_hint"));
+	assert_non_null(hint);
+	assert_non_null(strstr(hint, what));
+	json_decref(j);
+}
+
+/* /fs/stat of path in session key describes a symlink as itself: no
+ * size, mtime or mode of whatever it points to. */
+static inline void assert_stat_symlink(const char *key, const char *path)
+{
+	struct it_resp r;
+	fs_get("stat", path, key, NULL, &r);
+	it_expect_status(&r, 200);
+	json_t *j = body_json(&r);
+	assert_string_equal(jstr(j, "type"), "symlink");
+	assert_true(json_is_true(json_object_get(j, "is_symlink")));
+	assert_null(json_object_get(j, "size"));
+	assert_null(json_object_get(j, "mtime"));
+	assert_null(json_object_get(j, "mode"));
+	json_decref(j);
+	it_resp_free(&r);
+}
+
 static inline bool is_rfc3339(const char *s)
 {
 	regex_t re;

@@ -130,11 +130,7 @@ static void test_too_large_default(void **state)
 	memset(big, 'z', n);
 	fs_put("big.txt", k, big, n, &r);
 	it_expect_error(&r, 413, "too_large");
-	json_t *j = body_json(&r);
-	const char *hint = json_string_value(json_object_get(json_object_get(j, "error"), "retry_hint"));
-	assert_non_null(hint);
-	assert_non_null(strstr(hint, "stream"));
-	json_decref(j);
+	assert_retry_hint(&r, "stream");
 	it_resp_free(&r);
 	assert_false(session_exists(k, "big.txt"));
 	/* Exactly the limit is fine. */

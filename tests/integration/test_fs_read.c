@@ -37,11 +37,7 @@ static void test_write_read(void **state)
 	/* Parents are created; the echoed path is absolute and normalised. */
 	fs_put("a/./b//../c.txt", k, "abc", 3, &r);
 	it_expect_status(&r, 200);
-	j = body_json(&r);
-	want = wire_in(k, "a/c.txt");
-	assert_string_equal(jstr(j, "path"), want);
-	free(want);
-	json_decref(j);
+	assert_echoed_path(&r, k, "a/c.txt");
 	it_resp_free(&r);
 	assert_session_content(k, "a/c.txt", "abc", 3);
 
@@ -167,11 +163,7 @@ static void test_binary_and_ranges(void **state)
 	/* /fs/read of bytes that are not UTF-8: 422, the hint names read_buffer. */
 	fs_get("read", "bin.dat", k, NULL, &r);
 	it_expect_error(&r, 422, "not_text");
-	json_t *j = body_json(&r);
-	const char *hint = json_string_value(json_object_get(json_object_get(j, "error"), "retry_hint"));
-	assert_non_null(hint);
-	assert_non_null(strstr(hint, "/fs/read_buffer"));
-	json_decref(j);
+	assert_retry_hint(&r, "/fs/read_buffer");
 	it_resp_free(&r);
 	/* One bad byte in otherwise plain text is enough; so is a truncated sequence. */
 	put_ok("almost.txt", k, "caf\xc3\x28 ok", 8);
@@ -247,16 +239,7 @@ static void test_stat(void **state)
 
 	/* A dangling one is described as itself, nothing invented. */
 	session_symlink(k, "nothere", "dangle");
-	fs_get("stat", "dangle", k, NULL, &r);
-	it_expect_status(&r, 200);
-	j = body_json(&r);
-	assert_string_equal(jstr(j, "type"), "symlink");
-	assert_true(json_is_true(json_object_get(j, "is_symlink")));
-	assert_null(json_object_get(j, "size"));
-	assert_null(json_object_get(j, "mtime"));
-	assert_null(json_object_get(j, "mode"));
-	json_decref(j);
-	it_resp_free(&r);
+	assert_stat_symlink(k, "dangle");
 
 	get_err("stat", "missing", k, NULL, 404, "not_found");
 	get_err("stat", "s.txt/below", k, NULL, 409, "not_a_directory");

@@ -77,11 +77,7 @@ static void test_mkdir(void **state)
 
 	fs_post("mkdir", k, json_pack("{s:s, s:b}", "path", "x/y/z", "recursive", 1), &r);
 	it_expect_status(&r, 201);
-	j = body_json(&r);
-	want = wire_in(k, "x/y/z");
-	assert_string_equal(jstr(j, "path"), want);
-	free(want);
-	json_decref(j);
+	assert_echoed_path(&r, k, "x/y/z");
 	it_resp_free(&r);
 	hp = host_in(k, "x/y/z");
 	assert_int_equal(stat(hp, &st), 0);
