@@ -465,6 +465,29 @@ void it_expect_error(const struct it_resp *r, long status, const char *code)
 	free(ct);
 }
 
+void it_expect_header(const struct it_resp *r, const char *name, const char *want)
+{
+	char *v = it_header(r, name);
+	if (!v || strcmp(v, want) != 0)
+		fprintf(stderr, "  header %s: want \"%s\", got \"%s\"\n", name, want, v ? v : "(none)");
+	assert_non_null(v);
+	assert_string_equal(v, want);
+	free(v);
+}
+
+void it_expect_audit_tenant(const struct it_resp *r, const char *tenant)
+{
+	json_t *j = it_json(r);
+	json_t *recs = json_object_get(j, "records");
+	size_t k;
+	json_t *rec;
+	assert_true(json_array_size(recs) > 0);
+	json_array_foreach(recs, k, rec) {
+		assert_string_equal(json_string_value(json_object_get(rec, "tenant")), tenant);
+	}
+	json_decref(j);
+}
+
 void it_expect_error_at(struct it_server *s, const char *method, const char *path, const char *token,
 			long status, const char *code)
 {

@@ -108,6 +108,11 @@ char *it_read_file(const char *path, size_t *len);
 void it_show(const struct it_resp *r);
 void it_expect_status(const struct it_resp *r, long status);
 void it_expect_error(const struct it_resp *r, long status, const char *code);
+/* The response carries header name with exactly the value want. */
+void it_expect_header(const struct it_resp *r, const char *name, const char *want);
+/* An audit page (GET /audit) with at least one record, every one of them
+ * of tenant. */
+void it_expect_audit_tenant(const struct it_resp *r, const char *tenant);
 /* A request without headers or body that must fail with a wire error
  * (transport errors fail too). */
 void it_expect_error_at(struct it_server *s, const char *method, const char *path, const char *token,

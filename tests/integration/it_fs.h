@@ -172,16 +172,6 @@ static inline void call_err(const char *method, const char *url, const char *tok
 	it_resp_free(&r);
 }
 
-static inline void expect_header(const struct it_resp *r, const char *name, const char *want)
-{
-	char *v = it_header(r, name);
-	if (!v || strcmp(v, want) != 0)
-		fprintf(stderr, "  header %s: want \"%s\", got \"%s\"\n", name, want, v ? v : "(none)");
-	assert_non_null(v);
-	assert_string_equal(v, want);
-	free(v);
-}
-
 /* The response is a JSON object; returns it (caller decrefs). */
 static inline json_t *body_json(const struct it_resp *r)
 {

@@ -320,7 +320,7 @@ static void test_sessions_routes(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		call("GET", "/sessions", listers[i], NULL, NULL, NULL, NULL, 0, &r);
 		it_expect_status(&r, 200);
-		expect_header(&r, "Content-Type", "application/json");
+		it_expect_header(&r, "Content-Type", "application/json");
 		json_t *j = body_json(&r);
 		assert_int_equal(json_object_size(j), 1);
 		json_t *v = json_object_get(j, "sessions");

@@ -16,7 +16,7 @@ static void test_write_read(void **state)
 	struct it_resp r;
 	fs_put("notes.txt", k, "hello\n", 6, &r);
 	it_expect_status(&r, 200);
-	expect_header(&r, "Content-Type", "application/json");
+	it_expect_header(&r, "Content-Type", "application/json");
 	json_t *j = body_json(&r);
 	char *want = wire_in(k, "notes.txt");
 	assert_string_equal(jstr(j, "path"), want);
@@ -29,7 +29,7 @@ static void test_write_read(void **state)
 
 	fs_get("read", "notes.txt", k, NULL, &r);
 	it_expect_status(&r, 200);
-	expect_header(&r, "Content-Type", "text/plain; charset=utf-8");
+	it_expect_header(&r, "Content-Type", "text/plain; charset=utf-8");
 	assert_int_equal(r.len, 6);
 	assert_memory_equal(r.body, "hello\n", 6);
 	it_resp_free(&r);
@@ -87,7 +87,7 @@ static void test_empty_file(void **state)
 	fs_get("read_buffer", "empty", k, NULL, &r);
 	it_expect_status(&r, 200);
 	assert_int_equal(r.len, 0);
-	expect_header(&r, "Content-Length", "0");
+	it_expect_header(&r, "Content-Length", "0");
 	it_resp_free(&r);
 	/* Nothing of an empty file can be asked for. */
 	fs_get("read_buffer", "empty", k, "Range: bytes=0-", &r);
@@ -115,8 +115,8 @@ static void test_binary_and_ranges(void **state)
 
 	fs_get("read_buffer", "bin.dat", k, NULL, &r);
 	it_expect_status(&r, 200);
-	expect_header(&r, "Content-Type", "application/octet-stream");
-	expect_header(&r, "Accept-Ranges", "bytes");
+	it_expect_header(&r, "Content-Type", "application/octet-stream");
+	it_expect_header(&r, "Accept-Ranges", "bytes");
 	assert_int_equal(r.len, 256);
 	assert_memory_equal(r.body, bin, 256);
 	it_resp_free(&r);
@@ -134,7 +134,7 @@ static void test_binary_and_ranges(void **state)
 		fs_get("read_buffer", "bin.dat", k, h, &r);
 		it_expect_status(&r, 206);
 		snprintf(cr, sizeof cr, "bytes %ld-%ld/256", ok[i].start, ok[i].end);
-		expect_header(&r, "Content-Range", cr);
+		it_expect_header(&r, "Content-Range", cr);
 		assert_int_equal(r.len, (size_t)(ok[i].end - ok[i].start + 1));
 		assert_memory_equal(r.body, bin + ok[i].start, r.len);
 		it_resp_free(&r);
@@ -144,7 +144,7 @@ static void test_binary_and_ranges(void **state)
 	for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
 		fs_get("read_buffer", "bin.dat", k, past[i], &r);
 		it_expect_status(&r, 416);
-		expect_header(&r, "Content-Range", "bytes */256");
+		it_expect_header(&r, "Content-Range", "bytes */256");
 		it_resp_free(&r);
 	}
 	/* A malformed range is ignored: the whole file. */
