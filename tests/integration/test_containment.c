@@ -329,6 +329,25 @@ static int count_subdirs(const char *dir)
 	return n;
 }
 
+/* Subdirectories of dir that still have subdirectories of their own. */
+static int busy_children(const char *dir)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			if (de->d_type != DT_DIR || de->d_name[0] == '.')
+				continue;
+			char *sub = xasprintf("%s/%s", dir, de->d_name);
+			n += count_subdirs(sub) > 0;
+			free(sub);
+		}
+		closedir(d);
+	}
+	return n;
+}
+
 static void test_kill9_leftovers_cleaned(void **state)
 {
 	(void)state;
@@ -357,33 +376,8 @@ static void test_kill9_leftovers_cleaned(void **state)
 	/* The restart removed the cgroups of the commands it lost. */
 	char mem[128];
 	snprintf(mem, sizeof mem, CG_MEM "/sandboxd/%ld", uid_base);
-	int left_pids = 0, left_mem = 0;
-	DIR *d = opendir(base);
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d))) {
-			if (de->d_type != DT_DIR || de->d_name[0] == '.')
-				continue;
-			char *sub = xasprintf("%s/%s", base, de->d_name);
-			left_pids += count_subdirs(sub) > 0;
-			free(sub);
-		}
-		closedir(d);
-	}
-	d = opendir(mem);
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d))) {
-			if (de->d_type != DT_DIR || de->d_name[0] == '.')
-				continue;
-			char *sub = xasprintf("%s/%s", mem, de->d_name);
-			left_mem += count_subdirs(sub) > 0;
-			free(sub);
-		}
-		closedir(d);
-	}
-	assert_int_equal(left_pids, 0);
-	assert_int_equal(left_mem, 0);
+	assert_int_equal(busy_children(base), 0);
+	assert_int_equal(busy_children(mem), 0);
 	assert_int_equal(host_procs_wait_gone((uid_t)uid_base, NULL, nonce, 5000), 0);
 	globex_still_served();
 }

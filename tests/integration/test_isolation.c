@@ -442,6 +442,20 @@ static json_t *attack(const char *cmd, int timeout_s, const char *id, long *ms)
 static int baseline_fds;
 static long baseline_rss;
 
+/* A command (nonce in its argv) that leaves a detached process behind:
+ * the exec still answers with its output, in time, not timed out, and
+ * nothing of it is left on the host. */
+static void detached_leaves_nothing(const char *cmd, const char *id, const char *nonce, const char *want_out)
+{
+	long ms = 0;
+	json_t *r = attack(cmd, 30, id, &ms);
+	assert_string_equal(ex_stdout_ok(r), want_out);
+	assert_false(jtrue(r, "timed_out"));
+	assert_true(ms < 8000);
+	json_decref(r);
+	assert_int_equal(host_procs_wait_gone(acme_uid, NULL, nonce, 3000), 0);
+}
+
 static void test_containment(void **state)
 {
 	(void)state;
@@ -524,23 +538,13 @@ static void test_containment(void **state)
 	/* detaching does not outlive the exec */
 	snprintf(nonce, sizeof nonce, "173.%d", pid);
 	cmd = xasprintf("setsid nohup sleep %s >/dev/null 2>&1 & echo detached", nonce);
-	r = attack(cmd, 30, "detach-1", &ms);
+	detached_leaves_nothing(cmd, "detach-1", nonce, "detached\n");
 	free(cmd);
-	assert_string_equal(ex_stdout_ok(r), "detached\n");
-	assert_false(jtrue(r, "timed_out"));
-	assert_true(ms < 8000);
-	json_decref(r);
-	assert_int_equal(host_procs_wait_gone(acme_uid, NULL, nonce, 3000), 0);
 	/* ... even one that keeps the output pipes open */
 	snprintf(nonce, sizeof nonce, "174.%d", pid);
 	cmd = xasprintf("setsid sleep %s & (sleep %s &) ; echo held", nonce, nonce);
-	r = attack(cmd, 30, "detach-2", &ms);
+	detached_leaves_nothing(cmd, "detach-2", nonce, "held\n");
 	free(cmd);
-	assert_string_equal(ex_stdout_ok(r), "held\n");
-	assert_false(jtrue(r, "timed_out"));
-	assert_true(ms < 8000);
-	json_decref(r);
-	assert_int_equal(host_procs_wait_gone(acme_uid, NULL, nonce, 3000), 0);
 
 	/* afterwards: alive, serving, fds back near the baseline */
 	assert_true(it_alive(&srv));
