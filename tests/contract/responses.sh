@@ -5,14 +5,16 @@
 # (test contract_responses); scripts/test installs node_modules first.
 # Usage: tests/contract/responses.sh BUILD_DIR [SUITE...]
 #   SANDBOXD_BIN must name the server binary (CTest sets it).
-#   Default suites: it_test_foundation it_test_fs it_test_ops
-#   it_test_transfers it_test_exec. RECORD_KEEP=1 keeps the records.
+#   Default suites: it_test_foundation, the five it_test_fs_* (access,
+#   errors, paths, read, write), it_test_ops, it_test_transfers and
+#   it_test_exec. RECORD_KEEP=1 keeps the records.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:?usage: responses.sh BUILD_DIR [SUITE...]}"
 shift
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(it_test_foundation it_test_fs it_test_ops it_test_transfers it_test_exec)
+[ ${#suites[@]} -gt 0 ] || suites=(it_test_foundation it_test_fs_access it_test_fs_errors it_test_fs_paths it_test_fs_read
+  it_test_fs_write it_test_ops it_test_transfers it_test_exec)
 : "${SANDBOXD_BIN:?SANDBOXD_BIN must name the sandboxd binary}"
 if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/yaml" ]; then
   echo "contract responses: $here/node_modules is incomplete; run (cd tests/contract && npm ci --no-audit --no-fund), as scripts/test does" >&2

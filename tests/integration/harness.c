@@ -1,3 +1,8 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -42,6 +47,18 @@ static int free_port(void)
 	return ntohs(a.sin_port);
 }
 
+/* What is left to read on f, up to cap bytes (caller frees). */
+static char *read_all(FILE *f, size_t cap, size_t *len)
+{
+	struct buf b;
+	buf_init(&b, cap);
+	char tmp[65536];
+	size_t n;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		buf_append(&b, tmp, n);
+	return buf_steal(&b, len);
+}
+
 char *it_cli(struct it_server *s, int *status, const char *args)
 {
 	char *cmd = xasprintf("'%s' %s --data-dir '%s' 2>>'%s'", it_bin(), args, s->dir, s->log);
@@ -49,16 +66,11 @@ char *it_cli(struct it_server *s, int *status, const char *args)
 	free(cmd);
 	if (!p)
 		return NULL;
-	struct buf b;
-	buf_init(&b, 1u << 24);
-	char tmp[4096];
-	size_t n;
-	while ((n = fread(tmp, 1, sizeof tmp, p)) > 0)
-		buf_append(&b, tmp, n);
+	char *out = read_all(p, 1u << 24, NULL);
 	int st = pclose(p);
 	if (status)
 		*status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	return buf_steal(&b, NULL);
+	return out;
 }
 
 char *it_token(struct it_server *s, const char *tenant, const char *scope)
@@ -421,12 +433,118 @@ char *it_read_file(const char *path, size_t *len)
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return NULL;
-	struct buf b;
-	buf_init(&b, 1u << 30);
-	char tmp[65536];
-	size_t n;
-	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-		buf_append(&b, tmp, n);
+	char *out = read_all(f, 1u << 30, len);
 	fclose(f);
-	return buf_steal(&b, len);
+	return out;
+}
+
+void it_show(const struct it_resp *r)
+{
+	fprintf(stderr, "  got %ld: %.*s\n", r->status, (int)(r->len > 600 ? 600 : r->len),
+		r->body ? r->body : "");
+}
+
+void it_expect_status(const struct it_resp *r, long status)
+{
+	if (r->status != status)
+		it_show(r);
+	assert_int_equal(r->status, status);
+}
+
+void it_expect_error(const struct it_resp *r, long status, const char *code)
+{
+	if (r->status != status || strcmp(it_error_code(r), code) != 0) {
+		fprintf(stderr, "expected %ld %s\n", status, code);
+		it_show(r);
+	}
+	assert_int_equal(r->status, status);
+	assert_string_equal(it_error_code(r), code);
+	char *ct = it_header(r, "Content-Type");
+	assert_non_null(ct);
+	assert_string_equal(ct, "application/json");
+	free(ct);
+}
+
+void it_expect_header(const struct it_resp *r, const char *name, const char *want)
+{
+	char *v = it_header(r, name);
+	if (!v || strcmp(v, want) != 0)
+		fprintf(stderr, "  header %s: want \"%s\", got \"%s\"\n", name, want, v ? v : "(none)");
+	assert_non_null(v);
+	assert_string_equal(v, want);
+	free(v);
+}
+
+void it_expect_audit_tenant(const struct it_resp *r, const char *tenant)
+{
+	json_t *j = it_json(r);
+	json_t *recs = json_object_get(j, "records");
+	size_t k;
+	json_t *rec;
+	assert_true(json_array_size(recs) > 0);
+	json_array_foreach(recs, k, rec) {
+		assert_string_equal(json_string_value(json_object_get(rec, "tenant")), tenant);
+	}
+	json_decref(j);
+}
+
+void it_expect_error_at(struct it_server *s, const char *method, const char *path, const char *token,
+			long status, const char *code)
+{
+	struct it_resp r;
+	assert_int_equal(it_http(s, method, path, token, NULL, NULL, 0, &r), 0);
+	it_expect_error(&r, status, code);
+	it_resp_free(&r);
+}
+
+void it_session_segment(const char *key, char *out, size_t outsz)
+{
+	static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+	unsigned long long h = 5381;
+	size_t n = strlen(key), o = 0;
+	for (size_t i = 0; i < n; i++)
+		h = h * 33 + (unsigned char)key[i];
+	for (size_t i = 0; i < n && i < 32 && o + 1 < outsz; i++) {
+		char c = key[i];
+		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
+		out[o++] = ok ? c : '_';
+	}
+	char b36[16];
+	int nb = 0;
+	do {
+		b36[nb++] = digits[h % 36];
+		h /= 36;
+	} while (h);
+	if (o + 1 < outsz)
+		out[o++] = '-';
+	while (nb > 0 && o + 1 < outsz)
+		out[o++] = b36[--nb];
+	out[o] = '\0';
+}
+
+int it_mint_all(struct it_server *s, const struct it_tok *t, size_t n)
+{
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		*t[i].out = it_token(s, t[i].tenant, t[i].scope);
+		if (!*t[i].out)
+			rc = -1;
+	}
+	return rc;
+}
+
+int it_start_minted(struct it_server *s, const char *const *extra, const struct it_tok *t, size_t n)
+{
+	if (it_start(s, extra) < 0)
+		return -1;
+	return it_mint_all(s, t, n);
+}
+
+void it_free_all(const struct it_tok *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(*t[i].out);
+		*t[i].out = NULL;
+	}
 }

@@ -31,6 +31,22 @@ const char *it_bin(void);
 int it_start(struct it_server *s, const char *const *extra);
 /* Like it_start but on an existing data directory (restart). */
 int it_restart(struct it_server *s, const char *const *extra);
+/* Defines setup() and teardown(), the group fixture of a suite whose
+ * tests share one server s with default settings: started before the
+ * first test, removed after the last. */
+#define IT_DEFAULT_SERVER_FIXTURE(s)                                                                         \
+	static int setup(void **state)                                                                       \
+	{                                                                                                    \
+		(void)state;                                                                                 \
+		return it_start(&(s), NULL);                                                                 \
+	}                                                                                                    \
+	static int teardown(void **state)                                                                    \
+	{                                                                                                    \
+		(void)state;                                                                                 \
+		it_cleanup(&(s));                                                                            \
+		return 0;                                                                                    \
+	}
+
 /* Send sig and wait; returns the exit status (or 128+signal). */
 int it_stop(struct it_server *s, int sig);
 /* Remove the data directory. */
@@ -40,6 +56,19 @@ void it_cleanup(struct it_server *s);
 char *it_cli(struct it_server *s, int *status, const char *args);
 /* Mint a token: scope NULL means no scope claim. Caller frees. */
 char *it_token(struct it_server *s, const char *tenant, const char *scope);
+
+/* A suite's tokens as a table: where each goes, its tenant and its scope
+ * (NULL: the default scopes). it_mint_all fills every *out and returns 0
+ * when all were minted, -1 otherwise; it_free_all frees them. */
+struct it_tok {
+	char **out;
+	const char *tenant, *scope;
+};
+int it_mint_all(struct it_server *s, const struct it_tok *t, size_t n);
+void it_free_all(const struct it_tok *t, size_t n);
+/* it_start, then it_mint_all on the new server: 0 or -1. */
+int it_start_minted(struct it_server *s, const char *const *extra, const struct it_tok *t, size_t n);
+#define IT_NTOKS(t) (sizeof(t) / sizeof((t)[0]))
 
 /* One request. token may be NULL; headers: NULL-terminated "Name: value"
  * list or NULL; body may be NULL. Returns 0 or -1 (transport error).
@@ -72,3 +101,25 @@ bool it_alive(struct it_server *s);
 int it_write_file(const char *path, const char *data, size_t len);
 /* Read a host file whole; NULL if missing. Caller frees. */
 char *it_read_file(const char *path, size_t *len);
+
+/* Assertions (cmocka) on a response; each prints the response on failure.
+ * it_expect_status: the HTTP status. it_expect_error: a wire error — the
+ * status, Content-Type exactly "application/json", and the error code. */
+void it_show(const struct it_resp *r);
+void it_expect_status(const struct it_resp *r, long status);
+void it_expect_error(const struct it_resp *r, long status, const char *code);
+/* The response carries header name with exactly the value want. */
+void it_expect_header(const struct it_resp *r, const char *name, const char *want);
+/* An audit page (GET /audit) with at least one record, every one of them
+ * of tenant. */
+void it_expect_audit_tenant(const struct it_resp *r, const char *tenant);
+/* A request without headers or body that must fail with a wire error
+ * (transport errors fail too). */
+void it_expect_error_at(struct it_server *s, const char *method, const char *path, const char *token,
+			long status, const char *code);
+
+/* wire.md "The model": the directory segment of a session key — its
+ * first 32 characters with all but [A-Za-z0-9._-] made '_', then '-' and
+ * the base-36 djb2-64 hash of the whole key. Computed here independently
+ * of the server. out must hold at least 48 bytes. */
+void it_session_segment(const char *key, char *out, size_t outsz);

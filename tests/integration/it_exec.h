@@ -24,32 +24,6 @@ static inline long it_now_ms(void)
 	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* wire.md "The model": the session directory segment of a key. */
-static inline void session_segment(const char *key, char *out, size_t outsz)
-{
-	unsigned long long h = 5381;
-	size_t n = strlen(key), o = 0;
-	for (size_t i = 0; i < n; i++)
-		h = h * 33 + (unsigned char)key[i];
-	for (size_t i = 0; i < n && i < 32 && o + 1 < outsz; i++) {
-		/* cppcheck-suppress arrayIndexOutOfBounds ; i < n, the key's strlen, not 32 */
-		char c = key[i];
-		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-			  c == '.' || c == '_' || c == '-';
-		out[o++] = ok ? c : '_';
-	}
-	char digits[16];
-	int d = 0;
-	do {
-		digits[d++] = "0123456789abcdefghijklmnopqrstuvwxyz"[h % 36];
-		h /= 36;
-	} while (h);
-	out[o++] = '-';
-	while (d > 0 && o + 1 < outsz)
-		out[o++] = digits[--d];
-	out[o] = '\0';
-}
-
 /* "uid-base=N" for `--set`: a uid range of this test process's own. Every
  * server's first tenant is slot 0, so servers started with the default
  * base (other suites on this host) would all run their first tenant as
@@ -328,5 +302,13 @@ static inline int it_finish(struct it_server *s)
 	free(log);
 	if (rc == 0)
 		it_cleanup(s);
+	return rc;
+}
+
+/* it_finish, then free the suite's tokens. */
+static inline int it_finish_minted(struct it_server *s, const struct it_tok *t, size_t n)
+{
+	int rc = it_finish(s);
+	it_free_all(t, n);
 	return rc;
 }

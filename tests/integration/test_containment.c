@@ -29,6 +29,7 @@
 
 static struct it_server srv;
 static char *tok, *tok_globex;
+static const struct it_tok toks[] = {{&tok, "acme", NULL}, {&tok_globex, "globex", NULL}};
 static long uid_base;
 static char acme_ws[512]; /* acme's workspace on the host */
 
@@ -39,21 +40,16 @@ static int setup(void **state)
 	 * and a /tmp larger than the limit: only the cgroup stops it. */
 	const char *const extra[] = {"--set", it_uid_base_arg(&uid_base), "--set", "mem-limit-bytes=268435456",
 				     "--set", "tmp-size-bytes=1073741824", NULL};
-	if (it_start(&srv, extra) < 0)
+	if (it_start_minted(&srv, extra, toks, IT_NTOKS(toks)) < 0)
 		return -1;
-	tok = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
 	snprintf(acme_ws, sizeof acme_ws, "%s/tenants/acme/workspace", srv.dir);
-	return tok && tok_globex ? 0 : -1;
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	int rc = it_finish(&srv);
-	free(tok);
-	free(tok_globex);
-	return rc;
+	return it_finish_minted(&srv, toks, IT_NTOKS(toks));
 }
 
 static json_t *run_id(const char *t, const char *cmd, const char *id, int timeout_s)
@@ -151,7 +147,7 @@ static void test_planted_session_and_file_paths(void **state)
 	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
 		char key[32], seg[64];
 		snprintf(key, sizeof key, "planted-%s", kinds[i]);
-		session_segment(key, seg, sizeof seg);
+		it_session_segment(key, seg, sizeof seg);
 		char *rel = xasprintf("sessions/%s", seg);
 		if (strcmp(kinds[i], "file") == 0) {
 			char *cmd = xasprintf("cd /workspace && mkdir -p sessions && echo x > %s", rel);
@@ -333,6 +329,25 @@ static int count_subdirs(const char *dir)
 	return n;
 }
 
+/* Subdirectories of dir that still have subdirectories of their own. */
+static int busy_children(const char *dir)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			if (de->d_type != DT_DIR || de->d_name[0] == '.')
+				continue;
+			char *sub = xasprintf("%s/%s", dir, de->d_name);
+			n += count_subdirs(sub) > 0;
+			free(sub);
+		}
+		closedir(d);
+	}
+	return n;
+}
+
 static void test_kill9_leftovers_cleaned(void **state)
 {
 	(void)state;
@@ -361,33 +376,8 @@ static void test_kill9_leftovers_cleaned(void **state)
 	/* The restart removed the cgroups of the commands it lost. */
 	char mem[128];
 	snprintf(mem, sizeof mem, CG_MEM "/sandboxd/%ld", uid_base);
-	int left_pids = 0, left_mem = 0;
-	DIR *d = opendir(base);
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d))) {
-			if (de->d_type != DT_DIR || de->d_name[0] == '.')
-				continue;
-			char *sub = xasprintf("%s/%s", base, de->d_name);
-			left_pids += count_subdirs(sub) > 0;
-			free(sub);
-		}
-		closedir(d);
-	}
-	d = opendir(mem);
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d))) {
-			if (de->d_type != DT_DIR || de->d_name[0] == '.')
-				continue;
-			char *sub = xasprintf("%s/%s", mem, de->d_name);
-			left_mem += count_subdirs(sub) > 0;
-			free(sub);
-		}
-		closedir(d);
-	}
-	assert_int_equal(left_pids, 0);
-	assert_int_equal(left_mem, 0);
+	assert_int_equal(busy_children(base), 0);
+	assert_int_equal(busy_children(mem), 0);
 	assert_int_equal(host_procs_wait_gone((uid_t)uid_base, NULL, nonce, 5000), 0);
 	globex_still_served();
 }

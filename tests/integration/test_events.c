@@ -24,6 +24,14 @@
 static struct it_server srv;
 static struct sse *idle_feed; /* a feed that sees nothing, for the keepalive test */
 static char *tok_acme, *tok_globex, *tok_admin, *tok_fsread, *tok_audit, *tok_ops_audit;
+static const struct it_tok toks[] = {
+    {&tok_acme, "acme", NULL},
+    {&tok_globex, "globex", NULL},
+    {&tok_admin, "ops", "admin audit:read"},
+    {&tok_fsread, "acme", "fs:read"},
+    {&tok_audit, "acme", "audit:read"},
+    {&tok_ops_audit, "ops", "audit:read"},
+};
 
 /* ---- an SSE client ---- */
 
@@ -515,15 +523,7 @@ static int wait_fd_count(int want_at_most, long timeout_ms)
 static int start_server(void)
 {
 	const char *const extra[] = { "--set", "heartbeat-ms=500", NULL };
-	if (it_start(&srv, extra) < 0)
-		return -1;
-	tok_acme = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
-	tok_admin = it_token(&srv, "ops", "admin audit:read");
-	tok_fsread = it_token(&srv, "acme", "fs:read");
-	tok_audit = it_token(&srv, "acme", "audit:read");
-	tok_ops_audit = it_token(&srv, "ops", "audit:read");
-	return tok_acme && tok_globex && tok_admin && tok_fsread && tok_audit && tok_ops_audit ? 0 : -1;
+	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
 }
 
 static int setup(void **state)
@@ -571,14 +571,7 @@ static int teardown(void **state)
 		free(idle_feed);
 		idle_feed = NULL;
 	}
-	int rc = it_finish(&srv);
-	free(tok_acme);
-	free(tok_globex);
-	free(tok_admin);
-	free(tok_fsread);
-	free(tok_audit);
-	free(tok_ops_audit);
-	return rc;
+	return it_finish_minted(&srv, toks, IT_NTOKS(toks));
 }
 
 /* ---- tests ---- */
@@ -919,10 +912,7 @@ static void test_tenant_feed(void **state)
 
 	/* a tenant cannot read another's feed; nor can a non-admin operator token */
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/events?tenant=globex", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 403);
-	assert_string_equal(it_error_code(&r), "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/events?tenant=globex", tok_acme, 403, "insufficient_scope");
 	assert_int_equal(it_http(&srv, "GET", "/events?tenant=globex", tok_ops_audit, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 403);
 	it_resp_free(&r);
@@ -984,8 +974,7 @@ static void test_auth(void **state)
 	static const char *const paths[] = { "/exec/auth-1/events", "/events" };
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(it_http(&srv, "GET", paths[i], NULL, NULL, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 401);
-		assert_string_equal(it_error_code(&r), "unauthorized");
+		it_expect_error(&r, 401, "unauthorized");
 		char *wa = it_header(&r, "WWW-Authenticate");
 		assert_non_null(wa);
 		free(wa);
@@ -995,10 +984,7 @@ static void test_auth(void **state)
 		free(p);
 		assert_int_equal(r.status, 401);
 		it_resp_free(&r);
-		assert_int_equal(it_http(&srv, "GET", paths[i], tok_fsread, NULL, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 403);
-		assert_string_equal(it_error_code(&r), "insufficient_scope");
-		it_resp_free(&r);
+		it_expect_error_at(&srv, "GET", paths[i], tok_fsread, 403, "insufficient_scope");
 		p = xasprintf("%s?access_token=%s", paths[i], tok_fsread);
 		assert_int_equal(it_http(&srv, "GET", p, NULL, NULL, NULL, 0, &r), 0);
 		free(p);
@@ -1017,26 +1003,14 @@ static void test_not_found(void **state)
 {
 	(void)state;
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/exec/no-such-exec/events", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 404);
-	assert_string_equal(it_error_code(&r), "not_found");
-	char *ct = it_header(&r, "Content-Type");
-	assert_string_equal(ct, "application/json");
-	free(ct);
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/no-such-exec/events", tok_acme, 404, "not_found");
 	/* globex's exec, running (a live channel) and ended (the store) */
 	struct bg_req b;
 	bg_running(&b, tok_globex, "sleep 1", "nf-g");
-	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 404);
-	assert_string_equal(it_error_code(&r), "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/nf-g/events", tok_acme, 404, "not_found");
 	json_decref(bg_join(&b));
 	it_resp_free(&b.resp);
-	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events", tok_acme, NULL, NULL, 0, &r), 0);
-	assert_int_equal(r.status, 404);
-	assert_string_equal(it_error_code(&r), "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/nf-g/events", tok_acme, 404, "not_found");
 	/* the admin of the operator tenant may look at it with ?tenant= */
 	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events?tenant=globex", tok_admin, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);

@@ -32,6 +32,14 @@ static char *tok_read;	 /* acme fs:read */
 static char *tok_audit;	 /* acme audit:read */
 static char *tok_write;	 /* acme fs:write */
 static char *tok_exec;	 /* acme exec only */
+static const struct it_tok toks[] = {
+    {&tok, "acme", NULL},
+    {&tok_globex, "globex", NULL},
+    {&tok_read, "acme", "fs:read"},
+    {&tok_audit, "acme", "audit:read"},
+    {&tok_write, "acme", "fs:write"},
+    {&tok_exec, "acme", "exec"},
+};
 
 static int setup(void **state)
 {
@@ -41,15 +49,7 @@ static int setup(void **state)
 	snprintf(canary, sizeof canary, "canary-%ld-%d", (long)time(NULL), (int)getpid());
 	setenv(CANARY_NAME, canary, 1);
 	const char *const extra[] = {"--set", it_uid_base_arg(NULL), NULL};
-	if (it_start(&srv, extra) < 0)
-		return -1;
-	tok = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
-	tok_read = it_token(&srv, "acme", "fs:read");
-	tok_audit = it_token(&srv, "acme", "audit:read");
-	tok_write = it_token(&srv, "acme", "fs:write");
-	tok_exec = it_token(&srv, "acme", "exec");
-	return tok && tok_globex && tok_read && tok_audit && tok_write && tok_exec ? 0 : -1;
+	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
 }
 
 static int teardown(void **state)
@@ -60,26 +60,8 @@ static int teardown(void **state)
 	for (size_t i = 0; i < 3; i++)
 		if (spare[i]->pid > 0)
 			it_cleanup(spare[i]);
-	free(tok);
-	free(tok_globex);
-	free(tok_read);
-	free(tok_audit);
-	free(tok_write);
-	free(tok_exec);
+	it_free_all(toks, IT_NTOKS(toks));
 	return rc;
-}
-
-static void expect_error(struct it_resp *r, long status, const char *code)
-{
-	if (r->status != status || strcmp(it_error_code(r), code) != 0)
-		fprintf(stderr, "expected %ld %s, got %ld: %.*s\n", status, code, r->status, (int)r->len,
-			r->body ? r->body : "");
-	assert_int_equal(r->status, status);
-	assert_string_equal(it_error_code(r), code);
-	char *ct = it_header(r, "Content-Type");
-	assert_non_null(ct);
-	assert_string_equal(ct, "application/json");
-	free(ct);
 }
 
 /* POST /exec expecting an error. */
@@ -89,7 +71,7 @@ static void exec_expect_error(struct it_server *s, const char *t, const char *co
 	struct it_resp r;
 	long st = ex_post(s, t, hdrs, req, NULL, &r);
 	assert_int_not_equal(st, -1);
-	expect_error(&r, status, code);
+	it_expect_error(&r, status, code);
 	it_resp_free(&r);
 }
 
@@ -99,7 +81,7 @@ static void raw_exec_expect_400(const char *body)
 	assert_int_equal(it_http(&srv, "POST", "/exec", tok, NULL, body, strlen(body), &r), 0);
 	if (r.status != 400)
 		fprintf(stderr, "body %s: expected 400, got %ld %.*s\n", body, r.status, (int)r.len, r.body);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 }
 
@@ -190,7 +172,7 @@ static void test_result_shape(void **state)
 	assert_string_equal(jstr(v, "command"), "printf out; printf err >&2; exit 3");
 	assert_string_equal(jstr(v, "session"), "default");
 	char seg[64], cwd[128];
-	session_segment("default", seg, sizeof seg);
+	it_session_segment("default", seg, sizeof seg);
 	snprintf(cwd, sizeof cwd, "/workspace/sessions/%s", seg);
 	assert_string_equal(jstr(v, "cwd"), cwd);
 	assert_true(rfc3339_ms(jstr(v, "started_at")) > 0);
@@ -302,7 +284,7 @@ static void test_cwd(void **state)
 {
 	(void)state;
 	char seg[64], want[256];
-	session_segment("default", seg, sizeof seg);
+	it_session_segment("default", seg, sizeof seg);
 
 	/* default: the session directory */
 	json_t *r = ex_run(&srv, tok, "pwd");
@@ -486,15 +468,11 @@ static void test_cancel_route(void **state)
 	json_decref(res);
 
 	/* cancelling it again: it has finished */
-	assert_int_equal(it_http(&srv, "POST", "/exec/cancel-me/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 409, "conflict");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/cancel-me/cancel", tok, 409, "conflict");
 	/* so has a command that simply exited */
 	json_t *done = ex_ok(&srv, tok, NULL, json_pack("{s:s, s:s}", "command", "true", "id", "done-1"));
 	json_decref(done);
-	assert_int_equal(it_http(&srv, "POST", "/exec/done-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 409, "conflict");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/done-1/cancel", tok, 409, "conflict");
 	v = NULL;
 	assert_int_equal(it_get_json(&srv, tok, "/exec/done-1", &v), 200);
 	assert_string_equal(jstr(v, "state"), "exited");
@@ -559,15 +537,9 @@ static void test_unknown_and_foreign_ids(void **state)
 {
 	(void)state;
 	struct it_resp r, r2;
-	assert_int_equal(it_http(&srv, "GET", "/exec/no-such-exec-1", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "POST", "/exec/no-such-exec-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "GET", "/exec/bad%21id", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/no-such-exec-1", tok, 404, "not_found");
+	it_expect_error_at(&srv, "POST", "/exec/no-such-exec-1/cancel", tok, 404, "not_found");
+	it_expect_error_at(&srv, "GET", "/exec/bad%21id", tok, 404, "not_found");
 
 	/* globex's running exec is invisible to acme: the same 404 as a
 	 * missing one, and acme cannot cancel it */
@@ -578,14 +550,12 @@ static void test_unknown_and_foreign_ids(void **state)
 	assert_non_null(v);
 	json_decref(v);
 	assert_int_equal(it_http(&srv, "GET", "/exec/gx-own-1", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
+	it_expect_error(&r, 404, "not_found");
 	assert_int_equal(it_http(&srv, "GET", "/exec/gx-own-2", tok, NULL, NULL, 0, &r2), 0);
-	expect_error(&r2, 404, "not_found");
+	it_expect_error(&r2, 404, "not_found");
 	it_resp_free(&r);
 	it_resp_free(&r2);
-	assert_int_equal(it_http(&srv, "POST", "/exec/gx-own-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/gx-own-1/cancel", tok, 404, "not_found");
 	/* nor list it */
 	json_t *l = NULL;
 	assert_int_equal(it_get_json(&srv, tok, "/execs?state=running", &l), 200);
@@ -601,12 +571,8 @@ static void test_unknown_and_foreign_ids(void **state)
 	it_resp_free(&b.resp);
 	json_decref(res);
 	/* after it finished, still not acme's */
-	assert_int_equal(it_http(&srv, "GET", "/exec/gx-own-1", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "POST", "/exec/gx-own-1/cancel", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 404, "not_found");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/exec/gx-own-1", tok, 404, "not_found");
+	it_expect_error_at(&srv, "POST", "/exec/gx-own-1/cancel", tok, 404, "not_found");
 
 	/* ids are per tenant: the same id in two tenants are two execs */
 	json_t *a = ex_ok(&srv, tok, NULL, json_pack("{s:s, s:s}", "command", "echo A", "id", "same-id-1"));
@@ -865,7 +831,7 @@ static void test_429(void **state)
 			  json_pack("{s:s, s:s}", "command", "touch /workspace/third-ran", "id", "lim-3"),
 			  NULL, &r);
 	assert_int_equal(st, 429);
-	expect_error(&r, 429, "too_many_requests");
+	it_expect_error(&r, 429, "too_many_requests");
 	char *ra = it_header(&r, "Retry-After");
 	assert_non_null(ra);
 	assert_true(strtol(ra, NULL, 10) >= 1);
@@ -961,7 +927,7 @@ static void test_bad_bodies(void **state)
 	/* an empty body */
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "POST", "/exec", tok, NULL, "", 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
+	it_expect_error(&r, 400, "bad_request");
 	it_resp_free(&r);
 	/* nothing ran, and the server goes on */
 	assert_int_equal(it_http(&srv, "GET", "/fs/exists?path=/workspace/bad-ran", tok, NULL, NULL, 0, &r),
@@ -987,13 +953,8 @@ static void test_scopes(void **state)
 		exec_expect_error(&srv, no_exec[i], NULL,
 				  json_pack("{s:s}", "command", "touch /workspace/scope-ran"), 403,
 				  "insufficient_scope");
-		struct it_resp r;
-		assert_int_equal(it_http(&srv, "GET", "/exec/scope-1", no_exec[i], NULL, NULL, 0, &r), 0);
-		expect_error(&r, 403, "insufficient_scope");
-		it_resp_free(&r);
-		assert_int_equal(it_http(&srv, "GET", "/execs", no_exec[i], NULL, NULL, 0, &r), 0);
-		expect_error(&r, 403, "insufficient_scope");
-		it_resp_free(&r);
+		it_expect_error_at(&srv, "GET", "/exec/scope-1", no_exec[i], 403, "insufficient_scope");
+		it_expect_error_at(&srv, "GET", "/execs", no_exec[i], 403, "insufficient_scope");
 	}
 	/* audit:read observes but runs and cancels nothing */
 	exec_expect_error(&srv, tok_audit, NULL, json_pack("{s:s}", "command", "touch /workspace/scope-ran"),
@@ -1013,9 +974,7 @@ static void test_scopes(void **state)
 	assert_non_null(v);
 	json_decref(v);
 	struct it_resp r;
-	assert_int_equal(it_http(&srv, "POST", "/exec/scope-2/cancel", tok_audit, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 403, "insufficient_scope");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "POST", "/exec/scope-2/cancel", tok_audit, 403, "insufficient_scope");
 	json_t *res = bg_join(&b);
 	assert_int_equal(b.resp.status, 200);
 	assert_false(jtrue(res, "cancelled"));
@@ -1153,16 +1112,9 @@ static void test_list(void **state)
 	json_decref(run);
 
 	/* bad filters */
-	struct it_resp r;
-	assert_int_equal(it_http(&srv, "GET", "/execs?state=bogus", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "GET", "/execs?limit=0", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "GET", "/execs?limit=abc", tok, NULL, NULL, 0, &r), 0);
-	expect_error(&r, 400, "bad_request");
-	it_resp_free(&r);
+	it_expect_error_at(&srv, "GET", "/execs?state=bogus", tok, 400, "bad_request");
+	it_expect_error_at(&srv, "GET", "/execs?limit=0", tok, 400, "bad_request");
+	it_expect_error_at(&srv, "GET", "/execs?limit=abc", tok, 400, "bad_request");
 }
 
 /* ---- the server stopping ---- */

@@ -23,6 +23,7 @@
 
 static struct it_server srv;
 static char *tok, *tok_globex;
+static const struct it_tok toks[] = {{&tok, "acme", NULL}, {&tok_globex, "globex", NULL}};
 static uid_t acme_uid, globex_uid;
 static long uid_base;
 static char acme_session_host[512]; /* the default session directory of acme on the host */
@@ -34,25 +35,20 @@ static int setup(void **state)
 	char cap[64];
 	snprintf(cap, sizeof cap, "spill-cap-bytes=%ld", SPILL_CAP);
 	const char *const extra[] = {"--set", cap, "--set", it_uid_base_arg(&uid_base), NULL};
-	if (it_start(&srv, extra) < 0)
+	if (it_start_minted(&srv, extra, toks, IT_NTOKS(toks)) < 0)
 		return -1;
-	tok = it_token(&srv, "acme", NULL);
-	tok_globex = it_token(&srv, "globex", NULL);
 	snprintf(rnd, sizeof rnd, "%ld%d", (long)time(NULL), (int)getpid());
 	char seg[64];
-	session_segment("default", seg, sizeof seg);
+	it_session_segment("default", seg, sizeof seg);
 	snprintf(acme_session_host, sizeof acme_session_host, "%s/tenants/acme/workspace/sessions/%s",
 		 srv.dir, seg);
-	return tok && tok_globex ? 0 : -1;
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	int rc = it_finish(&srv);
-	free(tok);
-	free(tok_globex);
-	return rc;
+	return it_finish_minted(&srv, toks, IT_NTOKS(toks));
 }
 
 static const char *out_of(json_t *r)
@@ -446,6 +442,20 @@ static json_t *attack(const char *cmd, int timeout_s, const char *id, long *ms)
 static int baseline_fds;
 static long baseline_rss;
 
+/* A command (nonce in its argv) that leaves a detached process behind:
+ * the exec still answers with its output, in time, not timed out, and
+ * nothing of it is left on the host. */
+static void detached_leaves_nothing(const char *cmd, const char *id, const char *nonce, const char *want_out)
+{
+	long ms = 0;
+	json_t *r = attack(cmd, 30, id, &ms);
+	assert_string_equal(ex_stdout_ok(r), want_out);
+	assert_false(jtrue(r, "timed_out"));
+	assert_true(ms < 8000);
+	json_decref(r);
+	assert_int_equal(host_procs_wait_gone(acme_uid, NULL, nonce, 3000), 0);
+}
+
 static void test_containment(void **state)
 {
 	(void)state;
@@ -528,23 +538,13 @@ static void test_containment(void **state)
 	/* detaching does not outlive the exec */
 	snprintf(nonce, sizeof nonce, "173.%d", pid);
 	cmd = xasprintf("setsid nohup sleep %s >/dev/null 2>&1 & echo detached", nonce);
-	r = attack(cmd, 30, "detach-1", &ms);
+	detached_leaves_nothing(cmd, "detach-1", nonce, "detached\n");
 	free(cmd);
-	assert_string_equal(ex_stdout_ok(r), "detached\n");
-	assert_false(jtrue(r, "timed_out"));
-	assert_true(ms < 8000);
-	json_decref(r);
-	assert_int_equal(host_procs_wait_gone(acme_uid, NULL, nonce, 3000), 0);
 	/* ... even one that keeps the output pipes open */
 	snprintf(nonce, sizeof nonce, "174.%d", pid);
 	cmd = xasprintf("setsid sleep %s & (sleep %s &) ; echo held", nonce, nonce);
-	r = attack(cmd, 30, "detach-2", &ms);
+	detached_leaves_nothing(cmd, "detach-2", nonce, "held\n");
 	free(cmd);
-	assert_string_equal(ex_stdout_ok(r), "held\n");
-	assert_false(jtrue(r, "timed_out"));
-	assert_true(ms < 8000);
-	json_decref(r);
-	assert_int_equal(host_procs_wait_gone(acme_uid, NULL, nonce, 3000), 0);
 
 	/* afterwards: alive, serving, fds back near the baseline */
 	assert_true(it_alive(&srv));

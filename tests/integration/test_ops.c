@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,18 +18,7 @@
 static struct it_server srv;
 static void acme_rows(void);
 
-static int setup(void **state)
-{
-	(void)state;
-	return it_start(&srv, NULL);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	it_cleanup(&srv);
-	return 0;
-}
+IT_DEFAULT_SERVER_FIXTURE(srv)
 
 static void get_ok(struct it_server *s, const char *path, const char *token, struct it_resp *r)
 {
@@ -58,43 +48,36 @@ static void *keep_writing(void *arg)
 }
 
 /* Every record exactly once across pages, oldest first, while others write. */
-static void test_audit_paging_under_writes(void **state)
+/* GET path as token with "X-Request-Id: <prefix>-<i, 3 digits>"; returns
+ * the status. */
+static long get_with_id(const char *path, const char *token, const char *prefix, int i)
 {
-	(void)state;
-	char *admin = it_token(&srv, "ops", "admin audit:read");
-	char *acme = it_token(&srv, "acme", NULL);
-	for (int i = 0; i < 120; i++) {
-		struct it_resp r;
-		char hdr[64];
-		snprintf(hdr, sizeof hdr, "X-Request-Id: page-%03d", i);
-		const char *h[] = { hdr, NULL };
-		assert_int_equal(it_http(&srv, "GET", "/sessions", acme, h, NULL, 0, &r), 0);
-		it_resp_free(&r);
-	}
-	usleep(200000); /* the audit writer commits in groups */
-	struct writer w = { .s = &srv, .token = acme };
-	pthread_t th;
-	pthread_create(&th, NULL, keep_writing, &w);
-	int seen[120] = { 0 };
-	long long last_id = 0;
+	char *hdr = xasprintf("X-Request-Id: %s-%03d", prefix, i);
+	const char *h[] = {hdr, NULL};
+	struct it_resp r;
+	assert_int_equal(it_http(&srv, "GET", path, token, h, NULL, 0, &r), 0);
+	free(hdr);
+	long st = r.status;
+	it_resp_free(&r);
+	return st;
+}
+
+/* GET /audit?<query> page after page (following "next"), at most
+ * max_pages pages, calling each on every record in order. */
+static void audit_walk(struct it_server *s, const char *admin, const char *query, int max_pages,
+		       void (*each)(json_t *rec, void *ud), void *ud)
+{
 	char *after = xstrdup("");
-	for (int page = 0; page < 1000; page++) {
-		char *path = xasprintf("/audit?limit=25&route=/sessions%s%s", *after ? "&after=" : "", after);
+	for (int page = 0; page < max_pages; page++) {
+		char *path = xasprintf("/audit?%s%s%s", query, *after ? "&after=" : "", after);
 		struct it_resp r;
-		get_ok(&srv, path, admin, &r);
+		get_ok(s, path, admin, &r);
 		free(path);
 		json_t *j = it_json(&r);
 		size_t k;
 		json_t *rec;
-		json_array_foreach(json_object_get(j, "records"), k, rec)
-		{
-			long long id = json_integer_value(json_object_get(rec, "id"));
-			assert_true(id > last_id); /* oldest first, never repeated */
-			last_id = id;
-			const char *rid = json_string_value(json_object_get(rec, "request_id"));
-			int n = -1;
-			if (rid && sscanf(rid, "page-%d", &n) == 1 && n >= 0 && n < 120)
-				seen[n]++;
+		json_array_foreach(json_object_get(j, "records"), k, rec) {
+			each(rec, ud);
 		}
 		json_t *next = json_object_get(j, "next");
 		bool more = json_is_string(next);
@@ -105,12 +88,48 @@ static void test_audit_paging_under_writes(void **state)
 		if (!more)
 			break;
 	}
+	free(after);
+}
+
+/* Records of the paging test: ids strictly rising (oldest first, never
+ * repeated), and each "page-N" request id counted. */
+struct paging {
+	int *seen;
+	long long last_id;
+};
+
+static void on_paged(json_t *rec, void *ud)
+{
+	struct paging *pg = ud;
+	long long id = json_integer_value(json_object_get(rec, "id"));
+	assert_true(id > pg->last_id); /* oldest first, never repeated */
+	pg->last_id = id;
+	const char *rid = json_string_value(json_object_get(rec, "request_id"));
+	int n = -1;
+	if (rid && sscanf(rid, "page-%d", &n) == 1 && n >= 0 && n < 120)
+		pg->seen[n]++;
+}
+
+static void test_audit_paging_under_writes(void **state)
+{
+	(void)state;
+	char *admin = it_token(&srv, "ops", "admin audit:read");
+	char *acme = it_token(&srv, "acme", NULL);
+	for (int i = 0; i < 120; i++) {
+		get_with_id("/sessions", acme, "page", i);
+	}
+	usleep(200000); /* the audit writer commits in groups */
+	struct writer w = { .s = &srv, .token = acme };
+	pthread_t th;
+	pthread_create(&th, NULL, keep_writing, &w);
+	int seen[120] = { 0 };
+	struct paging pg = {.seen = seen};
+	audit_walk(&srv, admin, "limit=25&route=/sessions", 1000, on_paged, &pg);
 	w.stop = 1;
 	pthread_join(th, NULL);
 	for (int i = 0; i < 120; i++)
 		assert_int_equal(seen[i], 1);
 	assert_true(w.n > 0);
-	free(after);
 	free(acme);
 	free(admin);
 }
@@ -150,10 +169,7 @@ static void test_audit_ndjson_and_filters(void **state)
 	const char *bad[] = { "/audit?since=yesterday", "/audit?limit=0", "/audit?outcome=maybe", "/audit?after=x",
 			      "/audit?format=xml" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		assert_int_equal(it_http(&srv, "GET", bad[i], acme, NULL, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 400);
-		assert_string_equal(it_error_code(&r), "bad_request");
-		it_resp_free(&r);
+		it_expect_error_at(&srv, "GET", bad[i], acme, 400, "bad_request");
 	}
 	/* a future since gives nothing */
 	get_ok(&srv, "/audit?since=2999-01-01T00:00:00Z", acme, &r);
@@ -175,13 +191,7 @@ static void test_admin_tenant_filter(void **state)
 	it_resp_free(&r);
 	usleep(200000);
 	get_ok(&srv, "/audit?tenant=globex&limit=1000", admin, &r);
-	json_t *j = it_json(&r);
-	size_t k;
-	json_t *rec;
-	assert_true(json_array_size(json_object_get(j, "records")) > 0);
-	json_array_foreach(json_object_get(j, "records"), k, rec)
-		assert_string_equal(json_string_value(json_object_get(rec, "tenant")), "globex");
-	json_decref(j);
+	it_expect_audit_tenant(&r, "globex");
 	it_resp_free(&r);
 	free(admin);
 	free(globex);
@@ -315,35 +325,26 @@ static long long metric_now(struct it_server *s, const char *token, const char *
 }
 
 /* Audit rows on route whose request id starts with prefix (every page). */
+struct prefix_count {
+	const char *prefix;
+	int n;
+};
+
+static void on_counted(json_t *rec, void *ud)
+{
+	struct prefix_count *c = ud;
+	const char *rid = json_string_value(json_object_get(rec, "request_id"));
+	if (rid && strncmp(rid, c->prefix, strlen(c->prefix)) == 0)
+		c->n++;
+}
+
 static int count_rows(struct it_server *s, const char *admin, const char *route, const char *prefix)
 {
-	int n = 0;
-	char *after = xstrdup("");
-	for (;;) {
-		char *path = xasprintf("/audit?limit=1000&route=%s%s%s", route, *after ? "&after=" : "", after);
-		struct it_resp r;
-		get_ok(s, path, admin, &r);
-		free(path);
-		json_t *j = it_json(&r);
-		size_t k;
-		json_t *rec;
-		json_array_foreach(json_object_get(j, "records"), k, rec)
-		{
-			const char *rid = json_string_value(json_object_get(rec, "request_id"));
-			if (rid && strncmp(rid, prefix, strlen(prefix)) == 0)
-				n++;
-		}
-		json_t *next = json_object_get(j, "next");
-		bool more = json_is_string(next);
-		free(after);
-		after = xstrdup(more ? json_string_value(next) : "");
-		json_decref(j);
-		it_resp_free(&r);
-		if (!more)
-			break;
-	}
-	free(after);
-	return n;
+	struct prefix_count c = {.prefix = prefix};
+	char *query = xasprintf("limit=1000&route=%s", route);
+	audit_walk(s, admin, query, INT_MAX, on_counted, &c);
+	free(query);
+	return c.n;
 }
 
 /* Send an audited request of acme's with this id and wait (10 s at most)
@@ -380,13 +381,7 @@ static void test_probes_not_audited(void **state)
 	hz0 = hz0 < 0 ? 0 : hz0;
 	rz0 = rz0 < 0 ? 0 : rz0;
 	for (int i = 0; i < 500; i++) {
-		struct it_resp r;
-		char hdr[64];
-		snprintf(hdr, sizeof hdr, "X-Request-Id: probe-%03d", i);
-		const char *h[] = { hdr, NULL };
-		assert_int_equal(it_http(&srv, "GET", i % 10 ? "/healthz" : "/readyz", NULL, h, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 200);
-		it_resp_free(&r);
+		assert_int_equal(get_with_id(i % 10 ? "/healthz" : "/readyz", NULL, "probe", i), 200);
 	}
 	audit_barrier(&srv, admin, "barrier-probe");
 	assert_int_equal(count_rows(&srv, admin, "/healthz", ""), 0);
@@ -411,25 +406,13 @@ static void test_unauthenticated_audit_rate_limited(void **state)
 		f0 = 0;
 	int64_t t0 = mono_ms();
 	for (int i = 0; i < 500; i++) {
-		struct it_resp r;
-		char hdr[64];
-		snprintf(hdr, sizeof hdr, "X-Request-Id: flood-%03d", i);
-		const char *h[] = { hdr, NULL };
-		assert_int_equal(it_http(&srv, "GET", "/sessions", i % 2 ? "bogus" : NULL, h, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 401);
-		it_resp_free(&r);
+		assert_int_equal(get_with_id("/sessions", i % 2 ? "bogus" : NULL, "flood", i), 401);
 	}
 	int64_t elapsed = mono_ms() - t0;
 	/* the bucket is empty now: a tenant's requests still get their rows */
 	char *acme = it_token(&srv, "acme", NULL);
 	for (int i = 0; i < 30; i++) {
-		struct it_resp r;
-		char hdr[64];
-		snprintf(hdr, sizeof hdr, "X-Request-Id: tenant-%03d", i);
-		const char *h[] = { hdr, NULL };
-		assert_int_equal(it_http(&srv, "GET", "/sessions", acme, h, NULL, 0, &r), 0);
-		assert_int_equal(r.status, 200);
-		it_resp_free(&r);
+		assert_int_equal(get_with_id("/sessions", acme, "tenant", i), 200);
 	}
 	audit_barrier(&srv, admin, "barrier-flood");
 	int audited = count_rows(&srv, admin, "/sessions", "flood-");
