@@ -364,6 +364,23 @@ static bool sse_wait_event(struct sse *s, const char *ev, long timeout_ms)
 	return false;
 }
 
+/* Wait until the stream holds at least n events named ev. */
+static bool sse_wait_count(struct sse *s, const char *ev, int n, long timeout_ms)
+{
+	long until = it_now_ms() + timeout_ms;
+	do {
+		pthread_mutex_lock(&s->mu);
+		int k = 0;
+		for (int i = 0; i < s->n; i++)
+			k += strcmp(s->ev[i].event, ev) == 0;
+		pthread_mutex_unlock(&s->mu);
+		if (k >= n)
+			return true;
+		usleep(10000);
+	} while (it_now_ms() < until);
+	return false;
+}
+
 static json_t *ev_json(const struct sse_ev *e)
 {
 	json_t *j = e->data ? json_loads(e->data, 0, NULL) : NULL;
@@ -401,8 +418,10 @@ static int check_exec_stream(struct sse *s)
 	assert_string_equal(s->ev[s->n - 1].event, "exit");
 	assert_true(ok);
 	assert_non_null(strstr(s->ctype, "text/event-stream"));
-	/* the stream closed right after `exit` */
-	assert_true(s->t_done - s->ev[s->n - 1].t < 1000);
+	/* the stream closed after `exit` by itself: well before the first
+	 * keepalive (12 s) or idle timeout would have ended it; the bound is
+	 * half that, so a loaded machine's delays do not matter */
+	assert_true(s->t_done - s->ev[s->n - 1].t < 6000);
 	return s->n - 1;
 }
 
@@ -579,7 +598,6 @@ static int teardown(void **state)
 static void check_heartbeats(struct sse *s, int min_count, bool chatty)
 {
 	json_t *prev = NULL;
-	long prev_t = 0;
 	int count = 0;
 	for (int i = 0; i < s->n; i++) {
 		if (strcmp(s->ev[i].event, "heartbeat") != 0)
@@ -598,28 +616,47 @@ static void check_heartbeats(struct sse *s, int min_count, bool chatty)
 			assert_int_equal(jint(h, "stdout_bytes"), 0);
 			assert_true(json_is_null(json_object_get(h, "last_output_at")));
 		}
-		/* elapsed_ms is the contract; arrival gaps only guard against a
-		 * flood, with room for delivery jitter on a loaded machine. */
+		/* elapsed_ms is the contract (the server's clock): never closer
+		 * than the interval. Arrival times are the network's and the
+		 * scheduler's, so the flood guard counts instead (below). */
 		if (prev) {
-			long gap = s->ev[i].t - prev_t;
 			long long d = jint(h, "elapsed_ms") - jint(prev, "elapsed_ms");
-			if (d < HB_MS || gap < HB_MS / 2) {
+			if (d < HB_MS) {
 				sse_dump(s);
-				fprintf(stderr, "heartbeats too close: elapsed +%lld ms, arrival +%ld ms\n", d, gap);
+				fprintf(stderr, "heartbeats too close: elapsed +%lld ms\n", d);
 			}
 			assert_true(d >= HB_MS);
-			assert_true(gap >= HB_MS / 2);
 			assert_true(jint(h, "stdout_bytes") >= jint(prev, "stdout_bytes"));
 		}
 		json_decref(prev);
 		prev = h;
-		prev_t = s->ev[i].t;
 		count++;
 	}
+	/* No flood: at most one heartbeat per interval of the run. */
+	if (prev)
+		assert_true(count <= jint(prev, "elapsed_ms") / HB_MS + 1);
 	if (count < min_count)
 		sse_dump(s);
 	assert_true(count >= min_count);
 	json_decref(prev);
+}
+
+/* A streamed command that runs until the test opens its gate, once the
+ * stream holds `hb` heartbeats (and `out` output events): "while it ran"
+ * then depends on the gate, not on how fast the machine is. */
+static int run_gated_stream(struct sse *s, const char *gate, const char *body_cmd, const char *then, const char *id,
+			    int hb, int out)
+{
+	char *cmd = xasprintf("while [ ! -e /workspace/.gate-%s ]; do %s; done; %s", gate, body_cmd, then);
+	s->post_body = exec_body(cmd, id, true);
+	free(cmd);
+	sse_start(s);
+	assert_true(sse_wait_count(s, "heartbeat", hb, 60000));
+	if (out)
+		assert_true(sse_wait_count(s, "output", out, 60000));
+	gate_open(gate);
+	sse_join(s);
+	return check_exec_stream(s);
 }
 
 static void test_heartbeat_spacing_with_chatty_output(void **state)
@@ -627,14 +664,12 @@ static void test_heartbeat_spacing_with_chatty_output(void **state)
 	(void)state;
 	struct sse s;
 	sse_init(&s, "/exec", tok_acme);
-	s.post_body = exec_body("for i in $(seq 1 30); do echo $i; sleep 0.1; done", "hb-chatty", true);
-	sse_run(&s);
-	int x = check_exec_stream(&s);
+	/* output every 100 ms until at least 4 heartbeats and 10 outputs came */
+	int x = run_gated_stream(&s, "chatty", "i=$((i+1)); echo $i; sleep 0.1", "echo end", "hb-chatty", 4, 10);
 	assert_int_equal(s.ev[0].id, 1);
 	json_t *st = ev_json(&s.ev[0]);
 	assert_string_equal(jstr(st, "id"), "hb-chatty");
 	json_decref(st);
-	/* ~3 s of output every 100 ms: at least 4 heartbeats, never closer than the interval */
 	check_heartbeats(&s, 4, true);
 	assert_true(s.output_events >= 10);
 	/* the heartbeats grow: the first has less output than the last, tail is a line printed */
@@ -651,7 +686,7 @@ static void test_heartbeat_spacing_with_chatty_output(void **state)
 	assert_true(jint(last, "elapsed_ms") > jint(first, "elapsed_ms"));
 	assert_true(json_is_string(json_object_get(last, "last_output_at")));
 	const char *tail = jstr(last, "tail");
-	assert_true(atoi(tail) >= 1 && atoi(tail) <= 30);
+	assert_true(atoi(tail) >= 1);
 	assert_string_equal(jstr(last, "id"), "hb-chatty");
 	json_decref(first);
 	json_decref(last);
@@ -659,7 +694,7 @@ static void test_heartbeat_spacing_with_chatty_output(void **state)
 	json_t *res = ev_json(&s.ev[x]);
 	assert_int_equal(jint(res, "exit_code"), 0);
 	assert_string_equal(jstr(res, "id"), "hb-chatty");
-	assert_non_null(strstr(jstr(res, "stdout"), "\n30\n"));
+	assert_non_null(strstr(jstr(res, "stdout"), "\nend\n"));
 	assert_non_null(json_object_get(res, "duration_ms"));
 	json_decref(res);
 	sse_free(&s);
@@ -670,20 +705,14 @@ static void test_heartbeat_silent_command(void **state)
 	(void)state;
 	struct sse s;
 	sse_init(&s, "/exec", tok_acme);
-	s.post_body = exec_body("sleep 2", "hb-silent", true);
-	sse_run(&s);
-	int x = check_exec_stream(&s);
+	/* prints nothing; heartbeats come all the same, while it runs (the
+	 * gate opens only once two have arrived) */
+	int x = run_gated_stream(&s, "silent", "sleep 0.05", "true", "hb-silent", 2, 0);
 	check_heartbeats(&s, 2, false);
 	assert_int_equal(s.output_events, 0);
 	json_t *res = ev_json(&s.ev[x]);
 	assert_int_equal(jint(res, "exit_code"), 0);
 	json_decref(res);
-	/* heartbeats arrived while it ran, not all at the end */
-	for (int i = 0; i < x; i++)
-		if (strcmp(s.ev[i].event, "heartbeat") == 0) {
-			assert_true(s.ev[x].t - s.ev[i].t >= 400);
-			break;
-		}
 	sse_free(&s);
 }
 
@@ -693,8 +722,17 @@ static void test_stream_output_before_exit(void **state)
 	struct sse s;
 	sse_init(&s, "/exec", tok_acme);
 	s.keep_output = true;
-	s.post_body = exec_body("echo early; sleep 2; echo late >&2", NULL, true);
-	sse_run(&s);
+	/* `early` must reach the client while the command still runs: the
+	 * gate opens only once it has. */
+	char *cmd = gated("early", "echo late >&2");
+	char *full = xasprintf("echo early; %s", cmd);
+	s.post_body = exec_body(full, NULL, true);
+	free(cmd);
+	free(full);
+	sse_start(&s);
+	assert_true(sse_wait_count(&s, "output", 1, 60000));
+	gate_open("early");
+	sse_join(&s);
 	int x = check_exec_stream(&s);
 	int early = -1, late = -1;
 	for (int i = 0; i < x; i++) {
@@ -710,8 +748,6 @@ static void test_stream_output_before_exit(void **state)
 	if (early < 0 || late < 0)
 		sse_dump(&s);
 	assert_true(early > 0 && late > early);
-	/* `early` went out while the command still slept */
-	assert_true(s.ev[x].t - s.ev[early].t > 1000);
 	json_t *res = ev_json(&s.ev[x]);
 	assert_string_equal(jstr(res, "stdout"), "early\n");
 	assert_string_equal(jstr(res, "stderr"), "late\n");
@@ -1163,7 +1199,7 @@ static void test_disconnect_noticed(void **state)
 		int with = wait_socket_count(base + 1, 1000); /* the metrics request's connection gone */
 		long t0 = it_now_ms();
 		close(fd);
-		int after = wait_socket_count(with - 1, 1500);
+		int after = wait_socket_count(with - 1, 6000);
 		long ms = it_now_ms() - t0;
 		if (after > with - 1) {
 			fprintf(stderr, "round %d: disconnect not noticed: sockets %d -> %d after %ld ms, subscribers %ld\n",
@@ -1171,7 +1207,9 @@ static void test_disconnect_noticed(void **state)
 			dump_fds();
 		}
 		assert_true(after <= with - 1);
-		assert_true(ms < 1200);
+		/* noticed by the watcher, not by a keepalive write 12 s later
+		 * (half that is the bound: machine speed must not matter) */
+		assert_true(ms < 6000);
 		assert_int_equal(metric("sandboxd_sse_subscribers"), subs0);
 	}
 	/* the same for a watcher of a running exec (hung up between heartbeats) */
