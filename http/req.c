@@ -117,21 +117,25 @@ int http_reply_static(struct http_req *r, int status, const char *content_type, 
 	return http_reply_response(r, status, resp);
 }
 
-int http_reply_json(struct http_req *r, int status, json_t *body)
+struct MHD_Response *http_json_response(struct http_req *r, char *text)
 {
-	char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-	json_decref(body);
-	if (!text)
-		return -ENOMEM;
 	size_t n = strlen(text);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
 	if (!resp) {
 		free(text);
-		return -ENOMEM;
+		return NULL;
 	}
 	MHD_add_response_header(resp, "Content-Type", "application/json");
 	r->bytes_out += (int64_t)n;
-	return http_reply_response(r, status, resp);
+	return resp;
+}
+
+int http_reply_json(struct http_req *r, int status, json_t *body)
+{
+	char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+	json_decref(body);
+	struct MHD_Response *resp = text ? http_json_response(r, text) : NULL;
+	return resp ? http_reply_response(r, status, resp) : -ENOMEM;
 }
 
 void http_suspend(struct http_req *r)

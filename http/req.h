@@ -111,6 +111,9 @@ void http_set_target(struct http_req *r, const char *target);
  * returns 0 (or -EIO when libmicrohttpd refuses). Common headers
  * (X-Request-Id, Cache-Control) are added for every response. */
 int http_reply_json(struct http_req *r, int status, json_t *body); /* steals body */
+/* An application/json response of text (taken: freed with the response,
+ * or here when none can be made, then NULL); its bytes are counted. */
+struct MHD_Response *http_json_response(struct http_req *r, char *text);
 int http_reply_static(struct http_req *r, int status, const char *content_type, const void *p, size_t n);
 int http_reply_response(struct http_req *r, int status, struct MHD_Response *resp); /* destroys resp */
 void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp);

@@ -290,13 +290,9 @@ int http_render_error(struct http_req *r, int code)
 	if (!text) /* never unanswered: the code alone (static ASCII) */
 		text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"retry_hint\":null}}", wcode,
 				 wcode);
-	size_t n = strlen(text);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(text);
+	struct MHD_Response *resp = http_json_response(r, text);
+	if (!resp)
 		return -ENOMEM;
-	}
-	MHD_add_response_header(resp, "Content-Type", "application/json");
 	if (w.status == 401)
 		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
 	if (w.status == 405 && r->allow)
@@ -310,7 +306,6 @@ int http_render_error(struct http_req *r, int code)
 	}
 	if (w.status == 413 || w.status == 400)
 		MHD_add_response_header(resp, "Connection", "close");
-	r->bytes_out += (int64_t)n;
 	return http_reply_response(r, w.status, resp);
 }
 

@@ -163,21 +163,32 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
 /* Answer with the bytes of an open file (whole, or the request's Range),
  * straight from the fd: the kernel copies, nothing is buffered here. Takes
  * fd. limit: the largest body allowed (0: none). */
-int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
+int route_fs_range(struct http_req *r, int fd, uint64_t size, uint64_t *start, uint64_t *end, int *status)
 {
 	const char *range = http_header(r, "Range");
-	uint64_t start = 0, end = size ? size - 1 : 0;
-	int status = 200;
-	if (range) {
-		int rc = route_fs_parse_range(range, size, &start, &end);
-		if (rc == -ERANGE) {
-			close(fd);
-			return http_fail_range(r, size);
-		}
-		if (rc == 0)
-			status = 206;
-		/* A malformed Range is ignored, as RFC 9110 allows: the whole file. */
+	*start = 0;
+	*end = size ? size - 1 : 0;
+	*status = 200;
+	if (!range)
+		return 0;
+	int rc = route_fs_parse_range(range, size, start, end);
+	if (rc == -ERANGE) {
+		close(fd);
+		return http_fail_range(r, size);
 	}
+	if (rc == 0)
+		*status = 206;
+	/* A malformed Range is ignored, as RFC 9110 allows: the whole file. */
+	return 0;
+}
+
+int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
+{
+	uint64_t start, end;
+	int status;
+	int rc = route_fs_range(r, fd, size, &start, &end, &status);
+	if (rc < 0)
+		return rc;
 	uint64_t len = size ? end - start + 1 : 0;
 	if (limit && len > limit) {
 		close(fd);

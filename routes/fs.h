@@ -10,6 +10,11 @@ struct http_req;
  * into an inclusive [start, end]. -EINVAL malformed (ignored by callers,
  * as RFC 9110 allows), -ERANGE unsatisfiable (416). */
 int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end);
+/* The request's Range against a file of size bytes: [start, end] and a
+ * status of 200 or 206 (a malformed Range is ignored: the whole file, as
+ * RFC 9110 allows). A range past the end closes fd and fails with 416
+ * (returns < 0, to be returned as the handler's answer). */
+int route_fs_range(struct http_req *r, int fd, uint64_t size, uint64_t *start, uint64_t *end, int *status);
 /* Answer 200/206 with the bytes of fd (whole, or the request's Range)
  * straight from the file; takes fd. limit: largest body allowed (0: none),
  * over it 413. */

@@ -317,19 +317,10 @@ static int download(struct http_req *r, const char *rel, struct xfer *x, bool ha
 	if (rc < 0)
 		return route_fail_path(r, rc, "read", rel);
 
-	uint64_t start = 0, end = size ? size - 1 : 0;
-	int status = 200;
-	const char *range = http_header(r, "Range");
-	if (range) {
-		rc = route_fs_parse_range(range, size, &start, &end);
-		if (rc == -ERANGE) {
-			close(fd);
-			return http_fail_range(r, size);
-		}
-		if (rc == 0)
-			status = 206;
-		/* A malformed Range is ignored, as RFC 9110 allows: the whole file. */
-	}
+	uint64_t start, end;
+	int status;
+	if ((rc = route_fs_range(r, fd, size, &start, &end, &status)) < 0)
+		return rc;
 	uint64_t len = size ? end - start + 1 : 0;
 
 	if (strcmp(r->method, "HEAD") == 0) {

@@ -727,6 +727,22 @@ static void *runner_main(void *arg)
 	return NULL;
 }
 
+/* What sbx_runner_new made, once its thread is gone (or never started). */
+static void release(struct sbx_runner *r)
+{
+	if (r->epfd >= 0)
+		close(r->epfd);
+	if (r->efd >= 0)
+		close(r->efd);
+	if (r->tfd >= 0)
+		close(r->tfd);
+	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->done_mu);
+	pthread_cond_destroy(&r->done_cv);
+	free(r->buf);
+	free(r);
+}
+
 int sbx_runner_new(struct sbx_runner **out)
 {
 	struct sbx_runner *r = xcalloc(1, sizeof(*r));
@@ -771,17 +787,7 @@ int sbx_runner_new(struct sbx_runner **out)
 	*out = r;
 	return 0;
 fail:
-	if (r->epfd >= 0)
-		close(r->epfd);
-	if (r->efd >= 0)
-		close(r->efd);
-	if (r->tfd >= 0)
-		close(r->tfd);
-	pthread_mutex_destroy(&r->mu);
-	pthread_mutex_destroy(&r->done_mu);
-	pthread_cond_destroy(&r->done_cv);
-	free(r->buf);
-	free(r);
+	release(r);
 	return rc;
 }
 
@@ -847,14 +853,7 @@ void sbx_runner_free(struct sbx_runner **pr)
 		return;
 	r = *pr;
 	sbx_runner_stop(r);
-	close(r->epfd);
-	close(r->efd);
-	close(r->tfd);
-	pthread_mutex_destroy(&r->mu);
-	pthread_mutex_destroy(&r->done_mu);
-	pthread_cond_destroy(&r->done_cv);
-	free(r->buf);
-	free(r);
+	release(r);
 	*pr = NULL;
 }
 
