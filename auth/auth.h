@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 enum auth_alg { AUTH_ALG_HS256 = 1, AUTH_ALG_RS256, AUTH_ALG_ES256 };
-const char *auth_alg_name(enum auth_alg a);           /* "HS256", ... */
+const char *auth_alg_name(enum auth_alg a);	       /* "HS256", ... */
 int auth_alg_parse(const char *s, enum auth_alg *out); /* 0 or -EINVAL */
 
 /* Scope bits. A token without a scope claim has FS_READ|FS_WRITE|EXEC. */
@@ -30,7 +30,7 @@ struct auth_key {
 	enum auth_alg alg;
 	const unsigned char *key; /* HS256: the secret bytes; RS256/ES256: PEM public key */
 	size_t key_len;
-	bool operator_tenant;     /* may its tokens carry admin? */
+	bool operator_tenant; /* may its tokens carry admin? */
 };
 
 /* Look up the key of a tenant. Return 0 and fill *key (borrowed until the
@@ -38,8 +38,8 @@ struct auth_key {
 typedef int (*auth_key_lookup)(void *ctx, const char *tenant, struct auth_key *key);
 
 struct auth_config {
-	const char *audience;   /* required aud when non-NULL */
-	int64_t leeway_s;       /* applies to exp and nbf; default 30 */
+	const char *audience;	/* required aud when non-NULL */
+	int64_t leeway_s;	/* applies to exp and nbf; default 30 */
 	size_t max_token_bytes; /* default 8192 */
 };
 
@@ -48,7 +48,7 @@ struct auth_config {
 struct auth_claims {
 	char tenant[AUTH_TENANT_MAX];
 	int64_t exp;
-	unsigned scopes;  /* admin cleared unless the tenant is an operator */
+	unsigned scopes;    /* admin cleared unless the tenant is an operator */
 	bool admin_refused; /* the token asked for admin but its tenant is no operator */
 };
 
@@ -69,8 +69,8 @@ int auth_verify(const char *token, size_t len, const struct auth_config *cfg, in
 
 /* Mint an HS256 token (for `sandboxd token` and tests). scope may be NULL
  * (no scope claim). Returns a fresh string (free()) or NULL on error. */
-char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char *tenant,
-		      const char *scope, int64_t iat, int64_t exp, const char *audience);
+char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char *tenant, const char *scope,
+		      int64_t iat, int64_t exp, const char *audience);
 
 /* Fill buf with n random bytes from the kernel (getrandom). 0 or -errno. */
 int auth_random(void *buf, size_t n);

@@ -297,8 +297,7 @@ static void *req_worker(void *arg)
 			w->r429++;
 			if (backoff_ms)
 				usleep((useconds_t)backoff_ms * 1000);
-		}
-		else
+		} else
 			w->other++;
 	}
 	if (c.fd >= 0)
@@ -321,8 +320,7 @@ static double pct(double *v, size_t n, double p)
 	return v[k];
 }
 
-#define REQUEST_FMT                                                                                          \
-	"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%sContent-Type: application/json\r\n%s\r\n%s"
+#define REQUEST_FMT "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%sContent-Type: application/json\r\n%s\r\n%s"
 
 static int mode_req(void)
 {
@@ -566,8 +564,8 @@ static int mode_hold(void)
 
 	for (int i = 0; i < nid; i++) {
 		char req[8192], js[4096];
-		int jl = snprintf(js, sizeof(js), "{\"command\":\"%s\",\"id\":\"%s\",\"timeout_s\":%d}", body, idv[i],
-				  (int)dur + 60);
+		int jl = snprintf(js, sizeof(js), "{\"command\":\"%s\",\"id\":\"%s\",\"timeout_s\":%d}", body,
+				  idv[i], (int)dur + 60);
 		int len = snprintf(req, sizeof(req),
 				   "POST /exec HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: %s\r\n"
 				   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
@@ -599,10 +597,11 @@ static int mode_ballast(void)
 	memset(zeros, 'b', chunk);
 	for (int i = 0; i < clients && !stop_flag; i++) {
 		char req[8192];
-		int len = snprintf(req, sizeof(req),
-				   "PUT /fs/write?path=ballast-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: %s\r\n"
-				   "Content-Length: %lld\r\n\r\n",
-				   i, auth, bsize);
+		int len = snprintf(
+		    req, sizeof(req),
+		    "PUT /fs/write?path=ballast-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: %s\r\n"
+		    "Content-Length: %lld\r\n\r\n",
+		    i, auth, bsize);
 		fds[i] = dial();
 		if (fds[i] < 0 || write_all(fds[i], req, (size_t)len) < 0)
 			continue;
@@ -627,8 +626,9 @@ static int mode_ballast(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: loadgen req|sse|hold|ballast -p PORT [-a AUTH] [-m METHOD] [-u PATH] [-b BODY]\n"
-			"       [-c N] [-n N] [-d SECONDS] [-w N] [-i IDS] [-r READYFILE] [-s BYTES] [-R MS]\n");
+	fprintf(stderr,
+		"usage: loadgen req|sse|hold|ballast -p PORT [-a AUTH] [-m METHOD] [-u PATH] [-b BODY]\n"
+		"       [-c N] [-n N] [-d SECONDS] [-w N] [-i IDS] [-r READYFILE] [-s BYTES] [-R MS]\n");
 	exit(2);
 }
 
@@ -666,20 +666,47 @@ int main(int argc, char **argv)
 	optind = 2;
 	while ((o = getopt(argc, argv, "p:a:m:u:b:c:n:d:w:i:r:s:R:")) != -1) {
 		switch (o) {
-		case 'p': port = (int)opt_int(optarg, 1, 65535); break;
-		case 'a': auth = optarg; break;
-		case 'm': method = optarg; break;
-		case 'u': upath = optarg; break;
-		case 'b': body = optarg; break;
-		case 'c': clients = (int)opt_int(optarg, 1, INT_MAX); break;
-		case 'n': nreq = (long)opt_int(optarg, 0, LONG_MAX); break;
-		case 'd': dur = opt_double(optarg); break;
-		case 'w': warmup = (long)opt_int(optarg, 0, LONG_MAX); break;
-		case 'i': ids = optarg; break;
-		case 'r': readyfile = optarg; break;
-		case 's': bsize = opt_int(optarg, 1, LLONG_MAX); break;
-		case 'R': backoff_ms = (int)opt_int(optarg, 0, INT_MAX); break;
-		default: usage();
+		case 'p':
+			port = (int)opt_int(optarg, 1, 65535);
+			break;
+		case 'a':
+			auth = optarg;
+			break;
+		case 'm':
+			method = optarg;
+			break;
+		case 'u':
+			upath = optarg;
+			break;
+		case 'b':
+			body = optarg;
+			break;
+		case 'c':
+			clients = (int)opt_int(optarg, 1, INT_MAX);
+			break;
+		case 'n':
+			nreq = (long)opt_int(optarg, 0, LONG_MAX);
+			break;
+		case 'd':
+			dur = opt_double(optarg);
+			break;
+		case 'w':
+			warmup = (long)opt_int(optarg, 0, LONG_MAX);
+			break;
+		case 'i':
+			ids = optarg;
+			break;
+		case 'r':
+			readyfile = optarg;
+			break;
+		case 's':
+			bsize = opt_int(optarg, 1, LLONG_MAX);
+			break;
+		case 'R':
+			backoff_ms = (int)opt_int(optarg, 0, INT_MAX);
+			break;
+		default:
+			usage();
 		}
 	}
 	if (clients < 1 || (!nreq && dur <= 0) || dur > 3600)

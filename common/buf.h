@@ -5,7 +5,7 @@
 #include <stddef.h>
 
 struct buf {
-	char *ptr;  /* NUL-terminated whenever len > 0 or after buf_cstr */
+	char *ptr; /* NUL-terminated whenever len > 0 or after buf_cstr */
 	size_t len;
 	size_t cap;
 	size_t max; /* appends that would pass this fail with -E2BIG */

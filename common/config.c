@@ -19,57 +19,66 @@ struct option_spec {
 	int64_t min, max; /* K_INT bounds */
 };
 
-#define S(n, f, d) { n, K_STR, offsetof(struct sbx_config, f), d, 0, 0 }
-#define I(n, f, d, lo, hi) { n, K_INT, offsetof(struct sbx_config, f), d, lo, hi }
-#define B(n, f, d) { n, K_BOOL, offsetof(struct sbx_config, f), d, 0, 0 }
+#define S(n, f, d)                                                                                           \
+	{                                                                                                    \
+		n, K_STR, offsetof(struct sbx_config, f), d, 0, 0                                            \
+	}
+#define I(n, f, d, lo, hi)                                                                                   \
+	{                                                                                                    \
+		n, K_INT, offsetof(struct sbx_config, f), d, lo, hi                                          \
+	}
+#define B(n, f, d)                                                                                           \
+	{                                                                                                    \
+		n, K_BOOL, offsetof(struct sbx_config, f), d, 0, 0                                           \
+	}
 
 /* The one table of defaults. */
 static const struct option_spec specs[] = {
-	S("listen", listen, "127.0.0.1:8080"),
-	S("data-dir", data_dir, "./sandboxd-data"),
-	S("db-path", db_path, NULL),
-	S("backend", backend, "bwrap"),
-	B("allow-unsafe-local", allow_unsafe_local, "false"),
-	S("tls-cert", tls_cert, NULL),
-	S("tls-key", tls_key, NULL),
-	S("audience", audience, NULL),
-	I("leeway-s", leeway_s, "30", 0, 3600),
-	I("threads", threads, "0", 0, 256),
-	I("connection-timeout-s", connection_timeout_s, "60", 1, 86400),
-	I("max-connections", max_connections, "4096", 16, 1000000),
-	I("max-connections-per-ip", max_connections_per_ip, "1024", 1, 1000000),
-	I("connection-memory-bytes", connection_memory_bytes, "65536", 16384, 16777216),
-	I("max-buffered-bytes", max_buffered_bytes, "16777216", 1024, 1073741824),
-	I("max-upload-bytes", max_upload_bytes, "1099511627776", 0, INT64_MAX),
-	I("uid-base", uid_base, "100000", 1000, 2000000000),
-	I("heartbeat-ms", heartbeat_ms, "2000", 50, 600000),
-	I("exec-timeout-default-s", exec_timeout_default_s, "300", 1, 604800),
-	I("exec-timeout-max-s", exec_timeout_max_s, "3600", 1, 604800),
-	I("exec-kill-grace-ms", exec_kill_grace_ms, "2000", 0, 60000),
-	I("max-output-bytes-default", max_output_bytes_default, "64000", 256, 1073741824),
-	I("max-output-bytes-cap", max_output_bytes_cap, "8388608", 256, 1073741824),
-	I("spill-cap-bytes", spill_cap_bytes, "1073741824", 0, INT64_MAX),
-	I("tenant-max-execs", tenant_max_execs, "32", 1, 100000),
-	I("tenant-max-transfers", tenant_max_transfers, "16", 1, 100000),
-	I("transfer-ttl-default-s", transfer_ttl_default_s, "60", 1, 86400),
-	I("transfer-ttl-max-s", transfer_ttl_max_s, "3600", 1, 604800),
-	I("mem-limit-bytes", mem_limit_bytes, "2147483648", 0, INT64_MAX),
-	I("nproc-limit", nproc_limit, "256", 0, 1000000),
-	I("tenant-mem-budget-bytes", tenant_mem_budget_bytes, "4294967296", 0, INT64_MAX),
-	I("tenant-nproc-budget", tenant_nproc_budget, "512", 0, 1000000),
-	I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX),
-	I("nofile-limit", nofile_limit, "1024", 0, 1048576),
-	I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),
-	B("use-cgroups", use_cgroups, "true"),
-	I("events-replay", events_replay, "256", 1, 100000),
-	B("metrics-public", metrics_public, "false"),
-	I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
-	I("retention-max-age-s", retention_max_age_s, "2592000", 0, INT64_MAX),
-	I("retention-max-rows", retention_max_rows, "0", 0, INT64_MAX),
-	I("retention-interval-s", retention_interval_s, "60", 1, 86400),
-	I("audit-unauthenticated-per-s", audit_unauth_per_s, "10", 0, 1000000),
-	I("audit-unauthenticated-burst", audit_unauth_burst, "20", 1, 1000000),
-	B("log-requests", log_requests, "true"),
+    S("listen", listen, "127.0.0.1:8080"),
+    S("data-dir", data_dir, "./sandboxd-data"),
+    S("db-path", db_path, NULL),
+    S("backend", backend, "bwrap"),
+    B("allow-unsafe-local", allow_unsafe_local, "false"),
+    S("tls-cert", tls_cert, NULL),
+    S("tls-key", tls_key, NULL),
+    S("audience", audience, NULL),
+    I("leeway-s", leeway_s, "30", 0, 3600),
+    I("threads", threads, "0", 0, 256),
+    I("connection-timeout-s", connection_timeout_s, "60", 1, 86400),
+    I("max-connections", max_connections, "4096", 16, 1000000),
+    I("max-connections-per-ip", max_connections_per_ip, "1024", 1, 1000000),
+    I("connection-memory-bytes", connection_memory_bytes, "65536", 16384, 16777216),
+    I("max-buffered-bytes", max_buffered_bytes, "16777216", 1024, 1073741824),
+    I("max-upload-bytes", max_upload_bytes, "1099511627776", 0, INT64_MAX),
+    I("uid-base", uid_base, "100000", 1000, 2000000000),
+    I("heartbeat-ms", heartbeat_ms, "2000", 50, 600000),
+    I("exec-timeout-default-s", exec_timeout_default_s, "300", 1, 604800),
+    I("exec-timeout-max-s", exec_timeout_max_s, "3600", 1, 604800),
+    I("exec-kill-grace-ms", exec_kill_grace_ms, "2000", 0, 60000),
+    I("max-output-bytes-default", max_output_bytes_default, "64000", 256, 1073741824),
+    I("max-output-bytes-cap", max_output_bytes_cap, "8388608", 256, 1073741824),
+    I("spill-cap-bytes", spill_cap_bytes, "1073741824", 0, INT64_MAX),
+    I("tenant-max-execs", tenant_max_execs, "32", 1, 100000),
+    I("tenant-max-transfers", tenant_max_transfers, "16", 1, 100000),
+    I("transfer-ttl-default-s", transfer_ttl_default_s, "60", 1, 86400),
+    I("transfer-ttl-max-s", transfer_ttl_max_s, "3600", 1, 604800),
+    I("mem-limit-bytes", mem_limit_bytes, "2147483648", 0, INT64_MAX),
+    I("nproc-limit", nproc_limit, "256", 0, 1000000),
+    I("tenant-mem-budget-bytes", tenant_mem_budget_bytes, "4294967296", 0, INT64_MAX),
+    I("tenant-nproc-budget", tenant_nproc_budget, "512", 0, 1000000),
+    I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX),
+    I("nofile-limit", nofile_limit, "1024", 0, 1048576),
+    I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),
+    B("use-cgroups", use_cgroups, "true"),
+    I("events-replay", events_replay, "256", 1, 100000),
+    B("metrics-public", metrics_public, "false"),
+    I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
+    I("retention-max-age-s", retention_max_age_s, "2592000", 0, INT64_MAX),
+    I("retention-max-rows", retention_max_rows, "0", 0, INT64_MAX),
+    I("retention-interval-s", retention_interval_s, "60", 1, 86400),
+    I("audit-unauthenticated-per-s", audit_unauth_per_s, "10", 0, 1000000),
+    I("audit-unauthenticated-burst", audit_unauth_burst, "20", 1, 1000000),
+    B("log-requests", log_requests, "true"),
 };
 
 static const struct option_spec *find(const char *name)
@@ -191,7 +200,8 @@ void cfg_finish(struct sbx_config *c)
 {
 	if (!c->db_path) {
 		size_t n = strlen(c->data_dir);
-		c->db_path = xasprintf("%s%ssandboxd.db", c->data_dir, n && c->data_dir[n - 1] == '/' ? "" : "/");
+		c->db_path =
+		    xasprintf("%s%ssandboxd.db", c->data_dir, n && c->data_dir[n - 1] == '/' ? "" : "/");
 	}
 }
 

@@ -8,41 +8,42 @@
 #include <stdio.h>
 
 struct sbx_config {
-	char *listen;              /* "HOST:PORT"; "[::1]:PORT" for IPv6 */
-	char *data_dir;            /* holds sandboxd.db and tenants/<name>/workspace */
-	char *db_path;             /* default <data_dir>/sandboxd.db */
-	char *backend;             /* "bwrap" or "local" */
+	char *listen;	/* "HOST:PORT"; "[::1]:PORT" for IPv6 */
+	char *data_dir; /* holds sandboxd.db and tenants/<name>/workspace */
+	char *db_path;	/* default <data_dir>/sandboxd.db */
+	char *backend;	/* "bwrap" or "local" */
 	bool allow_unsafe_local;
 	char *tls_cert, *tls_key;
-	char *audience;            /* required aud claim when set */
+	char *audience; /* required aud claim when set */
 	int64_t leeway_s;
-	int64_t threads;           /* HTTP worker threads; 0: one per core */
+	int64_t threads; /* HTTP worker threads; 0: one per core */
 	int64_t connection_timeout_s;
 	int64_t max_connections;
 	int64_t max_connections_per_ip;
 	int64_t connection_memory_bytes;
 	int64_t max_buffered_bytes; /* buffered read/write and JSON bodies */
 	int64_t max_upload_bytes;   /* streaming uploads */
-	int64_t uid_base;           /* sandbox uid = uid_base + tenant slot (server as root) */
+	int64_t uid_base;	    /* sandbox uid = uid_base + tenant slot (server as root) */
 	int64_t heartbeat_ms;
 	int64_t exec_timeout_default_s, exec_timeout_max_s;
 	int64_t exec_kill_grace_ms;
 	int64_t max_output_bytes_default, max_output_bytes_cap;
 	int64_t spill_cap_bytes;
-	int64_t tenant_max_execs;   /* concurrent execs per tenant */
+	int64_t tenant_max_execs; /* concurrent execs per tenant */
 	int64_t tenant_max_transfers;
 	int64_t transfer_ttl_default_s, transfer_ttl_max_s;
 	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes, nofile_limit, tmp_size_bytes;
 	int64_t tenant_mem_budget_bytes, tenant_nproc_budget; /* all of a tenant's commands together */
 	int64_t events_replay; /* feed events kept per tenant for Last-Event-ID */
 	bool use_cgroups;
-	bool metrics_public;       /* /metrics without a token */
+	bool metrics_public; /* /metrics without a token */
 	int64_t shutdown_grace_s;
 	int64_t retention_max_age_s;  /* audit, exec and transfer rows; default 30 days; 0: keep forever */
 	int64_t retention_max_rows;   /* per table; 0: no bound */
 	int64_t retention_interval_s; /* how often the pruner runs */
-	int64_t audit_unauth_per_s;   /* audit rows per second per client address for requests naming no tenant */
-	int64_t audit_unauth_burst;   /* ... and the bucket size */
+	int64_t
+	    audit_unauth_per_s; /* audit rows per second per client address for requests naming no tenant */
+	int64_t audit_unauth_burst; /* ... and the bucket size */
 	bool log_requests;
 };
 

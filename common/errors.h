@@ -6,19 +6,19 @@
 enum sbx_error {
 	SBX_E_BASE = 4096,
 	SBX_E_PARENT_MISSING, /* 404 parent_missing */
-	SBX_E_NOT_TEXT,       /* 422 not_text */
-	SBX_E_SPECIAL,        /* 403 forbidden: FIFO, socket or device */
-	SBX_E_ROOT,           /* 403 forbidden: the workspace or a session root */
+	SBX_E_NOT_TEXT,	      /* 422 not_text */
+	SBX_E_SPECIAL,	      /* 403 forbidden: FIFO, socket or device */
+	SBX_E_ROOT,	      /* 403 forbidden: the workspace or a session root */
 	SBX_E_TOKEN_USED,     /* 410 token_used */
 	SBX_E_TOKEN_EXPIRED,  /* 410 token_expired */
-	SBX_E_CONFLICT,       /* 409 conflict */
-	SBX_E_BACKEND,        /* 503 backend_unavailable */
-	SBX_E_STORE,          /* 503 store_unavailable */
-	SBX_E_TOO_MANY,       /* 429 too_many_requests */
+	SBX_E_CONFLICT,	      /* 409 conflict */
+	SBX_E_BACKEND,	      /* 503 backend_unavailable */
+	SBX_E_STORE,	      /* 503 store_unavailable */
+	SBX_E_TOO_MANY,	      /* 429 too_many_requests */
 	SBX_E_UNAUTHORIZED,   /* 401 unauthorized */
-	SBX_E_SCOPE,          /* 403 insufficient_scope */
+	SBX_E_SCOPE,	      /* 403 insufficient_scope */
 	SBX_E_FORBIDDEN,      /* 403 forbidden */
-	SBX_E_METHOD,         /* 405 method_not_allowed */
+	SBX_E_METHOD,	      /* 405 method_not_allowed */
 };
 
 /* What a negative return means, for logs and messages: strerror for an

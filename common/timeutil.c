@@ -36,8 +36,8 @@ void rfc3339_ms(int64_t ms, char *out, size_t outsz)
 	}
 	struct tm tm;
 	gmtime_r(&s, &tm);
-	snprintf(out, outsz, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-		 tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+	snprintf(out, outsz, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
 static int digits(const char **p, int n, int *out)
@@ -105,7 +105,8 @@ int rfc3339_parse(const char *s, int64_t *ms)
 		return -EINVAL;
 	if (*p)
 		return -EINVAL;
-	struct tm tm = { .tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h, .tm_min = m, .tm_sec = sec };
+	struct tm tm = {
+	    .tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h, .tm_min = m, .tm_sec = sec};
 	time_t t = timegm(&tm);
 	*ms = ((int64_t)t - off_s) * 1000 + frac_ms;
 	return 0;

@@ -10,12 +10,12 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 
-#define SLOTS 4096   /* power of two */
+#define SLOTS 4096 /* power of two */
 #define STRIPES 64
 #define MAX_GAP_MS 10000000 /* past this any bucket is full: keeps the refill product small */
 
 struct slot {
-	uint64_t key; /* 0: empty */
+	uint64_t key;  /* 0: empty */
 	int64_t milli; /* tokens, in thousandths */
 	int64_t last_ms;
 };

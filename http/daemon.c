@@ -122,7 +122,8 @@ static void make_request_id(struct http_req *r)
 
 static void client_address(struct http_req *r)
 {
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	r->client[0] = '\0';
 	if (!ci || !ci->client_addr)
 		return;
@@ -130,7 +131,8 @@ static void client_address(struct http_req *r)
 	if (sa->sa_family == AF_INET)
 		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->client, sizeof r->client);
 	else if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->client, sizeof r->client);
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->client,
+			  sizeof r->client);
 }
 
 static enum MHD_Result fail(struct http_req *r, int code)
@@ -224,7 +226,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	return MHD_YES;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
 {
 	struct http_daemon *h = cls;
 	struct http_req *r = *con_cls;
@@ -260,7 +263,8 @@ int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err,
 		return rc;
 	struct http_daemon *h = xcalloc(1, sizeof *h);
 	h->env = env;
-	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+	unsigned flags =
+	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	if (cfg->tls_cert || cfg->tls_key) {
@@ -280,26 +284,25 @@ int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err,
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : (unsigned)(ncpu > 0 ? ncpu : 1);
 	struct MHD_OptionItem tls_opts[] = {
-		{ MHD_OPTION_HTTPS_MEM_CERT, 0, h->cert },
-		{ MHD_OPTION_HTTPS_MEM_KEY, 0, h->key },
-		/* TLS 1.2 and newer only, GnuTLS priority string. */
-		{ MHD_OPTION_HTTPS_PRIORITIES, 0,
-		  (void *)"SECURE256:+SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE" },
-		{ MHD_OPTION_END, 0, NULL },
+	    {MHD_OPTION_HTTPS_MEM_CERT, 0, h->cert},
+	    {MHD_OPTION_HTTPS_MEM_KEY, 0, h->key},
+	    /* TLS 1.2 and newer only, GnuTLS priority string. */
+	    {MHD_OPTION_HTTPS_PRIORITIES, 0,
+	     (void *)"SECURE256:+SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE"},
+	    {MHD_OPTION_END, 0, NULL},
 	};
 	/* No MHD_OPTION_LISTENING_ADDRESS_REUSE: its 1 is SO_REUSEPORT, with
 	 * which a second server (or any process of this uid) binds the same
 	 * port and silently takes a share of the connections and their tokens.
 	 * libmicrohttpd's default SO_REUSEADDR is enough for a quick restart. */
-	h->d = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-		MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT,
-		(unsigned)cfg->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_bytes,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-		MHD_OPTION_ARRAY, (flags & MHD_USE_TLS) ? tls_opts : tls_opts + 3,
-		MHD_OPTION_END);
+	h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
+				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
+				threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_bytes,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_ARRAY,
+				(flags & MHD_USE_TLS) ? tls_opts : tls_opts + 3, MHD_OPTION_END);
 	if (!h->d) {
 		snprintf(err, errsz, "cannot listen on %s (address in use, or bad TLS files?)", cfg->listen);
 		rc = -EADDRINUSE;

@@ -8,10 +8,14 @@
 static const char *type_name(enum http_field_type t)
 {
 	switch (t) {
-	case F_STRING: return "a string";
-	case F_BOOL: return "a boolean";
-	case F_INT: return "an integer";
-	case F_OBJECT: return "an object";
+	case F_STRING:
+		return "a string";
+	case F_BOOL:
+		return "a boolean";
+	case F_INT:
+		return "an integer";
+	case F_OBJECT:
+		return "an object";
 	}
 	return "?";
 }
@@ -51,8 +55,8 @@ int http_fields_read(struct http_req *r, json_t *obj, const struct http_field *f
 			if (json_is_integer(v)) {
 				json_int_t x = json_integer_value(v);
 				if (x < f[i].min || x > f[i].max)
-					return http_fail(r, -EINVAL, "field \"%s\" must be in [%lld, %lld]", f[i].name,
-							(long long)f[i].min, (long long)f[i].max);
+					return http_fail(r, -EINVAL, "field \"%s\" must be in [%lld, %lld]",
+							 f[i].name, (long long)f[i].min, (long long)f[i].max);
 				*(int64_t *)f[i].dest = x;
 				ok = true;
 			}
@@ -63,7 +67,8 @@ int http_fields_read(struct http_req *r, json_t *obj, const struct http_field *f
 			break;
 		}
 		if (!ok)
-			return http_fail(r, -EINVAL, "field \"%s\" must be %s", f[i].name, type_name(f[i].type));
+			return http_fail(r, -EINVAL, "field \"%s\" must be %s", f[i].name,
+					 type_name(f[i].type));
 		if (f[i].present)
 			*f[i].present = true;
 	}

@@ -15,10 +15,10 @@ struct http_field {
 	const char *name;
 	enum http_field_type type;
 	bool required;
-	void *dest;       /* const char ** | bool * | int64_t * | json_t ** (borrowed from the body) */
-	size_t *len;      /* F_STRING: its length (strings may hold NUL; paths refuse it later) */
+	void *dest;	  /* const char ** | bool * | int64_t * | json_t ** (borrowed from the body) */
+	size_t *len;	  /* F_STRING: its length (strings may hold NUL; paths refuse it later) */
 	int64_t min, max; /* F_INT bounds */
-	bool *present;    /* optional: set when the field was given */
+	bool *present;	  /* optional: set when the field was given */
 };
 
 /* 0 or -EINVAL (after http_fail naming the field). */

@@ -16,14 +16,14 @@
 #include "http/req.h"
 #include "http/watch.h"
 
-#define CHANNEL_RING 64           /* replayable events per exec */
+#define CHANNEL_RING 64 /* replayable events per exec */
 /* Feed replay: the count is the server's setting (per tenant); the bytes
  * bound it too: an exit event carries the whole ShellResult (up to two
  * max-output-bytes-cap streams, JSON-escaped), so a count alone would let
  * one tenant's execs pin gigabytes. The newest event always stays. */
 #define FEED_TENANT_BYTES (8u << 20)
 #define FEED_ALL_BYTES (32u << 20) /* the every-tenant view of admin feeds */
-#define QUEUE_MAX (256 * 1024)    /* a watcher's backlog before it is dropped */
+#define QUEUE_MAX (256 * 1024)	   /* a watcher's backlog before it is dropped */
 #define QUEUE_MAX_OUTPUT (4 << 20) /* the owner of a streamed exec */
 /* wire.md promises a comment at least every 15 s; the keepalive tick is 1 s,
  * so idle streams get one after 12 s, leaving room for a busy scheduler. */
@@ -31,18 +31,18 @@
 
 /* One formatted event, shared by every queue it is in. */
 enum msg_kind {
-	MSG_OTHER,     /* start, comments */
-	MSG_OUTPUT,    /* output chunks: only to the owner of a streamed exec */
+	MSG_OTHER,  /* start, comments */
+	MSG_OUTPUT, /* output chunks: only to the owner of a streamed exec */
 	MSG_HEARTBEAT,
-	MSG_FINAL,     /* exit or error: the last event of an exec's stream */
+	MSG_FINAL, /* exit or error: the last event of an exec's stream */
 };
 
 struct msg {
 	atomic_int refs;
 	enum msg_kind kind;
-	int64_t id;    /* the event's id: (0: none) */
+	int64_t id; /* the event's id: (0: none) */
 	size_t len;
-	char data[];   /* len bytes, NUL-terminated */
+	char data[]; /* len bytes, NUL-terminated */
 };
 
 struct qitem {
@@ -53,11 +53,11 @@ struct qitem {
 struct sub {
 	struct http_hub *h;
 	struct http_hub_channel *chan; /* exec stream; NULL for a feed */
-	bool feed;                /* a tenant feed */
-	char tenant[64];          /* feed filter; "" = every tenant */
+	bool feed;		       /* a tenant feed */
+	char tenant[64];	       /* feed filter; "" = every tenant */
 	bool output;
 	struct MHD_Connection *conn;
-	struct http_req *r;            /* until req_gone: bytes_out for the audit */
+	struct http_req *r; /* until req_gone: bytes_out for the audit */
 	struct qitem *head, *tail;
 	size_t off, qbytes, qmax;
 	bool suspended, closing, dead, req_gone, output_noted, heartbeat_noted;
@@ -80,7 +80,7 @@ struct http_hub_channel {
 	json_t *start;
 	int64_t seq;
 	struct ring ring;
-	struct msg *start_msg;    /* kept for late joiners even when the ring has moved on */
+	struct msg *start_msg; /* kept for late joiners even when the ring has moved on */
 	bool started, ended;
 	int refs;
 	struct http_hub_channel *next;
@@ -107,8 +107,8 @@ struct http_hub {
 	struct http_hub_channel *channels;
 	struct sub *subs;
 	struct tenant_feed *feeds;
-	size_t feed_replay; /* events kept per tenant */
-	int64_t id_base;    /* first id of every feed in this run */
+	size_t feed_replay;  /* events kept per tenant */
+	int64_t id_base;     /* first id of every feed in this run */
 	int64_t all_next_id; /* the every-tenant view (admin) has ids of its own */
 	struct ring all;
 	pthread_t ka;
@@ -441,7 +441,8 @@ static struct sub *sub_new_locked(struct http_hub *h, struct http_req *r, bool o
 
 static void watch_sub(struct http_hub *h, struct http_req *r, struct sub *s)
 {
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (!ci)
 		return;
 	int64_t w = http_watch_add(h->watch, ci->connect_fd, on_hangup, s);
@@ -456,8 +457,8 @@ static void watch_sub(struct http_hub *h, struct http_req *r, struct sub *s)
  * the handler returns (this thread), so nothing is sent early. */
 static int sub_answer(struct http_hub *h, struct http_req *r, struct sub *s, bool watch)
 {
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, s,
-								      response_free);
+	struct MHD_Response *resp =
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, s, response_free);
 	if (!resp) {
 		pthread_mutex_lock(&h->mu);
 		sub_put_locked(h, s); /* the response's reference */
@@ -626,8 +627,8 @@ static void publish_feed(struct http_hub *h, const char *tenant, const char *eve
 
 /* Publish an event of a channel: to its subscribers and (start, heartbeat,
  * exit) to the matching feeds. */
-static struct msg *publish(struct http_hub *h, struct http_hub_channel *c, const char *event, enum msg_kind kind,
-			   json_t *data, json_t *feed_data)
+static struct msg *publish(struct http_hub *h, struct http_hub_channel *c, const char *event,
+			   enum msg_kind kind, json_t *data, json_t *feed_data)
 {
 	struct msg *m = msg_event(++c->seq, event, data, kind);
 	ring_add(&c->ring, m);
@@ -647,7 +648,8 @@ static json_t *with_tenant(json_t *data, const char *tenant)
 	return o;
 }
 
-struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *tenant, const char *id, json_t *start)
+struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *tenant, const char *id,
+					       json_t *start)
 {
 	struct http_hub_channel *c = xcalloc(1, sizeof *c);
 	snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
@@ -682,7 +684,8 @@ void http_hub_channel_heartbeat(struct http_hub *h, struct http_hub_channel *c, 
 	json_decref(data);
 }
 
-void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int stream, const char *p, size_t n)
+void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int stream, const char *p,
+			     size_t n)
 {
 	pthread_mutex_lock(&h->mu);
 	/* Format the chunk only when an owner has room for it. */
@@ -692,12 +695,14 @@ void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int
 			if (s->qbytes < s->qmax)
 				wanted = true;
 			else
-				note(s, &s->output_noted, "output events dropped: the client reads too slowly");
+				note(s, &s->output_noted,
+				     "output events dropped: the client reads too slowly");
 		}
 	if (wanted) {
 		size_t len = 0;
 		char *text = utf8_sanitize(p, n, &len);
-		json_t *d = json_pack("{s:s, s:s%}", "stream", stream == 2 ? "stderr" : "stdout", "data", text, len);
+		json_t *d =
+		    json_pack("{s:s, s:s%}", "stream", stream == 2 ? "stderr" : "stdout", "data", text, len);
 		struct msg *m = msg_event(++c->seq, "output", d, MSG_OUTPUT);
 		for (struct sub *s = h->subs; s; s = s->next)
 			if (s->chan == c && s->output)
@@ -746,8 +751,8 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
 
 /* ---- subscribing ---- */
 
-int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *tenant, const char *id, int64_t last_id,
-		       bool output)
+int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *tenant, const char *id,
+			    int64_t last_id, bool output)
 {
 	pthread_mutex_lock(&h->mu);
 	struct http_hub_channel *c = h->channels;
@@ -798,8 +803,8 @@ int http_hub_subscribe_feed(struct http_hub *h, struct http_req *r, const char *
 	return sub_answer(h, r, s, true);
 }
 
-int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result, int64_t exit_id,
-			 int64_t last_id)
+int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result,
+			 int64_t exit_id, int64_t last_id)
 {
 	if (exit_id < 2)
 		exit_id = 2; /* recorded before exit ids were kept: start, then exit */

@@ -29,13 +29,15 @@ void http_hub_free(struct http_hub **h);
 /* Exec lifecycle (exec.c; any thread). The channel keeps a bounded replay
  * buffer for Last-Event-ID and for late joiners. start: the `start`
  * event's data (stolen). */
-struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *tenant, const char *id, json_t *start);
+struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *tenant, const char *id,
+					       json_t *start);
 /* Publish `start` (when the process is running). */
 void http_hub_channel_started(struct http_hub *h, struct http_hub_channel *c);
 /* `heartbeat` data (stolen). */
 void http_hub_channel_heartbeat(struct http_hub *h, struct http_hub_channel *c, json_t *data);
 /* `output` chunk: only to the subscribers that asked for output. */
-void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int stream, const char *p, size_t n);
+void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int stream, const char *p,
+			     size_t n);
 /* `exit` with the ShellResult (borrowed), or an `exec_error` event with a
  * wire error when the command never started (result NULL); then every
  * stream of the channel ends and the channel is released. */
@@ -45,8 +47,8 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
  * response and returns 0, or returns -ENOENT when there is no live
  * channel (the caller then looks in the store). last_id: Last-Event-ID or
  * 0. */
-int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *tenant, const char *id, int64_t last_id,
-		       bool output);
+int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *tenant, const char *id,
+			    int64_t last_id, bool output);
 /* The tenant's feed (tenant NULL: every tenant, for admin), with its own
  * ids; a `gap` event first when events after last_id are gone. */
 int http_hub_subscribe_feed(struct http_hub *h, struct http_req *r, const char *tenant, int64_t last_id);
@@ -57,8 +59,8 @@ int64_t http_hub_channel_exit_id(struct http_hub *h, struct http_hub_channel *c)
  * `exit` (id exit_id, as it was sent live), a `gap` before it when
  * heartbeats in between are no longer kept, then the stream ends; 204
  * when last_id is the exit already (EventSource then stops). */
-int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result, int64_t exit_id,
-			 int64_t last_id);
+int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, json_t *result,
+			 int64_t exit_id, int64_t last_id);
 
 /* The subscriber of r (after http_hub_subscribe_exec) cancels runner job `job`
  * when its client hangs up (POST /exec with stream: true). */

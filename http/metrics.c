@@ -8,12 +8,13 @@
 #include "common/xmalloc.h"
 #include "http/route.h"
 
-static const double buckets_ms[] = { 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000 };
+static const double buckets_ms[] = {1,	 2.5,  5,    10,   25,	  50,	 100,  250,
+				    500, 1000, 2500, 5000, 10000, 30000, 60000};
 #define NB (sizeof buckets_ms / sizeof buckets_ms[0])
 
 /* Status classes kept per route: exact codes would be unbounded. */
-static const int statuses[] = { 200, 201, 202, 206, 304, 400, 401, 403, 404, 405, 409, 410, 413, 416, 422, 429,
-				499, 500, 503, 507 };
+static const int statuses[] = {200, 201, 202, 206, 304, 400, 401, 403, 404, 405,
+			       409, 410, 413, 416, 422, 429, 499, 500, 503, 507};
 #define NS (sizeof statuses / sizeof statuses[0])
 
 struct hist {
@@ -26,7 +27,7 @@ struct http_metrics {
 	const struct http_route *routes; /* labels */
 	size_t nroutes;
 	atomic_uint_fast64_t *req; /* (nroutes + 1) * (NS + 1) */
-	struct hist *dur;          /* nroutes + 1 */
+	struct hist *dur;	   /* nroutes + 1 */
 	atomic_int inflight;
 	atomic_uint_fast64_t audit_failures;
 	atomic_uint_fast64_t audit_suppressed;
@@ -39,7 +40,7 @@ struct http_metrics {
 	atomic_uint_fast64_t store_errors;
 };
 
-static const char *exec_outcomes[4] = { "exited", "timed_out", "cancelled", "failed" };
+static const char *exec_outcomes[4] = {"exited", "timed_out", "cancelled", "failed"};
 
 void http_metrics_new(struct http_metrics **out, const struct http_route *routes, size_t nroutes)
 {
@@ -151,7 +152,8 @@ static const char *route_label(struct http_metrics *m, size_t i, char *tmp, size
 	return tmp;
 }
 
-void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures, size_t execs_running)
+void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures,
+			 size_t execs_running)
 {
 	char tmp[160], labels[200];
 	buf_appendf(out, "# HELP sandboxd_http_requests_total HTTP requests by route and status.\n"
@@ -203,7 +205,8 @@ void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit
 		    "# TYPE sandboxd_stream_bytes_total counter\n"
 		    "sandboxd_stream_bytes_total{direction=\"in\"} %llu\n"
 		    "sandboxd_stream_bytes_total{direction=\"out\"} %llu\n",
-		    (unsigned long long)atomic_load(&m->bytes_in), (unsigned long long)atomic_load(&m->bytes_out));
+		    (unsigned long long)atomic_load(&m->bytes_in),
+		    (unsigned long long)atomic_load(&m->bytes_out));
 	buf_appendf(out,
 		    "# HELP sandboxd_sse_subscribers Server-sent-event subscribers connected.\n"
 		    "# TYPE sandboxd_sse_subscribers gauge\nsandboxd_sse_subscribers %d\n",
@@ -212,15 +215,17 @@ void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit
 		    "# HELP sandboxd_heartbeats_total Heartbeat events computed.\n"
 		    "# TYPE sandboxd_heartbeats_total counter\nsandboxd_heartbeats_total %llu\n",
 		    (unsigned long long)atomic_load(&m->heartbeats));
-	buf_appendf(out,
-		    "# HELP sandboxd_audit_write_failures_total Audit records that could not be written.\n"
-		    "# TYPE sandboxd_audit_write_failures_total counter\nsandboxd_audit_write_failures_total %llu\n",
-		    (unsigned long long)(atomic_load(&m->audit_failures) + audit_failures));
-	buf_appendf(out,
-		    "# HELP sandboxd_audit_suppressed_total Audit records of requests naming no tenant not written:"
-		    " their client address was over its rate.\n"
-		    "# TYPE sandboxd_audit_suppressed_total counter\nsandboxd_audit_suppressed_total %llu\n",
-		    (unsigned long long)atomic_load(&m->audit_suppressed));
+	buf_appendf(
+	    out,
+	    "# HELP sandboxd_audit_write_failures_total Audit records that could not be written.\n"
+	    "# TYPE sandboxd_audit_write_failures_total counter\nsandboxd_audit_write_failures_total %llu\n",
+	    (unsigned long long)(atomic_load(&m->audit_failures) + audit_failures));
+	buf_appendf(
+	    out,
+	    "# HELP sandboxd_audit_suppressed_total Audit records of requests naming no tenant not written:"
+	    " their client address was over its rate.\n"
+	    "# TYPE sandboxd_audit_suppressed_total counter\nsandboxd_audit_suppressed_total %llu\n",
+	    (unsigned long long)atomic_load(&m->audit_suppressed));
 	buf_appendf(out,
 		    "# HELP sandboxd_store_errors_total Store operations that failed.\n"
 		    "# TYPE sandboxd_store_errors_total counter\nsandboxd_store_errors_total %llu\n",

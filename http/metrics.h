@@ -9,7 +9,8 @@
 struct http_route;
 struct http_metrics;
 
-void http_metrics_new(struct http_metrics **out, const struct http_route *routes, size_t nroutes); /* routes: the labels, outlive m */
+void http_metrics_new(struct http_metrics **out, const struct http_route *routes,
+		      size_t nroutes); /* routes: the labels, outlive m */
 void http_metrics_free(struct http_metrics **m);
 /* route_idx == nroutes: unmatched. */
 void http_metrics_request(struct http_metrics *m, size_t route_idx, int status, double ms);
@@ -25,4 +26,5 @@ void http_metrics_sse(struct http_metrics *m, int delta);
 void http_metrics_heartbeat(struct http_metrics *m);
 void http_metrics_store_error(struct http_metrics *m);
 /* Render everything (extra: gauges the caller knows, appended as is). */
-void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures, size_t execs_running);
+void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures,
+			 size_t execs_running);

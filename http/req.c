@@ -46,7 +46,8 @@ const char *http_query_n(struct http_req *r, const char *name, size_t *len)
 {
 	const char *v = NULL;
 	size_t n = 0;
-	if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v, &n) != MHD_YES)
+	if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v, &n) !=
+	    MHD_YES)
 		return NULL;
 	if (!v) /* "?path" without "=": present, empty */
 		v = "";
@@ -66,7 +67,7 @@ int http_query_int(struct http_req *r, const char *name, int64_t def, int64_t lo
 	long long x = strtoll(v, &end, 10);
 	if (errno || *end || x < lo || x > hi)
 		return http_fail(r, -EINVAL, "query parameter %s must be an integer in [%lld, %lld]", name,
-				(long long)lo, (long long)hi);
+				 (long long)lo, (long long)hi);
 	*out = x;
 	return 0;
 }
@@ -76,7 +77,6 @@ bool http_query_bool(struct http_req *r, const char *name)
 	const char *v = http_query(r, name);
 	return v && (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
 }
-
 
 void http_set_target(struct http_req *r, const char *target)
 {

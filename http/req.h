@@ -22,52 +22,52 @@ struct http_req;
 #define REQ_MAX_PARAMS 2
 
 /* Handlers of a suspended request (exec, events, streams) set these. */
-typedef int (*http_resume_fn)(struct http_req *r);        /* called when the connection is resumed */
+typedef int (*http_resume_fn)(struct http_req *r); /* called when the connection is resumed */
 typedef int (*http_upload_fn)(struct http_req *r, const char *data, size_t len); /* streaming body */
-typedef void (*http_free_fn)(struct http_req *r);          /* completion: free handler state */
+typedef void (*http_free_fn)(struct http_req *r); /* completion: free handler state */
 
 struct http_req {
-	struct http_env *env;      /* the HTTP layer's */
-	struct app *app;           /* the routes' (env->app) */
+	struct http_env *env; /* the HTTP layer's */
+	struct app *app;      /* the routes' (env->app) */
 	struct MHD_Connection *conn;
 	const struct http_route *route;
 	char request_id[72];
 	char method[12];
-	char *url;                 /* path without query, owned */
+	char *url; /* path without query, owned */
 	int64_t started_ns;
 	int64_t at_ms;
 	char client[64];
 
 	/* request body */
-	struct buf body;           /* buffered bodies (JSON or raw) */
-	json_t *json;              /* parsed JSON body for JSON routes */
+	struct buf body; /* buffered bodies (JSON or raw) */
+	json_t *json;	 /* parsed JSON body for JSON routes */
 	int64_t bytes_in;
 	bool body_too_large;
-	int pending_error;         /* refused before a body-less request ended */
-	bool refuse_now;           /* answer pending_error before reading any body (and close) */
-	bool headers_done;         /* the route has been matched and authorised */
-	bool ran;                  /* the handler ran */
+	int pending_error; /* refused before a body-less request ended */
+	bool refuse_now;   /* answer pending_error before reading any body (and close) */
+	bool headers_done; /* the route has been matched and authorised */
+	bool ran;	   /* the handler ran */
 
 	/* routing and auth */
 	const char *params[REQ_MAX_PARAMS]; /* captured {x} segments, owned */
 	struct auth_claims claims;
 	bool authed;
-	bool audit_tenant;         /* not authed, but claims.tenant and session_key name the tenant
-	                              and session the audit row belongs to (transfer-token routes) */
-	struct tenant *tenant;     /* referenced while the request lives */
-	char *session_key;         /* X-Session-Key or "default", owned */
+	bool audit_tenant;     /* not authed, but claims.tenant and session_key name the tenant
+				  and session the audit row belongs to (transfer-token routes) */
+	struct tenant *tenant; /* referenced while the request lives */
+	char *session_key;     /* X-Session-Key or "default", owned */
 	size_t session_key_len;
-	char *session_rel;         /* "sessions/<segment>", after route_session() */
+	char *session_rel; /* "sessions/<segment>", after route_session() */
 
 	/* response */
 	int status;
 	int64_t bytes_out;
-	char *error_msg;           /* set by http_fail */
-	const char *log_detail;    /* static text for the log line only, never the client */
-	const char *error_code;    /* wire code override, e.g. "token_used" */
+	char *error_msg;	/* set by http_fail */
+	const char *log_detail; /* static text for the log line only, never the client */
+	const char *error_code; /* wire code override, e.g. "token_used" */
 	int64_t retry_after_s;
-	char *allow;               /* Allow header for 405 */
-	char content_range[48];    /* Content-Range of a 416, "bytes * /size" */
+	char *allow;		/* Allow header for 405 */
+	char content_range[48]; /* Content-Range of a 416, "bytes * /size" */
 
 	/* audit extras */
 	char *target;
@@ -80,8 +80,8 @@ struct http_req {
 	http_upload_fn on_upload;
 	http_free_fn on_free;
 	bool suspended;
-	bool closed;               /* completion seen */
-	bool completed_ok;         /* set before on_free: the response went out whole */
+	bool closed;	   /* completion seen */
+	bool completed_ok; /* set before on_free: the response went out whole */
 };
 
 /* Record an error for the dispatcher to render; returns code (negative). */

@@ -12,23 +12,23 @@
 #include "http/req.h"
 
 enum http_route_flags {
-	RF_PUBLIC = 1u << 0,      /* no Authorization */
-	RF_JSON = 1u << 1,        /* buffered JSON object body */
-	RF_RAW = 1u << 2,         /* buffered raw body (max_buffered_bytes) */
-	RF_STREAM_IN = 1u << 3,   /* body handed to r->on_upload as it arrives */
-	RF_SSE = 1u << 4,         /* event stream: ?access_token= accepted */
-	RF_ADMIN_ONLY = 1u << 5,  /* needs the admin scope (operator tenants) */
-	RF_SESSION = 1u << 6,     /* audit the session key */
-	RF_METRICS = 1u << 7,     /* public when metrics_public */
-	RF_PROBE = 1u << 8,       /* health probe: counted in metrics, never audited */
+	RF_PUBLIC = 1u << 0,	 /* no Authorization */
+	RF_JSON = 1u << 1,	 /* buffered JSON object body */
+	RF_RAW = 1u << 2,	 /* buffered raw body (max_buffered_bytes) */
+	RF_STREAM_IN = 1u << 3,	 /* body handed to r->on_upload as it arrives */
+	RF_SSE = 1u << 4,	 /* event stream: ?access_token= accepted */
+	RF_ADMIN_ONLY = 1u << 5, /* needs the admin scope (operator tenants) */
+	RF_SESSION = 1u << 6,	 /* audit the session key */
+	RF_METRICS = 1u << 7,	 /* public when metrics_public */
+	RF_PROBE = 1u << 8,	 /* health probe: counted in metrics, never audited */
 };
 
 typedef int (*http_handler)(struct http_req *r);
 
 struct http_route {
 	const char *method;
-	const char *pattern;      /* "/exec/{id}/cancel" */
-	unsigned scope;           /* any of these scope bits suffices; 0: none */
+	const char *pattern; /* "/exec/{id}/cancel" */
+	unsigned scope;	     /* any of these scope bits suffices; 0: none */
 	unsigned flags;
 	http_handler handler;
 	/* RF_STREAM_IN routes: run at the end of http_begin, once the request
@@ -79,4 +79,3 @@ int http_run(struct http_req *r);
 int http_render_error(struct http_req *r, int code);
 /* Completion: audit, metrics, log line, free. */
 void http_complete(struct http_req *r, bool ok);
-

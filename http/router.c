@@ -84,7 +84,8 @@ static int authenticate(struct http_req *r)
 		return http_fail(r, -SBX_E_UNAUTHORIZED, "missing bearer token");
 
 	const struct sbx_config *cfg = r->env->cfg;
-	struct auth_config ac = { .audience = cfg->audience, .leeway_s = cfg->leeway_s, .max_token_bytes = 8192 };
+	struct auth_config ac = {
+	    .audience = cfg->audience, .leeway_s = cfg->leeway_s, .max_token_bytes = 8192};
 	const char *why = NULL;
 	int rc = auth_verify(token, strlen(token), &ac, now_ms() / 1000, key_lookup, r, &r->claims, &why);
 	if (rc < 0) {
@@ -96,7 +97,7 @@ static int authenticate(struct http_req *r)
 		 * exist, or which check failed, is for the log alone. */
 		r->log_detail = why;
 		return http_fail(r, -SBX_E_UNAUTHORIZED, "%s",
-				why && strcmp(why, "expired") == 0 ? "token expired" : "invalid token");
+				 why && strcmp(why, "expired") == 0 ? "token expired" : "invalid token");
 	}
 	r->authed = true;
 	const char *tid = http_header(r, "X-Tenant-Id");
@@ -110,7 +111,8 @@ static int authorise(struct http_req *r)
 	const struct http_route *rt = r->route;
 	if (rt->flags & RF_ADMIN_ONLY) {
 		if (!(r->claims.scopes & AUTH_SCOPE_ADMIN))
-			return http_fail(r, -SBX_E_SCOPE, "this route needs the admin scope of an operator tenant");
+			return http_fail(r, -SBX_E_SCOPE,
+					 "this route needs the admin scope of an operator tenant");
 		return 0;
 	}
 	if (rt->scope && !(r->claims.scopes & rt->scope)) {
@@ -125,8 +127,8 @@ static int authorise(struct http_req *r)
  * Transfer-Encoding (or both together) frames the body two ways, and a
  * proxy that reads the other one smuggles a request past us; a second
  * credential, tenant or session header may be the one a proxy checked. */
-static const char *const single_headers[] = { "Content-Length", "Transfer-Encoding", "Authorization",
-					      "X-Tenant-Id", "X-Session-Key" };
+static const char *const single_headers[] = {"Content-Length", "Transfer-Encoding", "Authorization",
+					     "X-Tenant-Id", "X-Session-Key"};
 #define NSINGLE (sizeof single_headers / sizeof single_headers[0])
 
 static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
@@ -144,12 +146,13 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
  * Transfer-Encoding win over Content-Length: refuse all of it. */
 static int refuse_ambiguous(struct http_req *r)
 {
-	unsigned seen[NSINGLE] = { 0 };
+	unsigned seen[NSINGLE] = {0};
 	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, seen);
 	for (size_t i = 0; i < NSINGLE; i++)
 		if (seen[i] > 1) {
 			r->refuse_now = true;
-			return http_fail(r, -EINVAL, "the %s header appears more than once", single_headers[i]);
+			return http_fail(r, -EINVAL, "the %s header appears more than once",
+					 single_headers[i]);
 		}
 	if (seen[0] && seen[1]) {
 		r->refuse_now = true;
@@ -195,14 +198,15 @@ int http_begin(struct http_req *r)
 	if (!found && strcmp(r->method, "HEAD") == 0) {
 		/* HEAD is answered as GET (libmicrohttpd drops the body). */
 		for (size_t i = 0; i < r->env->nroutes && !found; i++)
-			if (strcmp(r->env->routes[i].method, "GET") == 0 && match(r->env->routes[i].pattern, r->url, r, false))
+			if (strcmp(r->env->routes[i].method, "GET") == 0 &&
+			    match(r->env->routes[i].pattern, r->url, r, false))
 				found = &r->env->routes[i];
 	}
 	if (!found) {
 		if (path_matched) {
 			r->allow = xstrdup(allow);
-			return http_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s", r->method,
-					allow);
+			return http_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s",
+					 r->method, allow);
 		}
 		return http_fail(r, -ENOENT, "no such route: %s %s", r->method, r->url);
 	}
@@ -221,7 +225,8 @@ int http_begin(struct http_req *r)
 		r->session_key_len = 7;
 	}
 
-	bool is_public = (found->flags & RF_PUBLIC) || ((found->flags & RF_METRICS) && r->env->cfg->metrics_public);
+	bool is_public =
+	    (found->flags & RF_PUBLIC) || ((found->flags & RF_METRICS) && r->env->cfg->metrics_public);
 	if (!is_public) {
 		int rc = authenticate(r);
 		if (rc < 0)
@@ -269,8 +274,8 @@ int http_run(struct http_req *r)
 			return http_fail(r, -EINVAL, "a JSON object body is required");
 		r->json = json_loadb(r->body.ptr, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
 		if (!r->json)
-			return http_fail(r, -EINVAL, "bad JSON at line %d column %d: %s", jerr.line, jerr.column,
-					jerr.text);
+			return http_fail(r, -EINVAL, "bad JSON at line %d column %d: %s", jerr.line,
+					 jerr.column, jerr.text);
 		if (!json_is_object(r->json))
 			return http_fail(r, -EINVAL, "the body must be a JSON object");
 	}
@@ -288,8 +293,8 @@ int http_render_error(struct http_req *r, int code)
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	if (!text) /* never unanswered: the code alone (static ASCII) */
-		text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"retry_hint\":null}}", wcode,
-				 wcode);
+		text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"retry_hint\":null}}",
+				 wcode, wcode);
 	struct MHD_Response *resp = http_json_response(r, text);
 	if (!resp)
 		return -ENOMEM;
@@ -334,13 +339,13 @@ static void log_line(struct http_req *r, double ms, const char *route)
 	bool secret_unrouted = !r->route && strncmp(r->url, "/fs/stream/", 11) == 0;
 	/* The path arrives percent-decoded: any bytes (jansson wants UTF-8). */
 	size_t pn = 0;
-	char *path = secret_path	  ? xstrdup(route)
+	char *path = secret_path       ? xstrdup(route)
 		     : secret_unrouted ? xstrdup("/fs/stream/{token}")
 				       : utf8_sanitize(r->url, strlen(r->url), &pn);
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:I, s:I, s:s}", "ts", "", "request_id",
-			      r->request_id, "method", r->method, "path", path, "route",
-			      route, "status", r->status, "duration_ms", ms, "bytes_in", (json_int_t)r->bytes_in,
-			      "bytes_out", (json_int_t)r->bytes_out, "tenant", names_tenant(r) ? r->claims.tenant : "");
+			      r->request_id, "method", r->method, "path", path, "route", route, "status",
+			      r->status, "duration_ms", ms, "bytes_in", (json_int_t)r->bytes_in, "bytes_out",
+			      (json_int_t)r->bytes_out, "tenant", names_tenant(r) ? r->claims.tenant : "");
 	char ts[40];
 	rfc3339_ms(now_ms(), ts, sizeof ts);
 	json_object_set_new(j, "ts", json_string(ts));
@@ -402,7 +407,8 @@ void http_complete(struct http_req *r, bool ok)
 	const struct http_hooks *hk = &r->env->hooks;
 	if (audit_wanted(r) && hk->audit(hk->ctx, r, route, outcome_for(r->status), ms) < 0)
 		http_metrics_audit_failure(r->env->metrics);
-	http_metrics_request(r->env->metrics, r->route ? (size_t)(r->route - r->env->routes) : r->env->nroutes, r->status, ms);
+	http_metrics_request(r->env->metrics,
+			     r->route ? (size_t)(r->route - r->env->routes) : r->env->nroutes, r->status, ms);
 	if (r->env->cfg->log_requests)
 		log_line(r, ms, route);
 

@@ -82,7 +82,7 @@ int http_watch_new(struct http_watch **out)
 		rc = -errno;
 	if (rc)
 		goto fail;
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
 	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->stopfd, &ev) < 0) {
 		rc = -errno;
 		goto fail;
@@ -134,7 +134,7 @@ int64_t http_watch_add(struct http_watch *w, int fd, http_watch_cb cb, void *ctx
 	e->ctx = ctx;
 	pthread_mutex_lock(&w->lock);
 	e->handle = w->next_handle++;
-	struct epoll_event ev = { .events = EPOLLRDHUP, .data.u64 = (uint64_t)e->handle };
+	struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = (uint64_t)e->handle};
 	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		int err = errno;
 		pthread_mutex_unlock(&w->lock);

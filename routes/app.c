@@ -41,22 +41,22 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	struct app *a = ctx;
 	bool named = r->authed || r->audit_tenant;
 	struct store_audit rec = {
-		.at = r->at_ms,
-		.tenant = named ? r->claims.tenant : "",
-		.session = named ? r->session_key : NULL,
-		.session_len = named ? r->session_key_len : 0,
-		.request_id = r->request_id,
-		.method = r->method,
-		.route = route,
-		.target = r->target,
-		.status = r->status,
-		.outcome = outcome,
-		.has_exit_code = r->has_exit_code,
-		.exit_code = r->exit_code,
-		.bytes_in = r->bytes_in,
-		.bytes_out = r->bytes_out,
-		.duration_ms = ms,
-		.client = r->client,
+	    .at = r->at_ms,
+	    .tenant = named ? r->claims.tenant : "",
+	    .session = named ? r->session_key : NULL,
+	    .session_len = named ? r->session_key_len : 0,
+	    .request_id = r->request_id,
+	    .method = r->method,
+	    .route = route,
+	    .target = r->target,
+	    .status = r->status,
+	    .outcome = outcome,
+	    .has_exit_code = r->has_exit_code,
+	    .exit_code = r->exit_code,
+	    .bytes_in = r->bytes_in,
+	    .bytes_out = r->bytes_out,
+	    .duration_ms = ms,
+	    .client = r->client,
 	};
 	return store_audit_append(a->store, &rec);
 }
@@ -72,13 +72,16 @@ int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, c
 	http_metrics_new(&a->metrics, route_table, route_count);
 	http_audit_gate_new(&a->audit_gate, cfg->audit_unauth_per_s, cfg->audit_unauth_burst);
 	a->http = (struct http_env){
-		.cfg = cfg,
-		.routes = route_table,
-		.nroutes = route_count,
-		.metrics = a->metrics,
-		.audit_gate = a->audit_gate,
-		.hooks = { .ctx = a, .tenant_get = hook_tenant_get, .tenant_put = hook_tenant_put, .audit = hook_audit },
-		.app = a,
+	    .cfg = cfg,
+	    .routes = route_table,
+	    .nroutes = route_count,
+	    .metrics = a->metrics,
+	    .audit_gate = a->audit_gate,
+	    .hooks = {.ctx = a,
+		      .tenant_get = hook_tenant_get,
+		      .tenant_put = hook_tenant_put,
+		      .audit = hook_audit},
+	    .app = a,
 	};
 	(void)err;
 	(void)errsz;
@@ -136,7 +139,7 @@ static int load(struct app *a, const char *name, struct tenant **out)
 		chmod(tdir, 0711);
 	free(tdir);
 	char *dir = xasprintf("%s/tenants/%s/workspace", a->cfg->data_dir, t->name);
-	struct sbx_owner owner = { .uid = t->uid, .gid = t->gid, .chown = a->drop_privs };
+	struct sbx_owner owner = {.uid = t->uid, .gid = t->gid, .chown = a->drop_privs};
 	rc = sbx_workspace_open(&t->ws, dir, &owner);
 	free(dir);
 	if (rc < 0)

@@ -26,14 +26,14 @@ struct http_audit_gate;
  * a tenant removed meanwhile stays valid until its last request ends. */
 struct tenant {
 	char name[64];
-	struct auth_key key;       /* key.key points into keybuf */
+	struct auth_key key; /* key.key points into keybuf */
 	unsigned char *keybuf;
 	struct sbx_workspace *ws;
 	uid_t uid;
 	gid_t gid;
 	int64_t loaded_at_ms;
-	int refs;                  /* under app->tenants_lock */
-	struct tenant_load *load;  /* shared by every cached generation of this tenant */
+	int refs;		  /* under app->tenants_lock */
+	struct tenant_load *load; /* shared by every cached generation of this tenant */
 };
 
 /* Work a tenant has running now; lives as long as the app, so that a
@@ -41,7 +41,7 @@ struct tenant {
  * the same slots. */
 struct tenant_load {
 	char name[64];
-	int execs;                 /* under app->tenants_lock */
+	int execs; /* under app->tenants_lock */
 	int transfers;
 };
 
@@ -51,17 +51,17 @@ struct app {
 	struct sbx_runner *runner;
 	struct sbx_backend *backend;
 	struct http_metrics *metrics;
-	struct http_hub *hub;     /* live events */
-	struct http_watch *watch; /* disconnect watcher for suspended requests */
-	struct route_execs *execs; /* commands running now (routes/exec.c) */
+	struct http_hub *hub;		    /* live events */
+	struct http_watch *watch;	    /* disconnect watcher for suspended requests */
+	struct route_execs *execs;	    /* commands running now (routes/exec.c) */
 	struct http_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
-	struct http_env http;      /* what the HTTP layer reaches: cfg, table, metrics, hooks */
-	bool drop_privs;           /* server runs as root: commands and files get tenant uids */
+	struct http_env http;		    /* what the HTTP layer reaches: cfg, table, metrics, hooks */
+	bool drop_privs;		    /* server runs as root: commands and files get tenant uids */
 	int64_t started_at_ms;
 	volatile bool stopping;
 
 	pthread_mutex_t tenants_lock;
-	struct tenant **tenants;   /* cache, small: linear search */
+	struct tenant **tenants; /* cache, small: linear search */
 	size_t ntenants;
 	struct tenant_load **loads;
 	size_t nloads;

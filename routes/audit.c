@@ -47,10 +47,11 @@ json_t *route_audit_json(const struct store_audit *a)
 	}
 	return json_pack("{s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o, s:I, s:I, s:f, s:o}", "id",
 			 (json_int_t)a->id, "at", at, "tenant", text_json(a->tenant, ""), "session", session,
-			 "request_id", text_json(a->request_id, ""), "method", text_json(a->method, ""), "route",
-			 text_json(a->route, ""), "target", text_json(a->target, NULL), "status", a->status, "outcome",
-			 text_json(a->outcome, ""), "exit_code", a->has_exit_code ? json_integer(a->exit_code) : json_null(),
-			 "bytes_in", (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms",
+			 "request_id", text_json(a->request_id, ""), "method", text_json(a->method, ""),
+			 "route", text_json(a->route, ""), "target", text_json(a->target, NULL), "status",
+			 a->status, "outcome", text_json(a->outcome, ""), "exit_code",
+			 a->has_exit_code ? json_integer(a->exit_code) : json_null(), "bytes_in",
+			 (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms",
 			 a->duration_ms, "client", text_json(a->client, NULL));
 }
 
@@ -103,7 +104,8 @@ static int parse_filter(struct http_req *r, struct audit_query *q)
 			q->tenant = xstrdup(v);
 	} else {
 		if (v && strcmp(v, r->claims.tenant) != 0)
-			return http_fail(r, -SBX_E_SCOPE, "tenant= needs the admin scope of an operator tenant");
+			return http_fail(r, -SBX_E_SCOPE,
+					 "tenant= needs the admin scope of an operator tenant");
 		q->tenant = xstrdup(r->claims.tenant);
 	}
 	q->f.tenant = q->tenant;
@@ -169,7 +171,7 @@ static ssize_t ndjson_reader(void *cls, uint64_t pos, char *out, size_t max)
 		q->out_off = 0;
 		struct store_audit_filter f = q->f;
 		f.limit = q->remaining < NDJSON_BATCH ? q->remaining : NDJSON_BATCH;
-		struct ndjson_batch b = { &q->out, 0 };
+		struct ndjson_batch b = {&q->out, 0};
 		int64_t last = 0;
 		if (store_audit_query(q->store, &f, collect_batch, &b, &last) < 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;

@@ -65,7 +65,7 @@ int route_exec_events(struct http_req *r)
 		if (running)
 			r->retry_after_s = 1;
 		return http_fail(r, running ? -EAGAIN : -SBX_E_CONFLICT,
-				running ? "the exec is finishing; retry" : "the exec was lost in a restart");
+				 running ? "the exec is finishing; retry" : "the exec was lost in a restart");
 	}
 	rc = http_hub_reply_ended(r->app->hub, r, start, res, exit_id, last_event_id(r));
 	json_decref(start);

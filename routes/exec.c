@@ -30,7 +30,6 @@
 
 #define ENV_MAX 256
 
-
 /* What every command runs with, from the configuration, once: the
  * limits do not change while the server runs (when tenant policies come,
  * once per policy change). */
@@ -38,18 +37,21 @@ void route_exec_init(struct app *a)
 {
 	const struct sbx_config *cfg = a->cfg;
 	const struct sbx_exec_req base = {
-		.backend = a->backend,
-		.spawn = {
-			.drop_privs = a->drop_privs,
-			.limits = { .mem_bytes = (uint64_t)cfg->mem_limit_bytes, .nproc = (uint64_t)cfg->nproc_limit,
-				    .fsize_bytes = (uint64_t)cfg->fsize_limit_bytes, .nofile = (uint64_t)cfg->nofile_limit,
-				    .tmp_bytes = (uint64_t)cfg->tmp_size_bytes,
-				    .tenant_mem_bytes = (uint64_t)cfg->tenant_mem_budget_bytes,
-				    .tenant_nproc = (uint64_t)cfg->tenant_nproc_budget },
+	    .backend = a->backend,
+	    .spawn =
+		{
+		    .drop_privs = a->drop_privs,
+		    .limits = {.mem_bytes = (uint64_t)cfg->mem_limit_bytes,
+			       .nproc = (uint64_t)cfg->nproc_limit,
+			       .fsize_bytes = (uint64_t)cfg->fsize_limit_bytes,
+			       .nofile = (uint64_t)cfg->nofile_limit,
+			       .tmp_bytes = (uint64_t)cfg->tmp_size_bytes,
+			       .tenant_mem_bytes = (uint64_t)cfg->tenant_mem_budget_bytes,
+			       .tenant_nproc = (uint64_t)cfg->tenant_nproc_budget},
 		},
-		.kill_grace_ms = (uint64_t)cfg->exec_kill_grace_ms,
-		.spill_cap = (uint64_t)cfg->spill_cap_bytes,
-		.heartbeat_ms = (uint64_t)cfg->heartbeat_ms,
+	    .kill_grace_ms = (uint64_t)cfg->exec_kill_grace_ms,
+	    .spill_cap = (uint64_t)cfg->spill_cap_bytes,
+	    .heartbeat_ms = (uint64_t)cfg->heartbeat_ms,
 	};
 	route_execs_new(&a->execs, a, &base);
 }
@@ -70,7 +72,8 @@ static bool id_ok(const char *id, size_t n)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = id[i];
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '-'))
 			return false;
 	}
 	return true;
@@ -81,7 +84,8 @@ static bool env_name_ok(const char *k)
 	if (!((*k >= 'A' && *k <= 'Z') || (*k >= 'a' && *k <= 'z') || *k == '_'))
 		return false;
 	for (const char *p = k + 1; *p; p++)
-		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+		      *p == '_'))
 			return false;
 	return strlen(k) <= 256;
 }
@@ -125,15 +129,15 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 {
 	const struct sbx_config *cfg = r->app->cfg;
 	const struct http_field f[] = {
-		{ "command", F_STRING, true, &q->command, &q->command_len, 0, 0, NULL },
-		{ "cwd", F_STRING, false, &q->cwd, &q->cwd_len, 0, 0, NULL },
-		{ "env", F_OBJECT, false, &q->env, NULL, 0, 0, NULL },
-		{ "timeout_s", F_INT, false, &q->timeout_s, NULL, 1, 604800, NULL },
-		{ "idle_timeout_s", F_INT, false, &q->idle_timeout_s, NULL, 1, 604800, NULL },
-		{ "stdin", F_STRING, false, &q->stdin_data, &q->stdin_len, 0, 0, NULL },
-		{ "max_output_bytes", F_INT, false, &q->max_output, NULL, 256, INT64_MAX, NULL },
-		{ "id", F_STRING, false, &q->id, &q->id_len, 0, 0, NULL },
-		{ "stream", F_BOOL, false, &q->stream, NULL, 0, 0, NULL },
+	    {"command", F_STRING, true, &q->command, &q->command_len, 0, 0, NULL},
+	    {"cwd", F_STRING, false, &q->cwd, &q->cwd_len, 0, 0, NULL},
+	    {"env", F_OBJECT, false, &q->env, NULL, 0, 0, NULL},
+	    {"timeout_s", F_INT, false, &q->timeout_s, NULL, 1, 604800, NULL},
+	    {"idle_timeout_s", F_INT, false, &q->idle_timeout_s, NULL, 1, 604800, NULL},
+	    {"stdin", F_STRING, false, &q->stdin_data, &q->stdin_len, 0, 0, NULL},
+	    {"max_output_bytes", F_INT, false, &q->max_output, NULL, 256, INT64_MAX, NULL},
+	    {"id", F_STRING, false, &q->id, &q->id_len, 0, 0, NULL},
+	    {"stream", F_BOOL, false, &q->stream, NULL, 0, 0, NULL},
 	};
 	int rc = http_fields_read(r, r->json, f, sizeof f / sizeof f[0]);
 	if (rc < 0)
@@ -161,9 +165,11 @@ static int parse_env(struct http_req *r, struct exec_request *q)
 			if (q->nenv == ENV_MAX)
 				return http_fail(r, -EINVAL, "at most %d environment variables", ENV_MAX);
 			if (!env_name_ok(k))
-				return http_fail(r, -EINVAL, "env name \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", k);
+				return http_fail(r, -EINVAL,
+						 "env name \"%s\" must match [A-Za-z_][A-Za-z0-9_]*", k);
 			if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v)))
-				return http_fail(r, -EINVAL, "env value of %s must be a string without NUL bytes", k);
+				return http_fail(r, -EINVAL,
+						 "env value of %s must be a string without NUL bytes", k);
 			q->envbuf[q->nenv] = xasprintf("%s=%s", k, json_string_value(v));
 			q->envv[q->nenv] = q->envbuf[q->nenv];
 			q->nenv++;
@@ -176,8 +182,8 @@ static int parse_env(struct http_req *r, struct exec_request *q)
 
 static int parse_request(struct http_req *r, struct exec_request *q)
 {
-	*q = (struct exec_request){ .timeout_s = r->app->cfg->exec_timeout_default_s,
-				    .max_output = r->app->cfg->max_output_bytes_default };
+	*q = (struct exec_request){.timeout_s = r->app->cfg->exec_timeout_default_s,
+				   .max_output = r->app->cfg->max_output_bytes_default};
 	q->env_sorted = json_object();
 	int rc = parse_fields(r, q);
 	return rc < 0 ? rc : parse_env(r, q);
@@ -204,7 +210,8 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 	if (cwd_fd < 0) {
 		rc = cwd_fd == -EXDEV || cwd_fd == -ENOTDIR || cwd_fd == -ELOOP ? cwd_fd : -ENOENT;
 		return http_fail(r, rc, "cwd %s %s", q->cwd ? q->cwd : "(session)",
-				rc == -EXDEV ? "leaves the workspace" : "is not a directory in the workspace");
+				 rc == -EXDEV ? "leaves the workspace"
+					      : "is not a directory in the workspace");
 	}
 	close(cwd_fd);
 	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
@@ -214,11 +221,11 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 /* The idempotency key covers everything that changes what runs. */
 static void request_hash(struct http_req *r, struct exec_request *q)
 {
-	json_t *canon = json_pack("{s:s%, s:s%, s:s, s:O, s:I, s:I, s:s%, s:I}", "command", q->command,
-				  q->command_len, "session", r->session_key, r->session_key_len, "cwd", q->cwd_wire,
-				  "env", q->env_sorted, "timeout_s", (json_int_t)q->timeout_s, "idle_timeout_s",
-				  (json_int_t)q->idle_timeout_s, "stdin", q->stdin_data ? q->stdin_data : "",
-				  q->stdin_len, "max_output_bytes", (json_int_t)q->max_output);
+	json_t *canon = json_pack(
+	    "{s:s%, s:s%, s:s, s:O, s:I, s:I, s:s%, s:I}", "command", q->command, q->command_len, "session",
+	    r->session_key, r->session_key_len, "cwd", q->cwd_wire, "env", q->env_sorted, "timeout_s",
+	    (json_int_t)q->timeout_s, "idle_timeout_s", (json_int_t)q->idle_timeout_s, "stdin",
+	    q->stdin_data ? q->stdin_data : "", q->stdin_len, "max_output_bytes", (json_int_t)q->max_output);
 	char *ctext = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(canon);
 	sha256_hex(ctext, strlen(ctext), q->hash);
@@ -249,11 +256,11 @@ static int start(struct http_req *r, struct exec_request *q)
 		r->retry_after_s = 5;
 		return http_fail(r, -SBX_E_BACKEND, "the server is shutting down");
 	}
-	struct store_exec row = { .session = r->session_key,
-				  .session_len = r->session_key_len,
-				  .command = (char *)q->command,
-				  .cwd = q->cwd_wire,
-				  .request_hash = q->hash };
+	struct store_exec row = {.session = r->session_key,
+				 .session_len = r->session_key_len,
+				 .command = (char *)q->command,
+				 .cwd = q->cwd_wire,
+				 .request_hash = q->hash};
 	snprintf(row.tenant, sizeof row.tenant, "%s", r->tenant->name);
 	snprintf(row.id, sizeof row.id, "%s", q->idbuf);
 	snprintf(row.state, sizeof row.state, "running");
@@ -344,13 +351,14 @@ int route_exec_list(struct http_req *r)
 	int rc = http_query_int(r, "limit", 100, 1, 1000, &limit);
 	if (rc < 0)
 		return rc;
-	static const char *const states[] = { "running", "exited", "timed_out", "cancelled", "lost" };
+	static const char *const states[] = {"running", "exited", "timed_out", "cancelled", "lost"};
 	if (state) {
 		bool ok = false;
 		for (size_t i = 0; i < 5; i++)
 			ok |= strcmp(state, states[i]) == 0;
 		if (!ok)
-			return http_fail(r, -EINVAL, "state must be running, exited, timed_out, cancelled or lost");
+			return http_fail(r, -EINVAL,
+					 "state must be running, exited, timed_out, cancelled or lost");
 	}
 	struct store_exec *v = NULL;
 	size_t n = 0;

@@ -32,19 +32,19 @@ struct waiter {
 
 struct exec_job {
 	struct app *app;
-	struct tenant *tenant;  /* referenced until the exit */
+	struct tenant *tenant; /* referenced until the exit */
 	char id[72];
-	uint64_t handle;        /* the runner's */
-	int64_t watch;          /* disconnect watch of the first request */
+	uint64_t handle;	       /* the runner's */
+	int64_t watch;		       /* disconnect watch of the first request */
 	struct http_hub_channel *chan; /* live events */
-	int refs;               /* under registry lock */
+	int refs;		       /* under registry lock */
 	bool finished;
 	struct waiter *waiters; /* under registry lock */
 	struct exec_job *next;
 	/* The exit, set by whoever queues it, read by the completion thread. */
-	json_t *result;         /* NULL: never started */
-	int error;              /* with result NULL */
-	const char *state;      /* with result: exited, timed_out, cancelled */
+	json_t *result;	   /* NULL: never started */
+	int error;	   /* with result NULL */
+	const char *state; /* with result: exited, timed_out, cancelled */
 	int exit_code;
 	int64_t finished_at_ms, duration_ms;
 	struct exec_job *done_next; /* under done_mu */
@@ -66,8 +66,8 @@ struct route_execs {
 /* A suspended request's view of its exec. */
 struct exec_wait {
 	struct exec_job *job;
-	json_t *result;        /* set before the resume */
-	int error;             /* or this */
+	json_t *result; /* set before the resume */
+	int error;	/* or this */
 };
 
 static void job_put_locked(struct exec_job *j)
@@ -100,24 +100,25 @@ static json_t *time_json(int64_t ms)
 
 static json_t *result_json(const char *id, const struct sbx_exec_result *res)
 {
-	return json_pack("{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}", "id", id,
-			 "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "",
-			 res->stdout_len, "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len,
-			 "timed_out", res->timed_out, "idle", res->idle, "cancelled", res->cancelled, "truncated",
-			 res->truncated, "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes",
-			 (json_int_t)res->stderr_bytes, "stdout_spill",
-			 res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
-			 res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
-			 time_json(res->started_at_ms), "finished_at", time_json(res->finished_at_ms), "duration_ms",
-			 (json_int_t)(res->finished_at_ms - res->started_at_ms));
+	return json_pack(
+	    "{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}", "id", id,
+	    "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "", res->stdout_len,
+	    "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len, "timed_out", res->timed_out,
+	    "idle", res->idle, "cancelled", res->cancelled, "truncated", res->truncated, "stdout_bytes",
+	    (json_int_t)res->stdout_bytes, "stderr_bytes", (json_int_t)res->stderr_bytes, "stdout_spill",
+	    res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
+	    res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
+	    time_json(res->started_at_ms), "finished_at", time_json(res->finished_at_ms), "duration_ms",
+	    (json_int_t)(res->finished_at_ms - res->started_at_ms));
 }
 
 static json_t *heartbeat_json(const char *id, const struct sbx_event *ev)
 {
 	return json_pack("{s:s, s:I, s:I, s:I, s:o, s:s}", "id", id, "elapsed_ms", (json_int_t)ev->elapsed_ms,
-			 "stdout_bytes", (json_int_t)ev->stdout_bytes, "stderr_bytes", (json_int_t)ev->stderr_bytes,
-			 "last_output_at", ev->last_output_at_ms ? time_json(ev->last_output_at_ms) : json_null(),
-			 "tail", ev->tail ? ev->tail : "");
+			 "stdout_bytes", (json_int_t)ev->stdout_bytes, "stderr_bytes",
+			 (json_int_t)ev->stderr_bytes, "last_output_at",
+			 ev->last_output_at_ms ? time_json(ev->last_output_at_ms) : json_null(), "tail",
+			 ev->tail ? ev->tail : "");
 }
 
 /* Completion thread: the store row, metrics and the `exit` event. */
@@ -211,7 +212,7 @@ static void *completion_main(void *arg)
 static void set_exit(struct exec_job *j, const struct sbx_event *ev, int spawn_error)
 {
 	const struct sbx_exec_result *res = ev->result;
-	struct sbx_exec_result never_ran = { 0 };
+	struct sbx_exec_result never_ran = {0};
 	if (!res && spawn_error == -ECANCELED) {
 		/* Cancelled (by the route, a hang-up or the server stopping)
 		 * before the runner started it: nothing ran. That is a cancel,
@@ -351,8 +352,9 @@ static int exec_resume(struct http_req *r)
 	struct exec_wait *ew = r->hstate;
 	if (ew->error)
 		return http_fail(r, ew->error,
-				ew->error == -SBX_E_BACKEND ? "the isolation backend could not start the command"
-							    : "the command could not be started");
+				 ew->error == -SBX_E_BACKEND
+				     ? "the isolation backend could not start the command"
+				     : "the command could not be started");
 	json_t *res = ew->result;
 	ew->result = NULL;
 	return reply_result(r, res);
@@ -403,8 +405,8 @@ static json_t *start_json(const char *id, const char *command, const char *sessi
 {
 	size_t n = 0;
 	char *sk = utf8_sanitize(session, session_len, &n);
-	json_t *o = json_pack("{s:s, s:s, s:s%, s:s, s:o}", "id", id, "command", command, "session", sk, n, "cwd",
-			      cwd, "started_at", time_json(started_at));
+	json_t *o = json_pack("{s:s, s:s, s:s%, s:s, s:o}", "id", id, "command", command, "session", sk, n,
+			      "cwd", cwd, "started_at", time_json(started_at));
 	free(sk);
 	return o;
 }
@@ -441,7 +443,8 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 {
 	if (strcmp(ex->state, "lost") == 0 || !ex->result) {
 		store_exec_clear(ex);
-		return http_fail(r, -SBX_E_CONFLICT, "exec %s was lost in a restart of the server; use a new id", id);
+		return http_fail(r, -SBX_E_CONFLICT,
+				 "exec %s was lost in a restart of the server; use a new id", id);
 	}
 	json_t *res = json_loads(ex->result, 0, NULL);
 	json_t *start = route_exec_start_json(ex);
@@ -509,7 +512,7 @@ static int begin_locked(struct http_req *r, struct store_exec *row, bool id_give
 		if ((rc = route_tenant_acquire_exec(a, r->tenant)) < 0) {
 			r->retry_after_s = 1;
 			return http_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
-					(long long)a->cfg->tenant_max_execs);
+					 (long long)a->cfg->tenant_max_execs);
 		}
 		row->started_at = now_ms();
 		pthread_mutex_lock(&e->mu);
@@ -521,7 +524,8 @@ static int begin_locked(struct http_req *r, struct store_exec *row, bool id_give
 		if (rc == -EEXIST && id_given && attempt < 3)
 			continue; /* a concurrent request started it: answer from that exec */
 		if (rc == -EEXIST && id_given)
-			return http_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request", row->id);
+			return http_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request",
+					 row->id);
 		if (rc == -EEXIST)
 			return http_fail(r, -SBX_E_CONFLICT, "generated exec id collided; retry");
 		r->retry_after_s = 1;
@@ -542,9 +546,9 @@ static struct exec_job *job_new(struct http_req *r, const struct store_exec *row
 		r->tenant = NULL;
 	}
 	j->refs = 1; /* the runner's */
-	j->chan = http_hub_channel_open(a->hub, j->tenant->name, j->id,
-				   start_json(j->id, row->command, row->session, row->session_len, row->cwd,
-					      row->started_at));
+	j->chan = http_hub_channel_open(
+	    a->hub, j->tenant->name, j->id,
+	    start_json(j->id, row->command, row->session, row->session_len, row->cwd, row->started_at));
 	return j;
 }
 
@@ -552,7 +556,8 @@ static struct exec_job *job_new(struct http_req *r, const struct store_exec *row
 static void watch_hangup(struct http_req *r, struct exec_job *j)
 {
 	int fd = -1;
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (ci)
 		fd = ci->connect_fd;
 	if (fd >= 0) {
@@ -561,7 +566,8 @@ static void watch_hangup(struct http_req *r, struct exec_job *j)
 	}
 }
 
-int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given, bool stream)
+int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given,
+		      bool stream)
 {
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
@@ -575,8 +581,8 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	run->spawn.gid = j->tenant->gid;
 	run->id = j->id;
 	if (strcmp(sbx_backend_name(a->backend), "local") == 0)
-		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)", j->id,
-			j->tenant->name);
+		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)",
+			j->id, j->tenant->name);
 
 	j->next = e->jobs;
 	e->jobs = j;
@@ -597,7 +603,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	if (rc < 0) {
 		/* Could not even queue it: report through the resume path, here
 		 * (a request thread may wait on the store). */
-		struct sbx_event ev = { .kind = SBX_EV_EXIT };
+		struct sbx_event ev = {.kind = SBX_EV_EXIT};
 		set_exit(j, &ev, rc);
 		complete(j);
 	}

@@ -45,7 +45,8 @@ const struct sbx_exec_req *route_execs_base(const struct route_execs *e);
  * the runner copies it. On success r is suspended (a waiter, or a
  * stream subscriber when stream) and answered at the exit; returns 0.
  * Otherwise r has been answered with the error and its code returned. */
-int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given, bool stream);
+int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given,
+		      bool stream);
 
 /* The runner handle of the running exec (tenant, id), or 0. */
 uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const char *id);

@@ -62,21 +62,35 @@ int route_fail_path(struct http_req *r, int rc, const char *what, const char *re
 
 	sbx_path_wire(rel, wire, sizeof wire);
 	switch (rc) {
-	case -ENOENT: return http_fail(r, rc, "no such file or directory: %s", wire);
-	case -SBX_E_PARENT_MISSING: return http_fail(r, rc, "parent directory missing: %s", wire);
-	case -EXDEV: return http_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
-	case -EISDIR: return http_fail(r, rc, "is a directory: %s", wire);
-	case -ENOTDIR: return http_fail(r, rc, "not a directory (or a parent is not): %s", wire);
-	case -EEXIST: return http_fail(r, rc, "already exists: %s", wire);
-	case -ENOTEMPTY: return http_fail(r, rc, "directory not empty: %s (use recursive)", wire);
-	case -SBX_E_SPECIAL: return http_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -SBX_E_ROOT: return http_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
-	case -EINVAL: return http_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
-	case -ELOOP: return http_fail(r, rc, "too many levels of symbolic links: %s", wire);
-	case -EFBIG: return http_fail(r, rc, "file too large for %s", wire);
+	case -ENOENT:
+		return http_fail(r, rc, "no such file or directory: %s", wire);
+	case -SBX_E_PARENT_MISSING:
+		return http_fail(r, rc, "parent directory missing: %s", wire);
+	case -EXDEV:
+		return http_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
+	case -EISDIR:
+		return http_fail(r, rc, "is a directory: %s", wire);
+	case -ENOTDIR:
+		return http_fail(r, rc, "not a directory (or a parent is not): %s", wire);
+	case -EEXIST:
+		return http_fail(r, rc, "already exists: %s", wire);
+	case -ENOTEMPTY:
+		return http_fail(r, rc, "directory not empty: %s (use recursive)", wire);
+	case -SBX_E_SPECIAL:
+		return http_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
+	case -SBX_E_ROOT:
+		return http_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
+	case -EINVAL:
+		return http_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
+	case -ELOOP:
+		return http_fail(r, rc, "too many levels of symbolic links: %s", wire);
+	case -EFBIG:
+		return http_fail(r, rc, "file too large for %s", wire);
 	case -ENOSPC:
-	case -EDQUOT: return http_fail(r, rc, "no space left for %s", wire);
-	default: return http_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
+	case -EDQUOT:
+		return http_fail(r, rc, "no space left for %s", wire);
+	default:
+		return http_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
 	}
 }
 
@@ -87,7 +101,8 @@ static int read_whole(struct http_req *r, const char *rel, char **data, size_t *
 	uint64_t size = 0;
 	int rc = sbx_fs_read_all(r->tenant->ws, rel, max, data, len, &size);
 	if (rc == -EFBIG)
-		return http_fail(r, rc, "file is %" PRIu64 " bytes or more, over the buffered limit of %zu", size, max);
+		return http_fail(r, rc, "file is %" PRIu64 " bytes or more, over the buffered limit of %zu",
+				 size, max);
 	return rc < 0 ? route_fail_path(r, rc, "read", rel) : 0;
 }
 
@@ -192,7 +207,8 @@ int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
 	uint64_t len = size ? end - start + 1 : 0;
 	if (limit && len > limit) {
 		close(fd);
-		return http_fail(r, -EFBIG, "%" PRIu64 " bytes is over the buffered limit of %" PRIu64, len, limit);
+		return http_fail(r, -EFBIG, "%" PRIu64 " bytes is over the buffered limit of %" PRIu64, len,
+				 limit);
 	}
 	struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
 	if (!resp) {
@@ -232,7 +248,8 @@ int route_fs_write(struct http_req *r)
 	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
 	if (rc < 0)
 		return route_fail_path(r, rc, "write", rel);
-	return http_reply_json(r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
+	return http_reply_json(
+	    r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
 }
 
 static void put_mtime(json_t *o, const struct timespec *ts)
@@ -283,8 +300,8 @@ int route_fs_readdir(struct http_req *r)
 		if (!detail) {
 			json_array_append_new(entries, json_stringn(name, len));
 		} else {
-			json_t *e = json_pack("{s:s%, s:s, s:I}", "name", name, len, "type", sbx_ftype_name(d[i].type),
-					      "size", (json_int_t)d[i].size);
+			json_t *e = json_pack("{s:s%, s:s, s:I}", "name", name, len, "type",
+					      sbx_ftype_name(d[i].type), "size", (json_int_t)d[i].size);
 			put_mtime(e, &d[i].mtime);
 			json_array_append_new(entries, e);
 		}
@@ -318,8 +335,8 @@ int route_fs_mkdir(struct http_req *r)
 	size_t plen = 0;
 	bool recursive = false;
 	const struct http_field f[] = {
-		{ "path", F_STRING, true, &path, &plen, 0, 0, NULL },
-		{ "recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL },
+	    {"path", F_STRING, true, &path, &plen, 0, 0, NULL},
+	    {"recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL},
 	};
 	int rc = http_fields_read(r, r->json, f, 2);
 	if (rc < 0)
@@ -338,9 +355,9 @@ int route_fs_rm(struct http_req *r)
 	size_t plen = 0;
 	bool recursive = false, force = false;
 	const struct http_field f[] = {
-		{ "path", F_STRING, true, &path, &plen, 0, 0, NULL },
-		{ "recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL },
-		{ "force", F_BOOL, false, &force, NULL, 0, 0, NULL },
+	    {"path", F_STRING, true, &path, &plen, 0, 0, NULL},
+	    {"recursive", F_BOOL, false, &recursive, NULL, 0, 0, NULL},
+	    {"force", F_BOOL, false, &force, NULL, 0, 0, NULL},
 	};
 	int rc = http_fields_read(r, r->json, f, 3);
 	if (rc < 0)
@@ -351,7 +368,8 @@ int route_fs_rm(struct http_req *r)
 	bool removed = false;
 	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
 		return route_fail_path(r, rc, "remove", rel);
-	return http_reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
+	return http_reply_json(r, 200,
+			       json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
 }
 
 int route_fs_move(struct http_req *r)
@@ -360,9 +378,9 @@ int route_fs_move(struct http_req *r)
 	size_t flen = 0, tlen = 0;
 	bool overwrite = false;
 	const struct http_field f[] = {
-		{ "from", F_STRING, true, &from, &flen, 0, 0, NULL },
-		{ "to", F_STRING, true, &to, &tlen, 0, 0, NULL },
-		{ "overwrite", F_BOOL, false, &overwrite, NULL, 0, 0, NULL },
+	    {"from", F_STRING, true, &from, &flen, 0, 0, NULL},
+	    {"to", F_STRING, true, &to, &tlen, 0, 0, NULL},
+	    {"overwrite", F_BOOL, false, &overwrite, NULL, 0, 0, NULL},
 	};
 	int rc = http_fields_read(r, r->json, f, 3);
 	if (rc < 0)
@@ -378,6 +396,7 @@ int route_fs_move(struct http_req *r)
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
 	http_set_target(r, target);
 	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
-		return route_fail_path(r, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
+		return route_fail_path(r, rc, "move",
+				       rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
 	return http_reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
 }

@@ -25,16 +25,19 @@ int route_readyz(struct http_req *r)
 	struct app *a = r->app;
 	char backend_msg[256] = "no backend";
 	int store_rc = store_check_writable(a->store);
-	int backend_rc = a->backend ? sbx_backend_health(a->backend, backend_msg, sizeof backend_msg) : -SBX_E_BACKEND;
+	int backend_rc =
+	    a->backend ? sbx_backend_health(a->backend, backend_msg, sizeof backend_msg) : -SBX_E_BACKEND;
 	bool paths_ok = sbx_openat2_supported();
 	bool ready = store_rc == 0 && backend_rc == 0 && paths_ok && !a->stopping;
-	json_t *body = json_pack("{s:s, s:{s:s}, s:{s:s, s:s, s:s}}", "status", ready ? "ready" : "unavailable",
-				 "store", "status", store_rc == 0 ? "ok" : "unavailable", "backend", "name",
-				 a->backend ? sbx_backend_name(a->backend) : "none", "status",
-				 backend_rc == 0 ? "ok" : "unavailable", "detail", backend_msg);
-	json_object_set_new(body, "workspace",
-			    json_pack("{s:s, s:s}", "status", paths_ok ? "ok" : "unavailable", "detail",
-				      paths_ok ? "openat2 path resolution" : "openat2 unavailable (Linux 5.6+ needed)"));
+	json_t *body =
+	    json_pack("{s:s, s:{s:s}, s:{s:s, s:s, s:s}}", "status", ready ? "ready" : "unavailable", "store",
+		      "status", store_rc == 0 ? "ok" : "unavailable", "backend", "name",
+		      a->backend ? sbx_backend_name(a->backend) : "none", "status",
+		      backend_rc == 0 ? "ok" : "unavailable", "detail", backend_msg);
+	json_object_set_new(
+	    body, "workspace",
+	    json_pack("{s:s, s:s}", "status", paths_ok ? "ok" : "unavailable", "detail",
+		      paths_ok ? "openat2 path resolution" : "openat2 unavailable (Linux 5.6+ needed)"));
 	/* The watchdog: a runner turn never waits on a tenant, so one that
 	 * lasts seconds means no command starts, ends or times out. */
 	const char *step = "";
@@ -45,8 +48,9 @@ int route_readyz(struct http_req *r)
 		snprintf(runner_msg, sizeof runner_msg, "turning");
 	else
 		snprintf(runner_msg, sizeof runner_msg, "stalled for %lld ms (%s)", (long long)busy_ms, step);
-	json_object_set_new(body, "runner",
-			    json_pack("{s:s, s:s}", "status", runner_ok ? "ok" : "unavailable", "detail", runner_msg));
+	json_object_set_new(
+	    body, "runner",
+	    json_pack("{s:s, s:s}", "status", runner_ok ? "ok" : "unavailable", "detail", runner_msg));
 	if (!runner_ok) {
 		ready = false;
 		json_object_set_new(body, "status", json_string("unavailable"));
@@ -66,11 +70,11 @@ static void tenant_usage(struct app *a, struct buf *out)
 	uint64_t(*use)[2] = xcalloc(n + 1, sizeof *use);
 	bool *have = xcalloc(n + 1, sizeof *have);
 	for (size_t i = 0; i < n; i++)
-		have[i] = sbx_backend_tenant_usage(a->backend, (uid_t)(a->cfg->uid_base + v[i].slot), &use[i][0],
-						   &use[i][1]) == 0;
+		have[i] = sbx_backend_tenant_usage(a->backend, (uid_t)(a->cfg->uid_base + v[i].slot),
+						   &use[i][0], &use[i][1]) == 0;
 	static const char *const family[2][2] = {
-		{ "sandboxd_tenant_memory_bytes", "Memory of a tenant's commands together." },
-		{ "sandboxd_tenant_processes", "Processes of a tenant's commands together." },
+	    {"sandboxd_tenant_memory_bytes", "Memory of a tenant's commands together."},
+	    {"sandboxd_tenant_processes", "Processes of a tenant's commands together."},
 	};
 	for (int k = 0; k < 2; k++) {
 		buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", family[k][0], family[k][1], family[k][0]);
@@ -79,12 +83,13 @@ static void tenant_usage(struct app *a, struct buf *out)
 				buf_appendf(out, "%s{tenant=\"%s\"} %llu\n", family[k][0], v[i].name,
 					    (unsigned long long)use[i][k]);
 	}
-	buf_appendf(out,
-		    "# HELP sandboxd_tenant_memory_budget_bytes Each tenant's memory budget (0: none).\n"
-		    "# TYPE sandboxd_tenant_memory_budget_bytes gauge\nsandboxd_tenant_memory_budget_bytes %lld\n"
-		    "# HELP sandboxd_tenant_processes_budget Each tenant's process budget (0: none).\n"
-		    "# TYPE sandboxd_tenant_processes_budget gauge\nsandboxd_tenant_processes_budget %lld\n",
-		    (long long)a->cfg->tenant_mem_budget_bytes, (long long)a->cfg->tenant_nproc_budget);
+	buf_appendf(
+	    out,
+	    "# HELP sandboxd_tenant_memory_budget_bytes Each tenant's memory budget (0: none).\n"
+	    "# TYPE sandboxd_tenant_memory_budget_bytes gauge\nsandboxd_tenant_memory_budget_bytes %lld\n"
+	    "# HELP sandboxd_tenant_processes_budget Each tenant's process budget (0: none).\n"
+	    "# TYPE sandboxd_tenant_processes_budget gauge\nsandboxd_tenant_processes_budget %lld\n",
+	    (long long)a->cfg->tenant_mem_budget_bytes, (long long)a->cfg->tenant_nproc_budget);
 	free(use);
 	free(have);
 	store_tenants_free(v, n);
@@ -95,12 +100,13 @@ int route_metrics(struct http_req *r)
 	struct buf out;
 	buf_init(&out, 16u << 20);
 	http_metrics_render(r->app->metrics, &out, store_audit_failures(r->app->store),
-		       r->app->runner ? sbx_runner_active(r->app->runner) : 0);
-	buf_appendf(&out,
-		    "# HELP sandboxd_exec_refused_limits_total Commands not run because their limits "
-		    "(cgroup) could not be applied.\n"
-		    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
-		    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
+			    r->app->runner ? sbx_runner_active(r->app->runner) : 0);
+	buf_appendf(
+	    &out,
+	    "# HELP sandboxd_exec_refused_limits_total Commands not run because their limits "
+	    "(cgroup) could not be applied.\n"
+	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
+	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
 	tenant_usage(r->app, &out);
 	size_t n = 0;
 	char *text = buf_steal(&out, &n);
@@ -117,5 +123,6 @@ int route_openapi(struct http_req *r)
 
 int route_dashboard(struct http_req *r)
 {
-	return http_reply_static(r, 200, "text/html; charset=utf-8", embedded_dashboard.data, embedded_dashboard.len);
+	return http_reply_static(r, 200, "text/html; charset=utf-8", embedded_dashboard.data,
+				 embedded_dashboard.len);
 }

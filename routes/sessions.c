@@ -30,8 +30,8 @@ int route_session(struct http_req *r)
 		return 0;
 	char segment[64];
 	bool created = false;
-	int rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key, r->session_key_len,
-					     segment_fn, now_ms(), segment, &created);
+	int rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key,
+					     r->session_key_len, segment_fn, now_ms(), segment, &created);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot record the session");
 	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
@@ -97,8 +97,7 @@ int route_session_delete(struct http_req *r)
 	 * the client can retry; the other way round would orphan it. */
 	rc = sbx_session_dir_remove(r->tenant->ws, segment);
 	if (rc < 0)
-		return http_fail(r, rc, "cannot remove the session directory %s: %s", dir,
-				sbx_strerror(rc));
+		return http_fail(r, rc, "cannot remove the session directory %s: %s", dir, sbx_strerror(rc));
 	rc = store_session_delete(r->app->store, r->tenant->name, r->session_key, r->session_key_len, NULL);
 	if (rc < 0 && rc != -ENOENT) /* ENOENT: a concurrent delete won; the session is gone all the same */
 		return http_fail(r, rc, "cannot delete the session record");

@@ -12,44 +12,72 @@
 #define ADMIN AUTH_SCOPE_ADMIN
 
 const struct http_route route_table[] = {
-	/* ops.c */
-	{ .method = "GET", .pattern = "/healthz", .flags = RF_PUBLIC | RF_PROBE, .handler = route_healthz },
-	{ .method = "GET", .pattern = "/readyz", .flags = RF_PUBLIC | RF_PROBE, .handler = route_readyz },
-	{ .method = "GET", .pattern = "/metrics", .scope = AUDIT | ADMIN, .flags = RF_METRICS, .handler = route_metrics },
-	{ .method = "GET", .pattern = "/openapi.yaml", .flags = RF_PUBLIC, .handler = route_openapi },
-	{ .method = "GET", .pattern = "/dashboard", .flags = RF_PUBLIC, .handler = route_dashboard },
-	/* fs.c */
-	{ .method = "GET", .pattern = "/fs/read", .scope = FS_READ, .handler = route_fs_read },
-	{ .method = "GET", .pattern = "/fs/read_buffer", .scope = FS_READ, .handler = route_fs_read_buffer },
-	{ .method = "PUT", .pattern = "/fs/write", .scope = FS_WRITE, .flags = RF_RAW, .handler = route_fs_write },
-	{ .method = "GET", .pattern = "/fs/stat", .scope = FS_READ, .handler = route_fs_stat },
-	{ .method = "GET", .pattern = "/fs/readdir", .scope = FS_READ, .handler = route_fs_readdir },
-	{ .method = "GET", .pattern = "/fs/exists", .scope = FS_READ, .handler = route_fs_exists },
-	{ .method = "POST", .pattern = "/fs/mkdir", .scope = FS_WRITE, .flags = RF_JSON, .handler = route_fs_mkdir },
-	{ .method = "POST", .pattern = "/fs/rm", .scope = FS_WRITE, .flags = RF_JSON, .handler = route_fs_rm },
-	{ .method = "POST", .pattern = "/fs/move", .scope = FS_WRITE, .flags = RF_JSON, .handler = route_fs_move },
-	/* sessions.c: listing is observing (audit:read), and a gateway lists
-	 * its own sessions with its ordinary token (fs:read or exec, which see
-	 * the same directories anyway); deleting removes files (fs:write). */
-	{ .method = "GET", .pattern = "/sessions", .scope = AUDIT | FS_READ | EXEC, .handler = route_sessions_list },
-	{ .method = "DELETE", .pattern = "/session", .scope = FS_WRITE, .handler = route_session_delete },
-	/* exec.c */
-	{ .method = "POST", .pattern = "/exec", .scope = EXEC, .flags = RF_JSON, .handler = route_exec_post },
-	{ .method = "GET", .pattern = "/exec/{id}", .scope = EXEC | AUDIT, .handler = route_exec_get },
-	{ .method = "POST", .pattern = "/exec/{id}/cancel", .scope = EXEC, .handler = route_exec_cancel },
-	{ .method = "GET", .pattern = "/execs", .scope = EXEC | AUDIT, .handler = route_exec_list },
-	/* transfers.c: the token is the capability of /fs/stream/{token}
-	 * (public); POST /fs/transfers checks the direction's scope itself.
-	 * Uploads open their temp file in a begin hook, before the body. */
-	{ .method = "POST", .pattern = "/fs/transfers", .scope = FS_READ | FS_WRITE, .flags = RF_JSON, .handler = route_transfers_post },
-	{ .method = "GET", .pattern = "/fs/stream/{token}", .flags = RF_PUBLIC, .handler = route_transfer_get },
-	{ .method = "PUT", .pattern = "/fs/stream/{token}", .flags = RF_PUBLIC | RF_STREAM_IN, .handler = route_transfer_put, .begin = route_transfer_put_begin },
-	{ .method = "GET", .pattern = "/fs/read_stream", .scope = FS_READ, .handler = route_fs_read_stream },
-	{ .method = "PUT", .pattern = "/fs/write_stream", .scope = FS_WRITE, .flags = RF_STREAM_IN, .handler = route_transfer_put, .begin = route_fs_write_stream_begin },
-	/* events.c */
-	{ .method = "GET", .pattern = "/exec/{id}/events", .scope = EXEC | AUDIT, .flags = RF_SSE, .handler = route_exec_events },
-	{ .method = "GET", .pattern = "/events", .scope = EXEC | AUDIT, .flags = RF_SSE, .handler = route_events },
-	/* audit.c */
-	{ .method = "GET", .pattern = "/audit", .scope = AUDIT | ADMIN, .handler = route_audit },
+    /* ops.c */
+    {.method = "GET", .pattern = "/healthz", .flags = RF_PUBLIC | RF_PROBE, .handler = route_healthz},
+    {.method = "GET", .pattern = "/readyz", .flags = RF_PUBLIC | RF_PROBE, .handler = route_readyz},
+    {.method = "GET",
+     .pattern = "/metrics",
+     .scope = AUDIT | ADMIN,
+     .flags = RF_METRICS,
+     .handler = route_metrics},
+    {.method = "GET", .pattern = "/openapi.yaml", .flags = RF_PUBLIC, .handler = route_openapi},
+    {.method = "GET", .pattern = "/dashboard", .flags = RF_PUBLIC, .handler = route_dashboard},
+    /* fs.c */
+    {.method = "GET", .pattern = "/fs/read", .scope = FS_READ, .handler = route_fs_read},
+    {.method = "GET", .pattern = "/fs/read_buffer", .scope = FS_READ, .handler = route_fs_read_buffer},
+    {.method = "PUT", .pattern = "/fs/write", .scope = FS_WRITE, .flags = RF_RAW, .handler = route_fs_write},
+    {.method = "GET", .pattern = "/fs/stat", .scope = FS_READ, .handler = route_fs_stat},
+    {.method = "GET", .pattern = "/fs/readdir", .scope = FS_READ, .handler = route_fs_readdir},
+    {.method = "GET", .pattern = "/fs/exists", .scope = FS_READ, .handler = route_fs_exists},
+    {.method = "POST",
+     .pattern = "/fs/mkdir",
+     .scope = FS_WRITE,
+     .flags = RF_JSON,
+     .handler = route_fs_mkdir},
+    {.method = "POST", .pattern = "/fs/rm", .scope = FS_WRITE, .flags = RF_JSON, .handler = route_fs_rm},
+    {.method = "POST", .pattern = "/fs/move", .scope = FS_WRITE, .flags = RF_JSON, .handler = route_fs_move},
+    /* sessions.c: listing is observing (audit:read), and a gateway lists
+     * its own sessions with its ordinary token (fs:read or exec, which see
+     * the same directories anyway); deleting removes files (fs:write). */
+    {.method = "GET",
+     .pattern = "/sessions",
+     .scope = AUDIT | FS_READ | EXEC,
+     .handler = route_sessions_list},
+    {.method = "DELETE", .pattern = "/session", .scope = FS_WRITE, .handler = route_session_delete},
+    /* exec.c */
+    {.method = "POST", .pattern = "/exec", .scope = EXEC, .flags = RF_JSON, .handler = route_exec_post},
+    {.method = "GET", .pattern = "/exec/{id}", .scope = EXEC | AUDIT, .handler = route_exec_get},
+    {.method = "POST", .pattern = "/exec/{id}/cancel", .scope = EXEC, .handler = route_exec_cancel},
+    {.method = "GET", .pattern = "/execs", .scope = EXEC | AUDIT, .handler = route_exec_list},
+    /* transfers.c: the token is the capability of /fs/stream/{token}
+     * (public); POST /fs/transfers checks the direction's scope itself.
+     * Uploads open their temp file in a begin hook, before the body. */
+    {.method = "POST",
+     .pattern = "/fs/transfers",
+     .scope = FS_READ | FS_WRITE,
+     .flags = RF_JSON,
+     .handler = route_transfers_post},
+    {.method = "GET", .pattern = "/fs/stream/{token}", .flags = RF_PUBLIC, .handler = route_transfer_get},
+    {.method = "PUT",
+     .pattern = "/fs/stream/{token}",
+     .flags = RF_PUBLIC | RF_STREAM_IN,
+     .handler = route_transfer_put,
+     .begin = route_transfer_put_begin},
+    {.method = "GET", .pattern = "/fs/read_stream", .scope = FS_READ, .handler = route_fs_read_stream},
+    {.method = "PUT",
+     .pattern = "/fs/write_stream",
+     .scope = FS_WRITE,
+     .flags = RF_STREAM_IN,
+     .handler = route_transfer_put,
+     .begin = route_fs_write_stream_begin},
+    /* events.c */
+    {.method = "GET",
+     .pattern = "/exec/{id}/events",
+     .scope = EXEC | AUDIT,
+     .flags = RF_SSE,
+     .handler = route_exec_events},
+    {.method = "GET", .pattern = "/events", .scope = EXEC | AUDIT, .flags = RF_SSE, .handler = route_events},
+    /* audit.c */
+    {.method = "GET", .pattern = "/audit", .scope = AUDIT | ADMIN, .handler = route_audit},
 };
 const size_t route_count = sizeof route_table / sizeof route_table[0];

@@ -102,7 +102,6 @@ static void hex(const unsigned char *p, size_t n, char *out)
 
 /* ---- shared ---- */
 
-
 static int token_refused(struct http_req *r, int rc)
 {
 	switch (rc) {
@@ -147,7 +146,7 @@ static int acquire_slot(struct http_req *r, struct xfer *x)
 	if (route_tenant_acquire_transfer(r->app, r->tenant) < 0) {
 		r->retry_after_s = RETRY_AFTER_BUSY_S;
 		return http_fail(r, -SBX_E_TOO_MANY, "tenant %s has %lld transfers running, its limit",
-				r->tenant->name, (long long)r->app->cfg->tenant_max_transfers);
+				 r->tenant->name, (long long)r->app->cfg->tenant_max_transfers);
 	}
 	x->slot = true;
 	return 0;
@@ -205,8 +204,8 @@ static int token_open(struct http_req *r, const char *direction, struct store_tr
 
 	if (strcmp(t->direction, direction) != 0)
 		return http_fail(r, -SBX_E_CONFLICT, "this token is for %s: use %s /fs/stream/{token}",
-				strcmp(t->direction, "write") == 0 ? "uploads" : "downloads",
-				strcmp(t->direction, "write") == 0 ? "PUT" : "GET");
+				 strcmp(t->direction, "write") == 0 ? "uploads" : "downloads",
+				 strcmp(t->direction, "write") == 0 ? "PUT" : "GET");
 	if (strcmp(t->state, "minted") != 0 || t->expires_at <= now_ms()) {
 		/* The claim says which (used or expired) and records an expiry. */
 		rc = store_transfer_claim(r->app->store, x->hash, now_ms(), NULL);
@@ -451,8 +450,8 @@ static int upload_begin(struct http_req *r, const char *rel, struct xfer *x, boo
 		unsigned long long n = strtoull(cl, &end, 10);
 		if (!errno && end != cl && !*end && n > max)
 			return http_fail(r, -EFBIG,
-					"Content-Length %llu is over the upload limit of %" PRIu64 " bytes",
-					n, max);
+					 "Content-Length %llu is over the upload limit of %" PRIu64 " bytes",
+					 n, max);
 	}
 	struct sbx_upload *up = NULL;
 	int rc = acquire_slot(r, x);
@@ -554,7 +553,8 @@ int route_transfers_post(struct http_req *r)
 	else
 		return http_fail(r, -EINVAL, "direction must be \"read\" or \"write\"");
 	if (!(r->claims.scopes & (read ? AUTH_SCOPE_FS_READ : AUTH_SCOPE_FS_WRITE)))
-		return http_fail(r, -SBX_E_SCOPE, "a %s transfer needs the scope fs:%s", direction, direction);
+		return http_fail(r, -SBX_E_SCOPE, "a %s transfer needs the scope fs:%s", direction,
+				 direction);
 	if (ttl > cfg->transfer_ttl_max_s)
 		ttl = cfg->transfer_ttl_max_s;
 
@@ -595,6 +595,6 @@ int route_transfers_post(struct http_req *r)
 	snprintf(url, sizeof url, "/fs/stream/%s", tok);
 	rfc3339_ms(t.expires_at, exp, sizeof exp);
 	return http_reply_json(r, 201,
-			  json_pack("{s:s, s:s, s:s, s:s, s:s}", "token", tok, "url", url, "direction",
-				    t.direction, "path", wire, "expires_at", exp));
+			       json_pack("{s:s, s:s, s:s, s:s, s:s}", "token", tok, "url", url, "direction",
+					 t.direction, "path", wire, "expires_at", exp));
 }

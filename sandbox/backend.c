@@ -442,8 +442,8 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		if (n < 0) {
 			/* Limits are in force: without them the command does not run. */
 			b->refused_limits++;
-			log_msg("error", "command %" PRIu64 " refused: its cgroup cannot be made: %s", req->seq,
-				sbx_strerror(n));
+			log_msg("error", "command %" PRIu64 " refused: its cgroup cannot be made: %s",
+				req->seq, sbx_strerror(n));
 			rc = -SBX_E_BACKEND;
 			goto out;
 		}
@@ -458,8 +458,8 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 			rc = -SBX_E_BACKEND;
 		if (l.child_step == STEP_CGROUP) {
 			b->refused_limits++;
-			log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s", req->seq,
-				sbx_strerror(rc));
+			log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s",
+				req->seq, sbx_strerror(rc));
 			rc = -SBX_E_BACKEND;
 		}
 		if (cgroup_made)

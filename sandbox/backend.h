@@ -9,11 +9,11 @@
 #include <sys/types.h>
 
 struct sbx_limits {
-	uint64_t mem_bytes;    /* RLIMIT_AS and cgroup memory.limit (0: none) */
-	uint64_t nproc;        /* RLIMIT_NPROC and cgroup pids.max (0: none) */
-	uint64_t fsize_bytes;  /* RLIMIT_FSIZE (0: none) */
-	uint64_t nofile;       /* RLIMIT_NOFILE (0: keep) */
-	uint64_t tmp_bytes;    /* size of the private /tmp (bwrap) */
+	uint64_t mem_bytes;   /* RLIMIT_AS and cgroup memory.limit (0: none) */
+	uint64_t nproc;	      /* RLIMIT_NPROC and cgroup pids.max (0: none) */
+	uint64_t fsize_bytes; /* RLIMIT_FSIZE (0: none) */
+	uint64_t nofile;      /* RLIMIT_NOFILE (0: keep) */
+	uint64_t tmp_bytes;   /* size of the private /tmp (bwrap) */
 	/* The tenant's budget: all its commands together (its cgroup parent
 	 * u<uid>); 0: none. Where cgroups are in force only. */
 	uint64_t tenant_mem_bytes;
@@ -21,22 +21,24 @@ struct sbx_limits {
 };
 
 struct sbx_spawn_req {
-	const char *command;            /* one argv element: /bin/sh -c <command> */
+	const char *command;		/* one argv element: /bin/sh -c <command> */
 	const char *workspace_host_dir; /* bound read-write at /workspace */
-	const char *cwd_rel;            /* workspace-relative cwd, "" = /workspace */
-	const char *const *env;         /* NULL-terminated "NAME=value", validated, added to the clean base env */
-	uid_t uid;                      /* drop to uid:gid before exec when drop_privs */
+	const char *cwd_rel;		/* workspace-relative cwd, "" = /workspace */
+	const char *const *env; /* NULL-terminated "NAME=value", validated, added to the clean base env */
+	uid_t uid;		/* drop to uid:gid before exec when drop_privs */
 	gid_t gid;
 	bool drop_privs;
 	struct sbx_limits limits;
-	uint64_t seq;                   /* server-made command number (the runner's job id): names its cgroup */
-	int stdin_fd, stdout_fd, stderr_fd; /* the child's ends (-1: /dev/null); the caller closes its copies */
+	uint64_t seq; /* server-made command number (the runner's job id): names its cgroup */
+	int stdin_fd, stdout_fd,
+	    stderr_fd; /* the child's ends (-1: /dev/null); the caller closes its copies */
 };
 
 struct sbx_backend_config {
-	const char *name;       /* "bwrap" or "local" */
-	bool use_cgroups;       /* cgroup v1 memory and pids limits where the host allows them */
-	const char *cgroup_root; /* the server's own group, e.g. "sandboxd/<uid-base>" (NULL: "sandboxd/default") */
+	const char *name; /* "bwrap" or "local" */
+	bool use_cgroups; /* cgroup v1 memory and pids limits where the host allows them */
+	const char
+	    *cgroup_root; /* the server's own group, e.g. "sandboxd/<uid-base>" (NULL: "sandboxd/default") */
 	const char *bwrap_path; /* NULL: /usr/bin/bwrap */
 };
 

@@ -25,8 +25,8 @@
 
 #define BWRAP_DEFAULT_PATH "/usr/bin/bwrap"
 #define PROBE_UID 65534
-#define SBX_ARGS_MAX (8u << 20) /* bwrap's options incl. the environment: far above any request's bound */
-#define SBX_SHM_MAX (64ULL << 20)     /* /dev/shm: Docker's default size */
+#define SBX_ARGS_MAX (8u << 20)	  /* bwrap's options incl. the environment: far above any request's bound */
+#define SBX_SHM_MAX (64ULL << 20) /* /dev/shm: Docker's default size */
 #define SBX_TMP_DEFAULT (256ULL << 20) /* /tmp when no size is configured: never unbounded */
 
 struct bwrap {

@@ -29,7 +29,7 @@ struct sbx_launch {
 	const char *path; /* absolute path to execve */
 	struct sbx_strv argv;
 	struct sbx_strv envp;
-	char *cwd;		   /* chdir before exec, or NULL */
+	char *cwd;			   /* chdir before exec, or NULL */
 	int keep_fds[SBX_LAUNCH_MAX_KEEP]; /* keep_fds[i] becomes fd 3 + i in the child; owned */
 	int n_keep;
 	bool exec_fail_is_backend; /* execve failing means the backend is unusable */

@@ -7,8 +7,8 @@
  *
  * root is the server's own ("sandboxd/<uid-base>": distinct per server on
  * a host), u<uid> the tenant's parent (its budget: every command of the
- * tenant together), j<seq> one command, seq a number the runner counts. A command's group is always new: an existing one is
- * a leftover, removed first, and a control file in its place is refused. */
+ * tenant together), j<seq> one command, seq a number the runner counts. A command's group is always new: an
+ * existing one is a leftover, removed first, and a control file in its place is refused. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>

@@ -29,7 +29,7 @@ struct sbx_collector {
 	uint64_t spill_cap;
 	uint64_t spill_written;
 	struct sbx_upload *spill; /* published: written through its fd */
-	int spill_err; /* first spill error (negative errno), 0 if none */
+	int spill_err;		  /* first spill error (negative errno), 0 if none */
 	bool spill_tried;
 };
 

@@ -15,8 +15,8 @@ struct sbx_collector;
  * ".sandboxd/spill/<id>.stdout" (its directory is created on first need).
  * spill_cap: at most this many bytes go to the spill file (0: no spill).
  * ws may be NULL (no spill at all). */
-int sbx_collector_new(struct sbx_collector **out, size_t max, struct sbx_workspace *ws,
-		      const char *spill_rel, uint64_t spill_cap);
+int sbx_collector_new(struct sbx_collector **out, size_t max, struct sbx_workspace *ws, const char *spill_rel,
+		      uint64_t spill_cap);
 /* Feed bytes as they arrive. Returns 0; a spill I/O error is remembered
  * (the window keeps working) and not fatal. */
 int sbx_collector_feed(struct sbx_collector *c, const void *p, size_t n);

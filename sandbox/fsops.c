@@ -434,8 +434,8 @@ int sbx_session_dir_remove(struct sbx_workspace *ws, const char *segment)
 {
 	int sfd, r;
 
-	if (!segment || !*segment || strnlen(segment, SBX_SEGMENT_MAX) >= SBX_SEGMENT_MAX || strchr(segment, '/') ||
-	    strcmp(segment, ".") == 0 || strcmp(segment, "..") == 0)
+	if (!segment || !*segment || strnlen(segment, SBX_SEGMENT_MAX) >= SBX_SEGMENT_MAX ||
+	    strchr(segment, '/') || strcmp(segment, ".") == 0 || strcmp(segment, "..") == 0)
 		return -EINVAL;
 	sbx_session_dir_forget(ws, segment);
 	sfd = sbx_ws_open_child(sbx_workspace_dirfd(ws), "sessions", O_RDONLY | O_DIRECTORY, 0);

@@ -15,11 +15,11 @@ const char *sbx_ftype_name(enum sbx_ftype t); /* "file", "directory", "symlink",
 
 struct sbx_stat {
 	enum sbx_ftype type;
-	bool is_symlink;  /* rel itself is a symlink */
-	bool followed;    /* a symlink whose target stays inside: fields describe the target */
+	bool is_symlink; /* rel itself is a symlink */
+	bool followed;	 /* a symlink whose target stays inside: fields describe the target */
 	uint64_t size;
 	struct timespec mtime;
-	mode_t mode;      /* permission bits (07777) */
+	mode_t mode; /* permission bits (07777) */
 };
 
 /* Stat rel. A symlink inside the workspace is followed (is_symlink, followed);
@@ -91,7 +91,8 @@ struct sbx_upload;
  * a directory, or the root), -EXDEV (a parent leaves the workspace, or the
  * target is a symlink leading out of it: refused, not replaced; a link that
  * stays inside is replaced as a link), -ENOTDIR, ... */
-int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, const char *rel, bool mkparents);
+int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, const char *rel,
+		     bool mkparents);
 /* Append n bytes. -ENOSPC, -EDQUOT, -EFBIG, -EIO ... (the upload stays
  * abortable). */
 int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n);

@@ -34,7 +34,7 @@
  * user's pipe-user-pages budget is spent only on busy ones. */
 #define BIG_PIPE (1024 * 1024)
 #define DEFAULT_PIPE (64 * 1024)
-#define DRAIN_MS 150	  /* pipes held open by a detached grandchild */
+#define DRAIN_MS 150 /* pipes held open by a detached grandchild */
 #define TAIL_MAX 256
 #define NO_DEADLINE INT64_MAX
 

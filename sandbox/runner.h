@@ -14,29 +14,29 @@ struct sbx_runner;
 
 struct sbx_exec_req {
 	struct sbx_backend *backend;
-	struct sbx_workspace *ws;     /* for spill files; also gives the host dir */
-	struct sbx_spawn_req spawn;   /* std*_fd are filled in by the runner */
-	const char *id;               /* exec id, names the spill files */
-	uint64_t timeout_ms;          /* 0: none */
-	uint64_t idle_timeout_ms;     /* 0: none */
-	uint64_t kill_grace_ms;       /* SIGTERM -> SIGKILL delay */
-	const void *stdin_data;       /* copied at submit; closed after written */
+	struct sbx_workspace *ws;   /* for spill files; also gives the host dir */
+	struct sbx_spawn_req spawn; /* std*_fd are filled in by the runner */
+	const char *id;		    /* exec id, names the spill files */
+	uint64_t timeout_ms;	    /* 0: none */
+	uint64_t idle_timeout_ms;   /* 0: none */
+	uint64_t kill_grace_ms;	    /* SIGTERM -> SIGKILL delay */
+	const void *stdin_data;	    /* copied at submit; closed after written */
 	size_t stdin_len;
-	size_t max_output_bytes;      /* per stream window */
-	uint64_t spill_cap;           /* per stream spill file cap */
-	uint64_t heartbeat_ms;        /* 0: no heartbeats */
-	bool want_output_events;      /* deliver SBX_EV_OUTPUT chunks */
+	size_t max_output_bytes; /* per stream window */
+	uint64_t spill_cap;	 /* per stream spill file cap */
+	uint64_t heartbeat_ms;	 /* 0: no heartbeats */
+	bool want_output_events; /* deliver SBX_EV_OUTPUT chunks */
 };
 
 struct sbx_exec_result {
-	int exit_code;       /* status, 128+N for signal N, 124 on timeout */
+	int exit_code; /* status, 128+N for signal N, 124 on timeout */
 	bool timed_out, idle, cancelled, truncated;
-	char *stdout_text;   /* valid UTF-8, window (see collector.h) */
+	char *stdout_text; /* valid UTF-8, window (see collector.h) */
 	size_t stdout_len;
 	char *stderr_text;
 	size_t stderr_len;
 	uint64_t stdout_bytes, stderr_bytes;
-	char *stdout_spill;  /* wire path or NULL */
+	char *stdout_spill; /* wire path or NULL */
 	char *stderr_spill;
 	int64_t started_at_ms, finished_at_ms; /* Unix epoch ms */
 };
@@ -46,19 +46,19 @@ enum sbx_event_kind { SBX_EV_START, SBX_EV_OUTPUT, SBX_EV_HEARTBEAT, SBX_EV_EXIT
 
 struct sbx_event {
 	enum sbx_event_kind kind;
-	uint64_t job;                 /* the handle from sbx_runner_submit */
+	uint64_t job; /* the handle from sbx_runner_submit */
 	int64_t at_ms;
 	/* SBX_EV_START */
 	int pid;
 	/* SBX_EV_OUTPUT */
-	int stream;                   /* 1 stdout, 2 stderr */
-	const char *data;             /* raw bytes, borrowed for the call */
+	int stream;	  /* 1 stdout, 2 stderr */
+	const char *data; /* raw bytes, borrowed for the call */
 	size_t len;
 	/* SBX_EV_HEARTBEAT */
 	int64_t elapsed_ms;
 	uint64_t stdout_bytes, stderr_bytes;
-	int64_t last_output_at_ms;    /* 0: nothing printed yet */
-	const char *tail;             /* last line, bounded, UTF-8, borrowed */
+	int64_t last_output_at_ms; /* 0: nothing printed yet */
+	const char *tail;	   /* last line, bounded, UTF-8, borrowed */
 	/* SBX_EV_EXIT */
 	struct sbx_exec_result *result; /* the callee may take its strings (set them NULL) */
 };
@@ -81,7 +81,8 @@ void sbx_runner_free(struct sbx_runner **r);
 
 /* Queue a job; the runner thread spawns it. The request is deep-copied.
  * *job receives a handle (never 0). cb/ctx receive every event. */
-int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);
+int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx,
+		      uint64_t *job);
 /* Ask a job to stop as a cancel (SIGTERM to the group, SIGKILL after the
  * grace). -ESRCH if it has already been reported finished. */
 int sbx_runner_cancel(struct sbx_runner *r, uint64_t job);

@@ -542,7 +542,8 @@ void sbx_session_dir_forget(struct sbx_workspace *ws, const char *segment)
 
 bool sbx_openat2_supported(void)
 {
-	struct open_how how = { .flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+	struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+			       .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
 	long fd = syscall(SYS_openat2, AT_FDCWD, ".", &how, sizeof how);
 	if (fd >= 0) {
 		close((int)fd);
@@ -610,7 +611,7 @@ int sbx_workspace_reachable(const char *dir, uid_t uid, gid_t gid, char *blocked
 	}
 	/* The comp-th component's prefix. */
 	size_t i = 0;
-	for (int c = 0; c < comp && abs[i]; ) {
+	for (int c = 0; c < comp && abs[i];) {
 		i++;
 		if (abs[i] == '/' || abs[i] == '\0')
 			c++;

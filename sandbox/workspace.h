@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SBX_SEGMENT_MAX 64   /* 32 readable bytes, '-', 13 base-36 digits, NUL */
-#define SBX_PATH_MAX 4096    /* longest wire or rel path accepted */
-#define SBX_NAME_MAX 255     /* longest path component accepted */
+#define SBX_SEGMENT_MAX 64 /* 32 readable bytes, '-', 13 base-36 digits, NUL */
+#define SBX_PATH_MAX 4096  /* longest wire or rel path accepted */
+#define SBX_NAME_MAX 255   /* longest path component accepted */
 
 /* Whether the kernel (or the tool running us: valgrind 3.19 does not know
  * it) offers openat2. Without it no path can be resolved safely, and every
@@ -70,8 +70,8 @@ void sbx_path_wire(const char *rel, char *out, size_t outsz);
 /* openat2(RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV) of rel
  * beneath the workspace fd ("" opens the root itself); EAGAIN retried a few
  * times. Always O_CLOEXEC|O_NONBLOCK|O_NOCTTY: opening what a command
- * planted (a FIFO, a device) never blocks; check the type after opening. Returns the fd or a negative errno; an escape (EXDEV, or a symlink
- * leading out) is -EXDEV. */
+ * planted (a FIFO, a device) never blocks; check the type after opening. Returns the fd or a negative errno;
+ * an escape (EXDEV, or a symlink leading out) is -EXDEV. */
 int sbx_ws_openat(const struct sbx_workspace *ws, const char *rel, int flags, mode_t mode);
 
 /* Open the parent directory of rel (O_DIRECTORY, beneath the workspace) and
@@ -79,7 +79,8 @@ int sbx_ws_openat(const struct sbx_workspace *ws, const char *rel, int flags, mo
  * directories (0755, owned as above). Errors: -EINVAL for the root (no
  * parent), -SBX_E_PARENT_MISSING when a parent is missing and !mkparents,
  * -ENOTDIR when a parent is not a directory, -EXDEV, other -errno. */
-int sbx_ws_open_parent(const struct sbx_workspace *ws, const char *rel, bool mkparents, int *dirfd, const char **leaf);
+int sbx_ws_open_parent(const struct sbx_workspace *ws, const char *rel, bool mkparents, int *dirfd,
+		       const char **leaf);
 
 /* Make sure sessions/<segment> exists (mkdir -p beneath the fd, owned as
  * above). Memoised: after the first success it costs a hash lookup; a

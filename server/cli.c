@@ -38,7 +38,8 @@ static bool tenant_name_ok(const char *n)
 	if (!((n[0] >= 'a' && n[0] <= 'z') || (n[0] >= '0' && n[0] <= '9')))
 		return false;
 	for (size_t i = 1; i < len; i++)
-		if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= '0' && n[i] <= '9') || n[i] == '_' || n[i] == '-'))
+		if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= '0' && n[i] <= '9') || n[i] == '_' ||
+		      n[i] == '-'))
 			return false;
 	return true;
 }
@@ -144,7 +145,8 @@ static int secret_of(struct store_tenant *t, const struct cli_args *a, char **ge
 static int tenant_add(struct store *s, const struct cli_args *a)
 {
 	if (a->nwords != 2) {
-		fprintf(stderr, "sandboxd: usage: tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n");
+		fprintf(stderr, "sandboxd: usage: tenant add NAME [--secret-file F | --public-key F --alg "
+				"RS256|ES256] [--operator]\n");
 		return 2;
 	}
 	const char *name = a->words[1];
@@ -156,7 +158,7 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 		fprintf(stderr, "sandboxd: give --secret-file or --public-key, not both\n");
 		return 2;
 	}
-	struct store_tenant t = { 0 };
+	struct store_tenant t = {0};
 	snprintf(t.name, sizeof t.name, "%s", name);
 	t.operator_tenant = a->operator_tenant;
 	t.created_at = now_ms();
@@ -177,7 +179,8 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 	printf("tenant %s added (%s%s)\n", name, t.alg, a->operator_tenant ? ", operator" : "");
 	if (generated) {
 		printf("secret: %s\n", generated);
-		printf("(the secret is shown once; store it now. It is the HS256 key of this tenant's tokens.)\n");
+		printf("(the secret is shown once; store it now. It is the HS256 key of this tenant's "
+		       "tokens.)\n");
 		free(generated);
 	}
 	return 0;
@@ -207,7 +210,8 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 			for (size_t i = 0; i < n; i++) {
 				char ts[40];
 				rfc3339_ms(v[i].created_at, ts, sizeof ts);
-				printf("%-32s %-6s %-9s %s\n", v[i].name, v[i].alg, v[i].operator_tenant ? "yes" : "no", ts);
+				printf("%-32s %-6s %-9s %s\n", v[i].name, v[i].alg,
+				       v[i].operator_tenant ? "yes" : "no", ts);
 			}
 			store_tenants_free(v, n);
 			status = 0;
@@ -249,7 +253,8 @@ int cli_token(struct sbx_config *cfg, const struct cli_args *a)
 		goto out;
 	}
 	if (strcmp(t.alg, "HS256") != 0) {
-		fprintf(stderr, "sandboxd: tenant %s uses %s: mint its tokens with its private key\n", a->tenant, t.alg);
+		fprintf(stderr, "sandboxd: tenant %s uses %s: mint its tokens with its private key\n",
+			a->tenant, t.alg);
 		store_tenant_clear(&t);
 		goto out;
 	}
@@ -316,8 +321,8 @@ static int print_record(void *ctx, const struct store_audit *r)
 		char ts[40];
 		rfc3339_ms(r->at, ts, sizeof ts);
 		char *method = term_safe(r->method), *target = term_safe(r->target);
-		printf("%-8lld %-24s %-12s %-6s %-22s %-4d %-7s %s\n", (long long)r->id, ts, r->tenant, method,
-		       r->route, r->status, r->outcome, target);
+		printf("%-8lld %-24s %-12s %-6s %-22s %-4d %-7s %s\n", (long long)r->id, ts, r->tenant,
+		       method, r->route, r->status, r->outcome, target);
 		free(method);
 		free(target);
 	} else {
@@ -343,9 +348,12 @@ int cli_audit(struct sbx_config *cfg, const struct cli_args *a)
 		fprintf(stderr, "sandboxd: --format must be table, json or ndjson\n");
 		return 2;
 	}
-	struct store_audit_filter f = { .tenant = a->tenant, .route = a->route, .outcome = a->outcome,
-					.session = a->session, .session_len = a->session ? strlen(a->session) : 0,
-					.limit = a->limit > 0 ? (size_t)a->limit : 100 };
+	struct store_audit_filter f = {.tenant = a->tenant,
+				       .route = a->route,
+				       .outcome = a->outcome,
+				       .session = a->session,
+				       .session_len = a->session ? strlen(a->session) : 0,
+				       .limit = a->limit > 0 ? (size_t)a->limit : 100};
 	if (a->since && rfc3339_parse(a->since, &f.since) < 0) {
 		fprintf(stderr, "sandboxd: --since must be an RFC 3339 time\n");
 		return 2;
@@ -357,10 +365,10 @@ int cli_audit(struct sbx_config *cfg, const struct cli_args *a)
 	struct store *s = NULL;
 	if (open_store(cfg, false, &s) < 0)
 		return 1;
-	struct audit_print p = { format, 0 };
+	struct audit_print p = {format, 0};
 	if (strcmp(format, "table") == 0)
-		printf("%-8s %-24s %-12s %-6s %-22s %-4s %-7s %s\n", "ID", "AT", "TENANT", "METHOD", "ROUTE", "STAT",
-		       "OUTCOME", "TARGET");
+		printf("%-8s %-24s %-12s %-6s %-22s %-4s %-7s %s\n", "ID", "AT", "TENANT", "METHOD", "ROUTE",
+		       "STAT", "OUTCOME", "TARGET");
 	if (strcmp(format, "json") == 0)
 		printf("[");
 	int64_t last = 0;

@@ -5,7 +5,7 @@
 #include "common/config.h"
 
 struct cli_args {
-	char **words;        /* positional words after the subcommand */
+	char **words; /* positional words after the subcommand */
 	int nwords;
 	const char *secret_file, *public_key, *alg, *tenant, *scope, *since, *until, *format;
 	const char *route, *outcome, *session;

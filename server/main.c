@@ -12,61 +12,82 @@
 #include "server/cli.h"
 
 static const char usage[] =
-	"usage:\n"
-	"  sandboxd serve [--config FILE] [--listen HOST:PORT] [--data-dir DIR]\n"
-	"                 [--backend bwrap|local] [--allow-unsafe-local]\n"
-	"                 [--tls-cert FILE --tls-key FILE] [--set KEY=VALUE ...]\n"
-	"  sandboxd tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n"
-	"  sandboxd tenant list | remove NAME\n"
-	"  sandboxd token --tenant NAME [--scope \"...\"] [--ttl SECONDS]\n"
-	"  sandboxd migrate [--data-dir DIR]\n"
-	"  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
-	"                 [--session K] [--limit N] [--format table|json|ndjson]\n"
-	"  sandboxd --help | --version\n"
-	"\n"
-	"Every subcommand takes --data-dir and --config. --set KEY=VALUE sets any\n"
-	"configuration key (see the README's configuration reference).\n";
+    "usage:\n"
+    "  sandboxd serve [--config FILE] [--listen HOST:PORT] [--data-dir DIR]\n"
+    "                 [--backend bwrap|local] [--allow-unsafe-local]\n"
+    "                 [--tls-cert FILE --tls-key FILE] [--set KEY=VALUE ...]\n"
+    "  sandboxd tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n"
+    "  sandboxd tenant list | remove NAME\n"
+    "  sandboxd token --tenant NAME [--scope \"...\"] [--ttl SECONDS]\n"
+    "  sandboxd migrate [--data-dir DIR]\n"
+    "  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
+    "                 [--session K] [--limit N] [--format table|json|ndjson]\n"
+    "  sandboxd --help | --version\n"
+    "\n"
+    "Every subcommand takes --data-dir and --config. --set KEY=VALUE sets any\n"
+    "configuration key (see the README's configuration reference).\n";
 
 static const struct {
 	const char *name;
 	int (*fn)(struct sbx_config *, const struct cli_args *);
 } commands[] = {
-	{ "serve", cli_serve }, { "tenant", cli_tenant }, { "token", cli_token },
-	{ "migrate", cli_migrate }, { "audit", cli_audit },
+    {"serve", cli_serve},     {"tenant", cli_tenant}, {"token", cli_token},
+    {"migrate", cli_migrate}, {"audit", cli_audit},
 };
 
 enum {
-	O_CONFIG = 256, O_LISTEN, O_DATA_DIR, O_BACKEND, O_UNSAFE, O_TLS_CERT, O_TLS_KEY, O_SET,
-	O_SECRET_FILE, O_PUBLIC_KEY, O_ALG, O_OPERATOR, O_TENANT, O_SCOPE, O_TTL, O_SINCE, O_UNTIL,
-	O_LIMIT, O_FORMAT, O_ROUTE, O_OUTCOME, O_SESSION, O_HELP, O_VERSION,
+	O_CONFIG = 256,
+	O_LISTEN,
+	O_DATA_DIR,
+	O_BACKEND,
+	O_UNSAFE,
+	O_TLS_CERT,
+	O_TLS_KEY,
+	O_SET,
+	O_SECRET_FILE,
+	O_PUBLIC_KEY,
+	O_ALG,
+	O_OPERATOR,
+	O_TENANT,
+	O_SCOPE,
+	O_TTL,
+	O_SINCE,
+	O_UNTIL,
+	O_LIMIT,
+	O_FORMAT,
+	O_ROUTE,
+	O_OUTCOME,
+	O_SESSION,
+	O_HELP,
+	O_VERSION,
 };
 
 static const struct option options[] = {
-	{ "config", required_argument, NULL, O_CONFIG },
-	{ "listen", required_argument, NULL, O_LISTEN },
-	{ "data-dir", required_argument, NULL, O_DATA_DIR },
-	{ "backend", required_argument, NULL, O_BACKEND },
-	{ "allow-unsafe-local", no_argument, NULL, O_UNSAFE },
-	{ "tls-cert", required_argument, NULL, O_TLS_CERT },
-	{ "tls-key", required_argument, NULL, O_TLS_KEY },
-	{ "set", required_argument, NULL, O_SET },
-	{ "secret-file", required_argument, NULL, O_SECRET_FILE },
-	{ "public-key", required_argument, NULL, O_PUBLIC_KEY },
-	{ "alg", required_argument, NULL, O_ALG },
-	{ "operator", no_argument, NULL, O_OPERATOR },
-	{ "tenant", required_argument, NULL, O_TENANT },
-	{ "scope", required_argument, NULL, O_SCOPE },
-	{ "ttl", required_argument, NULL, O_TTL },
-	{ "since", required_argument, NULL, O_SINCE },
-	{ "until", required_argument, NULL, O_UNTIL },
-	{ "limit", required_argument, NULL, O_LIMIT },
-	{ "format", required_argument, NULL, O_FORMAT },
-	{ "route", required_argument, NULL, O_ROUTE },
-	{ "outcome", required_argument, NULL, O_OUTCOME },
-	{ "session", required_argument, NULL, O_SESSION },
-	{ "help", no_argument, NULL, O_HELP },
-	{ "version", no_argument, NULL, O_VERSION },
-	{ NULL, 0, NULL, 0 },
+    {"config", required_argument, NULL, O_CONFIG},
+    {"listen", required_argument, NULL, O_LISTEN},
+    {"data-dir", required_argument, NULL, O_DATA_DIR},
+    {"backend", required_argument, NULL, O_BACKEND},
+    {"allow-unsafe-local", no_argument, NULL, O_UNSAFE},
+    {"tls-cert", required_argument, NULL, O_TLS_CERT},
+    {"tls-key", required_argument, NULL, O_TLS_KEY},
+    {"set", required_argument, NULL, O_SET},
+    {"secret-file", required_argument, NULL, O_SECRET_FILE},
+    {"public-key", required_argument, NULL, O_PUBLIC_KEY},
+    {"alg", required_argument, NULL, O_ALG},
+    {"operator", no_argument, NULL, O_OPERATOR},
+    {"tenant", required_argument, NULL, O_TENANT},
+    {"scope", required_argument, NULL, O_SCOPE},
+    {"ttl", required_argument, NULL, O_TTL},
+    {"since", required_argument, NULL, O_SINCE},
+    {"until", required_argument, NULL, O_UNTIL},
+    {"limit", required_argument, NULL, O_LIMIT},
+    {"format", required_argument, NULL, O_FORMAT},
+    {"route", required_argument, NULL, O_ROUTE},
+    {"outcome", required_argument, NULL, O_OUTCOME},
+    {"session", required_argument, NULL, O_SESSION},
+    {"help", no_argument, NULL, O_HELP},
+    {"version", no_argument, NULL, O_VERSION},
+    {NULL, 0, NULL, 0},
 };
 
 /* Options that set configuration keys are applied after the config file,
@@ -94,21 +115,48 @@ static int parse_ll(const char *opt, const char *v, long long *out)
 static int arg_option(int c, struct cli_args *a)
 {
 	switch (c) {
-	case O_SECRET_FILE: a->secret_file = optarg; return 0;
-	case O_PUBLIC_KEY: a->public_key = optarg; return 0;
-	case O_ALG: a->alg = optarg; return 0;
-	case O_OPERATOR: a->operator_tenant = true; return 0;
-	case O_TENANT: a->tenant = optarg; return 0;
-	case O_SCOPE: a->scope = optarg; return 0;
-	case O_TTL: return parse_ll("--ttl", optarg, &a->ttl);
-	case O_SINCE: a->since = optarg; return 0;
-	case O_UNTIL: a->until = optarg; return 0;
-	case O_LIMIT: return parse_ll("--limit", optarg, &a->limit);
-	case O_FORMAT: a->format = optarg; return 0;
-	case O_ROUTE: a->route = optarg; return 0;
-	case O_OUTCOME: a->outcome = optarg; return 0;
-	case O_SESSION: a->session = optarg; return 0;
-	default: return 1;
+	case O_SECRET_FILE:
+		a->secret_file = optarg;
+		return 0;
+	case O_PUBLIC_KEY:
+		a->public_key = optarg;
+		return 0;
+	case O_ALG:
+		a->alg = optarg;
+		return 0;
+	case O_OPERATOR:
+		a->operator_tenant = true;
+		return 0;
+	case O_TENANT:
+		a->tenant = optarg;
+		return 0;
+	case O_SCOPE:
+		a->scope = optarg;
+		return 0;
+	case O_TTL:
+		return parse_ll("--ttl", optarg, &a->ttl);
+	case O_SINCE:
+		a->since = optarg;
+		return 0;
+	case O_UNTIL:
+		a->until = optarg;
+		return 0;
+	case O_LIMIT:
+		return parse_ll("--limit", optarg, &a->limit);
+	case O_FORMAT:
+		a->format = optarg;
+		return 0;
+	case O_ROUTE:
+		a->route = optarg;
+		return 0;
+	case O_OUTCOME:
+		a->outcome = optarg;
+		return 0;
+	case O_SESSION:
+		a->session = optarg;
+		return 0;
+	default:
+		return 1;
 	}
 }
 
@@ -117,12 +165,25 @@ static int arg_option(int c, struct cli_args *a)
 static int config_option(int c, const char **key)
 {
 	switch (c) {
-	case O_LISTEN: *key = "listen"; return 0;
-	case O_DATA_DIR: *key = "data-dir"; return 0;
-	case O_BACKEND: *key = "backend"; return 0;
-	case O_UNSAFE: *key = "allow-unsafe-local"; optarg = "true"; return 0;
-	case O_TLS_CERT: *key = "tls-cert"; return 0;
-	case O_TLS_KEY: *key = "tls-key"; return 0;
+	case O_LISTEN:
+		*key = "listen";
+		return 0;
+	case O_DATA_DIR:
+		*key = "data-dir";
+		return 0;
+	case O_BACKEND:
+		*key = "backend";
+		return 0;
+	case O_UNSAFE:
+		*key = "allow-unsafe-local";
+		optarg = "true";
+		return 0;
+	case O_TLS_CERT:
+		*key = "tls-cert";
+		return 0;
+	case O_TLS_KEY:
+		*key = "tls-key";
+		return 0;
 	case O_SET: {
 		char *eq = strchr(optarg, '=');
 		if (!eq) {
@@ -134,7 +195,8 @@ static int config_option(int c, const char **key)
 		optarg = eq + 1;
 		return 0;
 	}
-	default: return 1;
+	default:
+		return 1;
 	}
 }
 
@@ -208,7 +270,7 @@ static int configure(struct sbx_config *cfg, const struct parsed *p)
 int main(int argc, char **argv)
 {
 	struct sbx_config cfg;
-	struct parsed p = { .a = { .ttl = 3600, .limit = 100 } };
+	struct parsed p = {.a = {.ttl = 3600, .limit = 100}};
 	int status = 2;
 
 	json_set_alloc_funcs(xmalloc, free);

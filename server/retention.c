@@ -30,7 +30,7 @@ static void forget_spill(void *ctx, const char *tenant, const char *id)
 	struct tenant *t = NULL;
 	if (route_tenant_get(a, tenant, &t) < 0)
 		return;
-	static const char *const streams[] = { "stdout", "stderr" };
+	static const char *const streams[] = {"stdout", "stderr"};
 	for (size_t i = 0; i < 2; i++) {
 		char rel[160];
 		bool removed = false;
@@ -53,10 +53,11 @@ static void *loop(void *arg)
 		if (r->stop)
 			break;
 		pthread_mutex_unlock(&r->mu);
-		int64_t cutoff = cfg->retention_max_age_s > 0 ? now_ms() - cfg->retention_max_age_s * 1000 : 0;
+		int64_t cutoff =
+		    cfg->retention_max_age_s > 0 ? now_ms() - cfg->retention_max_age_s * 1000 : 0;
 		int64_t deleted = 0;
-		int rc = store_prune(r->app->store, cutoff, cfg->retention_max_rows, BATCH, forget_spill, r->app,
-				     &deleted);
+		int rc = store_prune(r->app->store, cutoff, cfg->retention_max_rows, BATCH, forget_spill,
+				     r->app, &deleted);
 		if (rc < 0)
 			log_msg("warn", "retention: pruning failed (%d); will retry", rc);
 		else if (deleted > 0)

@@ -31,7 +31,7 @@
 #include "server/retention.h"
 #include "store/store.h"
 
-static int signal_pipe[2] = { -1, -1 };
+static int signal_pipe[2] = {-1, -1};
 
 static void on_signal(int sig)
 {
@@ -60,13 +60,16 @@ static int prepare_workspaces(struct app *a)
 			continue;
 		const char *dir = sbx_workspace_host_dir(t->ws);
 		char blocked[4096] = "";
-		int r = a->drop_privs ? sbx_workspace_reachable(dir, t->uid, t->gid, blocked, sizeof blocked) : 0;
+		int r =
+		    a->drop_privs ? sbx_workspace_reachable(dir, t->uid, t->gid, blocked, sizeof blocked) : 0;
 		if (r == -EACCES) {
-			fprintf(stderr,
-				"sandboxd: tenant %s (uid %u) cannot reach its workspace %s: %s is not searchable "
-				"by that uid. Fix: chmod o+x %s (0711 is enough), or put --data-dir where every "
-				"parent directory is searchable\n",
-				t->name, (unsigned)t->uid, dir, blocked, blocked);
+			fprintf(
+			    stderr,
+			    "sandboxd: tenant %s (uid %u) cannot reach its workspace %s: %s is not "
+			    "searchable "
+			    "by that uid. Fix: chmod o+x %s (0711 is enough), or put --data-dir where every "
+			    "parent directory is searchable\n",
+			    t->name, (unsigned)t->uid, dir, blocked, blocked);
 			rc = -1;
 		} else if (r < 0) {
 			log_msg("warn", "cannot check that tenant %s reaches its workspace: %s", t->name,
@@ -75,7 +78,8 @@ static int prepare_workspaces(struct app *a)
 		if (rc == 0) {
 			int removed = sbx_fs_sweep_temps(t->ws);
 			if (removed > 0)
-				log_msg("info", "removed %d temporary files of interrupted writes in tenant %s",
+				log_msg("info",
+					"removed %d temporary files of interrupted writes in tenant %s",
 					removed, t->name);
 		}
 		route_tenant_put(a, &t);
@@ -124,7 +128,7 @@ static int install_signals(void)
 	signal(SIGPIPE, SIG_IGN);
 	if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
-	struct sigaction sa = { .sa_handler = on_signal };
+	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -155,22 +159,25 @@ static int start_backend(struct server *s)
 	 * host) names this server's own group. */
 	char cgroup_root[64];
 	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
-	struct sbx_backend_config bc = { .name = cfg->backend, .use_cgroups = cfg->use_cgroups,
-					 .cgroup_root = cgroup_root };
+	struct sbx_backend_config bc = {
+	    .name = cfg->backend, .use_cgroups = cfg->use_cgroups, .cgroup_root = cgroup_root};
 	int rc = sbx_backend_new(&s->backend, &bc);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
-			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)" : sbx_strerror(rc));
+			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)"
+				      : sbx_strerror(rc));
 		return rc;
 	}
 	int swept = sbx_backend_sweep(s->backend);
 	if (swept > 0)
 		log_msg("info", "removed %d cgroups left by an earlier run", swept);
 	if (strcmp(cfg->backend, "local") == 0)
-		log_msg("warn", "backend local: commands run on the host WITHOUT isolation (development only)");
+		log_msg("warn",
+			"backend local: commands run on the host WITHOUT isolation (development only)");
 	if (!sbx_openat2_supported())
-		log_msg("error", "openat2 is unavailable (kernel older than 5.6, or running under a tool that "
-				 "does not know it): every file route will answer 503 and /readyz is unavailable");
+		log_msg("error",
+			"openat2 is unavailable (kernel older than 5.6, or running under a tool that "
+			"does not know it): every file route will answer 503 and /readyz is unavailable");
 	rc = sbx_runner_new(&s->runner);
 	if (rc < 0)
 		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", sbx_strerror(rc));
@@ -212,15 +219,15 @@ static int start_http(struct server *s)
 	char health[256] = "";
 	sbx_backend_health(s->backend, health, sizeof health);
 	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s", s->cfg->listen,
-		http_daemon_port(s->http), s->cfg->tls_cert ? "https" : "http", s->cfg->data_dir, s->cfg->backend,
-		health);
+		http_daemon_port(s->http), s->cfg->tls_cert ? "https" : "http", s->cfg->data_dir,
+		s->cfg->backend, health);
 	return 0;
 }
 
 static void wait_for_signal(void)
 {
 	for (;;) {
-		struct pollfd pfd = { .fd = signal_pipe[0], .events = POLLIN };
+		struct pollfd pfd = {.fd = signal_pipe[0], .events = POLLIN};
 		if (poll(&pfd, 1, -1) > 0)
 			break;
 	}
@@ -249,7 +256,8 @@ static void shut_down(struct server *s)
 		 * from like a crash. */
 		const char *step = "";
 		int64_t busy = sbx_runner_busy_ms(s->runner, &step);
-		log_msg("error", "the runner has been stuck for %lld ms (%s): exiting without a clean shutdown",
+		log_msg("error",
+			"the runner has been stuck for %lld ms (%s): exiting without a clean shutdown",
 			(long long)busy, step);
 		_exit(1);
 	}
@@ -280,7 +288,7 @@ static void server_free(struct server *s)
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 {
 	(void)args;
-	struct server s = { .cfg = cfg };
+	struct server s = {.cfg = cfg};
 	int status = 1;
 
 	if (check_backend_option(cfg) < 0)

@@ -7,7 +7,8 @@
 #include "common/errors.h"
 
 #define EXEC_COLS                                                                                            \
-	"tenant, id, session, command, cwd, request_hash, state, exit_code, result, started_at, finished_at, "  \
+	"tenant, id, session, command, cwd, request_hash, state, exit_code, result, started_at, "            \
+	"finished_at, "                                                                                      \
 	"exit_event_id"
 
 static void exec_from_row(sqlite3_stmt *st, void *dst)

@@ -18,9 +18,9 @@ struct table_rule {
 };
 
 static const struct table_rule rules[] = {
-	{ "audit", "id", "at", "1" },
-	{ "execs", "rowid", "finished_at", "state <> 'running'" },
-	{ "transfers", "rowid", "COALESCE(finished_at, expires_at)", "state IN ('done', 'failed', 'expired')" },
+    {"audit", "id", "at", "1"},
+    {"execs", "rowid", "finished_at", "state <> 'running'"},
+    {"transfers", "rowid", "COALESCE(finished_at, expires_at)", "state IN ('done', 'failed', 'expired')"},
 };
 
 struct pruned {
@@ -30,8 +30,8 @@ struct pruned {
 
 /* One batch of one table; returns rows deleted or a negative errno. For
  * execs the (tenant, id) of each deleted row is appended to *out. */
-static int prune_batch(struct store *s, const struct table_rule *t, int64_t cutoff, int64_t max_rows, size_t batch,
-		       struct pruned **out, size_t *nout)
+static int prune_batch(struct store *s, const struct table_rule *t, int64_t cutoff, int64_t max_rows,
+		       size_t batch, struct pruned **out, size_t *nout)
 {
 	bool is_execs = strcmp(t->table, "execs") == 0;
 	char *sql = NULL;
@@ -41,20 +41,22 @@ static int prune_batch(struct store *s, const struct table_rule *t, int64_t cuto
 	pthread_mutex_lock(&s->lock);
 	if (max_rows > 0) {
 		/* The key of the oldest row to keep when only max_rows may stay. */
-		char *q = xasprintf("SELECT %s FROM %s ORDER BY %s DESC LIMIT 1 OFFSET %lld", t->key, t->table, t->key,
-				    (long long)(max_rows - 1));
+		char *q = xasprintf("SELECT %s FROM %s ORDER BY %s DESC LIMIT 1 OFFSET %lld", t->key,
+				    t->table, t->key, (long long)(max_rows - 1));
 		sqlite3_stmt *st = NULL;
-		if (sqlite3_prepare_v2(s->db, q, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		if (sqlite3_prepare_v2(s->db, q, -1, &st, NULL) == SQLITE_OK &&
+		    sqlite3_step(st) == SQLITE_ROW)
 			keep_from = sqlite3_column_int64(st, 0);
 		sqlite3_finalize(st);
 		free(q);
 	}
 	if (cutoff <= 0 && keep_from <= 0)
 		goto out;
-	sql = xasprintf("DELETE FROM %s WHERE %s IN (SELECT %s FROM %s WHERE (%s) AND ((?1 > 0 AND %s < ?1) OR "
-			"(?2 > 0 AND %s < ?2)) ORDER BY %s LIMIT ?3)%s",
-			t->table, t->key, t->key, t->table, t->deletable, t->age, t->key, t->key,
-			is_execs ? " RETURNING tenant, id" : "");
+	sql =
+	    xasprintf("DELETE FROM %s WHERE %s IN (SELECT %s FROM %s WHERE (%s) AND ((?1 > 0 AND %s < ?1) OR "
+		      "(?2 > 0 AND %s < ?2)) ORDER BY %s LIMIT ?3)%s",
+		      t->table, t->key, t->key, t->table, t->deletable, t->age, t->key, t->key,
+		      is_execs ? " RETURNING tenant, id" : "");
 	sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
 		n = -SBX_E_STORE;
@@ -78,8 +80,8 @@ out:
 	return n;
 }
 
-int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch, store_pruned_exec_cb cb, void *ctx,
-		int64_t *deleted)
+int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch, store_pruned_exec_cb cb,
+		void *ctx, int64_t *deleted)
 {
 	int64_t total = 0;
 	int rc = 0;

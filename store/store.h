@@ -42,17 +42,17 @@ typedef void (*store_pruned_exec_cb)(void *ctx, const char *tenant, const char *
  * (epoch ms; 0: no age limit) and those beyond the newest max_rows of each
  * table (0: no row limit), in transactions of at most batch rows. cb gets
  * each deleted exec (to remove its spill files). *deleted: rows removed. */
-int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch, store_pruned_exec_cb cb, void *ctx,
-		int64_t *deleted);
+int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch, store_pruned_exec_cb cb,
+		void *ctx, int64_t *deleted);
 
 /* ---- tenants.c ---- */
 struct store_tenant {
 	char name[64];
-	char alg[8];          /* "HS256", "RS256", "ES256" */
-	unsigned char *key;   /* secret or PEM public key; owned */
+	char alg[8];	    /* "HS256", "RS256", "ES256" */
+	unsigned char *key; /* secret or PEM public key; owned */
 	size_t key_len;
 	bool operator_tenant;
-	int64_t slot;         /* sandbox uid = uid_base + slot; assigned by add */
+	int64_t slot; /* sandbox uid = uid_base + slot; assigned by add */
 	int64_t created_at;
 };
 /* Insert; assigns the lowest free slot into t->slot. -EEXIST. */
@@ -72,7 +72,7 @@ void store_tenants_free(struct store_tenant *t, size_t n);
 typedef void (*store_segment_fn)(const char *key, size_t len, unsigned salt, char *out);
 
 struct store_session {
-	char *key;            /* owned; key_len bytes + NUL */
+	char *key; /* owned; key_len bytes + NUL */
 	size_t key_len;
 	char segment[64];
 	int64_t created_at, last_used_at;
@@ -84,28 +84,31 @@ struct store_session {
 int store_session_get_or_create(struct store *s, const char *tenant, const char *key, size_t key_len,
 				store_segment_fn seg, int64_t now, char segment[64], bool *created);
 /* The tenant's sessions, most recently used first. Free with store_sessions_free. */
-int store_session_list(struct store *s, const char *tenant, size_t limit, struct store_session **out, size_t *n);
+int store_session_list(struct store *s, const char *tenant, size_t limit, struct store_session **out,
+		       size_t *n);
 /* The segment of (tenant, key) without creating or touching the row; -ENOENT. */
-int store_session_find(struct store *s, const char *tenant, const char *key, size_t key_len, char segment[64]);
+int store_session_find(struct store *s, const char *tenant, const char *key, size_t key_len,
+		       char segment[64]);
 /* Delete the row; -ENOENT. The segment is returned so the caller can remove the directory. */
-int store_session_delete(struct store *s, const char *tenant, const char *key, size_t key_len, char segment[64]);
+int store_session_delete(struct store *s, const char *tenant, const char *key, size_t key_len,
+			 char segment[64]);
 void store_sessions_free(struct store_session *v, size_t n);
 
 /* ---- execs.c ---- */
 struct store_exec {
 	char tenant[64];
 	char id[72];
-	char *session;        /* owned */
+	char *session; /* owned */
 	size_t session_len;
-	char *command;        /* owned */
-	char *cwd;            /* owned: wire path */
-	char *request_hash;   /* owned: hex digest of the canonical request */
-	char state[16];       /* running, exited, timed_out, cancelled, lost */
+	char *command;	    /* owned */
+	char *cwd;	    /* owned: wire path */
+	char *request_hash; /* owned: hex digest of the canonical request */
+	char state[16];	    /* running, exited, timed_out, cancelled, lost */
 	bool has_exit_code;
 	int exit_code;
-	char *result;         /* owned: ShellResult JSON, or NULL */
+	char *result; /* owned: ShellResult JSON, or NULL */
 	int64_t started_at;
-	int64_t finished_at;  /* 0 while running */
+	int64_t finished_at;   /* 0 while running */
 	int64_t exit_event_id; /* id of its `exit` event (0: not recorded) */
 };
 /* Insert a 'running' row (fail closed: the command must not start unless
@@ -131,14 +134,14 @@ void store_execs_free(struct store_exec *v, size_t n);
 struct store_transfer {
 	unsigned char token_hash[32];
 	char tenant[64];
-	char *session;        /* owned */
+	char *session; /* owned */
 	size_t session_len;
-	char *path;           /* owned: rel path */
-	char direction[8];    /* read, write */
-	char state[8];        /* minted, active, done, failed, expired */
+	char *path;	   /* owned: rel path */
+	char direction[8]; /* read, write */
+	char state[8];	   /* minted, active, done, failed, expired */
 	int64_t bytes;
-	char sha256[65];      /* hex or "" */
-	char *error;          /* owned or NULL */
+	char sha256[65]; /* hex or "" */
+	char *error;	 /* owned or NULL */
 	int64_t created_at, expires_at, started_at, finished_at;
 };
 int store_transfer_mint(struct store *s, const struct store_transfer *t);
@@ -146,7 +149,8 @@ int store_transfer_mint(struct store *s, const struct store_transfer *t);
  * it (one UPDATE ... WHERE state='minted'): of two racing callers one
  * wins. -ENOENT unknown; -SBX_E_TOKEN_USED when not 'minted' any more;
  * -SBX_E_TOKEN_EXPIRED when past expires_at (the row becomes 'expired'). */
-int store_transfer_claim(struct store *s, const unsigned char hash[32], int64_t now, struct store_transfer *out);
+int store_transfer_claim(struct store *s, const unsigned char hash[32], int64_t now,
+			 struct store_transfer *out);
 /* Final state 'done' or 'failed', bytes, sha256 (may be NULL), error (may be NULL). */
 int store_transfer_finish(struct store *s, const unsigned char hash[32], const char *state, int64_t bytes,
 			  const char *sha256, const char *error, int64_t now);
@@ -155,17 +159,17 @@ void store_transfer_clear(struct store_transfer *t);
 
 /* ---- audit.c ---- */
 struct store_audit {
-	int64_t id;           /* assigned by the store */
+	int64_t id; /* assigned by the store */
 	int64_t at;
-	const char *tenant;   /* "" when unauthenticated */
-	const char *session;  /* may be NULL */
+	const char *tenant;  /* "" when unauthenticated */
+	const char *session; /* may be NULL */
 	size_t session_len;
 	const char *request_id;
 	const char *method;
 	const char *route;
-	const char *target;   /* may be NULL */
+	const char *target; /* may be NULL */
 	int status;
-	const char *outcome;  /* ok, denied, error */
+	const char *outcome; /* ok, denied, error */
 	bool has_exit_code;
 	int exit_code;
 	int64_t bytes_in, bytes_out;
@@ -187,9 +191,9 @@ struct store_audit_filter {
 	int64_t since, until; /* 0: open */
 	const char *session;  /* NULL: any */
 	size_t session_len;
-	const char *route;    /* NULL: any */
-	const char *outcome;  /* NULL: any */
-	int64_t after;        /* cursor: only ids > after */
+	const char *route;   /* NULL: any */
+	const char *outcome; /* NULL: any */
+	int64_t after;	     /* cursor: only ids > after */
 	size_t limit;
 };
 /* Oldest first (by id). cb gets each record (strings borrowed for the

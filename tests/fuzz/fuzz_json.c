@@ -23,13 +23,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int64_t t = 0;
 		json_t *env = NULL;
 		const struct http_field f[] = {
-			{ "command", F_STRING, true, &cmd, &cl, 0, 0, NULL },
-			{ "path", F_STRING, false, &path, &pl, 0, 0, NULL },
-			{ "id", F_STRING, false, &id, &il, 0, 0, NULL },
-			{ "recursive", F_BOOL, false, &b1, NULL, 0, 0, NULL },
-			{ "force", F_BOOL, false, &b2, NULL, 0, 0, NULL },
-			{ "timeout_s", F_INT, false, &t, NULL, 1, 604800, NULL },
-			{ "env", F_OBJECT, false, &env, NULL, 0, 0, NULL },
+		    {"command", F_STRING, true, &cmd, &cl, 0, 0, NULL},
+		    {"path", F_STRING, false, &path, &pl, 0, 0, NULL},
+		    {"id", F_STRING, false, &id, &il, 0, 0, NULL},
+		    {"recursive", F_BOOL, false, &b1, NULL, 0, 0, NULL},
+		    {"force", F_BOOL, false, &b2, NULL, 0, 0, NULL},
+		    {"timeout_s", F_INT, false, &t, NULL, 1, 604800, NULL},
+		    {"env", F_OBJECT, false, &env, NULL, 0, 0, NULL},
 		};
 		if (http_fields_read(&r, j, f, sizeof f / sizeof f[0]) == 0) {
 			if (!cmd || (t && (t < 1 || t > 604800)))

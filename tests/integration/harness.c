@@ -36,9 +36,10 @@ const char *it_bin(void)
 static int free_port(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t n = sizeof a;
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &n) < 0) {
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &n) < 0) {
 		if (fd >= 0)
 			close(fd);
 		return -1;
@@ -115,7 +116,7 @@ static int spawn(struct it_server *s, const char *const *extra)
 	snprintf(s->base, sizeof s->base, "%s://127.0.0.1:%d", s->tls ? "https" : "http", s->port);
 	char listen[64];
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
-	const char *argv[64] = { it_bin(), "serve", "--data-dir", s->dir, "--listen", listen };
+	const char *argv[64] = {it_bin(), "serve", "--data-dir", s->dir, "--listen", listen};
 	int n = 6;
 	for (int i = 0; extra && extra[i] && n < 62; i++)
 		argv[n++] = extra[i];
@@ -146,7 +147,8 @@ int it_start(struct it_server *s, const char *const *extra)
 	chmod(s->dir, 0755);
 	snprintf(s->log, sizeof s->log, "%s.log", s->dir);
 	int st = 0;
-	static const char *const tenants[] = { "tenant add acme", "tenant add globex", "tenant add ops --operator" };
+	static const char *const tenants[] = {"tenant add acme", "tenant add globex",
+					      "tenant add ops --operator"};
 	for (size_t i = 0; i < 3; i++) {
 		free(it_cli(s, &st, tenants[i]));
 		if (st != 0)
@@ -351,8 +353,9 @@ char *it_raw_closed(struct it_server *s, const void *data, size_t len, int timeo
 {
 	*closed = false;
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)s->port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
 		if (fd >= 0)
 			close(fd);
@@ -368,7 +371,7 @@ char *it_raw_closed(struct it_server *s, const void *data, size_t len, int timeo
 	}
 	struct buf b;
 	buf_init(&b, 1u << 20);
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
 	while (poll(&pfd, 1, timeout_ms) > 0) {
 		char tmp[4096];
 		ssize_t r = recv(fd, tmp, sizeof tmp, 0);

@@ -9,10 +9,10 @@
 
 struct it_server {
 	pid_t pid;
-	char dir[256];        /* temporary data directory */
-	char log[300];        /* the server's stderr */
+	char dir[256]; /* temporary data directory */
+	char log[300]; /* the server's stderr */
 	int port;
-	char base[64];        /* "http://127.0.0.1:PORT" */
+	char base[64]; /* "http://127.0.0.1:PORT" */
 	bool tls;
 };
 
@@ -20,7 +20,7 @@ struct it_resp {
 	long status;
 	char *body;
 	size_t len;
-	char *headers;        /* raw response header block */
+	char *headers; /* raw response header block */
 };
 
 /* The binary under test ($SANDBOXD_BIN). */

@@ -42,10 +42,10 @@ static const struct it_tok fs_toks[] = {
     {&tok_wo, "acme", "fs:write"}, {&tok_audit, "acme", "audit:read"},
     {&tok_globex, "globex", NULL}, {&tok_ops, "ops", "audit:read"},
 };
-static char ws[512];	    /* acme's workspace on the host */
-static char outside[128];   /* a host directory no route may reach */
-static char *out_snap;	    /* its baseline snapshot */
-static int ino = -1;	    /* inotify on it */
+static char ws[512];	  /* acme's workspace on the host */
+static char outside[128]; /* a host directory no route may reach */
+static char *out_snap;	  /* its baseline snapshot */
+static int ino = -1;	  /* inotify on it */
 
 /* ---- small helpers ---- */
 
@@ -85,7 +85,7 @@ static inline char *enc(const char *s, size_t n)
 }
 
 static inline void call(const char *method, const char *url, const char *token, const char *session,
-		 const char *reqid, const char *extra, const void *body, size_t len, struct it_resp *r)
+			const char *reqid, const char *extra, const void *body, size_t len, struct it_resp *r)
 {
 	const char *h[4];
 	int k = 0;
@@ -106,7 +106,7 @@ static inline void call(const char *method, const char *url, const char *token, 
 
 /* GET /fs/<route>?path=<path> (encoded) in a session, with the rw token. */
 static inline void fs_get(const char *route, const char *path, const char *session, const char *extra,
-		   struct it_resp *r)
+			  struct it_resp *r)
 {
 	char *e = enc(path, strlen(path));
 	char *url = xasprintf("/fs/%s?path=%s", route, e);
@@ -115,7 +115,8 @@ static inline void fs_get(const char *route, const char *path, const char *sessi
 	free(e);
 }
 
-static inline void fs_put(const char *path, const char *session, const void *data, size_t len, struct it_resp *r)
+static inline void fs_put(const char *path, const char *session, const void *data, size_t len,
+			  struct it_resp *r)
 {
 	char *e = enc(path, strlen(path));
 	char *url = xasprintf("/fs/write?path=%s", e);
@@ -145,8 +146,8 @@ static inline void put_ok(const char *path, const char *session, const void *dat
 	it_resp_free(&r);
 }
 
-static inline void get_err(const char *route, const char *path, const char *session, const char *extra, long status,
-		    const char *code)
+static inline void get_err(const char *route, const char *path, const char *session, const char *extra,
+			   long status, const char *code)
 {
 	struct it_resp r;
 	fs_get(route, path, session, extra, &r);
@@ -154,7 +155,8 @@ static inline void get_err(const char *route, const char *path, const char *sess
 	it_resp_free(&r);
 }
 
-static inline void post_err(const char *route, const char *session, json_t *body, long status, const char *code)
+static inline void post_err(const char *route, const char *session, json_t *body, long status,
+			    const char *code)
 {
 	struct it_resp r;
 	fs_post(route, session, body, &r);

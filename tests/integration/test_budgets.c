@@ -33,9 +33,10 @@ static int setup(void **state)
 	/* A command may hold 256 MiB; acme's commands together 384 MiB and 64
 	 * processes. /tmp (1 GiB, charged to the command's memory) is never
 	 * what stops them. */
-	const char *const extra[] = {"--set", it_uid_base_arg(NULL), "--set", "mem-limit-bytes=268435456",
-				     "--set", "tmp-size-bytes=1073741824", "--set",
-				     "tenant-mem-budget-bytes=402653184", "--set", "tenant-nproc-budget=64", NULL};
+	const char *const extra[] = {
+	    "--set", it_uid_base_arg(NULL),	  "--set", "mem-limit-bytes=268435456",
+	    "--set", "tmp-size-bytes=1073741824", "--set", "tenant-mem-budget-bytes=402653184",
+	    "--set", "tenant-nproc-budget=64",	  NULL};
 	if (it_start(&srv, extra) < 0)
 		return -1;
 	tok = it_token(&srv, "acme", NULL);
@@ -81,7 +82,8 @@ static void wait_marked_or_ended(const char *mark, const char *id)
 
 static void globex_served(void)
 {
-	json_t *r = ex_ok(&srv, tok_globex, NULL, json_pack("{s:s, s:i}", "command", "echo ok", "timeout_s", 30));
+	json_t *r =
+	    ex_ok(&srv, tok_globex, NULL, json_pack("{s:s, s:i}", "command", "echo ok", "timeout_s", 30));
 	assert_string_equal(ex_stdout_ok(r), "ok\n");
 	json_decref(r);
 }
@@ -98,11 +100,12 @@ static void test_memory_budget(void **state)
 	for (int i = 0; i < N_HOGS; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "hog-%d", i);
-		char *cmd = xasprintf("head -c 209715200 /dev/zero > /tmp/f && echo filled; touch /workspace/.done-%d; "
-				      "while [ ! -e /workspace/.gate-mem ]; do sleep 0.05; done",
-				      i);
-		bg_exec(&b[i], &srv, tok, json_pack("{s:s, s:s, s:i}", "command", cmd, "id", id, "timeout_s", 120),
-			NULL);
+		char *cmd = xasprintf(
+		    "head -c 209715200 /dev/zero > /tmp/f && echo filled; touch /workspace/.done-%d; "
+		    "while [ ! -e /workspace/.gate-mem ]; do sleep 0.05; done",
+		    i);
+		bg_exec(&b[i], &srv, tok,
+			json_pack("{s:s, s:s, s:i}", "command", cmd, "id", id, "timeout_s", 120), NULL);
 		free(cmd);
 	}
 	/* Every fill is over: marked, or its command already ended. */
@@ -136,7 +139,8 @@ static void test_memory_budget(void **state)
 		it_resp_free(&b[i].resp);
 	}
 	if (survived_filled > 1)
-		fprintf(stderr, "%d commands of acme held 200 MiB each at once: no budget\n", survived_filled);
+		fprintf(stderr, "%d commands of acme held 200 MiB each at once: no budget\n",
+			survived_filled);
 	assert_true(survived_filled <= 1); /* two would be 400 MiB > 384 MiB */
 	assert_true(stopped >= N_HOGS - 1);
 	globex_served();
@@ -156,11 +160,12 @@ static void test_pids_budget(void **state)
 	for (int i = 0; i < 2; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "procs-%d", i);
-		char *cmd = xasprintf("for k in $(seq 1 40); do sleep %s & done; touch /workspace/.pdone-%d; "
-				      "while [ ! -e /workspace/.gate-pids ]; do sleep 0.05; done; kill $(jobs -p)",
-				      nonce, i);
-		bg_exec(&b[i], &srv, tok, json_pack("{s:s, s:s, s:i}", "command", cmd, "id", id, "timeout_s", 120),
-			NULL);
+		char *cmd =
+		    xasprintf("for k in $(seq 1 40); do sleep %s & done; touch /workspace/.pdone-%d; "
+			      "while [ ! -e /workspace/.gate-pids ]; do sleep 0.05; done; kill $(jobs -p)",
+			      nonce, i);
+		bg_exec(&b[i], &srv, tok,
+			json_pack("{s:s, s:s, s:i}", "command", cmd, "id", id, "timeout_s", 120), NULL);
 		free(cmd);
 	}
 	for (int i = 0; i < 2; i++) {

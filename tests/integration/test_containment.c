@@ -38,8 +38,9 @@ static int setup(void **state)
 	(void)state;
 	/* A memory limit small enough that a tmpfs fill reaches it quickly,
 	 * and a /tmp larger than the limit: only the cgroup stops it. */
-	const char *const extra[] = {"--set", it_uid_base_arg(&uid_base), "--set", "mem-limit-bytes=268435456",
-				     "--set", "tmp-size-bytes=1073741824", NULL};
+	const char *const extra[] = {
+	    "--set", it_uid_base_arg(&uid_base),  "--set", "mem-limit-bytes=268435456",
+	    "--set", "tmp-size-bytes=1073741824", NULL};
 	if (it_start_minted(&srv, extra, toks, IT_NTOKS(toks)) < 0)
 		return -1;
 	snprintf(acme_ws, sizeof acme_ws, "%s/tenants/acme/workspace", srv.dir);
@@ -60,7 +61,8 @@ static json_t *run_id(const char *t, const char *cmd, const char *id, int timeou
 
 static void globex_still_served(void)
 {
-	json_t *r = ex_ok(&srv, tok_globex, NULL, json_pack("{s:s, s:i}", "command", "echo ok", "timeout_s", 30));
+	json_t *r =
+	    ex_ok(&srv, tok_globex, NULL, json_pack("{s:s, s:i}", "command", "echo ok", "timeout_s", 30));
 	assert_string_equal(ex_stdout_ok(r), "ok\n");
 	json_decref(r);
 }
@@ -75,11 +77,13 @@ static void plant(const char *kind, const char *rel)
 	if (strcmp(kind, "fifo") == 0)
 		cmd = xasprintf("cd /workspace && mkdir -p \"$(dirname %s)\" && mkfifo %s", rel, rel);
 	else if (strcmp(kind, "socket") == 0)
-		cmd = xasprintf("cd /workspace && mkdir -p \"$(dirname %s)\" && python3 -c 'import socket,sys; "
-				"socket.socket(socket.AF_UNIX).bind(sys.argv[1])' %s",
-				rel, rel);
+		cmd =
+		    xasprintf("cd /workspace && mkdir -p \"$(dirname %s)\" && python3 -c 'import socket,sys; "
+			      "socket.socket(socket.AF_UNIX).bind(sys.argv[1])' %s",
+			      rel, rel);
 	else if (strcmp(kind, "symlink") == 0)
-		cmd = xasprintf("cd /workspace && mkdir -p \"$(dirname %s)\" && ln -s /etc/passwd %s", rel, rel);
+		cmd = xasprintf("cd /workspace && mkdir -p \"$(dirname %s)\" && ln -s /etc/passwd %s", rel,
+				rel);
 	else
 		cmd = xasprintf("cd /workspace && mkdir -p %s/sub", rel);
 	json_t *r = ex_run(&srv, tok, cmd);
@@ -128,7 +132,8 @@ static void test_planted_spill_paths(void **state)
 	assert_int_equal(it_http(&srv, "GET", "/readyz", NULL, NULL, NULL, 0, &rz), 0);
 	assert_int_equal(rz.status, 200);
 	json_t *ready = it_json(&rz);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(ready, "runner"), "status")), "ok");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(ready, "runner"), "status")),
+			    "ok");
 	json_decref(ready);
 	it_resp_free(&rz);
 	/* The host's /etc/passwd was not written through the link. */
@@ -162,7 +167,8 @@ static void test_planted_session_and_file_paths(void **state)
 		snprintf(hdr, sizeof hdr, "X-Session-Key: %s", key);
 		const char *const hdrs[] = {hdr, NULL};
 		struct it_resp resp;
-		assert_int_equal(it_http(&srv, "GET", "/fs/read?path=/workspace/x", tok, hdrs, NULL, 0, &resp), 0);
+		assert_int_equal(
+		    it_http(&srv, "GET", "/fs/read?path=/workspace/x", tok, hdrs, NULL, 0, &resp), 0);
 		assert_true(resp.status >= 400 && resp.status < 600);
 		it_resp_free(&resp);
 		assert_int_equal(
@@ -179,10 +185,12 @@ static void test_planted_session_and_file_paths(void **state)
 	struct stat pw;
 	assert_int_equal(stat("/etc/y", &pw), -1);
 
-	json_t *r = ex_ok(&srv, tok, NULL, json_pack("{s:s}", "command", "cd /workspace && mkfifo fifo-file"));
+	json_t *r =
+	    ex_ok(&srv, tok, NULL, json_pack("{s:s}", "command", "cd /workspace && mkfifo fifo-file"));
 	json_decref(r);
 	struct it_resp resp;
-	assert_int_equal(it_http(&srv, "GET", "/fs/read?path=/workspace/fifo-file", tok, NULL, NULL, 0, &resp), 0);
+	assert_int_equal(
+	    it_http(&srv, "GET", "/fs/read?path=/workspace/fifo-file", tok, NULL, NULL, 0, &resp), 0);
 	assert_int_equal(resp.status, 403);
 	it_resp_free(&resp);
 	globex_still_served();
@@ -193,7 +201,8 @@ static void test_planted_session_and_file_paths(void **state)
 static void test_planted_spill_dir(void **state)
 {
 	(void)state;
-	json_t *r = ex_run(&srv, tok, "cd /workspace && rm -rf .sandboxd && mkdir .sandboxd && ln -s /etc .sandboxd/spill");
+	json_t *r = ex_run(
+	    &srv, tok, "cd /workspace && rm -rf .sandboxd && mkdir .sandboxd && ln -s /etc .sandboxd/spill");
 	json_decref(r);
 	r = run_id(tok, "head -c 200000 /dev/zero | tr \"\\\\0\" a", "spill-link", 5);
 	assert_int_equal(jint(r, "stdout_bytes"), 200000);
@@ -231,7 +240,8 @@ static bool names_are_servers(const char *base, int depth)
 		if (de->d_type != DT_DIR || de->d_name[0] == '.')
 			continue;
 		const char *n = de->d_name;
-		ok = ok && n[0] == (depth == 0 ? 'u' : 'j') && n[1] && strspn(n + 1, "0123456789") == strlen(n + 1);
+		ok = ok && n[0] == (depth == 0 ? 'u' : 'j') && n[1] &&
+		     strspn(n + 1, "0123456789") == strlen(n + 1);
 		if (!ok)
 			fprintf(stderr, "cgroup %s/%s is not a server name\n", base, n);
 		if (depth == 0 && ok) {
@@ -300,9 +310,10 @@ static void test_root_and_dev_bounded(void **state)
 static void test_no_host_paths_inside(void **state)
 {
 	(void)state;
-	json_t *r = ex_run(&srv, tok,
-			   "for p in /proc/1/cmdline /proc/1/environ /proc/self/cmdline /proc/1/task/1/cmdline; do "
-			   "tr '\\0' ' ' < $p; echo; done; grep -v ' /workspace ' /proc/self/mountinfo");
+	json_t *r =
+	    ex_run(&srv, tok,
+		   "for p in /proc/1/cmdline /proc/1/environ /proc/self/cmdline /proc/1/task/1/cmdline; do "
+		   "tr '\\0' ' ' < $p; echo; done; grep -v ' /workspace ' /proc/self/mountinfo");
 	const char *out = jstr(r, "stdout");
 	assert_int_equal(jint(r, "exit_code"), 0);
 	if (strstr(out, srv.dir) || strstr(out, "/tmp/"))
@@ -370,8 +381,9 @@ static void test_kill9_leftovers_cleaned(void **state)
 	it_stop(&srv, SIGKILL);
 	json_decref(bg_join(&b));
 	it_resp_free(&b.resp);
-	const char *const extra[] = {"--set", it_uid_base_arg(NULL), "--set", "mem-limit-bytes=268435456",
-				     "--set", "tmp-size-bytes=1073741824", NULL};
+	const char *const extra[] = {
+	    "--set", it_uid_base_arg(NULL),	  "--set", "mem-limit-bytes=268435456",
+	    "--set", "tmp-size-bytes=1073741824", NULL};
 	assert_int_equal(it_restart(&srv, extra), 0);
 	/* The restart removed the cgroups of the commands it lost. */
 	char mem[128];
@@ -404,7 +416,7 @@ static void test_unreachable_data_dir_refused(void **state)
 	assert_non_null(log);
 	if (!strstr(log, top) || !strstr(log, "chmod"))
 		fprintf(stderr, "log:\n%s\n", log);
-	assert_non_null(strstr(log, top)); /* names the directory */
+	assert_non_null(strstr(log, top));     /* names the directory */
 	assert_non_null(strstr(log, "chmod")); /* and the fix */
 	free(log);
 	unlink(s.log);

@@ -36,11 +36,11 @@ static const struct it_tok toks[] = {
 /* ---- an SSE client ---- */
 
 struct sse_ev {
-	long id;        /* -1: none */
+	long id; /* -1: none */
 	char event[24];
-	char *data;     /* NULL for output events unless keep_output */
+	char *data; /* NULL for output events unless keep_output */
 	size_t data_len;
-	long t;         /* arrival, it_now_ms() */
+	long t; /* arrival, it_now_ms() */
 };
 
 struct sse {
@@ -50,10 +50,10 @@ struct sse {
 	bool tok_in_query;
 	char last_id[32];   /* Last-Event-ID, "" = none */
 	char *post_body;    /* POST /exec when set (owned) */
-	int stop_after;     /* hang up after this many events (0: never) */
+	int stop_after;	    /* hang up after this many events (0: never) */
 	int pause_first_ms; /* sleep in the first write callback (a client that does not read) */
 	bool keep_output;   /* keep the data of output events */
-	long rcvbuf;        /* SO_RCVBUF for the socket (0: default) */
+	long rcvbuf;	    /* SO_RCVBUF for the socket (0: default) */
 	atomic_bool stop;   /* hang up at the next progress callback */
 
 	/* parser */
@@ -71,14 +71,14 @@ struct sse {
 	struct sse_ev *ev;
 	int n, cap;
 	int comments;
-	long t_comment[8];       /* arrival of the first comments */
-	bool saw_dropped;        /* ": dropped ..." */
+	long t_comment[8];	 /* arrival of the first comments */
+	bool saw_dropped;	 /* ": dropped ..." */
 	bool saw_output_dropped; /* ": output events dropped ..." */
 	long output_events;
 	size_t output_bytes;
 	atomic_bool got_bytes;
 	long t_first_byte;
-	char raw[4096];          /* first bytes of the body (error answers) */
+	char raw[4096]; /* first bytes of the body (error answers) */
 	size_t raw_len;
 
 	/* outcome */
@@ -274,8 +274,9 @@ static CURL *sse_easy(struct sse *s)
 {
 	CURL *c = curl_easy_init();
 	const char *sep = strchr(s->path, '?') ? "&" : "?";
-	s->url = s->tok && s->tok_in_query ? xasprintf("%s%s%saccess_token=%s", srv.base, s->path, sep, s->tok)
-					   : xasprintf("%s%s", srv.base, s->path);
+	s->url = s->tok && s->tok_in_query
+		     ? xasprintf("%s%s%saccess_token=%s", srv.base, s->path, sep, s->tok)
+		     : xasprintf("%s%s", srv.base, s->path);
 	if (s->tok && !s->tok_in_query) {
 		char *a = xasprintf("Authorization: Bearer %s", s->tok);
 		s->hl = curl_slist_append(s->hl, a);
@@ -395,16 +396,16 @@ static void sse_dump(const struct sse *s)
 {
 	fprintf(stderr, "stream %s: status %ld rc %d, %d events:\n", s->path, s->status, (int)s->rc, s->n);
 	for (int i = 0; i < s->n && i < 60; i++)
-		fprintf(stderr, "  +%ldms id %ld %s %.160s\n", s->ev[i].t - s->t_start, s->ev[i].id, s->ev[i].event,
-			s->ev[i].data ? s->ev[i].data : "");
+		fprintf(stderr, "  +%ldms id %ld %s %.160s\n", s->ev[i].t - s->t_start, s->ev[i].id,
+			s->ev[i].event, s->ev[i].data ? s->ev[i].data : "");
 }
 
 /* The stream of one exec as wire.md has it: ids increase, `start` first,
  * `exit` last; returns the index of the exit event. */
 static int check_exec_stream(struct sse *s)
 {
-	bool ok = s->rc == CURLE_OK && s->status == 200 && s->n >= 2 && strcmp(s->ev[0].event, "start") == 0 &&
-		  strcmp(s->ev[s->n - 1].event, "exit") == 0;
+	bool ok = s->rc == CURLE_OK && s->status == 200 && s->n >= 2 &&
+		  strcmp(s->ev[0].event, "start") == 0 && strcmp(s->ev[s->n - 1].event, "exit") == 0;
 	for (int i = 1; ok && i < s->n; i++)
 		ok = s->ev[i].id > s->ev[i - 1].id;
 	for (int i = 1; ok && i < s->n - 1; i++)
@@ -541,7 +542,7 @@ static int wait_fd_count(int want_at_most, long timeout_ms)
 
 static int start_server(void)
 {
-	const char *const extra[] = { "--set", "heartbeat-ms=500", NULL };
+	const char *const extra[] = {"--set", "heartbeat-ms=500", NULL};
 	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
 }
 
@@ -603,8 +604,9 @@ static void check_heartbeats(struct sse *s, int min_count, bool chatty)
 		if (strcmp(s->ev[i].event, "heartbeat") != 0)
 			continue;
 		json_t *h = ev_json(&s->ev[i]);
-		for (const char *const *k = (const char *const[]){ "id", "elapsed_ms", "stdout_bytes", "stderr_bytes",
-								   "last_output_at", "tail", NULL };
+		for (const char *const *k =
+			 (const char *const[]){"id", "elapsed_ms", "stdout_bytes", "stderr_bytes",
+					       "last_output_at", "tail", NULL};
 		     *k; k++)
 			if (!json_object_get(h, *k)) {
 				fprintf(stderr, "heartbeat lacks %s: %s\n", *k, s->ev[i].data);
@@ -644,8 +646,8 @@ static void check_heartbeats(struct sse *s, int min_count, bool chatty)
 /* A streamed command that runs until the test opens its gate, once the
  * stream holds `hb` heartbeats (and `out` output events): "while it ran"
  * then depends on the gate, not on how fast the machine is. */
-static int run_gated_stream(struct sse *s, const char *gate, const char *body_cmd, const char *then, const char *id,
-			    int hb, int out)
+static int run_gated_stream(struct sse *s, const char *gate, const char *body_cmd, const char *then,
+			    const char *id, int hb, int out)
 {
 	char *cmd = xasprintf("while [ ! -e /workspace/.gate-%s ]; do %s; done; %s", gate, body_cmd, then);
 	s->post_body = exec_body(cmd, id, true);
@@ -665,7 +667,8 @@ static void test_heartbeat_spacing_with_chatty_output(void **state)
 	struct sse s;
 	sse_init(&s, "/exec", tok_acme);
 	/* output every 100 ms until at least 4 heartbeats and 10 outputs came */
-	int x = run_gated_stream(&s, "chatty", "i=$((i+1)); echo $i; sleep 0.1", "echo end", "hb-chatty", 4, 10);
+	int x =
+	    run_gated_stream(&s, "chatty", "i=$((i+1)); echo $i; sleep 0.1", "echo end", "hb-chatty", 4, 10);
 	assert_int_equal(s.ev[0].id, 1);
 	json_t *st = ev_json(&s.ev[0]);
 	assert_string_equal(jstr(st, "id"), "hb-chatty");
@@ -864,13 +867,14 @@ struct feed_ids {
 
 static struct feed_ids feed_count(struct sse *s, const char *exec_id, const char *tenant)
 {
-	struct feed_ids f = { 0 };
+	struct feed_ids f = {0};
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < s->n; i++) {
 		json_t *j = ev_json(&s->ev[i]);
 		if (strcmp(jstr(j, "id"), exec_id) == 0) {
 			if (!jstr(j, "tenant") || strcmp(jstr(j, "tenant"), tenant) != 0) {
-				fprintf(stderr, "feed event of %s names tenant %s\n", exec_id, jstr(j, "tenant"));
+				fprintf(stderr, "feed event of %s names tenant %s\n", exec_id,
+					jstr(j, "tenant"));
 				fail();
 			}
 			f.starts += strcmp(s->ev[i].event, "start") == 0;
@@ -952,7 +956,8 @@ static void test_tenant_feed(void **state)
 	assert_int_equal(it_http(&srv, "GET", "/events?tenant=globex", tok_ops_audit, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 403);
 	it_resp_free(&r);
-	assert_int_equal(it_http(&srv, "GET", "/exec/feed-g/events?tenant=globex", tok_acme, NULL, NULL, 0, &r), 0);
+	assert_int_equal(
+	    it_http(&srv, "GET", "/exec/feed-g/events?tenant=globex", tok_acme, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 403);
 	it_resp_free(&r);
 	/* a feed resumes with Last-Event-ID from its replay buffer: acme's
@@ -1007,7 +1012,7 @@ static void test_auth(void **state)
 	sse_free(&s);
 
 	struct it_resp r;
-	static const char *const paths[] = { "/exec/auth-1/events", "/events" };
+	static const char *const paths[] = {"/exec/auth-1/events", "/events"};
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(it_http(&srv, "GET", paths[i], NULL, NULL, NULL, 0, &r), 0);
 		it_expect_error(&r, 401, "unauthorized");
@@ -1048,7 +1053,8 @@ static void test_not_found(void **state)
 	it_resp_free(&b.resp);
 	it_expect_error_at(&srv, "GET", "/exec/nf-g/events", tok_acme, 404, "not_found");
 	/* the admin of the operator tenant may look at it with ?tenant= */
-	assert_int_equal(it_http(&srv, "GET", "/exec/nf-g/events?tenant=globex", tok_admin, NULL, NULL, 0, &r), 0);
+	assert_int_equal(
+	    it_http(&srv, "GET", "/exec/nf-g/events?tenant=globex", tok_admin, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_non_null(strstr(r.body, "event: exit"));
 	it_resp_free(&r);
@@ -1103,8 +1109,8 @@ static void test_many_watchers(void **state)
 	assert_true(max_fd >= fd0 + WATCHERS);
 	int got_exit = 0;
 	for (int i = 0; i < WATCHERS; i++) {
-		if (w[i].rc == CURLE_OK && w[i].status == 200 && w[i].n >= 2 && strcmp(w[i].ev[0].event, "start") == 0 &&
-		    strcmp(w[i].ev[w[i].n - 1].event, "exit") == 0)
+		if (w[i].rc == CURLE_OK && w[i].status == 200 && w[i].n >= 2 &&
+		    strcmp(w[i].ev[0].event, "start") == 0 && strcmp(w[i].ev[w[i].n - 1].event, "exit") == 0)
 			got_exit++;
 		else if (got_exit == i)
 			sse_dump(&w[i]);
@@ -1121,7 +1127,8 @@ static void test_many_watchers(void **state)
 
 	int fd1 = wait_fd_count(fd0 + 5, 2000);
 	long rss1 = it_rss_kib(&srv);
-	fprintf(stderr, "200 watchers: fds %d -> max %d -> %d, rss %ld -> %ld KiB\n", fd0, max_fd, fd1, rss0, rss1);
+	fprintf(stderr, "200 watchers: fds %d -> max %d -> %d, rss %ld -> %ld KiB\n", fd0, max_fd, fd1, rss0,
+		rss1);
 	assert_true(fd1 <= fd0 + 5);
 	assert_true(rss1 - rss0 < 16 * 1024);
 	assert_int_equal(metric("sandboxd_sse_subscribers"), 0);
@@ -1134,8 +1141,9 @@ static void test_many_watchers(void **state)
 static int raw_connect(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)srv.port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)srv.port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	assert_true(fd >= 0);
 	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
 	return fd;
@@ -1158,7 +1166,7 @@ static bool raw_read_until(int fd, const char *pattern, long timeout_ms)
 	size_t n = 0;
 	long until = it_now_ms() + timeout_ms;
 	while (it_now_ms() < until) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
+		struct pollfd p = {.fd = fd, .events = POLLIN};
 		if (poll(&p, 1, 50) <= 0)
 			continue;
 		ssize_t r = recv(fd, buf + n, sizeof buf - 1 - n, 0);
@@ -1190,7 +1198,8 @@ static void test_disconnect_noticed(void **state)
 	long subs0 = metric("sandboxd_sse_subscribers");
 	for (int round = 0; round < 3; round++) {
 		int fd = raw_connect();
-		char *req = xasprintf("GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", tok_ops_audit);
+		char *req = xasprintf("GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n",
+				      tok_ops_audit);
 		raw_send(fd, req);
 		free(req);
 		assert_true(raw_read_until(fd, "retry:", 3000));
@@ -1202,7 +1211,9 @@ static void test_disconnect_noticed(void **state)
 		int after = wait_socket_count(with - 1, 6000);
 		long ms = it_now_ms() - t0;
 		if (after > with - 1) {
-			fprintf(stderr, "round %d: disconnect not noticed: sockets %d -> %d after %ld ms, subscribers %ld\n",
+			fprintf(stderr,
+				"round %d: disconnect not noticed: sockets %d -> %d after %ld ms, "
+				"subscribers %ld\n",
 				round, with, after, ms, metric("sandboxd_sse_subscribers"));
 			dump_fds();
 		}
@@ -1216,7 +1227,8 @@ static void test_disconnect_noticed(void **state)
 	struct bg_req b;
 	bg_running(&b, tok_acme, "sleep 2", "dc-1");
 	int fd = raw_connect();
-	char *req = xasprintf("GET /exec/dc-1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", tok_acme);
+	char *req = xasprintf("GET /exec/dc-1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n",
+			      tok_acme);
 	raw_send(fd, req);
 	free(req);
 	assert_true(raw_read_until(fd, "event: start", 3000));
@@ -1312,7 +1324,7 @@ static void test_slow_owner_bounded(void **state)
 	(void)state;
 	json_decref(ex_run(&srv, tok_acme, "true"));
 	long rss0 = it_rss_kib(&srv);
-	struct rss_sampler rs = { .max_kib = rss0 };
+	struct rss_sampler rs = {.max_kib = rss0};
 	pthread_create(&rs.th, NULL, rss_main, &rs);
 	struct sse s;
 	sse_init(&s, "/exec", tok_acme);
@@ -1322,7 +1334,8 @@ static void test_slow_owner_bounded(void **state)
 	sse_run(&s);
 	rs.stop = true;
 	pthread_join(rs.th, NULL);
-	fprintf(stderr, "slow owner: %ld output events (%zu bytes), rss %ld -> max %ld KiB, dropped note %d\n",
+	fprintf(stderr,
+		"slow owner: %ld output events (%zu bytes), rss %ld -> max %ld KiB, dropped note %d\n",
 		s.output_events, s.output_bytes, rss0, rs.max_kib, s.saw_output_dropped);
 	int x = check_exec_stream(&s);
 	assert_false(s.saw_dropped);
@@ -1340,21 +1353,21 @@ static void test_slow_owner_bounded(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_heartbeat_spacing_with_chatty_output),
-		cmocka_unit_test(test_heartbeat_silent_command),
-		cmocka_unit_test(test_stream_output_before_exit),
-		cmocka_unit_test(test_late_join_and_after_end),
-		cmocka_unit_test(test_resume_ids_contiguous),
-		cmocka_unit_test(test_tenant_feed),
-		cmocka_unit_test(test_auth),
-		cmocka_unit_test(test_not_found),
-		cmocka_unit_test(test_disconnect_noticed),
-		cmocka_unit_test(test_keepalive_comment),
-		cmocka_unit_test(test_shutdown_ends_streams),
+	    cmocka_unit_test(test_heartbeat_spacing_with_chatty_output),
+	    cmocka_unit_test(test_heartbeat_silent_command),
+	    cmocka_unit_test(test_stream_output_before_exit),
+	    cmocka_unit_test(test_late_join_and_after_end),
+	    cmocka_unit_test(test_resume_ids_contiguous),
+	    cmocka_unit_test(test_tenant_feed),
+	    cmocka_unit_test(test_auth),
+	    cmocka_unit_test(test_not_found),
+	    cmocka_unit_test(test_disconnect_noticed),
+	    cmocka_unit_test(test_keepalive_comment),
+	    cmocka_unit_test(test_shutdown_ends_streams),
 	};
 	const struct CMUnitTest memory_tests[] = {
-		cmocka_unit_test(test_many_watchers),
-		cmocka_unit_test(test_slow_owner_bounded),
+	    cmocka_unit_test(test_many_watchers),
+	    cmocka_unit_test(test_slow_owner_bounded),
 	};
 	if (getenv("IT_FILTER"))
 		cmocka_set_test_filter(getenv("IT_FILTER"));

@@ -562,7 +562,7 @@ static void test_unknown_and_foreign_ids(void **state)
 	json_t *e;
 	size_t i;
 	json_array_foreach(json_object_get(l, "execs"), i, e)
-	    assert_string_not_equal(jstr(e, "id"), "gx-own-1");
+		assert_string_not_equal(jstr(e, "id"), "gx-own-1");
 	json_decref(l);
 	json_t *res = bg_join(&b);
 	assert_int_equal(b.resp.status, 200);
@@ -1011,8 +1011,7 @@ static json_t *list(const char *t, const char *query)
 	json_t *e;
 	size_t i;
 	long long prev = -1;
-	json_array_foreach(arr, i, e)
-	{
+	json_array_foreach(arr, i, e) {
 		assert_null(json_object_get(e, "result"));
 		assert_non_null(jstr(e, "id"));
 		assert_non_null(jstr(e, "state"));
@@ -1032,7 +1031,9 @@ static bool listed(json_t *arr, const char *id)
 {
 	json_t *e;
 	size_t i;
-	json_array_foreach(arr, i, e) if (strcmp(jstr(e, "id"), id) == 0) return true;
+	json_array_foreach(arr, i, e)
+		if (strcmp(jstr(e, "id"), id) == 0)
+			return true;
 	return false;
 }
 
@@ -1064,7 +1065,8 @@ static void test_list(void **state)
 	assert_true(listed(to, "la-2"));
 	json_t *e;
 	size_t i;
-	json_array_foreach(to, i, e) assert_string_equal(jstr(e, "state"), "timed_out");
+	json_array_foreach(to, i, e)
+		assert_string_equal(jstr(e, "state"), "timed_out");
 	json_decref(to);
 
 	json_t *b = list(tok, "?state=exited&session=list-b");
@@ -1103,7 +1105,8 @@ static void test_list(void **state)
 	json_decref(v);
 	json_t *run = list(tok, "?state=running");
 	assert_true(listed(run, "lr-1"));
-	json_array_foreach(run, i, e) assert_string_equal(jstr(e, "state"), "running");
+	json_array_foreach(run, i, e)
+		assert_string_equal(jstr(e, "state"), "running");
 	json_decref(run);
 	json_decref(bg_join(&bg));
 	it_resp_free(&bg.resp);

@@ -51,15 +51,16 @@ static int teardown(void **state)
 static char *sse_until(const char *path, const char *t, long long last_id, const char *until)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv.port),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)srv.port),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	assert_true(fd >= 0);
 	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
 	char last[64] = "";
 	if (last_id > 0)
 		snprintf(last, sizeof last, "Last-Event-ID: %lld\r\n", last_id);
-	char *req = xasprintf("GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n%s\r\n", path, t,
-			      last);
+	char *req = xasprintf("GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n%s\r\n",
+			      path, t, last);
 	assert_int_equal(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
 	free(req);
 	struct buf b;
@@ -227,7 +228,8 @@ static void test_audit_keeps_what_was_attempted(void **state)
 	json_decref(row);
 	/* A read refused for its scope still names the path it asked for. */
 	char *te = it_token(&srv, "acme", "exec");
-	assert_int_equal(it_http(&srv, "GET", "/fs/read?path=/workspace/secret-plan.txt", te, NULL, NULL, 0, &r), 0);
+	assert_int_equal(
+	    it_http(&srv, "GET", "/fs/read?path=/workspace/secret-plan.txt", te, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 403);
 	it_resp_free(&r);
 	free(te);

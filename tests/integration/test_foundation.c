@@ -58,8 +58,9 @@ static void test_401_variants(void **state)
 	assert_non_null(t);
 	char *dot1 = strchr(t, '.');
 	char *dot2 = strchr(dot1 + 1, '.');
-	char *forged = xasprintf("%.*s.%s.%s", (int)(dot1 - t),
-				 t, "eyJ0ZW5hbnQiOiJnbG9iZXgiLCJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoiYXVkaXQ6cmVhZCJ9", dot2 + 1);
+	char *forged = xasprintf(
+	    "%.*s.%s.%s", (int)(dot1 - t), t,
+	    "eyJ0ZW5hbnQiOiJnbG9iZXgiLCJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoiYXVkaXQ6cmVhZCJ9", dot2 + 1);
 	it_expect_error_at(&srv, "GET", "/audit", forged, 401, "unauthorized");
 	free(forged);
 	/* the token is only accepted in the header on non-SSE routes */
@@ -82,11 +83,11 @@ static void test_403_scope_and_tenant_header(void **state)
 	free(t);
 
 	t = it_token(&srv, "acme", "audit:read");
-	const char *h1[] = { "X-Tenant-Id: globex", NULL };
+	const char *h1[] = {"X-Tenant-Id: globex", NULL};
 	assert_int_equal(it_http(&srv, "GET", "/audit", t, h1, NULL, 0, &r), 0);
 	it_expect_error(&r, 403, "forbidden");
 	it_resp_free(&r);
-	const char *h2[] = { "X-Tenant-Id: acme", NULL };
+	const char *h2[] = {"X-Tenant-Id: acme", NULL};
 	assert_int_equal(it_http(&srv, "GET", "/audit", t, h2, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	it_resp_free(&r);
@@ -127,7 +128,7 @@ static void test_413_body(void **state)
 	/* /healthz has no POST: 405 wins before the body matters */
 	assert_int_equal(r.status, 405);
 	it_resp_free(&r);
-	const char *h[] = { "Content-Type: text/plain", NULL };
+	const char *h[] = {"Content-Type: text/plain", NULL};
 	assert_int_equal(it_http(&srv, "GET", "/healthz", NULL, h, big, n, &r), 0);
 	it_expect_error(&r, 413, "too_large");
 	assert_non_null(strstr(r.body, "stream"));
@@ -140,7 +141,7 @@ static void test_request_id(void **state)
 {
 	(void)state;
 	struct it_resp r;
-	const char *h[] = { "X-Request-Id: my-request-42", NULL };
+	const char *h[] = {"X-Request-Id: my-request-42", NULL};
 	assert_int_equal(it_http(&srv, "GET", "/healthz", NULL, h, NULL, 0, &r), 0);
 	it_expect_header(&r, "X-Request-Id", "my-request-42");
 	it_resp_free(&r);
@@ -164,8 +165,7 @@ static json_t *find_audit(const char *token, const char *request_id)
 			json_t *j = it_json(&r);
 			size_t k;
 			json_t *rec;
-			json_array_foreach(json_object_get(j, "records"), k, rec)
-			{
+			json_array_foreach(json_object_get(j, "records"), k, rec) {
 				const char *rid = json_string_value(json_object_get(rec, "request_id"));
 				if (rid && strcmp(rid, request_id) == 0) {
 					json_incref(rec);
@@ -187,12 +187,12 @@ static void test_audit_rows(void **state)
 	(void)state;
 	struct it_resp r;
 	char *admin = it_token(&srv, "ops", "admin audit:read");
-	const char *h1[] = { "X-Request-Id: audit-refused-1", NULL };
+	const char *h1[] = {"X-Request-Id: audit-refused-1", NULL};
 	assert_int_equal(it_http(&srv, "GET", "/audit", "bogus", h1, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 401);
 	it_resp_free(&r);
 	char *acme = it_token(&srv, "acme", "audit:read");
-	const char *h2[] = { "X-Request-Id: audit-ok-1", "X-Session-Key: chat:42", NULL };
+	const char *h2[] = {"X-Request-Id: audit-ok-1", "X-Session-Key: chat:42", NULL};
 	assert_int_equal(it_http(&srv, "GET", "/audit?limit=1", acme, h2, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	it_resp_free(&r);
@@ -238,7 +238,8 @@ static void test_metrics(void **state)
 	assert_int_equal(it_http(&srv, "GET", "/metrics", t, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_non_null(strstr(r.body, "# TYPE sandboxd_http_requests_total counter"));
-	assert_non_null(strstr(r.body, "sandboxd_http_requests_total{route=\"GET /healthz\",status=\"200\"}"));
+	assert_non_null(
+	    strstr(r.body, "sandboxd_http_requests_total{route=\"GET /healthz\",status=\"200\"}"));
 	assert_non_null(strstr(r.body, "sandboxd_http_request_duration_seconds_bucket"));
 	it_resp_free(&r);
 	free(t);
@@ -248,11 +249,11 @@ static void test_malformed_http(void **state)
 {
 	(void)state;
 	const char *bad[] = {
-		"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
-		"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
-		"\x16\x03\x01\x02\x00garbage-not-http\r\n\r\n",
-		"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-		"GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+	    "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+	    "\x16\x03\x01\x02\x00garbage-not-http\r\n\r\n",
+	    "POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+	    "GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		free(it_raw(&srv, bad[i], strlen(bad[i]), 500));
@@ -264,7 +265,9 @@ static void test_malformed_http(void **state)
 	memcpy(huge + n - 8, "\r\n\r\n", 5);
 	char *resp = it_raw(&srv, huge, n - 4, 1000);
 	if (resp && *resp)
-		assert_non_null(strstr(resp, " 431 ") ? resp : strstr(resp, " 413 ") ? resp : strstr(resp, "HTTP/1.1 4"));
+		assert_non_null(strstr(resp, " 431 ")	? resp
+				: strstr(resp, " 413 ") ? resp
+							: strstr(resp, "HTTP/1.1 4"));
 	free(resp);
 	free(huge);
 	assert_true(it_alive(&srv));
@@ -294,24 +297,25 @@ static void test_ambiguous_http_refused(void **state)
 	char *t = it_token(&srv, "acme", NULL);
 	const char *next = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: smuggled\r\n\r\n";
 	const char *forms[] = {
-		/* duplicate Content-Length, equal and different */
-		"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
-		"PUT /fs/write?path=amb1.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
-		"Content-Length: 3\r\ncontent-length: 10\r\n\r\nabc",
-		/* Content-Length and Transfer-Encoding together */
-		"PUT /fs/write?path=amb2.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
-		"Content-Length: 8\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
-		/* duplicate Transfer-Encoding, and a coding without a length */
-		"PUT /fs/write?path=amb3.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
-		"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
-		"PUT /fs/write?path=amb4.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
-		"Transfer-Encoding: gzip\r\n\r\nabc",
-		/* duplicate credentials, tenant and session headers */
-		"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nauthorization: Bearer bogus\r\n\r\n",
-		"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nX-Tenant-Id: acme\r\n"
-		"X-TENANT-ID: globex\r\n\r\n",
-		"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nX-Session-Key: a\r\n"
-		"X-Session-Key: b\r\n\r\n",
+	    /* duplicate Content-Length, equal and different */
+	    "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+	    "PUT /fs/write?path=amb1.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+	    "Content-Length: 3\r\ncontent-length: 10\r\n\r\nabc",
+	    /* Content-Length and Transfer-Encoding together */
+	    "PUT /fs/write?path=amb2.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+	    "Content-Length: 8\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+	    /* duplicate Transfer-Encoding, and a coding without a length */
+	    "PUT /fs/write?path=amb3.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+	    "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+	    "PUT /fs/write?path=amb4.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\n"
+	    "Transfer-Encoding: gzip\r\n\r\nabc",
+	    /* duplicate credentials, tenant and session headers */
+	    "GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nauthorization: Bearer "
+	    "bogus\r\n\r\n",
+	    "GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nX-Tenant-Id: acme\r\n"
+	    "X-TENANT-ID: globex\r\n\r\n",
+	    "GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $T\r\nX-Session-Key: a\r\n"
+	    "X-Session-Key: b\r\n\r\n",
 	};
 	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
 		char *head = with_token(forms[i], t);
@@ -345,7 +349,7 @@ static void test_ambiguous_http_refused(void **state)
 	}
 	/* single headers of the same kind still work */
 	struct it_resp r;
-	const char *h[] = { "X-Tenant-Id: acme", "X-Session-Key: a", NULL };
+	const char *h[] = {"X-Tenant-Id: acme", "X-Session-Key: a", NULL};
 	assert_int_equal(it_http(&srv, "PUT", "/fs/write?path=amb-ok.txt", t, h, "abc", 3, &r), 0);
 	assert_true(r.status == 200 || r.status == 201);
 	it_resp_free(&r);
@@ -403,7 +407,7 @@ static void test_tls_roundtrip(void **state)
 	assert_int_equal(system(cmd), 0);
 	free(cmd);
 	char *cert = xasprintf("%s/cert.pem", dir), *key = xasprintf("%s/key.pem", dir);
-	const char *extra[] = { "--tls-cert", cert, "--tls-key", key, NULL };
+	const char *extra[] = {"--tls-cert", cert, "--tls-key", key, NULL};
 	assert_int_equal(it_start(&tls, extra), 0);
 	assert_true(strncmp(tls.base, "https://", 8) == 0);
 	struct it_resp r;
@@ -443,19 +447,19 @@ static void test_sigterm_exits_zero(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_health_public),
-		cmocka_unit_test(test_401_variants),
-		cmocka_unit_test(test_403_scope_and_tenant_header),
-		cmocka_unit_test(test_404_405),
-		cmocka_unit_test(test_413_body),
-		cmocka_unit_test(test_request_id),
-		cmocka_unit_test(test_audit_rows),
-		cmocka_unit_test(test_metrics),
-		cmocka_unit_test(test_malformed_http),
-		cmocka_unit_test(test_ambiguous_http_refused),
-		cmocka_unit_test(test_cli),
-		cmocka_unit_test(test_tls_roundtrip),
-		cmocka_unit_test(test_sigterm_exits_zero),
+	    cmocka_unit_test(test_health_public),
+	    cmocka_unit_test(test_401_variants),
+	    cmocka_unit_test(test_403_scope_and_tenant_header),
+	    cmocka_unit_test(test_404_405),
+	    cmocka_unit_test(test_413_body),
+	    cmocka_unit_test(test_request_id),
+	    cmocka_unit_test(test_audit_rows),
+	    cmocka_unit_test(test_metrics),
+	    cmocka_unit_test(test_malformed_http),
+	    cmocka_unit_test(test_ambiguous_http_refused),
+	    cmocka_unit_test(test_cli),
+	    cmocka_unit_test(test_tls_roundtrip),
+	    cmocka_unit_test(test_sigterm_exits_zero),
 	};
 	return cmocka_run_group_tests_name("foundation", tests, setup, teardown);
 }

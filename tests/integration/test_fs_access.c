@@ -208,8 +208,7 @@ static json_t *find_audit(const char *request_id)
 		for (;;) {
 			size_t k;
 			json_t *rec;
-			json_array_foreach(json_object_get(j, "records"), k, rec)
-			{
+			json_array_foreach(json_object_get(j, "records"), k, rec) {
 				const char *rid = json_string_value(json_object_get(rec, "request_id"));
 				if (rid && strcmp(rid, request_id) == 0) {
 					found = json_incref(rec);
@@ -327,8 +326,7 @@ static void test_sessions_routes(void **state)
 		assert_true(json_is_array(v));
 		json_t *mine = NULL, *s;
 		size_t x;
-		json_array_foreach(v, x, s)
-		{
+		json_array_foreach(v, x, s) {
 			assert_int_equal(json_object_size(s), 4);
 			assert_true(is_rfc3339(jstr(s, "created_at")));
 			assert_true(is_rfc3339(jstr(s, "last_used_at")));

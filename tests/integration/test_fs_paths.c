@@ -190,8 +190,10 @@ static void test_escape_by_symlink(void **state)
 		it_resp_free(&r);
 	}
 	/* move out of, or into, a link that leaves. */
-	post_err("move", k, json_pack("{s:s, s:s}", "from", "esc/secret", "to", "stolen"), 403, "outside_workspace");
-	post_err("move", k, json_pack("{s:s, s:s}", "from", "up/beside.txt", "to", "stolen"), 403, "outside_workspace");
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "esc/secret", "to", "stolen"), 403,
+		 "outside_workspace");
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "up/beside.txt", "to", "stolen"), 403,
+		 "outside_workspace");
 	fs_post("move", k,
 		json_pack("{s:s, s:s, s:b}", "from", "inner/real.txt", "to", "esc/planted", "overwrite", 1),
 		&r);

@@ -358,12 +358,9 @@ static void test_exists(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_write_read),
-	    cmocka_unit_test(test_empty_file),
-	    cmocka_unit_test(test_binary_and_ranges),
-	    cmocka_unit_test(test_stat),
-	    cmocka_unit_test(test_readdir),
-	    cmocka_unit_test(test_exists),
+	    cmocka_unit_test(test_write_read),	      cmocka_unit_test(test_empty_file),
+	    cmocka_unit_test(test_binary_and_ranges), cmocka_unit_test(test_stat),
+	    cmocka_unit_test(test_readdir),	      cmocka_unit_test(test_exists),
 	};
 	return cmocka_run_group_tests_name("fs_read", tests, fs_setup, fs_teardown);
 }

@@ -90,7 +90,8 @@ static void test_mkdir(void **state)
 
 	put_ok("f", k, "x", 1);
 	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "f", "recursive", 1), 409, "exists");
-	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "f/sub", "recursive", 1), 409, "not_a_directory");
+	post_err("mkdir", k, json_pack("{s:s, s:b}", "path", "f/sub", "recursive", 1), 409,
+		 "not_a_directory");
 	post_err("mkdir", k, json_pack("{s:s}", "path", "f/sub"), 409, "not_a_directory");
 
 	/* Bodies: missing path, wrong type, unknown field, not JSON. */
@@ -219,12 +220,14 @@ static void test_move(void **state)
 	assert_false(host_exists(hc));
 
 	post_err("move", k, json_pack("{s:s, s:s}", "from", "nope", "to", "x"), 404, "not_found");
-	post_err("move", k, json_pack("{s:s, s:s}", "from", "b.txt", "to", "no/dir/x"), 404, "parent_missing");
+	post_err("move", k, json_pack("{s:s, s:s}", "from", "b.txt", "to", "no/dir/x"), 404,
+		 "parent_missing");
 	assert_host_content(hb, "AAA", 3);
 
 	/* Directories move whole; a file does not replace a directory. */
 	put_ok("dir/in.txt", k, "in", 2);
-	post_err("move", k, json_pack("{s:s, s:s, s:b}", "from", "b.txt", "to", "dir", "overwrite", 1), 409, "is_a_directory");
+	post_err("move", k, json_pack("{s:s, s:s, s:b}", "from", "b.txt", "to", "dir", "overwrite", 1), 409,
+		 "is_a_directory");
 	fs_post("move", k, json_pack("{s:s, s:s}", "from", "dir", "to", "dir2"), &r);
 	it_expect_status(&r, 200);
 	it_resp_free(&r);
@@ -244,7 +247,8 @@ static void test_move(void **state)
 	free(hm);
 
 	/* Roots neither move nor are replaced. */
-	post_err("move", k, json_pack("{s:s, s:s}", "from", ".", "to", "/workspace/elsewhere"), 403, "forbidden");
+	post_err("move", k, json_pack("{s:s, s:s}", "from", ".", "to", "/workspace/elsewhere"), 403,
+		 "forbidden");
 	fs_post("move", k,
 		json_pack("{s:s, s:s, s:b}", "from", "dir2", "to", "/workspace/sessions", "overwrite", 1),
 		&r);

@@ -119,10 +119,10 @@ static void test_audit_paging_under_writes(void **state)
 		get_with_id("/sessions", acme, "page", i);
 	}
 	usleep(200000); /* the audit writer commits in groups */
-	struct writer w = { .s = &srv, .token = acme };
+	struct writer w = {.s = &srv, .token = acme};
 	pthread_t th;
 	pthread_create(&th, NULL, keep_writing, &w);
-	int seen[120] = { 0 };
+	int seen[120] = {0};
 	struct paging pg = {.seen = seen};
 	audit_walk(&srv, admin, "limit=25&route=/sessions", 1000, on_paged, &pg);
 	w.stop = 1;
@@ -166,8 +166,8 @@ static void test_audit_ndjson_and_filters(void **state)
 	json_decref(j);
 	it_resp_free(&r);
 
-	const char *bad[] = { "/audit?since=yesterday", "/audit?limit=0", "/audit?outcome=maybe", "/audit?after=x",
-			      "/audit?format=xml" };
+	const char *bad[] = {"/audit?since=yesterday", "/audit?limit=0", "/audit?outcome=maybe",
+			     "/audit?after=x", "/audit?format=xml"};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		it_expect_error_at(&srv, "GET", bad[i], acme, 400, "bad_request");
 	}
@@ -276,10 +276,11 @@ static void test_retention(void **state)
 {
 	(void)state;
 	struct it_server s2;
-	const char *extra[] = { "--set", "retention-max-age-s=2", "--set", "retention-interval-s=1", NULL };
+	const char *extra[] = {"--set", "retention-max-age-s=2", "--set", "retention-interval-s=1", NULL};
 	assert_int_equal(it_start(&s2, extra), 0);
 	char *t = it_token(&s2, "acme", "exec fs:read audit:read");
-	const char *body = "{\"command\": \"head -c 5000 /dev/zero | tr '\\\\0' x\", \"max_output_bytes\": 256, \"id\": \"old1\"}";
+	const char *body = "{\"command\": \"head -c 5000 /dev/zero | tr '\\\\0' x\", \"max_output_bytes\": "
+			   "256, \"id\": \"old1\"}";
 	struct it_resp r;
 	assert_int_equal(it_http(&s2, "POST", "/exec", t, NULL, body, strlen(body), &r), 0);
 	assert_int_equal(r.status, 200);
@@ -354,7 +355,7 @@ static void audit_barrier(struct it_server *s, const char *admin, const char *ri
 {
 	char *acme = it_token(s, "acme", NULL);
 	char *hdr = xasprintf("X-Request-Id: %s", rid);
-	const char *h[] = { hdr, NULL };
+	const char *h[] = {hdr, NULL};
 	struct it_resp r;
 	assert_int_equal(it_http(s, "GET", "/sessions", acme, h, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
@@ -436,13 +437,14 @@ static void test_default_retention(void **state)
 {
 	(void)state;
 	struct it_server s2;
-	const char *extra[] = { "--set", "retention-interval-s=1", NULL };
+	const char *extra[] = {"--set", "retention-interval-s=1", NULL};
 	assert_int_equal(it_start(&s2, extra), 0);
 	int64_t day = 86400000;
-	char *cmd = xasprintf("sqlite3 -cmd '.timeout 10000' '%s/sandboxd.db' \"insert into audit(at, request_id, "
-			      "method, route, status, outcome) values (%lld, 'old-31d', 'GET', '/x', 200, 'ok'), "
-			      "(%lld, 'young-29d', 'GET', '/x', 200, 'ok')\"",
-			      s2.dir, (long long)(now_ms() - 31 * day), (long long)(now_ms() - 29 * day));
+	char *cmd =
+	    xasprintf("sqlite3 -cmd '.timeout 10000' '%s/sandboxd.db' \"insert into audit(at, request_id, "
+		      "method, route, status, outcome) values (%lld, 'old-31d', 'GET', '/x', 200, 'ok'), "
+		      "(%lld, 'young-29d', 'GET', '/x', 200, 'ok')\"",
+		      s2.dir, (long long)(now_ms() - 31 * day), (long long)(now_ms() - 29 * day));
 	assert_int_equal(system(cmd), 0);
 	free(cmd);
 	char *admin = it_token(&s2, "ops", "admin audit:read");
@@ -460,15 +462,15 @@ static void test_default_retention(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_audit_paging_under_writes),
-		cmocka_unit_test(test_audit_ndjson_and_filters),
-		cmocka_unit_test(test_admin_tenant_filter),
-		cmocka_unit_test(test_cli_formats),
-		cmocka_unit_test(test_metrics_move),
-		cmocka_unit_test(test_retention),
-		cmocka_unit_test(test_probes_not_audited),
-		cmocka_unit_test(test_unauthenticated_audit_rate_limited),
-		cmocka_unit_test(test_default_retention),
+	    cmocka_unit_test(test_audit_paging_under_writes),
+	    cmocka_unit_test(test_audit_ndjson_and_filters),
+	    cmocka_unit_test(test_admin_tenant_filter),
+	    cmocka_unit_test(test_cli_formats),
+	    cmocka_unit_test(test_metrics_move),
+	    cmocka_unit_test(test_retention),
+	    cmocka_unit_test(test_probes_not_audited),
+	    cmocka_unit_test(test_unauthenticated_audit_rate_limited),
+	    cmocka_unit_test(test_default_retention),
 	};
 	return cmocka_run_group_tests_name("operators", tests, setup, teardown);
 }

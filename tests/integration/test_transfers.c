@@ -299,7 +299,8 @@ static size_t on_body_keep(char *p, size_t sz, size_t n, void *ud)
 /* Perform c against path on s with an optional bearer token and extra
  * headers (freed here), with the suites' timeout; returns the status, -1
  * on a transport error. Cleans c up. */
-static long curl_run(CURL *c, struct it_server *s, const char *path, const char *bearer, struct curl_slist *hl)
+static long curl_run(CURL *c, struct it_server *s, const char *path, const char *bearer,
+		     struct curl_slist *hl)
 {
 	char *url = xasprintf("%s%s", s->base, path);
 	char *auth = bearer ? xasprintf("Authorization: Bearer %s", bearer) : NULL;
@@ -1039,8 +1040,7 @@ static void test_audit_row_of_token_route(void **state)
 		json_t *recs = json_object_get(j, "records");
 		size_t k;
 		json_t *v;
-		json_array_foreach(recs, k, v)
-		{
+		json_array_foreach(recs, k, v) {
 			const char *target = json_string_value(json_object_get(v, "target"));
 			const char *sess = json_string_value(json_object_get(v, "session"));
 			if (target && strstr(target, "/a.txt") && sess && strcmp(sess, "tr-audit-key") == 0)

@@ -55,8 +55,9 @@ static void test_file_then_flags(void **state)
 	struct sbx_config c;
 	char err[256];
 	cfg_defaults(&c);
-	char *path = write_tmp("{\"listen\": \"127.0.0.1:9000\", \"data_dir\": \"/srv/x\", \"heartbeat-ms\": 750,"
-			       " \"metrics-public\": true}");
+	char *path =
+	    write_tmp("{\"listen\": \"127.0.0.1:9000\", \"data_dir\": \"/srv/x\", \"heartbeat-ms\": 750,"
+		      " \"metrics-public\": true}");
 	assert_int_equal(cfg_load_file(&c, path, err, sizeof err), 0);
 	unlink(path);
 	assert_string_equal(c.listen, "127.0.0.1:9000");
@@ -84,8 +85,8 @@ static void test_bad_input(void **state)
 	assert_int_equal(cfg_set(&c, "heartbeat-ms", "12x", err, sizeof err), -EINVAL);
 	assert_int_equal(cfg_set(&c, "use-cgroups", "yes", err, sizeof err), -EINVAL);
 	assert_int_equal(c.heartbeat_ms, 2000); /* unchanged by the refusals */
-	const char *bad[] = { "[1, 2]", "{\"heartbeat-ms\": \"fast\"}", "{\"unknown\": 1}", "{\"listen\": 5}",
-			      "{\"a\": 1, \"a\": 2}", "not json" };
+	const char *bad[] = {"[1, 2]",		"{\"heartbeat-ms\": \"fast\"}", "{\"unknown\": 1}",
+			     "{\"listen\": 5}", "{\"a\": 1, \"a\": 2}",		"not json"};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char *path = write_tmp(bad[i]);
 		assert_int_equal(cfg_load_file(&c, path, err, sizeof err), -EINVAL);
@@ -117,10 +118,10 @@ static void test_rfc3339(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_file_then_flags),
-		cmocka_unit_test(test_bad_input),
-		cmocka_unit_test(test_rfc3339),
+	    cmocka_unit_test(test_defaults),
+	    cmocka_unit_test(test_file_then_flags),
+	    cmocka_unit_test(test_bad_input),
+	    cmocka_unit_test(test_rfc3339),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -65,8 +65,8 @@ static void test_hints(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_table),
-		cmocka_unit_test(test_hints),
+	    cmocka_unit_test(test_table),
+	    cmocka_unit_test(test_hints),
 	};
 	return cmocka_run_group_tests_name("errors", tests, NULL, NULL);
 }

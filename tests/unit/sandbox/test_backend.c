@@ -760,9 +760,11 @@ static void test_cgroups(void **state)
 	assert_int_equal(mkdir_p(path), 0);
 	assert_true(sbx_backend_sweep(f->bwrap) >= 2); /* j9 and u7, and the empty u<uid> groups */
 	assert_int_equal(access(path, F_OK), -1);
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d/u%u", (int)getpid(), (unsigned)req.uid);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d/u%u", (int)getpid(),
+		 (unsigned)req.uid);
 	rmdir(path);
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/sandboxd/unit-%d/u%u", (int)getpid(), (unsigned)req.uid);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/sandboxd/unit-%d/u%u", (int)getpid(),
+		 (unsigned)req.uid);
 	rmdir(path);
 	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d", (int)getpid());
 	rmdir(path);
