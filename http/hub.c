@@ -725,7 +725,7 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
 		 * with the exit code, like any other exec. */
 		json_t *code = json_object_get(result, "exit_code");
 		for (struct sub *s = h->subs; s; s = s->next)
-			if (s->chan == c && s->output && !s->req_gone && json_is_integer(code)) {
+			if (s->chan == c && s->cancel_handle && !s->req_gone && json_is_integer(code)) {
 				s->r->has_exit_code = true;
 				s->r->exit_code = (int)json_integer_value(code);
 			}

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +239,64 @@ static void test_audit_keeps_what_was_attempted(void **state)
 	json_decref(row);
 }
 
+struct watcher {
+	pthread_t th;
+	char *text;
+};
+
+static void *watch_main(void *arg)
+{
+	struct watcher *w = arg;
+	w->text = sse_until("/exec/out-1/events?output=true", tok, 0, "event: exit");
+	return NULL;
+}
+
+/* A watcher may follow the output too, with the ids the owner sees. */
+static void test_watcher_follows_output(void **state)
+{
+	(void)state;
+	char *gate = xasprintf("%s/tenants/acme/workspace/.gate-out", srv.dir);
+	unlink(gate);
+	struct bg_req b;
+	bg_exec(&b, &srv, tok,
+		json_pack("{s:s, s:s, s:b}", "command",
+			  "while [ ! -e /workspace/.gate-out ]; do sleep 0.05; done; echo one; echo two >&2", "id",
+			  "out-1", "stream", 1),
+		NULL);
+	json_t *v = ex_wait_state(&srv, tok, "out-1", "running", 30000);
+	assert_non_null(v);
+	json_decref(v);
+	struct watcher w = {0};
+	pthread_create(&w.th, NULL, watch_main, &w);
+	/* The watcher is subscribed once the stream holds it (start came). */
+	for (long until = it_now_ms() + 30000; it_now_ms() < until;) {
+		struct it_resp m;
+		char *ta = it_token(&srv, "acme", "audit:read");
+		assert_int_equal(it_http(&srv, "GET", "/metrics", ta, NULL, NULL, 0, &m), 0);
+		free(ta);
+		bool two = strstr(m.body, "\nsandboxd_sse_subscribers 2\n") != NULL;
+		it_resp_free(&m);
+		if (two)
+			break;
+		usleep(20000);
+	}
+	assert_int_equal(it_write_file(gate, "", 0), 0);
+	free(gate);
+	pthread_join(w.th, NULL);
+	json_t *owner = bg_join(&b);
+	json_decref(owner);
+	const char *own = b.resp.body;
+	assert_non_null(own);
+	long long o1 = id_of(own, "output"), w1 = id_of(w.text, "output");
+	assert_true(o1 > 1);
+	assert_int_equal(w1, o1); /* the same event, the same id */
+	assert_non_null(strstr(w.text, "\"data\":\"one\\n\""));
+	assert_non_null(strstr(w.text, "\"data\":\"two\\n\""));
+	assert_int_equal(id_of(w.text, "exit"), id_of(own, "exit"));
+	free(w.text);
+	it_resp_free(&b.resp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -245,6 +304,7 @@ int main(void)
 	    cmocka_unit_test(test_feed_ids_rise_across_restart_and_gaps_said),
 	    cmocka_unit_test(test_other_tenants_burst_keeps_my_replay),
 	    cmocka_unit_test(test_audit_keeps_what_was_attempted),
+	    cmocka_unit_test(test_watcher_follows_output),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
