@@ -46,7 +46,8 @@ int route_exec_events(struct http_req *r)
 	/* ?output=true: the command's output as it is printed, too (bounded
 	 * per subscriber like the rest; chunks are dropped, with a note, for a
 	 * client that reads too slowly, never the stream). */
-	rc = http_hub_subscribe_exec(r->app->hub, r, tenant, id, last_event_id(r), http_query_bool(r, "output"));
+	rc = http_hub_subscribe_exec(r->app->hub, r, tenant, id, last_event_id(r),
+				     http_query_bool(r, "output"));
 	if (rc != -ENOENT)
 		return rc; /* answered, or a subscriber that could not answer: not a second one */
 	/* Not running: answer from the store. */

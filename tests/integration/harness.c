@@ -349,18 +349,25 @@ char *it_raw(struct it_server *s, const void *data, size_t len, int timeout_ms)
 	return it_raw_closed(s, data, len, timeout_ms, &closed);
 }
 
-char *it_raw_closed(struct it_server *s, const void *data, size_t len, int timeout_ms, bool *closed)
+int it_connect(struct it_server *s)
 {
-	*closed = false;
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET,
 				.sin_port = htons((uint16_t)s->port),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-		if (fd >= 0)
-			close(fd);
-		return NULL;
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		close(fd);
+		fd = -1;
 	}
+	return fd;
+}
+
+char *it_raw_closed(struct it_server *s, const void *data, size_t len, int timeout_ms, bool *closed)
+{
+	*closed = false;
+	int fd = it_connect(s);
+	if (fd < 0)
+		return NULL;
 	const char *p = data;
 	size_t off = 0;
 	while (off < len) {

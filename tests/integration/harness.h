@@ -92,6 +92,8 @@ char *it_raw(struct it_server *s, const void *data, size_t len, int timeout_ms);
 /* The same, and *closed tells whether the server closed the connection
  * (EOF or reset) rather than falling silent for timeout_ms. */
 char *it_raw_closed(struct it_server *s, const void *data, size_t len, int timeout_ms, bool *closed);
+/* A new TCP connection to the server (fd), or -1. */
+int it_connect(struct it_server *s);
 /* The server's RSS in KiB and open fd count, from /proc. */
 long it_rss_kib(struct it_server *s);
 int it_fd_count(struct it_server *s);

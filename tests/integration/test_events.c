@@ -1140,12 +1140,8 @@ static void test_many_watchers(void **state)
 
 static int raw_connect(void)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)srv.port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = it_connect(&srv);
 	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
 	return fd;
 }
 

@@ -51,12 +51,8 @@ static int teardown(void **state)
  * server closes, or a deadline far beyond any machine's speed). */
 static char *sse_until(const char *path, const char *t, long long last_id, const char *until)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)srv.port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = it_connect(&srv);
 	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
 	char last[64] = "";
 	if (last_id > 0)
 		snprintf(last, sizeof last, "Last-Event-ID: %lld\r\n", last_id);
@@ -260,8 +256,8 @@ static void test_watcher_follows_output(void **state)
 	struct bg_req b;
 	bg_exec(&b, &srv, tok,
 		json_pack("{s:s, s:s, s:b}", "command",
-			  "while [ ! -e /workspace/.gate-out ]; do sleep 0.05; done; echo one; echo two >&2", "id",
-			  "out-1", "stream", 1),
+			  "while [ ! -e /workspace/.gate-out ]; do sleep 0.05; done; echo one; echo two >&2",
+			  "id", "out-1", "stream", 1),
 		NULL);
 	json_t *v = ex_wait_state(&srv, tok, "out-1", "running", 30000);
 	assert_non_null(v);
