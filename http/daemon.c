@@ -144,6 +144,8 @@ static enum MHD_Result fail(struct http_req *r, int code)
 
 /* How much of a refused request body is read and dropped before giving up. */
 #define SWALLOW_MAX (64ll << 20)
+/* How much of a refused JSON body is kept for the audit's target. */
+#define REFUSED_BODY_KEEP 4096
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size,
@@ -206,6 +208,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				r->pending_error = rc;
 		} else {
 			r->bytes_in += (int64_t)n;
+			/* The start of a refused JSON body stays for the audit: what
+			 * was attempted (a command, a path) is worth a row. */
+			if (r->route && (r->route->flags & RF_JSON) && r->body.len < REFUSED_BODY_KEEP)
+				buf_append(&r->body, upload_data,
+					   n < REFUSED_BODY_KEEP - r->body.len
+					       ? n
+					       : REFUSED_BODY_KEEP - r->body.len);
 		}
 		/* A refused body is read and dropped so the client sees the answer
 		 * rather than a reset, up to a bound; past it, answer and close. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/errors.h"
+#include "common/utf8.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "http/auditgate.h"
@@ -20,6 +21,7 @@
 /* How long a cached tenant is trusted before it is read again, so that
  * `sandboxd tenant remove` (another process) takes effect quickly. */
 #define TENANT_TTL_MS 5000
+#define ATTEMPT_MAX 1024 /* bytes of an attempted command or path in the audit */
 
 /* ---- what the HTTP layer asks of the routes (http/route.h) ---- */
 
@@ -36,9 +38,30 @@ static void hook_tenant_put(void *ctx, struct tenant **t)
 	route_tenant_put(ctx, t);
 }
 
+/* A request refused before its handler ran: what it tried, from its JSON
+ * body (the command of an exec, the path of a file operation), bounded
+ * and valid UTF-8; NULL when it named none. */
+static char *attempted(const struct http_req *r)
+{
+	if (r->target || r->ran || !r->body.len)
+		return NULL;
+	json_t *j = json_loadb(r->body.ptr, r->body.len, JSON_DISABLE_EOF_CHECK, NULL);
+	const char *keys[] = {"command", "path", "from"}, *v = NULL;
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !v; i++)
+		v = json_string_value(json_object_get(j, keys[i]));
+	char *out = NULL;
+	if (v) {
+		size_t n = strlen(v), len = 0;
+		out = utf8_sanitize(v, n < ATTEMPT_MAX ? n : ATTEMPT_MAX, &len);
+	}
+	json_decref(j);
+	return out;
+}
+
 static int hook_audit(void *ctx, const struct http_req *r, const char *route, const char *outcome, double ms)
 {
 	struct app *a = ctx;
+	char *tried = attempted(r);
 	bool named = r->authed || r->audit_tenant;
 	struct store_audit rec = {
 	    .at = r->at_ms,
@@ -48,7 +71,7 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	    .request_id = r->request_id,
 	    .method = r->method,
 	    .route = route,
-	    .target = r->target,
+	    .target = tried ? tried : r->target,
 	    .status = r->status,
 	    .outcome = outcome,
 	    .has_exit_code = r->has_exit_code,
@@ -58,7 +81,9 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	    .duration_ms = ms,
 	    .client = r->client,
 	};
-	return store_audit_append(a->store, &rec);
+	int rc = store_audit_append(a->store, &rec);
+	free(tried);
+	return rc;
 }
 
 int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz)
