@@ -653,7 +653,8 @@ static int run_gated_stream(struct sse *s, const char *gate, const char *body_cm
 	s->post_body = exec_body(cmd, id, true);
 	free(cmd);
 	sse_start(s);
-	bool ok = sse_wait_count(s, "heartbeat", hb, 60000) && (!out || sse_wait_count(s, "output", out, 60000));
+	bool ok =
+	    sse_wait_count(s, "heartbeat", hb, 60000) && (!out || sse_wait_count(s, "output", out, 60000));
 	/* Open the gate either way: the stream then ends and its thread can be
 	 * joined before anything is asserted. */
 	gate_open(gate);
