@@ -85,6 +85,9 @@ struct http_hub_channel {
 	struct msg *start_msg; /* kept for late joiners even when the ring has moved on */
 	bool started, ended;
 	int refs;
+	/* Subscribers that asked for output (changed under the hub lock; read
+	 * without it by the runner, which formats no chunk while it is 0). */
+	atomic_int output_subs;
 	struct http_hub_channel *next;
 };
 
@@ -334,8 +337,11 @@ static void sub_put_locked(struct http_hub *h, struct sub *s)
 		msg_put(q->m);
 		free(q);
 	}
-	if (s->chan)
+	if (s->chan) {
+		if (s->output)
+			atomic_fetch_sub(&s->chan->output_subs, 1);
 		channel_put_locked(h, s->chan);
+	}
 	http_metrics_sse(h->metrics, -1);
 	free(s);
 }
@@ -671,6 +677,7 @@ struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *t
 					       json_t *start)
 {
 	struct http_hub_channel *c = xcalloc(1, sizeof *c);
+	atomic_init(&c->output_subs, 0);
 	snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
 	snprintf(c->id, sizeof c->id, "%s", id);
 	c->start = start;
@@ -706,6 +713,9 @@ void http_hub_channel_heartbeat(struct http_hub *h, struct http_hub_channel *c, 
 void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int stream, const char *p,
 			     size_t n)
 {
+	/* Every exec reports its output; most have nobody following it. */
+	if (atomic_load_explicit(&c->output_subs, memory_order_relaxed) == 0)
+		return;
 	pthread_mutex_lock(&h->mu);
 	/* Format the chunk only when an owner has room for it. */
 	bool wanted = false;
@@ -784,6 +794,8 @@ int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *
 	struct sub *s = sub_new_locked(h, r, output);
 	s->chan = c;
 	c->refs++;
+	if (output)
+		atomic_fetch_add(&c->output_subs, 1);
 	/* Replay what the subscriber missed; a late joiner without an id
 	 * gets `start` and the latest state. */
 	if (last_id > 0) {

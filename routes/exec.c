@@ -274,7 +274,9 @@ static int start(struct http_req *r, struct exec_request *q)
 	run.stdin_data = q->stdin_data;
 	run.stdin_len = q->stdin_len;
 	run.max_output_bytes = (size_t)q->max_output;
-	run.want_output_events = q->stream;
+	/* Always: a watcher may follow any exec's output (GET /exec/{id}/events
+	 * ?output=true); the hub drops chunks nobody asked for. */
+	run.want_output_events = true;
 	return route_execs_start(r, &row, &run, q->id != NULL, q->stream);
 }
 

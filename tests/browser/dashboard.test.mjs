@@ -4,6 +4,7 @@
 //   SBX_URL             http://127.0.0.1:PORT
 //   SBX_OBSERVER_TOKEN  a token of tenant acme with scope audit:read
 //   SBX_EXEC_TOKEN      a token of tenant acme with scope exec
+//   SBX_FS_TOKEN        a token of tenant acme with scope fs:write (gate files)
 //   SBX_OUT_DIR         where screenshots go
 //   CHROMIUM            the browser (default /usr/bin/chromium)
 // Run it with `node --test dashboard.test.mjs` through run.sh.
@@ -23,7 +24,9 @@ const env = (name) => {
 const BASE = env('SBX_URL');
 const OBSERVER = env('SBX_OBSERVER_TOKEN');
 const EXEC = env('SBX_EXEC_TOKEN');
+const FS = env('SBX_FS_TOKEN');
 const OUT = env('SBX_OUT_DIR');
+const EVENTSOURCE_CLOSED = 2;
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
 // The page talks to sandboxd through this TCP relay, so that the test can cut
@@ -100,6 +103,16 @@ before(async () => {
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
            '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     viewport: { width: 1400, height: 900 },
+  });
+  // Record the page's EventSources, so that a test can see whether one
+  // was closed (and so can never reconnect) rather than wait and count.
+  await context.addInitScript(() => {
+    const Orig = window.EventSource;
+    const all = [];
+    Object.defineProperty(window, '__sbxEventSources', { value: all });
+    window.EventSource = class extends Orig {
+      constructor(url, init) { super(url, init); all.push(this); }
+    };
   });
   browser = context.browser();
   page = context.pages()[0] || await context.newPage();
@@ -237,6 +250,178 @@ test('audit records show, and the observer reads can be shown too', async () => 
   await page.check('#audit-hide-reads');
 });
 
+// ---------- the detail view: one command's output and result ----------
+// Commands gated on a file the test writes (PUT /fs/write), so that the
+// test, not the clock, decides when they end.
+const gated = (gate) => `i=0; while [ ! -e /workspace/${gate} ]; do echo line$i; ` +
+  `if [ $((i % 4)) -eq 0 ]; then echo warn$i >&2; fi; i=$((i+1)); sleep 0.2; done; echo done`;
+async function openGate(name) {
+  const r = await fetch(`${BASE}/fs/write?path=${encodeURIComponent('/workspace/' + name)}`, {
+    method: 'PUT', headers: { Authorization: `Bearer ${FS}` }, body: 'go',
+  });
+  assert.ok(r.ok, `PUT /fs/write ${name}: ${r.status} ${await r.text()}`);
+}
+// What the detail view shows of one stream (its pieces, joined).
+const shown = (stream) => page.evaluate((s) =>
+  [...document.querySelectorAll(`#detail-output [data-stream=${s}]`)].map((e) => e.textContent).join(''), stream);
+// The numbers of the lineN lines shown, in order (after the reconnect marker, with after=true).
+const shownLines = (after = false) => page.evaluate((afterMarker) => {
+  let nodes = [...document.getElementById('detail-output').children];
+  if (afterMarker) nodes = nodes.slice(nodes.findIndex((n) => n.dataset.marker) + 1);
+  const t = nodes.filter((n) => n.dataset.stream === 'stdout').map((n) => n.textContent).join('');
+  return [...t.matchAll(/^line(\d+)$/gm)].map((m) => Number(m[1]));
+}, after);
+async function waitLineAtLeast(k, after = false) {
+  await page.waitForFunction(([k, afterMarker]) => {
+    let nodes = [...document.getElementById('detail-output').children];
+    if (afterMarker) {
+      const i = nodes.findIndex((n) => n.dataset.marker);
+      if (i < 0) return false;
+      nodes = nodes.slice(i + 1);
+    }
+    const t = nodes.filter((n) => n.dataset.stream === 'stdout').map((n) => n.textContent).join('');
+    return [...t.matchAll(/^line(\d+)$/gm)].some((m) => Number(m[1]) >= k);
+  }, [k, after], { timeout: 30000 });
+}
+const detailState = (state) => page.waitForFunction(
+  (s) => document.getElementById('detail-state').dataset.state === s, state, { timeout: 30000 });
+// The page's EventSources of one exec (recorded by the init script): their readyStates.
+const execStreams = (id) => page.evaluate((id) => window.__sbxEventSources
+  .filter((e) => new URL(e.url).pathname === `/exec/${id}/events`).map((e) => e.readyState), id);
+function consecutive(nums, what) {
+  for (let i = 1; i < nums.length; i++)
+    assert.equal(nums[i], nums[i - 1] + 1, `${what}: line${nums[i - 1]} then line${nums[i]} (${nums.join(',')})`);
+}
+
+test('a running command opens in a detail view that follows its output live, then shows its result', async () => {
+  await waitLive();
+  const run = startExec('browser-gated', gated('.go-gated'));
+  const row = page.locator(running('browser-gated'));
+  await row.waitFor();
+  await row.click();
+  await page.locator('#detail').waitFor({ state: 'visible' });
+  assert.equal(await page.textContent('#detail-id'), 'browser-gated');
+  assert.match(await page.textContent('#detail-command'), /while \[ ! -e \/workspace\/\.go-gated \]/);
+  assert.equal(await page.getAttribute('#detail-state', 'data-state'), 'running');
+  await page.waitForFunction(() => document.getElementById('detail-conn').dataset.state === 'live');
+  // Lines arrive while the view is open: some line, then three more after it.
+  await waitLineAtLeast(0);
+  const seen = await shownLines();
+  await waitLineAtLeast(Math.max(...seen) + 3);
+  consecutive(await shownLines(), 'live output');
+  // stderr is there too, and looks different.
+  await page.waitForFunction(() => /warn\d+/.test(
+    [...document.querySelectorAll('#detail-output [data-stream=stderr]')].map((e) => e.textContent).join('')),
+  null, { timeout: 30000 });
+  const colors = await page.evaluate(() => ['stdout', 'stderr'].map((s) =>
+    getComputedStyle(document.querySelector(`#detail-output [data-stream=${s}]`)).color));
+  assert.notEqual(colors[0], colors[1], 'stderr is visibly distinct');
+  assert.equal(await page.getAttribute('#detail-state', 'data-state'), 'running');
+  await page.screenshot({ path: path.join(OUT, 'dashboard-detail-running.png') });
+
+  await openGate('.go-gated');
+  const res = await run;
+  assert.equal(res.exit_code, 0, JSON.stringify(res));
+  await detailState('exited');
+  assert.equal(await page.textContent('#detail-result .exit-code'), '0');
+  assert.equal(await page.textContent('#detail-result .flags'), 'none');
+  assert.equal(await page.textContent('#detail-result .stdout-bytes'), `${res.stdout_bytes} bytes`);
+  assert.equal(await page.textContent('#detail-result .stderr-bytes'), `${res.stderr_bytes} bytes`);
+  assert.match(await page.textContent('#detail-result .duration'), /^\d+(\.\d)? s$/);
+  // All of it, once, in order: exactly the command's output.
+  assert.equal(await shown('stdout'), res.stdout);
+  assert.equal(await shown('stderr'), res.stderr);
+  assert.match(res.stdout, /\ndone\n$/);
+  // Ended: its EventSource is closed (no reconnect to an ended command).
+  assert.deepEqual(await execStreams('browser-gated'), [EVENTSOURCE_CLOSED]);
+  assert.equal(await page.getAttribute('#detail-conn', 'data-state'), 'idle');
+  await page.screenshot({ path: path.join(OUT, 'dashboard-detail.png') });
+  await page.click('#detail-close');
+  await page.locator('#detail').waitFor({ state: 'hidden' });
+});
+
+test('a finished command opens (from the keyboard) with its result', async () => {
+  const res = await startExec('browser-done', 'echo out1; echo err1 >&2; echo out2; exit 7');
+  assert.equal(res.exit_code, 7);
+  const row = page.locator(finished('browser-done'));
+  await row.waitFor();
+  await row.focus();
+  await page.keyboard.press('Enter');
+  await page.locator('#detail').waitFor({ state: 'visible' });
+  await detailState('exited');
+  assert.equal(await page.textContent('#detail-id'), 'browser-done');
+  assert.match(await page.textContent('#detail-command'), /echo out1/);
+  assert.equal(await page.textContent('#detail-result .exit-code'), '7');
+  assert.match(await page.getAttribute('#detail-state', 'class'), /exit-bad/);
+  assert.equal(await shown('stdout'), 'out1\nout2\n');
+  assert.equal(await shown('stderr'), 'err1\n');
+  assert.equal(await page.textContent('#detail-result .stdout-bytes'), '10 bytes');
+  assert.equal(await page.textContent('#detail-result .stderr-bytes'), '5 bytes');
+  // start + exit, then closed by the page: one EventSource, never reopened.
+  assert.deepEqual(await execStreams('browser-done'), [EVENTSOURCE_CLOSED]);
+  assert.equal(requests.filter((r) => new URL(r.url).pathname === '/exec/browser-done/events').length, 1);
+  await page.keyboard.press('Escape');
+  await page.locator('#detail').waitFor({ state: 'hidden' });
+  assert.equal(await page.evaluate(() => document.activeElement.dataset.id), 'browser-done', 'focus back on the row');
+});
+
+test('across a dropped connection both streams resume: nothing shown twice, nothing lost', async () => {
+  await waitLive();
+  const run = startExec('browser-cut', gated('.go-cut'));
+  const across = startExec('browser-across', 'while [ ! -e /workspace/.go-across ]; do sleep 0.1; done; echo across');
+  await page.locator(running('browser-across')).waitFor();
+  const row = page.locator(running('browser-cut'));
+  await row.waitFor();
+  await row.click();
+  await page.waitForFunction(() => document.getElementById('detail-conn').dataset.state === 'live');
+  await waitLineAtLeast(0);
+  await waitLineAtLeast(Math.max(...await shownLines()) + 2);
+
+  relay.cut();
+  await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'reconnecting' &&
+    document.getElementById('detail-conn').dataset.state === 'reconnecting', null, { timeout: 30000 });
+  // While the page is cut off: one command ends, another runs start to end.
+  await openGate('.go-across');
+  assert.equal((await across).exit_code, 0);
+  assert.equal((await startExec('browser-offline-2', 'echo while you were away')).exit_code, 0);
+  relay.restore();
+  await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'live' &&
+    document.getElementById('detail-conn').dataset.state === 'live', null, { timeout: 30000 });
+
+  // The lists: each of them once, as finished.
+  for (const id of ['browser-across', 'browser-offline-2']) {
+    await page.locator(finished(id)).waitFor();
+    assert.equal(await page.locator(finished(id)).count(), 1, `${id} once in finished`);
+    assert.equal(await page.locator(running(id)).count(), 0, `${id} not running`);
+  }
+  assert.equal(await page.locator(running('browser-cut')).count(), 1);
+  // The detail view: says where output is missing, then follows again.
+  await page.locator('#detail-output [data-marker]').waitFor();
+  const before = await shownLines();
+  await waitLineAtLeast(Math.max(...before) + 2, true);
+  const all = await shownLines();
+  for (let i = 1; i < all.length; i++) assert.ok(all[i] > all[i - 1], `a line shown twice or out of order: ${all}`);
+  consecutive(await shownLines(true), 'output after the reconnect');
+
+  await openGate('.go-cut');
+  const res = await run;
+  assert.equal(res.exit_code, 0);
+  await detailState('exited');
+  // The result fills the hole: every line once, in order.
+  assert.equal(await shown('stdout'), res.stdout);
+  assert.equal(await shown('stderr'), res.stderr);
+  consecutive([...res.stdout.matchAll(/^line(\d+)$/gm)].map((m) => Number(m[1])), 'result');
+  assert.equal(await page.locator('#detail-output [data-marker]').count(), 0);
+  assert.match(await page.textContent('#detail-output-note'), /from the result/);
+  // Its EventSource reconnected once by itself, then closed on exit.
+  assert.deepEqual(await execStreams('browser-cut'), [EVENTSOURCE_CLOSED]);
+  await page.keyboard.press('Escape');
+  await page.locator(finished('browser-cut')).waitFor();
+  assert.equal(await page.locator(finished('browser-cut')).count(), 1);
+  assert.equal(await page.locator(running('browser-cut')).count(), 0);
+  assert.equal(await connState(), 'live');
+});
+
 test('a token without audit:read says so instead of failing', async () => {
   await page.fill('#token', EXEC);
   await page.click('#connect');
@@ -270,9 +455,9 @@ test('forget drops the token and the data', async () => {
   assert.equal(await connState(), 'idle');
 });
 
-test('the token is in no URL but the event stream\'s, and nothing left the origin', async () => {
+test('the token is in no URL but the event streams\', and nothing left the origin', async () => {
   const origin = new URL(URL_).origin;
-  let sse = 0, api = 0;
+  let sse = 0, execSse = 0, api = 0;
   for (const { url, headers } of requests) {
     const u = new URL(url);
     assert.equal(u.origin, origin, `request to another origin: ${url}`);
@@ -281,6 +466,10 @@ test('the token is in no URL but the event stream\'s, and nothing left the origi
       sse++;
       assert.ok(u.searchParams.get('access_token'), 'the event stream carries access_token');
       assert.deepEqual([...u.searchParams.keys()], ['access_token']);
+    } else if (/^\/exec\/[^/]+\/events$/.test(u.pathname)) {
+      execSse++;
+      assert.ok(u.searchParams.get('access_token'), 'the exec event stream carries access_token');
+      assert.deepEqual([...u.searchParams.keys()], ['output', 'access_token']);
     } else {
       assert.ok(!carries && !u.searchParams.has('access_token'), `token in a URL: ${u.pathname}`);
       if (u.pathname !== '/dashboard') {
@@ -291,6 +480,7 @@ test('the token is in no URL but the event stream\'s, and nothing left the origi
     assert.ok(!headers.referer, `Referer sent on ${u.pathname}: ${headers.referer}`);
   }
   assert.ok(sse >= 2, `event stream opened ${sse} times`);
+  assert.ok(execSse >= 3, `exec event streams opened ${execSse} times`);
   assert.ok(api >= 3, `API requests: ${api}`);
   assert.deepEqual(pageErrors, []);
   assert.deepEqual(cspErrors, []);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Browser test of the dashboard (web/dashboard.html): starts a real sandboxd
 # on a free loopback port with a fresh data directory (tenant acme), mints an
-# observer token (audit:read) and an exec token, runs dashboard.test.mjs with
+# observer token (audit:read), an exec token and an fs:write token, runs dashboard.test.mjs with
 # node's test runner (playwright-core driving Debian's /usr/bin/chromium),
 # then stops the server by its pid and checks that it exited cleanly and that
 # no token reached its log.
@@ -49,7 +49,9 @@ done
 export SBX_URL="http://127.0.0.1:$port" SBX_OUT_DIR="$out"
 SBX_OBSERVER_TOKEN=$("$bin" token --tenant acme --scope "audit:read" --data-dir "$dir")
 SBX_EXEC_TOKEN=$("$bin" token --tenant acme --scope "exec" --data-dir "$dir")
-export SBX_OBSERVER_TOKEN SBX_EXEC_TOKEN
+# For the gate files the detail-view tests write (PUT /fs/write), as a gateway would.
+SBX_FS_TOKEN=$("$bin" token --tenant acme --scope "fs:write" --data-dir "$dir")
+export SBX_OBSERVER_TOKEN SBX_EXEC_TOKEN SBX_FS_TOKEN
 
 status=0
 node --test --test-reporter=spec "$here/dashboard.test.mjs" || status=$?
@@ -62,7 +64,7 @@ if [ "$server_status" -ne 0 ]; then
   echo "browser test: sandboxd exited with status $server_status after SIGTERM; its log: $log" >&2
   status=1
 fi
-if grep -qF -e "$SBX_OBSERVER_TOKEN" -e "$SBX_EXEC_TOKEN" "$log"; then
+if grep -qF -e "$SBX_OBSERVER_TOKEN" -e "$SBX_EXEC_TOKEN" -e "$SBX_FS_TOKEN" "$log"; then
   echo "browser test: a token appears in the server's log ($log)" >&2
   status=1
 fi

@@ -303,6 +303,55 @@ static void test_watcher_follows_output(void **state)
 	it_resp_free(&b.resp);
 }
 
+static void *watch_plain_main(void *arg)
+{
+	struct watcher *w = arg;
+	w->text = sse_until("/exec/out-2/events?output=true", tok, 0, "event: exit");
+	return NULL;
+}
+
+/* Any exec, not only a streamed one: a watcher follows a plain POST /exec
+ * (what a gateway sends, and what the dashboard opens). */
+static void test_watcher_follows_plain_exec_output(void **state)
+{
+	(void)state;
+	char *gate = xasprintf("%s/tenants/acme/workspace/.gate-out2", srv.dir);
+	unlink(gate);
+	struct bg_req b;
+	bg_exec(&b, &srv, tok,
+		json_pack("{s:s, s:s}", "command",
+			  "while [ ! -e /workspace/.gate-out2 ]; do sleep 0.05; done; echo three; echo four >&2",
+			  "id", "out-2"),
+		NULL);
+	json_t *v = ex_wait_state(&srv, tok, "out-2", "running", 30000);
+	assert_non_null(v);
+	json_decref(v);
+	struct watcher w = {0};
+	pthread_create(&w.th, NULL, watch_plain_main, &w);
+	for (long until = it_now_ms() + 30000; it_now_ms() < until;) {
+		struct it_resp m;
+		char *ta = it_token(&srv, "acme", "audit:read");
+		assert_int_equal(it_http(&srv, "GET", "/metrics", ta, NULL, NULL, 0, &m), 0);
+		free(ta);
+		bool one = strstr(m.body, "\nsandboxd_sse_subscribers 1\n") != NULL;
+		it_resp_free(&m);
+		if (one)
+			break;
+		usleep(20000);
+	}
+	assert_int_equal(it_write_file(gate, "", 0), 0);
+	free(gate);
+	pthread_join(w.th, NULL);
+	json_t *owner = bg_join(&b);
+	json_decref(owner);
+	assert_non_null(w.text);
+	assert_true(id_of(w.text, "output") > 1);
+	assert_non_null(strstr(w.text, "\"data\":\"three\\n\""));
+	assert_non_null(strstr(w.text, "\"data\":\"four\\n\""));
+	free(w.text);
+	it_resp_free(&b.resp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -311,6 +360,7 @@ int main(void)
 	    cmocka_unit_test(test_other_tenants_burst_keeps_my_replay),
 	    cmocka_unit_test(test_audit_keeps_what_was_attempted),
 	    cmocka_unit_test(test_watcher_follows_output),
+	    cmocka_unit_test(test_watcher_follows_plain_exec_output),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
