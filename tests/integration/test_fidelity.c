@@ -318,11 +318,12 @@ static void test_watcher_follows_plain_exec_output(void **state)
 	char *gate = xasprintf("%s/tenants/acme/workspace/.gate-out2", srv.dir);
 	unlink(gate);
 	struct bg_req b;
-	bg_exec(&b, &srv, tok,
-		json_pack("{s:s, s:s}", "command",
-			  "while [ ! -e /workspace/.gate-out2 ]; do sleep 0.05; done; echo three; echo four >&2",
-			  "id", "out-2"),
-		NULL);
+	bg_exec(
+	    &b, &srv, tok,
+	    json_pack("{s:s, s:s}", "command",
+		      "while [ ! -e /workspace/.gate-out2 ]; do sleep 0.05; done; echo three; echo four >&2",
+		      "id", "out-2"),
+	    NULL);
 	json_t *v = ex_wait_state(&srv, tok, "out-2", "running", 30000);
 	assert_non_null(v);
 	json_decref(v);
