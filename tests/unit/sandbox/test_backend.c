@@ -772,6 +772,33 @@ static void test_cgroups(void **state)
 	rmdir(path);
 }
 
+/* Limits that cannot be applied: the command does not run (fail closed),
+ * the refusal is counted, and nothing of its group is left. */
+static void test_cgroups_fail_closed(void **state)
+{
+	struct fixture *f = *state;
+	char marker[600], path[512];
+	struct sbx_spawn_req req;
+	pid_t pid = -1;
+	int pidfd = -1;
+
+	if (!f->root || access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) < 0)
+		skip();
+	snprintf(marker, sizeof(marker), "%s/ran", f->ws);
+	unlink(marker);
+	req = base_req(f, "touch /workspace/ran", true);
+	req.seq = 77;
+	/* pids.max takes at most PID_MAX_LIMIT: this budget cannot be set */
+	req.limits.tenant_nproc = UINT64_MAX;
+	uint64_t before = sbx_backend_refused_limits(f->bwrap);
+	assert_int_equal(sbx_backend_spawn(f->bwrap, &req, &pid, &pidfd), -SBX_E_BACKEND);
+	assert_int_equal(sbx_backend_refused_limits(f->bwrap), before + 1);
+	assert_int_equal(access(marker, F_OK), -1);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d/u%u/j77", (int)getpid(),
+		 (unsigned)req.uid);
+	assert_int_equal(access(path, F_OK), -1);
+}
+
 static void test_bwrap_seccomp(void **state)
 {
 	struct fixture *f = *state;
@@ -826,6 +853,7 @@ int main(void)
 	    cmocka_unit_test(test_kill_group),
 	    cmocka_unit_test(test_bwrap_fork_bomb),
 	    cmocka_unit_test(test_cgroups),
+	    cmocka_unit_test(test_cgroups_fail_closed),
 	    cmocka_unit_test(test_bwrap_seccomp),
 	};
 
