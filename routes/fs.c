@@ -197,6 +197,18 @@ int route_fs_range(struct http_req *r, int fd, uint64_t size, uint64_t *start, u
 	return 0;
 }
 
+void route_fs_range_headers(struct MHD_Response *resp, int status, uint64_t start, uint64_t end,
+			    uint64_t size)
+{
+	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	if (status == 206) {
+		char cr[80];
+		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+}
+
 int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
 {
 	uint64_t start, end;
@@ -215,13 +227,7 @@ int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
 		close(fd);
 		return -ENOMEM;
 	}
-	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
-	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
-	if (status == 206) {
-		char cr[80];
-		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
-		MHD_add_response_header(resp, "Content-Range", cr);
-	}
+	route_fs_range_headers(resp, status, start, end, size);
 	r->bytes_out += (int64_t)len;
 	return http_reply_response(r, status, resp);
 }

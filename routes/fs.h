@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 struct http_req;
+struct MHD_Response;
 
 /* Parse a single "bytes=a-b" / "bytes=a-" / "bytes=-n" range against size
  * into an inclusive [start, end]. -EINVAL malformed (ignored by callers,
@@ -15,6 +16,10 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
  * RFC 9110 allows). A range past the end closes fd and fails with 416
  * (returns < 0, to be returned as the handler's answer). */
 int route_fs_range(struct http_req *r, int fd, uint64_t size, uint64_t *start, uint64_t *end, int *status);
+/* The headers of a file's bytes: octet-stream, Accept-Ranges, and
+ * Content-Range for a 206. */
+void route_fs_range_headers(struct MHD_Response *resp, int status, uint64_t start, uint64_t end,
+			    uint64_t size);
 /* Answer 200/206 with the bytes of fd (whole, or the request's Range)
  * straight from the file; takes fd. limit: largest body allowed (0: none),
  * over it 413. */

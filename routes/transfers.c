@@ -295,17 +295,6 @@ static void dl_req_free(struct http_req *r)
 	dl_unref(d);
 }
 
-static void dl_headers(struct MHD_Response *resp, int status, uint64_t start, uint64_t end, uint64_t size)
-{
-	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
-	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
-	if (status == 206) {
-		char cr[80];
-		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
-		MHD_add_response_header(resp, "Content-Range", cr);
-	}
-}
-
 /* Answer a download of rel: x->hash names a minted token when have_hash,
  * else one is minted. HEAD answers the headers and spends nothing. */
 static int download(struct http_req *r, const char *rel, struct xfer *x, bool have_hash)
@@ -330,7 +319,7 @@ static int download(struct http_req *r, const char *rel, struct xfer *x, bool ha
 			close(fd);
 			return http_fail(r, -ENOMEM, "cannot build the response");
 		}
-		dl_headers(resp, status, start, end, size);
+		route_fs_range_headers(resp, status, start, end, size);
 		return http_reply_response(r, status, resp);
 	}
 
@@ -354,7 +343,7 @@ static int download(struct http_req *r, const char *rel, struct xfer *x, bool ha
 		return http_fail(r, -ENOMEM, "cannot build the response");
 	}
 	__atomic_add_fetch(&d->refs, 1, __ATOMIC_ACQ_REL);
-	dl_headers(resp, status, start, end, size);
+	route_fs_range_headers(resp, status, start, end, size);
 	return http_reply_response(r, status, resp);
 }
 

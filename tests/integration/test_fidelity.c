@@ -247,14 +247,36 @@ static void test_audit_keeps_what_was_attempted(void **state)
 
 struct watcher {
 	pthread_t th;
+	char path[96];
 	char *text;
 };
 
 static void *watch_main(void *arg)
 {
 	struct watcher *w = arg;
-	w->text = sse_until("/exec/out-1/events?output=true", tok, 0, "event: exit");
+	w->text = sse_until(w->path, tok, 0, "event: exit");
 	return NULL;
+}
+
+/* Follow exec id's events with its output, in a thread, until it is
+ * subscribed: the server counts n event-stream subscribers. */
+static void watch_output(struct watcher *w, const char *id, int n)
+{
+	snprintf(w->path, sizeof w->path, "/exec/%s/events?output=true", id);
+	pthread_create(&w->th, NULL, watch_main, w);
+	char want[64];
+	snprintf(want, sizeof want, "\nsandboxd_sse_subscribers %d\n", n);
+	char *ta = it_token(&srv, "acme", "audit:read");
+	for (long until = it_now_ms() + 30000; it_now_ms() < until;) {
+		struct it_resp m;
+		assert_int_equal(it_http(&srv, "GET", "/metrics", ta, NULL, NULL, 0, &m), 0);
+		bool there = strstr(m.body, want) != NULL;
+		it_resp_free(&m);
+		if (there)
+			break;
+		usleep(20000);
+	}
+	free(ta);
 }
 
 /* A watcher may follow the output too, with the ids the owner sees. */
@@ -273,19 +295,7 @@ static void test_watcher_follows_output(void **state)
 	assert_non_null(v);
 	json_decref(v);
 	struct watcher w = {0};
-	pthread_create(&w.th, NULL, watch_main, &w);
-	/* The watcher is subscribed once the stream holds it (start came). */
-	for (long until = it_now_ms() + 30000; it_now_ms() < until;) {
-		struct it_resp m;
-		char *ta = it_token(&srv, "acme", "audit:read");
-		assert_int_equal(it_http(&srv, "GET", "/metrics", ta, NULL, NULL, 0, &m), 0);
-		free(ta);
-		bool two = strstr(m.body, "\nsandboxd_sse_subscribers 2\n") != NULL;
-		it_resp_free(&m);
-		if (two)
-			break;
-		usleep(20000);
-	}
+	watch_output(&w, "out-1", 2); /* the owner's stream and the watcher */
 	assert_int_equal(it_write_file(gate, "", 0), 0);
 	free(gate);
 	pthread_join(w.th, NULL);
@@ -301,13 +311,6 @@ static void test_watcher_follows_output(void **state)
 	assert_int_equal(id_of(w.text, "exit"), id_of(own, "exit"));
 	free(w.text);
 	it_resp_free(&b.resp);
-}
-
-static void *watch_plain_main(void *arg)
-{
-	struct watcher *w = arg;
-	w->text = sse_until("/exec/out-2/events?output=true", tok, 0, "event: exit");
-	return NULL;
 }
 
 /* Any exec, not only a streamed one: a watcher follows a plain POST /exec
@@ -328,18 +331,7 @@ static void test_watcher_follows_plain_exec_output(void **state)
 	assert_non_null(v);
 	json_decref(v);
 	struct watcher w = {0};
-	pthread_create(&w.th, NULL, watch_plain_main, &w);
-	for (long until = it_now_ms() + 30000; it_now_ms() < until;) {
-		struct it_resp m;
-		char *ta = it_token(&srv, "acme", "audit:read");
-		assert_int_equal(it_http(&srv, "GET", "/metrics", ta, NULL, NULL, 0, &m), 0);
-		free(ta);
-		bool one = strstr(m.body, "\nsandboxd_sse_subscribers 1\n") != NULL;
-		it_resp_free(&m);
-		if (one)
-			break;
-		usleep(20000);
-	}
+	watch_output(&w, "out-2", 1);
 	assert_int_equal(it_write_file(gate, "", 0), 0);
 	free(gate);
 	pthread_join(w.th, NULL);
