@@ -346,8 +346,20 @@ int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *c
 	b->ops = ops;
 	b->cgroup_root = xstrdup(cfg->cgroup_root ? cfg->cgroup_root : "sandboxd/default");
 	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe(b->cgroup_root);
+	b->cgroup_lock = -1;
+	if (b->cgroups) {
+		b->cgroup_lock = sbx_cgroup_claim(b->cgroup_root);
+		if (b->cgroup_lock < 0) {
+			rc = b->cgroup_lock;
+			free(b->cgroup_root);
+			free(b);
+			return rc;
+		}
+	}
 	rc = ops->init(b, cfg);
 	if (rc < 0) {
+		if (b->cgroup_lock >= 0)
+			close(b->cgroup_lock);
 		free(b->cgroup_root);
 		free(b);
 		return rc;
@@ -364,6 +376,8 @@ void sbx_backend_free(struct sbx_backend **pb)
 		return;
 	b = *pb;
 	b->ops->fini(b);
+	if (b->cgroup_lock >= 0)
+		close(b->cgroup_lock);
 	free(b->cgroup_root);
 	free(b);
 	*pb = NULL;

@@ -44,7 +44,8 @@ struct sbx_backend_config {
 
 struct sbx_backend;
 
-/* Errors: -EINVAL (unknown name), -ENOENT (bwrap not installed), ... */
+/* Errors: -EINVAL (unknown name), -ENOENT (bwrap not installed), -EBUSY
+ * (another live server holds cfg->cgroup_root), ... */
 int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *cfg);
 void sbx_backend_free(struct sbx_backend **b);
 const char *sbx_backend_name(const struct sbx_backend *b);

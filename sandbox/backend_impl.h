@@ -81,6 +81,7 @@ struct sbx_backend {
 	const struct sbx_backend_ops *ops;
 	bool cgroups; /* use_cgroups asked for and the host allows it */
 	char *cgroup_root;
+	int cgroup_lock; /* flock on the root: this server's alone (-1: no cgroups) */
 	_Atomic uint64_t refused_limits;
 	void *priv;
 };

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -341,6 +342,26 @@ static int sweep_dir(const char *dir, int depth)
 	}
 	closedir(d);
 	return removed;
+}
+
+int sbx_cgroup_claim(const char *root)
+{
+	char path[512];
+	int fd;
+
+	if (!name_ok(root))
+		return -EINVAL;
+	snprintf(path, sizeof(path), CG_ROOT "/pids/%s", root);
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
 int sbx_cgroup_sweep(const char *root)

@@ -33,6 +33,13 @@ int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, ui
 /* Kill whatever is left in the command's groups and rmdir them. */
 void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq);
 
+/* Claim <root> for this server (an exclusive, non-blocking flock on its
+ * pids directory, released when the process ends, kill -9 included):
+ * two servers sharing a root would sweep each other's commands and reuse
+ * each other's group names. The fd (O_CLOEXEC), or -EBUSY when another
+ * live server holds it, other -errno. */
+int sbx_cgroup_claim(const char *root);
+
 /* At start: kill every process left below <root> by an earlier run of this
  * server and remove its groups, bottom up. Returns how many groups were
  * removed (>= 0). */

@@ -163,9 +163,16 @@ static int start_backend(struct server *s)
 	    .name = cfg->backend, .use_cgroups = cfg->use_cgroups, .cgroup_root = cgroup_root};
 	int rc = sbx_backend_new(&s->backend, &bc);
 	if (rc < 0) {
-		fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
-			rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)"
-				      : sbx_strerror(rc));
+		if (rc == -EBUSY)
+			fprintf(stderr,
+				"sandboxd: another sandboxd on this host runs with uid-base %lld (its "
+				"cgroups %s and "
+				"its tenants' uids): give each server its own --set uid-base=N\n",
+				(long long)cfg->uid_base, cgroup_root);
+		else
+			fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
+				rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)"
+					      : sbx_strerror(rc));
 		return rc;
 	}
 	int swept = sbx_backend_sweep(s->backend);

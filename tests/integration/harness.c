@@ -118,8 +118,22 @@ static int spawn(struct it_server *s, const char *const *extra)
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
 	const char *argv[64] = {it_bin(), "serve", "--data-dir", s->dir, "--listen", listen};
 	int n = 6;
-	for (int i = 0; extra && extra[i] && n < 62; i++)
+	bool has_base = false;
+	for (int i = 0; extra && extra[i] && n < 60; i++) {
 		argv[n++] = extra[i];
+		has_base = has_base || strncmp(extra[i], "uid-base=", 9) == 0;
+	}
+	/* Every server gets a uid range (and so a cgroup root) of its own:
+	 * two servers on one host must not share one (the second refuses to
+	 * start), and suites run side by side. Kept across restarts. */
+	if (!has_base) {
+		static int count;
+		if (!s->uid_base[0])
+			snprintf(s->uid_base, sizeof s->uid_base, "uid-base=%ld",
+				 3000000L + (long)(getpid() % 100000) * 256 + (long)(count++ % 16) * 16);
+		argv[n++] = "--set";
+		argv[n++] = s->uid_base;
+	}
 	argv[n] = NULL;
 	pid_t pid = fork();
 	if (pid == 0) {

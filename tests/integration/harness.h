@@ -14,6 +14,7 @@ struct it_server {
 	int port;
 	char base[64]; /* "http://127.0.0.1:PORT" */
 	bool tls;
+	char uid_base[48]; /* "uid-base=N" given when the extra args name none */
 };
 
 struct it_resp {

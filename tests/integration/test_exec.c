@@ -812,7 +812,8 @@ static int running_count(struct it_server *s, const char *t)
 static void test_429(void **state)
 {
 	(void)state;
-	const char *const extra[] = {"--set", "tenant-max-execs=2", "--set", it_uid_base_arg(NULL), NULL};
+	/* (a uid range of its own from the harness: srv holds this suite's) */
+	const char *const extra[] = {"--set", "tenant-max-execs=2", NULL};
 	assert_int_equal(it_start(&s2, extra), 0);
 	char *t = it_token(&s2, "acme", NULL), *tg = it_token(&s2, "globex", NULL);
 	assert_non_null(t);
@@ -1133,9 +1134,8 @@ static uid_t tenant_uid(struct it_server *s, const char *t)
 static void test_sigterm_while_running(void **state)
 {
 	(void)state;
-	long base = 0;
-	const char *const extra[] = {"--set", it_uid_base_arg(&base), NULL};
-	assert_int_equal(it_start(&s3, extra), 0);
+	assert_int_equal(it_start(&s3, NULL), 0);
+	long base = strtol(s3.uid_base + strlen("uid-base="), NULL, 10);
 	char *t = it_token(&s3, "acme", NULL);
 	uid_t uid = tenant_uid(&s3, t);
 	assert_int_equal(uid, base); /* acme is the first tenant: slot 0 */
@@ -1171,7 +1171,7 @@ static void test_sigterm_while_running(void **state)
 	assert_log_clean(&s3);
 
 	/* after a restart the exec is finished, never stuck at running */
-	assert_int_equal(it_restart(&s3, extra), 0);
+	assert_int_equal(it_restart(&s3, NULL), 0);
 	v = NULL;
 	assert_int_equal(it_get_json(&s3, t, "/exec/term-1", &v), 200);
 	assert_string_equal(jstr(v, "state"), "cancelled");
@@ -1188,8 +1188,7 @@ static void test_sigterm_while_running(void **state)
 static void test_kill9_then_lost(void **state)
 {
 	(void)state;
-	const char *const extra[] = {"--set", it_uid_base_arg(NULL), NULL};
-	assert_int_equal(it_start(&s4, extra), 0);
+	assert_int_equal(it_start(&s4, NULL), 0);
 	char *t = it_token(&s4, "acme", NULL);
 	uid_t uid = tenant_uid(&s4, t);
 	struct bg_req b;
@@ -1215,7 +1214,7 @@ static void test_kill9_then_lost(void **state)
 	/* the sandbox dies with the server */
 	assert_int_equal(host_procs_wait_gone(uid, NULL, nonce, 3000), 0);
 
-	assert_int_equal(it_restart(&s4, extra), 0);
+	assert_int_equal(it_restart(&s4, NULL), 0);
 	v = NULL;
 	assert_int_equal(it_get_json(&s4, t, "/exec/lost-1", &v), 200);
 	assert_string_equal(jstr(v, "state"), "lost");

@@ -737,7 +737,8 @@ static void test_cgroups(void **state)
 		struct sbx_backend_config lc = {.name = "local", .use_cgroups = true, .cgroup_root = root};
 		struct sbx_backend *lb = NULL;
 
-		snprintf(root, sizeof(root), "sandboxd/unit-%d", (int)getpid());
+		/* A root of its own: the bwrap backend holds the fixture's. */
+		snprintf(root, sizeof(root), "sandboxd/unit-%d-local", (int)getpid());
 		assert_int_equal(sbx_backend_new(&lb, &lc), 0);
 		r = new_run();
 		req = base_req(f, "setsid sleep 30 >/dev/null 2>&1 </dev/null & echo $!", true);
@@ -750,10 +751,25 @@ static void test_cgroups(void **state)
 		for (i = 0; i < 100 && kill(detached, 0) == 0; i++)
 			sleep_ms(20);
 		assert_int_equal(kill(detached, 0), -1);
-		snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s", name);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s/u%u/j1", root, (unsigned)req.uid);
 		assert_int_equal(access(path, F_OK), -1);
 		sbx_backend_free(&lb);
 		assert_null(lb);
+		/* One root, one live server: a second backend on the fixture's
+		 * root is refused while the first holds it. */
+		snprintf(root, sizeof(root), "sandboxd/unit-%d", (int)getpid());
+		assert_int_equal(sbx_backend_new(&lb, &lc), -EBUSY);
+		assert_null(lb);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d-local/u%u", (int)getpid(),
+			 (unsigned)req.uid);
+		rmdir(path);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/sandboxd/unit-%d-local/u%u",
+			 (int)getpid(), (unsigned)req.uid);
+		rmdir(path);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d-local", (int)getpid());
+		rmdir(path);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/sandboxd/unit-%d-local", (int)getpid());
+		rmdir(path);
 	}
 	/* A leftover of an earlier run (a process still in it) is swept. */
 	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/sandboxd/unit-%d/u7/j9", (int)getpid());
