@@ -204,7 +204,9 @@ start_sandboxd() {
 		SBX_URL=http://127.0.0.1:$SBX_PORT
 		a=(serve --data-dir "$SBX_DATA" --listen "127.0.0.1:$SBX_PORT" --backend "$backend")
 		[ "$backend" = local ] && a+=(--allow-unsafe-local)
-		a+=(--set log-requests=false "${sets[@]}")
+		# A uid range (and cgroup root) of its own: a server already on
+		# this host with the default one (the demo) would refuse ours.
+		a+=(--set log-requests=false --set "uid-base=$((4000000 + ($$ % 10000) * 16))" "${sets[@]}")
 		SBX_CMD="sandboxd ${a[*]}"
 		bg "$SANDBOXD" "${a[@]}" 2>"$SBX_DATA/stderr.log"
 		SBX_PID=$LASTPID
