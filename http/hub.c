@@ -28,7 +28,6 @@
 /* wire.md promises a comment at least every 15 s; the keepalive tick is 1 s,
  * so idle streams get one after 12 s, leaving room for a busy scheduler. */
 #define KEEPALIVE_MS 12000
-#define REWAKE_MS 2000 /* a resumed stream whose reader was not called since */
 
 /* One formatted event, shared by every queue it is in. */
 enum msg_kind {
@@ -64,7 +63,6 @@ struct sub {
 	bool suspended, closing, dead, req_gone, output_noted, heartbeat_noted;
 	int refs; /* the request and the response */
 	int64_t last_write_ms;
-	int64_t woken_ms, read_ms; /* the last resume asked for; the reader's last call */
 	int64_t watch;
 	uint64_t cancel_handle; /* a runner job to cancel when the client hangs up */
 	struct sub *next;
@@ -223,20 +221,6 @@ static void wake(struct sub *s)
 {
 	if (s->suspended && !s->req_gone) {
 		s->suspended = false;
-		s->woken_ms = now_ms();
-		MHD_resume_connection(s->conn);
-	}
-}
-
-/* A resume that libmicrohttpd 0.9.75 lost (seen rarely in its epoll mode:
- * the stream then stalls with events queued and no reader call) is asked
- * for again. A resume of a connection that is not suspended costs at most
- * one spare reader call. */
-static void rewake_stalled(struct sub *s, int64_t now)
-{
-	if (s->head && !s->suspended && !s->dead && !s->req_gone && s->woken_ms > s->read_ms &&
-	    now - s->woken_ms >= REWAKE_MS) {
-		s->woken_ms = now;
 		MHD_resume_connection(s->conn);
 	}
 }
@@ -353,7 +337,6 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 	struct http_hub *h = s->h;
 	(void)pos;
 	pthread_mutex_lock(&h->mu);
-	s->read_ms = now_ms();
 	if (s->dead) {
 		pthread_mutex_unlock(&h->mu);
 		return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -514,13 +497,11 @@ static void *keepalive(void *arg)
 		ts.tv_sec += 1;
 		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
 		int64_t now = now_ms();
-		for (struct sub *s = h->subs; s; s = s->next) {
+		for (struct sub *s = h->subs; s; s = s->next)
 			if (!s->closing && !s->dead && now - s->last_write_ms >= KEEPALIVE_MS && !s->head) {
 				s->last_write_ms = now;
 				enqueue(s, ka);
 			}
-			rewake_stalled(s, now);
-		}
 	}
 	pthread_mutex_unlock(&h->mu);
 	msg_put(ka);
