@@ -77,7 +77,8 @@ static char *sse_until(const char *path, const char *t, long long last_id, const
 	return buf_steal(&b, NULL);
 }
 
-/* The id of the first event named ev after `from` in an SSE text, or -1. */
+/* The id of the first event named ev in an SSE text, or -1: the `id:`
+ * line of the same event block, before its `event:` line. */
 static long long id_of(const char *text, const char *ev)
 {
 	char want[64];
@@ -85,21 +86,13 @@ static long long id_of(const char *text, const char *ev)
 	const char *e = strstr(text, want);
 	if (!e)
 		return -1;
-	/* "id: N\nevent: ev": the id line is the one before. */
-	const char *line = e;
-	while (line > text && line[-1] != '\n')
-		line--;
-	const char *id = NULL;
 	for (const char *p = e - 1; p > text; p--) {
-		if (strncmp(p, "\nid: ", 5) == 0) {
-			id = p + 5;
-			break;
-		}
+		if (strncmp(p, "\nid: ", 5) == 0)
+			return strtoll(p + 5, NULL, 10);
 		if (p[0] == '\n' && p[1] == '\n')
 			break;
 	}
-	(void)line;
-	return id ? strtoll(id, NULL, 10) : -1;
+	return -1;
 }
 
 static void test_finished_exec_keeps_its_ids(void **state)
