@@ -17,6 +17,8 @@ static const char *const project_text[] = {
     [SBX_E_SCOPE - SBX_E_BASE] = "insufficient scope",
     [SBX_E_FORBIDDEN - SBX_E_BASE] = "forbidden",
     [SBX_E_METHOD - SBX_E_BASE] = "method not allowed",
+    [SBX_E_QUOTA - SBX_E_BASE] = "disk quota exceeded",
+    [SBX_E_RESERVE - SBX_E_BASE] = "the disk is nearly full (the store's reserve)",
 };
 
 const char *sbx_strerror(int rc)

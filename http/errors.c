@@ -53,6 +53,12 @@ static const struct {
      {503, "store_unavailable", "the state store cannot record this now; retry after Retry-After"}},
     {ENOSPC, {507, "insufficient_storage", "free space in the workspace, or ask the operator for quota"}},
     {EDQUOT, {507, "insufficient_storage", "free space in the workspace, or ask the operator for quota"}},
+    {SBX_E_QUOTA,
+     {507, "quota_exceeded",
+      "delete files in the workspace (error.details has the usage), or ask the operator for quota"}},
+    {SBX_E_RESERVE,
+     {507, "insufficient_storage",
+      "the server's disk is nearly full and keeps its last space for its records; retry later"}},
 };
 
 struct http_wire_error http_wire_error(int code)

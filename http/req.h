@@ -65,6 +65,7 @@ struct http_req {
 	char *error_msg;	/* set by http_fail */
 	const char *log_detail; /* static text for the log line only, never the client */
 	const char *error_code; /* wire code override, e.g. "token_used" */
+	json_t *error_details;	/* owned: rendered as error.details (e.g. a quota's usage) */
 	int64_t retry_after_s;
 	char *allow;		/* Allow header for 405 */
 	char content_range[48]; /* Content-Range of a 416, "bytes * /size" */

@@ -290,6 +290,8 @@ int http_render_error(struct http_req *r, int code)
 	json_t *hint = w.retry_hint ? json_string(w.retry_hint) : json_null();
 	json_t *body = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", wcode, "message",
 				 r->error_msg ? r->error_msg : wcode, "retry_hint", hint);
+	if (body && r->error_details)
+		json_object_set(json_object_get(body, "error"), "details", r->error_details);
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	if (!text) /* never unanswered: the code alone (static ASCII) */
@@ -421,6 +423,7 @@ void http_complete(struct http_req *r, bool ok)
 	free(r->session_key);
 	free(r->session_rel);
 	free(r->error_msg);
+	json_decref(r->error_details);
 	free(r->allow);
 	free(r->target);
 	free(r);

@@ -15,6 +15,7 @@
 #include "http/metrics.h"
 #include "http/route.h"
 #include "routes/routes.h"
+#include "routes/storage.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
@@ -92,6 +93,12 @@ int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, c
 	a->cfg = cfg;
 	a->store = store;
 	a->drop_privs = geteuid() == 0;
+	a->store_dir = xstrdup(cfg->db_path);
+	char *slash = strrchr(a->store_dir, '/');
+	if (slash)
+		slash[slash == a->store_dir] = '\0';
+	else
+		snprintf(a->store_dir, strlen(a->store_dir) + 1, ".");
 	a->started_at_ms = now_ms();
 	pthread_mutex_init(&a->tenants_lock, NULL);
 	http_metrics_new(&a->metrics, route_table, route_count);
@@ -134,6 +141,7 @@ void route_app_fini(struct app *a)
 	a->ntenants = 0;
 	http_metrics_free(&a->metrics);
 	http_audit_gate_free(&a->audit_gate);
+	free(a->store_dir);
 	pthread_mutex_destroy(&a->tenants_lock);
 }
 
@@ -169,6 +177,7 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	free(dir);
 	if (rc < 0)
 		goto fail;
+	t->quota_rc = route_storage_apply_quota(a, t);
 	t->loaded_at_ms = now_ms();
 	store_tenant_clear(&st);
 	*out = t;

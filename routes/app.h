@@ -20,6 +20,7 @@ struct http_hub;
 struct http_watch;
 struct route_execs;
 struct http_audit_gate;
+struct sbx_quota;
 
 /* A tenant as the routes use it: its key, its workspace and its limits.
  * Reference-counted: a request holds one reference for its lifetime, so
@@ -34,6 +35,7 @@ struct tenant {
 	int64_t loaded_at_ms;
 	int refs;		  /* under app->tenants_lock */
 	struct tenant_load *load; /* shared by every cached generation of this tenant */
+	int quota_rc;		  /* its disk quota could not be applied: -errno (routes/storage.c) */
 };
 
 /* Work a tenant has running now; lives as long as the app, so that a
@@ -57,6 +59,8 @@ struct app {
 	struct http_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
 	struct http_env http;		    /* what the HTTP layer reaches: cfg, table, metrics, hooks */
 	bool drop_privs;		    /* server runs as root: commands and files get tenant uids */
+	struct sbx_quota *quota;	    /* project quotas of the workspaces' filesystem (server/) */
+	char *store_dir;		    /* the directory of db-path: its free space is the store's */
 	int64_t started_at_ms;
 	volatile bool stopping;
 

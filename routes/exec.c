@@ -24,6 +24,7 @@
 #include "routes/exec_registry.h"
 #include "routes/fs.h"
 #include "routes/routes.h"
+#include "routes/storage.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -256,6 +257,9 @@ static int start(struct http_req *r, struct exec_request *q)
 		r->retry_after_s = 5;
 		return http_fail(r, -SBX_E_BACKEND, "the server is shutting down");
 	}
+	int rc = route_storage_guard(r);
+	if (rc < 0)
+		return rc;
 	struct store_exec row = {.session = r->session_key,
 				 .session_len = r->session_key_len,
 				 .command = (char *)q->command,

@@ -19,6 +19,7 @@
 #include "http/fields.h"
 #include "routes/fs.h"
 #include "routes/routes.h"
+#include "routes/storage.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 
@@ -88,7 +89,7 @@ int route_fail_path(struct http_req *r, int rc, const char *what, const char *re
 		return http_fail(r, rc, "file too large for %s", wire);
 	case -ENOSPC:
 	case -EDQUOT:
-		return http_fail(r, rc, "no space left for %s", wire);
+		return route_storage_fail(r, rc, wire);
 	default:
 		return http_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
 	}
@@ -251,6 +252,8 @@ int route_fs_write(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
+	if ((rc = route_storage_guard(r)) < 0)
+		return rc;
 	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
 	if (rc < 0)
 		return route_fail_path(r, rc, "write", rel);
@@ -349,6 +352,8 @@ int route_fs_mkdir(struct http_req *r)
 		return rc;
 	char rel[SBX_PATH_MAX];
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
+		return rc;
+	if ((rc = route_storage_guard(r)) < 0)
 		return rc;
 	if ((rc = sbx_fs_mkdir(r->tenant->ws, rel, recursive)) < 0)
 		return route_fail_path(r, rc, "create", rel);

@@ -6,9 +6,11 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/storage.h"
 #include "http/metrics.h"
 #include "http/route.h"
 #include "sandbox/backend.h"
+#include "sandbox/quota.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -20,26 +22,41 @@ int route_healthz(struct http_req *r)
 
 #define RUNNER_STALL_MS 5000
 
-int route_readyz(struct http_req *r)
+/* Disk: the tenants' quotas (configuration: never a reason to be unready,
+ * but said plainly) and the store's reserve (below it new tenant work is
+ * refused: unready). */
+static bool readyz_disk(struct app *a, json_t *body)
 {
-	struct app *a = r->app;
-	char backend_msg[256] = "no backend";
-	int store_rc = store_check_writable(a->store);
-	int backend_rc =
-	    a->backend ? sbx_backend_health(a->backend, backend_msg, sizeof backend_msg) : -SBX_E_BACKEND;
-	bool paths_ok = sbx_openat2_supported();
-	bool ready = store_rc == 0 && backend_rc == 0 && paths_ok && !a->stopping;
-	json_t *body =
-	    json_pack("{s:s, s:{s:s}, s:{s:s, s:s, s:s}}", "status", ready ? "ready" : "unavailable", "store",
-		      "status", store_rc == 0 ? "ok" : "unavailable", "backend", "name",
-		      a->backend ? sbx_backend_name(a->backend) : "none", "status",
-		      backend_rc == 0 ? "ok" : "unavailable", "detail", backend_msg);
+	bool enforced = sbx_quota_enforced(a->quota);
+	char *quota = enforced
+			  ? xasprintf("%s; per tenant %lld bytes and %lld inodes (project id = tenant uid)",
+				      sbx_quota_detail(a->quota), (long long)a->cfg->tenant_disk_quota_bytes,
+				      (long long)a->cfg->tenant_disk_quota_inodes)
+			  : xasprintf("%s; enforced instead: fsize-limit-bytes per file a command "
+				      "writes, max-upload-bytes per upload, and the store reserve",
+				      sbx_quota_detail(a->quota));
 	json_object_set_new(
-	    body, "workspace",
-	    json_pack("{s:s, s:s}", "status", paths_ok ? "ok" : "unavailable", "detail",
-		      paths_ok ? "openat2 path resolution" : "openat2 unavailable (Linux 5.6+ needed)"));
-	/* The watchdog: a runner turn never waits on a tenant, so one that
-	 * lasts seconds means no command starts, ends or times out. */
+	    body, "disk_quota",
+	    json_pack("{s:s, s:s}", "status", enforced ? "enforced" : "unavailable", "detail", quota));
+	free(quota);
+	uint64_t avail = 0, total = 0;
+	bool low = route_storage_low(a, &avail, &total);
+	char *detail =
+	    xasprintf("%llu of %llu bytes free on the store's filesystem (%s), %lld kept for the store%s",
+		      (unsigned long long)avail, (unsigned long long)total, a->store_dir,
+		      (long long)a->cfg->store_reserve_bytes, low ? ": new tenant work is refused" : "");
+	json_object_set_new(body, "storage",
+			    json_pack("{s:s, s:s, s:I, s:I}", "status", low ? "low" : "ok", "detail", detail,
+				      "available_bytes", (json_int_t)avail, "reserve_bytes",
+				      (json_int_t)a->cfg->store_reserve_bytes));
+	free(detail);
+	return !low;
+}
+
+/* The watchdog: a runner turn never waits on a tenant, so one that lasts
+ * seconds means no command starts, ends or times out. */
+static bool readyz_runner(struct app *a, json_t *body)
+{
 	const char *step = "";
 	int64_t busy_ms = a->runner ? sbx_runner_busy_ms(a->runner, &step) : 0;
 	bool runner_ok = busy_ms < RUNNER_STALL_MS;
@@ -51,10 +68,30 @@ int route_readyz(struct http_req *r)
 	json_object_set_new(
 	    body, "runner",
 	    json_pack("{s:s, s:s}", "status", runner_ok ? "ok" : "unavailable", "detail", runner_msg));
-	if (!runner_ok) {
-		ready = false;
+	return runner_ok;
+}
+
+int route_readyz(struct http_req *r)
+{
+	struct app *a = r->app;
+	char backend_msg[256] = "no backend", store_msg[200] = "";
+	int store_rc = store_check_writable(a->store, store_msg, sizeof store_msg);
+	int backend_rc =
+	    a->backend ? sbx_backend_health(a->backend, backend_msg, sizeof backend_msg) : -SBX_E_BACKEND;
+	bool paths_ok = sbx_openat2_supported();
+	bool ready = store_rc == 0 && backend_rc == 0 && paths_ok && !a->stopping;
+	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s}}", "status", "ready", "store",
+				 "status", store_rc == 0 ? "ok" : "unavailable", "detail", store_msg,
+				 "backend", "name", a->backend ? sbx_backend_name(a->backend) : "none",
+				 "status", backend_rc == 0 ? "ok" : "unavailable", "detail", backend_msg);
+	json_object_set_new(
+	    body, "workspace",
+	    json_pack("{s:s, s:s}", "status", paths_ok ? "ok" : "unavailable", "detail",
+		      paths_ok ? "openat2 path resolution" : "openat2 unavailable (Linux 5.6+ needed)"));
+	ready = readyz_runner(a, body) && ready;
+	ready = readyz_disk(a, body) && ready;
+	if (!ready)
 		json_object_set_new(body, "status", json_string("unavailable"));
-	}
 	if (a->stopping)
 		json_object_set_new(body, "stopping", json_true());
 	return http_reply_json(r, ready ? 200 : 503, body);
@@ -95,6 +132,28 @@ static void tenant_usage(struct app *a, struct buf *out)
 	store_tenants_free(v, n);
 }
 
+/* Each tenant's disk use against its quota (project quotas only). */
+static void tenant_disk(struct app *a, struct buf *out)
+{
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	if (!sbx_quota_enforced(a->quota) || store_tenant_list(a->store, &v, &n) < 0)
+		return;
+	buf_appendf(out, "# HELP sandboxd_tenant_disk_bytes Bytes charged to a tenant's disk quota.\n"
+			 "# TYPE sandboxd_tenant_disk_bytes gauge\n");
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_quota_usage u;
+		if (sbx_quota_usage(a->quota, (uint32_t)(a->cfg->uid_base + v[i].slot), &u) == 0)
+			buf_appendf(out, "sandboxd_tenant_disk_bytes{tenant=\"%s\"} %llu\n", v[i].name,
+				    (unsigned long long)u.bytes);
+	}
+	buf_appendf(out,
+		    "# HELP sandboxd_tenant_disk_quota_bytes Each tenant's disk quota (0: none).\n"
+		    "# TYPE sandboxd_tenant_disk_quota_bytes gauge\nsandboxd_tenant_disk_quota_bytes %lld\n",
+		    (long long)a->cfg->tenant_disk_quota_bytes);
+	store_tenants_free(v, n);
+}
+
 int route_metrics(struct http_req *r)
 {
 	struct buf out;
@@ -108,6 +167,7 @@ int route_metrics(struct http_req *r)
 	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
 	tenant_usage(r->app, &out);
+	tenant_disk(r->app, &out);
 	size_t n = 0;
 	char *text = buf_steal(&out, &n);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);

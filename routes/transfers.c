@@ -28,6 +28,7 @@
 #include "http/fields.h"
 #include "routes/fs.h"
 #include "routes/routes.h"
+#include "routes/storage.h"
 #include "http/metrics.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
@@ -37,6 +38,7 @@
 #define TOKEN_CHARS 43		/* base64url of 32 bytes, no padding */
 #define DL_BLOCK (256u * 1024u) /* content-reader block: beat sendfile on loopback (performance.md) */
 #define RETRY_AFTER_BUSY_S 1
+#define UPLOAD_GUARD_BYTES (8u << 20) /* how often an upload rechecks the store's reserve */
 
 static const char b64url_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -376,6 +378,7 @@ struct ul {
 	struct sbx_upload *up; /* NULL once committed or aborted */
 	EVP_MD_CTX *md;
 	uint64_t n, max;
+	uint64_t guarded; /* n when the store's reserve was last checked */
 	char *rel;
 	char why[200]; /* why it failed, for the store */
 	struct xfer x;
@@ -397,7 +400,19 @@ static int ul_write(struct http_req *r, const char *data, size_t len)
 		ul_fail(r, u);
 		return http_fail(r, -EFBIG, "the body is over the upload limit of %" PRIu64 " bytes", u->max);
 	}
-	int rc = sbx_upload_write(u->up, data, len);
+	/* The reserve is checked again as the body arrives: the server writes
+	 * as root, which ext4 lets into its root-reserved blocks. */
+	int rc = 0;
+	if (u->n - u->guarded >= UPLOAD_GUARD_BYTES) {
+		u->guarded = u->n;
+		if ((rc = route_storage_guard(r)) < 0) {
+			snprintf(u->why, sizeof u->why,
+				 "refused after %" PRIu64 " bytes: the disk is nearly full", u->n);
+			ul_fail(r, u);
+			return rc;
+		}
+	}
+	rc = sbx_upload_write(u->up, data, len);
 	if (rc < 0) {
 		snprintf(u->why, sizeof u->why, "write failed after %" PRIu64 " bytes: %s", u->n,
 			 sbx_strerror(rc));
@@ -443,8 +458,10 @@ static int upload_begin(struct http_req *r, const char *rel, struct xfer *x, boo
 					 n, max);
 	}
 	struct sbx_upload *up = NULL;
-	int rc = acquire_slot(r, x);
+	int rc = route_storage_guard(r);
 	if (rc < 0)
+		return rc;
+	if ((rc = acquire_slot(r, x)) < 0)
 		return rc;
 	if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0) {
 		xfer_release(r, x);
@@ -560,6 +577,8 @@ int route_transfers_post(struct http_req *r)
 		close(fd);
 	} else {
 		struct sbx_upload *up = NULL;
+		if ((rc = route_storage_guard(r)) < 0)
+			return rc;
 		if ((rc = sbx_upload_begin(&up, r->tenant->ws, rel, false)) < 0)
 			return route_fail_path(r, rc, "write", rel);
 		sbx_upload_abort(&up);

@@ -23,6 +23,7 @@
 #include "http/watch.h"
 #include "sandbox/backend.h"
 #include "sandbox/fsops.h"
+#include "sandbox/quota.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "server/cli.h"
@@ -102,6 +103,7 @@ struct server {
 	struct sbx_runner *runner;
 	struct http_daemon *http;
 	struct srv_retention *retention;
+	struct sbx_quota *quota;
 	struct app app;
 	bool app_ready;
 };
@@ -135,6 +137,27 @@ static int install_signals(void)
 	return 0;
 }
 
+/* Whether the workspaces' filesystem enforces project quotas: said
+ * plainly either way, with what stands in for them. */
+static void probe_quota(struct server *s)
+{
+	char *tenants = xasprintf("%s/tenants", s->cfg->data_dir);
+	int rc = sbx_quota_probe(&s->quota, tenants);
+	if (rc < 0)
+		log_msg("warn", "disk quotas: cannot look at %s: %s", tenants, sbx_strerror(rc));
+	else if (sbx_quota_enforced(s->quota))
+		log_msg("info", "disk quotas: %s; each tenant %lld bytes and %lld inodes",
+			sbx_quota_detail(s->quota), (long long)s->cfg->tenant_disk_quota_bytes,
+			(long long)s->cfg->tenant_disk_quota_inodes);
+	else
+		log_msg("warn",
+			"disk quotas: %s. Enforced instead: fsize-limit-bytes per file a command writes, "
+			"max-upload-bytes per upload, and new tenant work refused below store-reserve-bytes "
+			"(%lld) free for the store",
+			sbx_quota_detail(s->quota), (long long)s->cfg->store_reserve_bytes);
+	free(tenants);
+}
+
 static int open_store(struct server *s)
 {
 	char err[512] = "";
@@ -145,6 +168,7 @@ static int open_store(struct server *s)
 		fprintf(stderr, "sandboxd: %s: %s\n", s->cfg->db_path, *err ? err : sbx_strerror(rc));
 		return rc;
 	}
+	probe_quota(s);
 	int lost = 0, failed = 0;
 	store_recover(s->store, &lost, &failed);
 	if (lost || failed)
@@ -201,6 +225,7 @@ static int start_app(struct server *s)
 	s->app_ready = true;
 	a->backend = s->backend;
 	a->runner = s->runner;
+	a->quota = s->quota;
 	int rc = http_watch_new(&a->watch);
 	if (rc < 0) {
 		/* Without it no suspended request notices its client leaving. */
@@ -290,6 +315,7 @@ static void server_free(struct server *s)
 	}
 	sbx_backend_free(&s->backend);
 	store_close(&s->store);
+	sbx_quota_free(&s->quota);
 }
 
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
@@ -302,6 +328,13 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 		return 2;
 	if (install_signals() < 0)
 		return 1;
+	/* Before any thread: capabilities are per thread. Without it a root
+	 * server's writes for a tenant would pass its quota. */
+	int rc = sbx_quota_drop_override();
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot drop CAP_SYS_RESOURCE: %s\n", sbx_strerror(rc));
+		return 1;
+	}
 	if (open_store(&s) == 0 && start_backend(&s) == 0 && start_app(&s) == 0 && start_http(&s) == 0) {
 		wait_for_signal();
 		shut_down(&s);

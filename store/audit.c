@@ -141,8 +141,10 @@ static size_t write_batch(struct store *s, struct audit_rec **b, size_t n, uint6
 
 	pthread_mutex_lock(&s->lock);
 	r = store_tx_begin(s);
-	if (r)
+	if (r) {
+		store_note_write(s, r);
 		goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
 		st = store_stmt(
 		    s, ST_AUDIT_INSERT,
@@ -155,7 +157,10 @@ static size_t write_batch(struct store *s, struct audit_rec **b, size_t n, uint6
 		}
 		/* A bad record (e.g. an outcome outside the CHECK) fails alone:
 		 * SQLite rolls back that statement, not the transaction. */
-		if (bind_rec(st, &b[i]->a) || store_step_done(st)) {
+		int sr = 0;
+		if (bind_rec(st, &b[i]->a) || (sr = store_step_done(st))) {
+			if (sr)
+				store_note_write(s, sr);
 			failed++;
 			worst = b[i]->seq;
 		}

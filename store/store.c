@@ -17,6 +17,10 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 
+/* How long the outcome of a write tells whether the store can write;
+ * after that /readyz writes the probe row to find out. */
+#define STORE_PROBE_MS 1000
+
 int store_rc(int rc)
 {
 	switch (rc) {
@@ -95,6 +99,7 @@ int store_tx_commit(struct store *s)
 {
 	int r = run_cached(s, ST_COMMIT, "COMMIT");
 
+	store_note_write(s, r);
 	if (r)
 		store_tx_rollback(s);
 	return r;
@@ -180,6 +185,7 @@ int store_run(struct store *s, enum store_stmt_id id, const char *sql, const str
 	pthread_mutex_lock(&s->lock);
 	st = store_prep(s, id, sql, v, n);
 	r = st ? store_step_done(st) : -SBX_E_STORE;
+	store_note_write(s, r);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -193,6 +199,7 @@ int store_run_one(struct store *s, enum store_stmt_id id, const char *sql, const
 	pthread_mutex_lock(&s->lock);
 	st = store_prep(s, id, sql, v, n);
 	r = st ? store_step_one(s, st) : -SBX_E_STORE;
+	store_note_write(s, r == -ENOENT ? 0 : r);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -481,6 +488,7 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 	pthread_mutex_init(&s->scache_mu, NULL);
 	pthread_mutex_init(&s->rlock, NULL);
 	pthread_mutex_init(&s->alock, NULL);
+	pthread_mutex_init(&s->hlock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->awake, &ca);
@@ -559,6 +567,7 @@ void store_close(struct store **p)
 	pthread_cond_destroy(&s->awake);
 	pthread_cond_destroy(&s->adone);
 	pthread_mutex_destroy(&s->alock);
+	pthread_mutex_destroy(&s->hlock);
 	pthread_mutex_destroy(&s->rlock);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->scache_mu);
@@ -569,15 +578,72 @@ void store_close(struct store **p)
 	*p = NULL;
 }
 
-int store_check_writable(struct store *s)
+static bool disk_failure(int code)
 {
+	switch (code & 0xff) {
+	case SQLITE_FULL:
+	case SQLITE_IOERR:
+	case SQLITE_READONLY:
+	case SQLITE_CANTOPEN:
+	case SQLITE_CORRUPT:
+	case SQLITE_NOTADB:
+		return true;
+	default:
+		return false;
+	}
+}
+
+void store_note_write(struct store *s, int r)
+{
+	int code = r ? sqlite3_extended_errcode(s->db) : SQLITE_OK;
+
+	if (r && !disk_failure(code))
+		return;
+	pthread_mutex_lock(&s->hlock);
+	s->health_mono_ms = mono_ms();
+	s->health_rc = r ? store_rc(code) : 0;
+	if (r)
+		snprintf(s->health_err, sizeof s->health_err, "%s", sqlite3_errmsg(s->db));
+	pthread_mutex_unlock(&s->hlock);
+}
+
+/* A real write: rewrite the probe row in its own transaction. */
+static void probe_write(struct store *s)
+{
+	sqlite3_stmt *st;
 	int r;
 
 	pthread_mutex_lock(&s->lock);
 	r = store_tx_begin(s);
-	if (!r)
-		store_tx_rollback(s);
+	if (r) {
+		store_note_write(s, r);
+	} else {
+		st = store_prep(s, ST_PROBE, "INSERT OR REPLACE INTO store_probe (id, at) VALUES (1, ?1)",
+				Q_ARGS(Q_INT(now_ms())));
+		r = st ? store_step_done(st) : -SBX_E_STORE;
+		if (r)
+			store_note_write(s, r);
+		store_tx_end(s, r);
+	}
 	pthread_mutex_unlock(&s->lock);
+}
+
+int store_check_writable(struct store *s, char *why, size_t whysz)
+{
+	int64_t now = mono_ms();
+	bool fresh;
+	int r;
+
+	pthread_mutex_lock(&s->hlock);
+	fresh = s->health_mono_ms && now - s->health_mono_ms < STORE_PROBE_MS;
+	pthread_mutex_unlock(&s->hlock);
+	if (!fresh)
+		probe_write(s);
+	pthread_mutex_lock(&s->hlock);
+	r = s->health_mono_ms ? s->health_rc : -SBX_E_STORE;
+	if (why && whysz)
+		snprintf(why, whysz, "%s", r == 0 ? "writes succeed" : s->health_err);
+	pthread_mutex_unlock(&s->hlock);
 	return r;
 }
 

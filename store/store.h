@@ -29,8 +29,12 @@ int store_schema_version(struct store *s);
 /* The highest migration number embedded in this binary. */
 int store_known_version(void);
 
-/* Readiness: a write transaction can be begun (BEGIN IMMEDIATE; ROLLBACK). */
-int store_check_writable(struct store *s);
+/* Readiness: whether the store can write, as its latest write (of any
+ * kind) within the last second says, or else as a real write of the
+ * probe row says now (so a disk that refuses writes, full or failing, is
+ * seen, and so is its recovery). 0, or the failure (-ENOSPC,
+ * -SBX_E_STORE) with SQLite's message in why. */
+int store_check_writable(struct store *s, char *why, size_t whysz);
 
 /* Start-up recovery: execs left 'running' become 'lost', transfers left
  * 'active' become 'failed', minted transfers past expiry 'expired'. */

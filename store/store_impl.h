@@ -36,6 +36,7 @@ enum store_stmt_id {
 	ST_TRANSFER_FINISH,
 	ST_TRANSFER_GET,
 	ST_AUDIT_INSERT,
+	ST_PROBE,
 	ST_BEGIN,
 	ST_COMMIT,
 	ST_ROLLBACK,
@@ -77,6 +78,13 @@ struct store {
 	bool thread_started;
 	pthread_t thread;
 	atomic_uint_fast64_t audit_failures;
+
+	/* Whether the store can write: the outcome of its latest write (a
+	 * commit, an autocommit write, an audit batch or a probe). */
+	pthread_mutex_t hlock;
+	int64_t health_mono_ms; /* when; 0: no write yet */
+	int health_rc;		/* 0, or the failure as store_rc() says */
+	char health_err[160];
 };
 
 /* The cached statement for id (prepared on first use, reset and unbound
@@ -92,6 +100,10 @@ void store_tx_rollback(struct store *s);
 /* End the transaction as r says: commit when r is 0, else roll back.
  * Returns r, or the commit's error. */
 int store_tx_end(struct store *s, int r);
+/* Record the outcome of a write on the write connection (s->lock held):
+ * r 0 is a success; a failure counts only when SQLite's error is the
+ * disk's (full, I/O, read-only, cannot open, corrupt), not a constraint. */
+void store_note_write(struct store *s, int r);
 /* Step a statement expected to return no row (INSERT/UPDATE/DELETE). */
 int store_step_done(sqlite3_stmt *st);
 /* The same for an UPDATE/DELETE of one row: -ENOENT when none matched. */

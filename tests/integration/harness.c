@@ -151,15 +151,21 @@ static int spawn(struct it_server *s, const char *const *extra)
 
 int it_start(struct it_server *s, const char *const *extra)
 {
+	return it_start_under(s, "/tmp", extra);
+}
+
+int it_start_under(struct it_server *s, const char *parent, const char *const *extra)
+{
 	memset(s, 0, sizeof *s);
 	for (int i = 0; extra && extra[i]; i++)
 		if (strcmp(extra[i], "--tls-cert") == 0)
 			s->tls = true;
-	snprintf(s->dir, sizeof s->dir, "/tmp/sandboxd-it-XXXXXX");
+	snprintf(s->dir, sizeof s->dir, "%s/sandboxd-it-XXXXXX", parent);
 	if (!mkdtemp(s->dir))
 		return -1;
 	chmod(s->dir, 0755);
-	snprintf(s->log, sizeof s->log, "%s.log", s->dir);
+	/* The log stays in /tmp whatever disk the data is on. */
+	snprintf(s->log, sizeof s->log, "/tmp/%s.log", strrchr(s->dir, '/') + 1);
 	int st = 0;
 	static const char *const tenants[] = {"tenant add acme", "tenant add globex",
 					      "tenant add ops --operator"};

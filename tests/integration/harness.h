@@ -30,6 +30,9 @@ const char *it_bin(void);
  * "ops" (HS256, operator), then start `serve` with extra args (NULL
  * terminated, may be NULL). Waits for /healthz. 0 or -1. */
 int it_start(struct it_server *s, const char *const *extra);
+/* Like it_start with the data directory made under parent (a test's own
+ * filesystem) instead of /tmp; the log stays in /tmp. */
+int it_start_under(struct it_server *s, const char *parent, const char *const *extra);
 /* Like it_start but on an existing data directory (restart). */
 int it_restart(struct it_server *s, const char *const *extra);
 /* Defines setup() and teardown(), the group fixture of a suite whose

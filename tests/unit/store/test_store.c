@@ -120,7 +120,7 @@ static void test_fresh_migrate(void **state)
 	assert_true(store_known_version() >= 1);
 	assert_int_equal(store_schema_version(s), store_known_version());
 	assert_int_equal(raw_int(f->path, "PRAGMA user_version"), store_known_version());
-	assert_int_equal(store_check_writable(s), 0);
+	assert_int_equal(store_check_writable(s, NULL, 0), 0);
 
 	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
 	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);

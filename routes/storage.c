@@ -1,0 +1,92 @@
+/* Disk for tenants: project quotas applied per tenant, the store's
+ * reserve guarded before new work, and the 507 answers with their
+ * numbers. */
+#include "routes/storage.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <unistd.h>
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "http/req.h"
+#include "routes/app.h"
+#include "sandbox/quota.h"
+#include "sandbox/workspace.h"
+
+/* Below this much free space an ENOSPC is the filesystem's, not a quota's. */
+#define FS_FULL_BYTES (1u << 20)
+
+int route_storage_apply_quota(struct app *a, struct tenant *t)
+{
+	if (!sbx_quota_enforced(a->quota))
+		return 0;
+	const struct sbx_quota_limits lim = {.bytes = (uint64_t)a->cfg->tenant_disk_quota_bytes,
+					     .inodes = (uint64_t)a->cfg->tenant_disk_quota_inodes};
+	int fd = sbx_ws_openat(t->ws, "", O_RDONLY | O_DIRECTORY, 0);
+	int rc = fd < 0 ? fd : sbx_quota_apply(a->quota, fd, (uint32_t)t->uid, &lim);
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		log_msg("error",
+			"cannot apply the disk quota of tenant %s (project %u): %s; its writes are refused",
+			t->name, (unsigned)t->uid, sbx_strerror(rc));
+	return rc;
+}
+
+bool route_storage_low(struct app *a, uint64_t *avail, uint64_t *total)
+{
+	struct sbx_disk_space ds = {0, 0};
+	bool known = sbx_disk_space(a->store_dir, &ds) == 0;
+	*avail = ds.avail_bytes;
+	*total = ds.total_bytes;
+	return known && ds.avail_bytes < (uint64_t)a->cfg->store_reserve_bytes;
+}
+
+int route_storage_guard(struct http_req *r)
+{
+	struct app *a = r->app;
+	uint64_t avail = 0, total = 0;
+	if (r->tenant && r->tenant->quota_rc < 0)
+		return http_fail(r, -SBX_E_BACKEND, "the disk quota of this tenant cannot be applied (%s)",
+				 sbx_strerror(r->tenant->quota_rc));
+	if (!route_storage_low(a, &avail, &total))
+		return 0;
+	json_decref(r->error_details);
+	r->error_details = json_pack("{s:I, s:I}", "available_bytes", (json_int_t)avail, "reserve_bytes",
+				     (json_int_t)a->cfg->store_reserve_bytes);
+	return http_fail(r, -SBX_E_RESERVE,
+			 "the server's disk is nearly full (%" PRIu64 " bytes free, %" PRId64
+			 " kept for its records): new work is refused",
+			 avail, a->cfg->store_reserve_bytes);
+}
+
+/* Whether the tenant's project quota, not a full filesystem, refused
+ * the write: EDQUOT is only ever a quota's; XFS says ENOSPC for a project
+ * quota, so there an ENOSPC with space left on the filesystem is too. */
+static bool quota_refused(struct http_req *r, int rc, struct sbx_quota_usage *u)
+{
+	struct sbx_disk_space ds = {0, 0};
+	const char *dir = sbx_workspace_host_dir(r->tenant->ws);
+	if (sbx_quota_usage(r->app->quota, (uint32_t)r->tenant->uid, u) < 0)
+		return false;
+	if (rc == -EDQUOT)
+		return true;
+	return sbx_disk_space(dir, &ds) == 0 && ds.avail_bytes > FS_FULL_BYTES;
+}
+
+int route_storage_fail(struct http_req *r, int rc, const char *wire)
+{
+	struct sbx_quota_usage u;
+	if (!r->tenant || !quota_refused(r, rc, &u))
+		return http_fail(r, rc, "no space left on the disk for %s", wire);
+	json_decref(r->error_details);
+	r->error_details = json_pack("{s:I, s:I, s:I, s:I}", "usage_bytes", (json_int_t)u.bytes,
+				     "limit_bytes", (json_int_t)u.bytes_limit, "usage_inodes",
+				     (json_int_t)u.inodes, "limit_inodes", (json_int_t)u.inodes_limit);
+	return http_fail(r, -SBX_E_QUOTA,
+			 "the tenant's disk quota is reached writing %s: %" PRIu64 " of %" PRIu64
+			 " bytes, %" PRIu64 " of %" PRIu64 " files",
+			 wire, u.bytes, u.bytes_limit, u.inodes, u.inodes_limit);
+}
