@@ -90,9 +90,9 @@ static bool project_state(const struct sbx_quota *q, bool xfs, char *why, size_t
 
 	if (!xfs && (r = (int)qctl(q, Q_GETINFO, PRJQUOTA, 0, &info)) < 0) {
 		snprintf(why, sz,
-			 "project quotas are off (%s): make the filesystem with `-O quota,project`"
+			 "project quotas are %s%s: make the filesystem with `-O quota,project`"
 			 " and mount it with `prjquota`",
-			 r == -ESRCH ? "not turned on" : strerror(-r));
+			 r == -ESRCH ? "not turned on" : "unavailable: ", r == -ESRCH ? "" : strerror(-r));
 		return false;
 	}
 	if ((r = (int)qctl(q, Q_XGETQSTAT, PRJQUOTA, 0, &st)) < 0) {

@@ -337,6 +337,10 @@ static void test_quota_stops_only_its_tenant(void **state)
 	it_expect_error(&w, 507, "quota_exceeded");
 	it_resp_free(&w);
 	globex_unaffected();
+	assert_int_equal(it_http(&srv, "GET", "/metrics", tok_ops, NULL, NULL, 0, &w), 0);
+	assert_non_null(strstr(w.body, "sandboxd_tenant_disk_bytes{tenant=\"acme\"} "));
+	assert_non_null(strstr(w.body, "\nsandboxd_tenant_disk_quota_bytes 8388608\n"));
+	it_resp_free(&w);
 
 	/* Deleting is always possible, and then writing works again. */
 	r = ex_run(&srv, tok_a, "rm -f fill && echo gone");

@@ -1,0 +1,143 @@
+/* sandbox/quota: what the probe says of a filesystem without project
+ * quotas, free space, and the server giving up CAP_SYS_RESOURCE. (The
+ * quotas themselves need a filesystem of their own:
+ * tests/integration/test_quota.c.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sandbox/quota.h"
+#include "unit.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+	(void)state;
+	return unit_tmpdir(dir, sizeof dir, "quota");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return unit_rm_rf(dir);
+}
+
+/* The harness's /tmp has no project quotas on test machines: unavailable,
+ * with a reason, and nothing can be applied. */
+static void test_probe_without_quotas(void **state)
+{
+	(void)state;
+	struct sbx_quota *q = NULL;
+	assert_int_equal(sbx_quota_probe(&q, dir), 0);
+	assert_non_null(q);
+	if (sbx_quota_enforced(q)) {
+		sbx_quota_free(&q);
+		skip(); /* a host whose /tmp has them */
+	}
+	assert_non_null(strstr(sbx_quota_detail(q), "unavailable on "));
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	struct sbx_quota_limits lim = {1u << 20, 100};
+	assert_int_equal(sbx_quota_apply(q, fd, 4242, &lim), -ENOTSUP);
+	struct sbx_quota_usage u;
+	assert_int_equal(sbx_quota_usage(q, 4242, &u), -ENOTSUP);
+	close(fd);
+	sbx_quota_free(&q);
+	assert_null(q);
+	sbx_quota_free(&q); /* NULL is fine */
+	assert_false(sbx_quota_enforced(NULL));
+}
+
+static void test_probe_missing_dir(void **state)
+{
+	(void)state;
+	struct sbx_quota *q = NULL;
+	char *missing = NULL;
+	assert_true(asprintf(&missing, "%s/nope", dir) > 0);
+	assert_int_equal(sbx_quota_probe(&q, missing), -ENOENT);
+	assert_null(q);
+	free(missing);
+}
+
+static void test_disk_space(void **state)
+{
+	(void)state;
+	struct sbx_disk_space ds = {0, 0};
+	assert_int_equal(sbx_disk_space(dir, &ds), 0);
+	assert_true(ds.total_bytes > 0);
+	assert_true(ds.avail_bytes <= ds.total_bytes);
+	assert_int_equal(sbx_disk_space("/nonexistent-sandboxd", &ds), -ENOENT);
+}
+
+/* Bit 24 (CAP_SYS_RESOURCE) of a /proc/self/status capability line. */
+static int cap_sys_resource(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	int bit = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (strncmp(line, field, strlen(field)) == 0)
+			bit = (int)((strtoull(line + strlen(field), NULL, 16) >> 24) & 1);
+	if (f)
+		fclose(f);
+	return bit;
+}
+
+/* In a child (it changes the process for good): afterwards the
+ * capability is in no set, and hard limits are raised so that commands
+ * can still be given any limit. */
+static void test_drop_override(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit before;
+		getrlimit(RLIMIT_FSIZE, &before);
+		bool root = geteuid() == 0;
+		if (sbx_quota_drop_override() != 0)
+			_exit(1);
+		if (cap_sys_resource("CapEff:") != 0 || cap_sys_resource("CapPrm:") != 0 ||
+		    cap_sys_resource("CapBnd:") != 0)
+			_exit(2);
+		struct rlimit rl;
+		if (root && (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_max != RLIM_INFINITY))
+			_exit(3);
+		/* Lowering still works; raising past the hard limit does not. */
+		rl.rlim_cur = rl.rlim_max = 1u << 30;
+		if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+			_exit(4);
+		rl.rlim_max = RLIM_INFINITY;
+		if (setrlimit(RLIMIT_FSIZE, &rl) == 0)
+			_exit(5);
+		if (sbx_quota_drop_override() != 0) /* twice is fine */
+			_exit(6);
+		_exit(0);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    UNIT_TEST_FX(test_probe_without_quotas),
+	    UNIT_TEST_FX(test_probe_missing_dir),
+	    UNIT_TEST_FX(test_disk_space),
+	    UNIT_TEST_FX(test_drop_override),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
