@@ -328,7 +328,10 @@ int sbx_quota_drop_override(void)
 		return -errno;
 	if (d[bit / 32].effective & (1u << (bit % 32)))
 		raise_hard_limits();
-	if (prctl(PR_CAPBSET_READ, CAP_SYS_RESOURCE, 0, 0, 0) == 1 &&
+	/* Only with CAP_SETPCAP (root); a server without it cannot have the
+	 * capability back but through a setuid-root or file-capability exec. */
+	if ((d[0].effective & (1u << CAP_SETPCAP)) &&
+	    prctl(PR_CAPBSET_READ, CAP_SYS_RESOURCE, 0, 0, 0) == 1 &&
 	    prctl(PR_CAPBSET_DROP, CAP_SYS_RESOURCE, 0, 0, 0) < 0)
 		return -errno;
 	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, CAP_SYS_RESOURCE, 0, 0);
