@@ -43,6 +43,24 @@ static void on_signal(int sig)
 	errno = saved;
 }
 
+/* Quotas whose sum fits the disk (less the store's reserve) mean no
+ * tenant can fill it; beyond that only the reserve protects the store. */
+static void warn_overcommit(struct app *a, size_t ntenants)
+{
+	struct sbx_disk_space ds;
+	uint64_t q = (uint64_t)a->cfg->tenant_disk_quota_bytes,
+		 reserve = (uint64_t)a->cfg->store_reserve_bytes;
+	char *dir = xasprintf("%s/tenants", a->cfg->data_dir);
+	if (sbx_quota_enforced(a->quota) && sbx_disk_space(dir, &ds) == 0 &&
+	    (q == 0 || (double)q * (double)ntenants > (double)ds.total_bytes - (double)reserve))
+		log_msg(
+		    "warn",
+		    "disk quotas: %zu tenants x %llu bytes (0: none) can take more than the %llu bytes of "
+		    "%s less store-reserve-bytes; only the reserve then keeps room for the store",
+		    ntenants, (unsigned long long)q, (unsigned long long)ds.total_bytes, dir);
+	free(dir);
+}
+
 /* Check every tenant's workspace before serving: its uid must reach it
  * (a data directory under a 0700 parent would make every command fail
  * with a bwrap error while the probes said all is well), and temp files
@@ -85,6 +103,7 @@ static int prepare_workspaces(struct app *a)
 		}
 		route_tenant_put(a, &t);
 	}
+	warn_overcommit(a, n);
 	store_tenants_free(v, n);
 	return rc;
 }
