@@ -364,11 +364,43 @@ static void test_quota_stops_only_its_tenant(void **state)
 static void test_full_disk_keeps_the_store(void **state)
 {
 	(void)state;
+	/* A command already running when the disk fills. */
+	struct bg_req cmd;
+	bg_exec(&cmd, &srv, tok_a,
+		json_pack("{s:s, s:i}", "command",
+			  "touch /workspace/.started; while [ ! -e /workspace/.gate ]; do sleep 0.05; done; "
+			  "head -c 4194304 /dev/zero > /workspace/late-cmd; echo rc=$?",
+			  "timeout_s", 60),
+		NULL);
+	char *started = xasprintf("%s/tenants/acme/workspace/.started", srv.dir);
+	for (long until = it_now_ms() + 30000; access(started, F_OK) != 0 && it_now_ms() < until;)
+		usleep(20000);
+	assert_int_equal(access(started, F_OK), 0);
+	free(started);
+
 	struct statvfs v;
 	assert_int_equal(statvfs(mnt, &v), 0);
 	unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;
 	char *ballast = xasprintf("%s/ballast", mnt);
 	assert_int_equal(sh("fallocate -l %llu '%s'", avail - (1u << 20), ballast), 0);
+
+	/* It gets ENOSPC (it does not run as root: no reserved blocks), and
+	 * its result is recorded all the same. */
+	char *gate = xasprintf("%s/tenants/acme/workspace/.gate", srv.dir);
+	assert_int_equal(it_write_file(gate, "", 0), 0);
+	free(gate);
+	json_t *res = bg_join(&cmd);
+	it_resp_free(&cmd.resp);
+	assert_non_null(res);
+	assert_non_null(strstr(jstr(res, "stdout"), "rc=1"));
+	assert_non_null(strstr(jstr(res, "stderr"), "No space left on device"));
+	char *exec_url = xasprintf("/exec/%s", jstr(res, "id"));
+	json_decref(res);
+	json_t *row = NULL;
+	assert_int_equal(it_get_json(&srv, tok_a, exec_url, &row), 200);
+	assert_string_equal(jstr(row, "state"), "exited");
+	json_decref(row);
+	free(exec_url);
 
 	struct it_resp w;
 	assert_int_equal(put(tok_a, "late.bin", 4096, &w), 507);
