@@ -69,7 +69,10 @@ int sbx_quota_usage(const struct sbx_quota *q, uint32_t projid, struct sbx_quota
  * bounding set too, so no child regains it), after raising the hard
  * rlimits a child may set for a command (address space, file size,
  * processes, open files): raising a hard limit is what the capability
- * was needed for. Capabilities are per thread: call it before the
+ * was needed for. Nothing else needs it: cgroup files are written by
+ * permission, bwrap runs as the tenant's uid, RLIMIT_NPROC never binds
+ * root, the 1 MiB pipes stay within pipe-max-size. Without CAP_SETPCAP
+ * (not root) the bounding set is left as it is. Capabilities are per thread: call it before the
  * process starts any thread. 0 (also when not held), or -errno. */
 int sbx_quota_drop_override(void);
 

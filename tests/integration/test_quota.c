@@ -75,6 +75,15 @@ static void fs_down(void)
 		rmdir(mnt);
 }
 
+/* At exit whatever happened (a setup that failed half-way gets no
+ * teardown): the server, its data, the mount, the loop device. */
+static void all_down(void)
+{
+	if (srv.pid > 0)
+		it_cleanup(&srv);
+	fs_down();
+}
+
 /* Make the image (with project quotas or without), attach, mount. */
 static bool fs_up(bool quota)
 {
@@ -104,7 +113,7 @@ static int setup(void **state)
 	(void)state;
 	snprintf(mnt, sizeof mnt, "/tmp/sandboxd-quota-%d", (int)getpid());
 	snprintf(img, sizeof img, "%s.img", mnt);
-	atexit(fs_down);
+	atexit(all_down);
 	if (mkdir(mnt, 0755) < 0)
 		return -1;
 	have_quota = fs_up(true);
