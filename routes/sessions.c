@@ -12,6 +12,7 @@
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/routes.h"
+#include "routes/storage.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -35,6 +36,8 @@ int route_session(struct http_req *r)
 	if (rc < 0)
 		return http_fail(r, rc, "cannot record the session");
 	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
+	if (rc == -ENOSPC || rc == -EDQUOT)
+		return route_storage_fail(r, rc, "the session's directory");
 	if (rc < 0)
 		return http_fail(r, rc, "cannot create the session directory: %s", sbx_strerror(rc));
 	r->session_rel = xasprintf("sessions/%s", segment);
