@@ -6,10 +6,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/nodes.h"
 #include "common/xmalloc.h"
 
-enum kind { K_STR, K_INT, K_BOOL };
+/* K_JSON: a JSON value in the file, its text on the command line; kept as
+ * compact JSON text. */
+enum kind { K_STR, K_INT, K_BOOL, K_JSON };
 
 struct option_spec {
 	const char *name; /* long option name, '-' separated */
@@ -17,20 +21,48 @@ struct option_spec {
 	size_t off;
 	const char *def;  /* default as text; NULL string default */
 	int64_t min, max; /* K_INT bounds */
+	/* K_STR and K_JSON: refuse a bad value (0 or -EINVAL with err); NULL: any. */
+	int (*check)(const char *v, char *err, size_t errsz);
 };
 
 #define S(n, f, d)                                                                                           \
 	{                                                                                                    \
-		n, K_STR, offsetof(struct sbx_config, f), d, 0, 0                                            \
+		n, K_STR, offsetof(struct sbx_config, f), d, 0, 0, NULL                                      \
 	}
 #define I(n, f, d, lo, hi)                                                                                   \
 	{                                                                                                    \
-		n, K_INT, offsetof(struct sbx_config, f), d, lo, hi                                          \
+		n, K_INT, offsetof(struct sbx_config, f), d, lo, hi, NULL                                    \
 	}
 #define B(n, f, d)                                                                                           \
 	{                                                                                                    \
-		n, K_BOOL, offsetof(struct sbx_config, f), d, 0, 0                                           \
+		n, K_BOOL, offsetof(struct sbx_config, f), d, 0, 0, NULL                                     \
 	}
+
+#define SC(n, f, d, check)                                                                                   \
+	{                                                                                                    \
+		n, K_STR, offsetof(struct sbx_config, f), d, 0, 0, check                                     \
+	}
+#define J(n, f, check)                                                                                       \
+	{                                                                                                    \
+		n, K_JSON, offsetof(struct sbx_config, f), NULL, 0, 0, check                                 \
+	}
+
+static int check_node_id(const char *v, char *err, size_t errsz)
+{
+	if (!v || sbx_node_id_ok(v))
+		return 0;
+	snprintf(err, errsz, "node-id: expected [a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?, got '%s'", v);
+	return -EINVAL;
+}
+
+static int check_nodes(const char *v, char *err, size_t errsz)
+{
+	struct sbx_nodes n;
+	int rc = sbx_nodes_parse(v, &n, err, errsz);
+	if (rc == 0)
+		sbx_nodes_free(&n);
+	return rc;
+}
 
 /* The one table of defaults. */
 static const struct option_spec specs[] = {
@@ -82,6 +114,9 @@ static const struct option_spec specs[] = {
     I("audit-unauthenticated-per-s", audit_unauth_per_s, "10", 0, 1000000),
     I("audit-unauthenticated-burst", audit_unauth_burst, "20", 1, 1000000),
     B("log-requests", log_requests, "true"),
+    SC("node-id", node_id, NULL, check_node_id),
+    J("nodes", nodes, check_nodes),
+    I("nodes-timeout-ms", nodes_timeout_ms, "5000", 100, 600000),
 };
 
 static const struct option_spec *find(const char *name)
@@ -102,7 +137,11 @@ static int set_text(struct sbx_config *c, const struct option_spec *s, const cha
 {
 	char *base = (char *)c;
 	switch (s->kind) {
-	case K_STR: {
+	case K_STR:
+	case K_JSON: {
+		int rc = v && s->check ? s->check(v, err, errsz) : 0;
+		if (rc < 0)
+			return rc;
 		char **p = (char **)(base + s->off);
 		free(*p);
 		*p = v ? xstrdup(v) : NULL;
@@ -178,8 +217,12 @@ int cfg_load_file(struct sbx_config *c, const char *path, char *err, size_t errs
 			rc = -EINVAL;
 			goto out;
 		}
+		char *dumped = NULL;
 		if (s->kind == K_STR && (json_is_string(v) || json_is_null(v)))
 			text = json_string_value(v);
+		else if (s->kind == K_JSON)
+			text = dumped =
+			    json_is_null(v) ? NULL : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 		else if (s->kind == K_INT && json_is_integer(v)) {
 			snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
 			text = num;
@@ -191,6 +234,7 @@ int cfg_load_file(struct sbx_config *c, const char *path, char *err, size_t errs
 			goto out;
 		}
 		rc = set_text(c, s, text, err, errsz);
+		free(dumped);
 		if (rc < 0)
 			goto out;
 	}
@@ -201,6 +245,13 @@ out:
 
 void cfg_finish(struct sbx_config *c)
 {
+	if (!c->node_id) {
+		char host[256] = "", id[SBX_NODE_ID_MAX + 1];
+		if (gethostname(host, sizeof host - 1) < 0)
+			host[0] = '\0';
+		sbx_node_id_from_host(host, id, sizeof id);
+		c->node_id = xstrdup(id);
+	}
 	if (!c->db_path) {
 		size_t n = strlen(c->data_dir);
 		c->db_path =
@@ -212,7 +263,7 @@ void cfg_free(struct sbx_config *c)
 {
 	char *base = (char *)c;
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-		if (specs[i].kind != K_STR)
+		if (specs[i].kind != K_STR && specs[i].kind != K_JSON)
 			continue;
 		char **p = (char **)(base + specs[i].off);
 		free(*p);
@@ -227,9 +278,11 @@ void cfg_dump(const struct sbx_config *c, FILE *f)
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		const struct option_spec *s = &specs[i];
 		fprintf(f, "  \"%s\": ", s->name);
-		if (s->kind == K_STR) {
+		if (s->kind == K_STR || s->kind == K_JSON) {
 			const char *v = *(char *const *)(base + s->off);
-			json_t *j = v ? json_string(v) : json_null();
+			json_t *j = !v			? json_null()
+				    : s->kind == K_JSON ? json_loads(v, 0, NULL)
+							: json_string(v);
 			char *t = json_dumps(j, JSON_ENCODE_ANY);
 			fputs(t, f);
 			free(t);

@@ -47,6 +47,9 @@ struct sbx_config {
 	    audit_unauth_per_s; /* audit rows per second per client address for requests naming no tenant */
 	int64_t audit_unauth_burst; /* ... and the bucket size */
 	bool log_requests;
+	char *node_id;		  /* this node's id (common/nodes.h); default from the host name */
+	char *nodes;		  /* the cluster's node list, JSON text (common/nodes.h); NULL: none */
+	int64_t nodes_timeout_ms; /* a request to another node (merged audit) gives up after this */
 };
 
 /* Fill with the defaults (allocations owned by the config). */

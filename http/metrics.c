@@ -1,6 +1,7 @@
 #include "http/metrics.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -230,4 +231,27 @@ void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit
 		    "# HELP sandboxd_store_errors_total Store operations that failed.\n"
 		    "# TYPE sandboxd_store_errors_total counter\nsandboxd_store_errors_total %llu\n",
 		    (unsigned long long)atomic_load(&m->store_errors));
+}
+
+void http_metrics_label_all(const char *in, size_t len, const char *name, const char *value, struct buf *out)
+{
+	const char *p = in, *end = in + len;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = nl ? (size_t)(nl - p) + 1 : (size_t)(end - p);
+		size_t name_len = strcspn(p, "{ \n"), ln = strlen(name);
+		bool has = p[name_len] == '{' && strncmp(p + name_len + 1, name, ln) == 0 &&
+			   p[name_len + 1 + ln] == '=';
+		if (*p == '#' || name_len >= n || name_len == 0 || has)
+			buf_append(out, p, n);
+		else if (p[name_len] == '{')
+			/* "x{}" (a histogram without labels) gets no trailing comma. */
+			buf_appendf(out, "%.*s{%s=\"%s\"%s%.*s", (int)name_len, p, name, value,
+				    p[name_len + 1] == '}' ? "" : ",", (int)(n - name_len - 1),
+				    p + name_len + 1);
+		else
+			buf_appendf(out, "%.*s{%s=\"%s\"}%.*s", (int)name_len, p, name, value,
+				    (int)(n - name_len), p + name_len);
+		p += n;
+	}
 }

@@ -25,6 +25,11 @@ void http_metrics_bytes_streamed(struct http_metrics *m, int64_t in, int64_t out
 void http_metrics_sse(struct http_metrics *m, int delta);
 void http_metrics_heartbeat(struct http_metrics *m);
 void http_metrics_store_error(struct http_metrics *m);
+/* Copy the Prometheus text in to out with label name="value" first in
+ * every sample (comment lines as they are): one node's series stay apart
+ * from another's when a scraper or a federation merges them. value must
+ * need no escaping (a node id). */
+void http_metrics_label_all(const char *in, size_t len, const char *name, const char *value, struct buf *out);
 /* Render everything (extra: gauges the caller knows, appended as is). */
 void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures,
 			 size_t execs_running);

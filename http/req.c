@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "http/route.h"
 
 int http_fail(struct http_req *r, int code, const char *fmt, ...)
 {
@@ -89,6 +91,10 @@ void http_set_target(struct http_req *r, const char *target)
 void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+	/* Which node answered (README "Running many nodes"): a balancer's
+	 * routing can be checked from outside, and logs of a client name it. */
+	if (r->env && r->env->cfg->node_id)
+		MHD_add_response_header(resp, "Sandboxd-Node", r->env->cfg->node_id);
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
 	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 }

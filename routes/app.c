@@ -115,9 +115,8 @@ int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, c
 		      .audit = hook_audit},
 	    .app = a,
 	};
-	(void)err;
-	(void)errsz;
-	return 0;
+	/* Checked when the configuration was read: cannot fail here. */
+	return sbx_nodes_parse(cfg->nodes, &a->nodes, err, errsz);
 }
 
 static void tenant_free(struct tenant *t)
@@ -139,6 +138,7 @@ void route_app_fini(struct app *a)
 	a->loads = NULL;
 	a->nloads = 0;
 	a->ntenants = 0;
+	sbx_nodes_free(&a->nodes);
 	http_metrics_free(&a->metrics);
 	http_audit_gate_free(&a->audit_gate);
 	free(a->store_dir);

@@ -9,6 +9,7 @@
 
 #include "auth/auth.h"
 #include "common/config.h"
+#include "common/nodes.h"
 #include "http/route.h"
 
 struct store;
@@ -58,6 +59,7 @@ struct app {
 	struct route_execs *execs;	    /* commands running now (routes/exec.c) */
 	struct http_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
 	struct http_env http;		    /* what the HTTP layer reaches: cfg, table, metrics, hooks */
+	struct sbx_nodes nodes;		    /* cfg->nodes parsed: the cluster's other nodes */
 	bool drop_privs;		    /* server runs as root: commands and files get tenant uids */
 	struct sbx_quota *quota;	    /* project quotas of the workspaces' filesystem (server/) */
 	char *store_dir;		    /* the directory of db-path: its free space is the store's */

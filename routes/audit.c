@@ -13,6 +13,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/audit_nodes.h"
 #include "routes/routes.h"
 
 #define AUDIT_LIMIT_MAX 1000
@@ -34,7 +35,7 @@ static json_t *text_json(const char *s, const char *dflt)
 	return j;
 }
 
-json_t *route_audit_json(const struct store_audit *a)
+json_t *route_audit_json(const struct store_audit *a, const char *node)
 {
 	char at[40];
 	rfc3339_ms(a->at, at, sizeof at);
@@ -45,14 +46,15 @@ json_t *route_audit_json(const struct store_audit *a)
 		session = json_stringn(s, n);
 		free(s);
 	}
-	return json_pack("{s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o, s:I, s:I, s:f, s:o}", "id",
-			 (json_int_t)a->id, "at", at, "tenant", text_json(a->tenant, ""), "session", session,
-			 "request_id", text_json(a->request_id, ""), "method", text_json(a->method, ""),
-			 "route", text_json(a->route, ""), "target", text_json(a->target, NULL), "status",
-			 a->status, "outcome", text_json(a->outcome, ""), "exit_code",
+	return json_pack("{s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o, s:I, s:I, s:f, s:o, s:s}",
+			 "id", (json_int_t)a->id, "at", at, "tenant", text_json(a->tenant, ""), "session",
+			 session, "request_id", text_json(a->request_id, ""), "method",
+			 text_json(a->method, ""), "route", text_json(a->route, ""), "target",
+			 text_json(a->target, NULL), "status", a->status, "outcome",
+			 text_json(a->outcome, ""), "exit_code",
 			 a->has_exit_code ? json_integer(a->exit_code) : json_null(), "bytes_in",
 			 (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms",
-			 a->duration_ms, "client", text_json(a->client, NULL));
+			 a->duration_ms, "client", text_json(a->client, NULL), "node", node);
 }
 
 /* The filter strings point into the request (query values), which live as
@@ -65,6 +67,8 @@ struct audit_query {
 	size_t out_off;
 	size_t remaining;
 	bool done;
+	bool merged; /* nodes=all: after is a merged cursor */
+	const char *node;
 };
 
 static int parse_filter(struct http_req *r, struct audit_query *q)
@@ -79,7 +83,7 @@ static int parse_filter(struct http_req *r, struct audit_query *q)
 		return http_fail(r, -EINVAL, "since must be an RFC 3339 time");
 	if ((v = http_query(r, "until")) && rfc3339_parse(v, &q->f.until) < 0)
 		return http_fail(r, -EINVAL, "until must be an RFC 3339 time");
-	if ((v = http_query(r, "after")) && *v) {
+	if ((v = http_query(r, "after")) && *v && !q->merged) {
 		char *end = NULL;
 		errno = 0;
 		long long x = strtoll(v, &end, 10);
@@ -125,16 +129,23 @@ static void query_free(struct audit_query *q)
 	free(q);
 }
 
-static int collect_json(void *ctx, const struct store_audit *a)
+int route_audit_collect(void *page, const struct store_audit *a)
 {
-	json_array_append_new(ctx, route_audit_json(a));
+	struct route_audit_page *p = page;
+	json_array_append_new(p->records, route_audit_json(a, p->node));
 	return 0;
 }
 
-static int collect_ndjson(void *ctx, const struct store_audit *a)
+struct ndjson_batch {
+	struct buf *out;
+	size_t count;
+	const char *node;
+};
+
+static int collect_ndjson(struct ndjson_batch *nb, const struct store_audit *a)
 {
-	struct buf *b = ctx;
-	json_t *j = route_audit_json(a);
+	struct buf *b = nb->out;
+	json_t *j = route_audit_json(a, nb->node);
 	char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!t)
@@ -148,16 +159,11 @@ static int collect_ndjson(void *ctx, const struct store_audit *a)
 
 /* NDJSON: fetch a batch whenever the previous one has been sent, so the
  * answer is never held whole. */
-struct ndjson_batch {
-	struct buf *out;
-	size_t count;
-};
-
 static int collect_batch(void *ctx, const struct store_audit *a)
 {
 	struct ndjson_batch *b = ctx;
 	b->count++;
-	return collect_ndjson(b->out, a);
+	return collect_ndjson(b, a);
 }
 
 static ssize_t ndjson_reader(void *cls, uint64_t pos, char *out, size_t max)
@@ -171,7 +177,7 @@ static ssize_t ndjson_reader(void *cls, uint64_t pos, char *out, size_t max)
 		q->out_off = 0;
 		struct store_audit_filter f = q->f;
 		f.limit = q->remaining < NDJSON_BATCH ? q->remaining : NDJSON_BATCH;
-		struct ndjson_batch b = {&q->out, 0};
+		struct ndjson_batch b = {&q->out, 0, q->node};
 		int64_t last = 0;
 		if (store_audit_query(q->store, &f, collect_batch, &b, &last) < 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -194,13 +200,36 @@ static void ndjson_free(void *cls)
 	query_free(cls);
 }
 
+/* nodes=all: every node's records as one history (operators only; JSON
+ * pages: a merged walk is paged by its cursor, never streamed). */
+static int audit_all(struct http_req *r, struct audit_query *q)
+{
+	if (!(r->claims.scopes & AUTH_SCOPE_ADMIN))
+		return http_fail(r, -SBX_E_SCOPE, "nodes=all needs the admin scope of an operator tenant");
+	const char *format = http_query(r, "format");
+	if (format && strcmp(format, "json") != 0)
+		return http_fail(r, -EINVAL, "nodes=all pages are JSON: page with next instead of format=%s",
+				 format);
+	const char *auth = http_header(r, "Authorization");
+	struct route_audit_ask ask = {.f = q->f,
+				      .cursor = http_query(r, "after"),
+				      .bearer = auth && strlen(auth) > 7 ? auth + 7 : NULL};
+	return route_audit_nodes_reply(r, &ask);
+}
+
 int route_audit(struct http_req *r)
 {
 	struct audit_query *q = xcalloc(1, sizeof *q);
 	q->store = r->app->store;
+	q->node = r->app->cfg->node_id;
 	buf_init(&q->out, 64u << 20);
-	int rc = parse_filter(r, q);
-	if (rc < 0) {
+	const char *nodes = http_query(r, "nodes");
+	q->merged = nodes && strcmp(nodes, "all") == 0;
+	int rc = nodes && !q->merged ? http_fail(r, -EINVAL, "nodes must be all (or absent: this node)")
+				     : parse_filter(r, q);
+	if (rc == 0 && q->merged)
+		rc = audit_all(r, q);
+	if (rc < 0 || q->merged) {
 		query_free(q);
 		return rc;
 	}
@@ -222,8 +251,9 @@ int route_audit(struct http_req *r)
 		return http_fail(r, -EINVAL, "format must be json or ndjson");
 	}
 	json_t *records = json_array();
+	struct route_audit_page page = {records, q->node};
 	int64_t last = 0;
-	rc = store_audit_query(q->store, &q->f, collect_json, records, &last);
+	rc = store_audit_query(q->store, &q->f, route_audit_collect, &page, &last);
 	if (rc < 0) {
 		json_decref(records);
 		query_free(q);

@@ -6,5 +6,14 @@
 
 /* {"id", "at", "tenant", "session", "request_id", "method", "route",
  *  "target", "status", "outcome", "exit_code", "bytes_in", "bytes_out",
- *  "duration_ms", "client"} — a new reference. */
-json_t *route_audit_json(const struct store_audit *a);
+ *  "duration_ms", "client", "node"} — a new reference; node: the id of
+ *  the node whose store holds the record (borrowed). */
+json_t *route_audit_json(const struct store_audit *a, const char *node);
+
+/* A page of records being collected: store_audit_cb appending each record
+ * (route_audit_json) to records. */
+struct route_audit_page {
+	json_t *records;
+	const char *node;
+};
+int route_audit_collect(void *page, const struct store_audit *a);

@@ -233,19 +233,31 @@ static void request_hash(struct http_req *r, struct exec_request *q)
 	free(ctext);
 }
 
-/* The client's id, or a random one ("x" and 20 hex digits). */
-static void choose_id(struct exec_request *q)
+/* The client's id, or a random one naming this node ("<node>_" and 20
+ * hex digits): a balancer routes /exec/{id} by what precedes the '_'. A
+ * client's id that names another node of the cluster is refused, since
+ * the balancer would send its /exec/{id} there. */
+static int choose_id(struct http_req *r, struct exec_request *q)
 {
+	const char *self = r->app->cfg->node_id;
 	if (q->id) {
 		memcpy(q->idbuf, q->id, q->id_len);
 		q->idbuf[q->id_len] = '\0';
-		return;
+		char node[SBX_NODE_ID_MAX + 1];
+		if (sbx_node_of(q->idbuf, node, sizeof node) && strcmp(node, self) != 0 &&
+		    sbx_nodes_find(&r->app->nodes, node))
+			return http_fail(r, -EINVAL,
+					 "id %s names node %s (ids \"<node>_...\" are routed to that "
+					 "node): choose an id without a node prefix",
+					 q->idbuf, node);
+		return 0;
 	}
 	unsigned char rnd[10];
 	auth_random(rnd, sizeof rnd);
-	snprintf(q->idbuf, sizeof q->idbuf, "x");
+	int o = snprintf(q->idbuf, sizeof q->idbuf, "%s_", self);
 	for (size_t i = 0; i < sizeof rnd; i++)
-		snprintf(q->idbuf + 1 + 2 * i, 3, "%02x", rnd[i]);
+		snprintf(q->idbuf + o + 2 * i, 3, "%02x", rnd[i]);
+	return 0;
 }
 
 /* Start: record it (fail closed: nothing runs unless its start is
@@ -295,8 +307,9 @@ int route_exec_post(struct http_req *r)
 	if (rc == 0) {
 		http_set_target(r, q.command);
 		request_hash(r, &q);
-		choose_id(&q);
-		rc = start(r, &q);
+		rc = choose_id(r, &q);
+		if (rc == 0)
+			rc = start(r, &q);
 	}
 	request_clear(&q);
 	return rc;

@@ -168,6 +168,21 @@ int route_metrics(struct http_req *r)
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
 	tenant_usage(r->app, &out);
 	tenant_disk(r->app, &out);
+	const char *node = r->app->cfg->node_id;
+	buf_appendf(&out,
+		    "# HELP sandboxd_node_info This node's id and version.\n"
+		    "# TYPE sandboxd_node_info gauge\nsandboxd_node_info{node=\"%s\",version=\"%s\"} 1\n",
+		    node, SANDBOXD_VERSION);
+	/* A node of a cluster (`nodes` configured) labels every series with
+	 * its id, so that series of several nodes merged by a federation or a
+	 * remote-write stay apart; a lone server keeps its names as they were. */
+	if (r->app->nodes.n > 0) {
+		struct buf labelled;
+		buf_init(&labelled, 32u << 20);
+		http_metrics_label_all(out.ptr ? out.ptr : "", out.len, "node", node, &labelled);
+		buf_free(&out);
+		out = labelled;
+	}
 	size_t n = 0;
 	char *text = buf_steal(&out, &n);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);

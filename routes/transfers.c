@@ -35,7 +35,8 @@
 #include "store/store.h"
 
 #define TOKEN_BYTES 32
-#define TOKEN_CHARS 43		/* base64url of 32 bytes, no padding */
+#define TOKEN_CHARS 43				      /* base64url of 32 bytes, no padding */
+#define TOKEN_MAX (SBX_NODE_ID_MAX + 1 + TOKEN_CHARS) /* "<node>_" and those */
 #define DL_BLOCK (256u * 1024u) /* content-reader block: beat sendfile on loopback (performance.md) */
 #define RETRY_AFTER_BUSY_S 1
 #define UPLOAD_GUARD_BYTES (8u << 20) /* how often an upload rechecks the store's reserve */
@@ -67,8 +68,14 @@ static void b64url_encode(const unsigned char *in, size_t n, char *out)
 	out[o] = '\0';
 }
 
+/* "<node>_" and 43 base64url characters (README "Running many nodes":
+ * a balancer routes /fs/stream/{token} by the node); tokens minted
+ * before node ids existed have the 43 characters alone. */
 static bool token_well_formed(const char *t)
 {
+	char node[SBX_NODE_ID_MAX + 1];
+	if (t && sbx_node_of(t, node, sizeof node))
+		t += strlen(node) + 1;
 	if (!t || strlen(t) != TOKEN_CHARS)
 		return false;
 	for (size_t i = 0; i < TOKEN_CHARS; i++)
@@ -85,13 +92,14 @@ static void token_hash(const char *tok, unsigned char out[32])
 	EVP_Digest(tok, strlen(tok), out, &n, EVP_sha256(), NULL);
 }
 
-static int token_new(char tok[TOKEN_CHARS + 1], unsigned char hash[32])
+static int token_new(const char *node, char tok[TOKEN_MAX + 1], unsigned char hash[32])
 {
 	unsigned char rnd[TOKEN_BYTES];
 	int rc = auth_random(rnd, sizeof rnd);
 	if (rc < 0)
 		return rc;
-	b64url_encode(rnd, sizeof rnd, tok);
+	int o = snprintf(tok, TOKEN_MAX + 1, "%s_", node);
+	b64url_encode(rnd, sizeof rnd, tok + o);
 	token_hash(tok, hash);
 	return 0;
 }
@@ -162,8 +170,8 @@ static int claim(struct http_req *r, struct xfer *x, bool have_hash, const char 
 	int64_t now = now_ms();
 	int rc;
 	if (!have_hash) {
-		char tok[TOKEN_CHARS + 1];
-		if ((rc = token_new(tok, x->hash)) < 0)
+		char tok[TOKEN_MAX + 1];
+		if ((rc = token_new(r->app->cfg->node_id, tok, x->hash)) < 0)
 			return http_fail(r, rc, "no randomness for a transfer token");
 		struct store_transfer t = {.session = r->session_key,
 					   .session_len = r->session_key_len,
@@ -584,21 +592,21 @@ int route_transfers_post(struct http_req *r)
 		sbx_upload_abort(&up);
 	}
 
-	char tok[TOKEN_CHARS + 1];
+	char tok[TOKEN_MAX + 1];
 	int64_t now = now_ms();
 	struct store_transfer t = {.session = r->session_key,
 				   .session_len = r->session_key_len,
 				   .path = rel,
 				   .created_at = now,
 				   .expires_at = now + ttl * 1000};
-	if ((rc = token_new(tok, t.token_hash)) < 0)
+	if ((rc = token_new(r->app->cfg->node_id, tok, t.token_hash)) < 0)
 		return http_fail(r, rc, "no randomness for a transfer token");
 	snprintf(t.tenant, sizeof t.tenant, "%s", r->tenant->name);
 	snprintf(t.direction, sizeof t.direction, "%s", read ? "read" : "write");
 	if ((rc = store_transfer_mint(r->app->store, &t)) < 0)
 		return http_fail(r, rc, "cannot record the transfer");
 
-	char wire[SBX_PATH_MAX + 16], url[64], exp[40];
+	char wire[SBX_PATH_MAX + 16], url[128], exp[40];
 	sbx_path_wire(rel, wire, sizeof wire);
 	snprintf(url, sizeof url, "/fs/stream/%s", tok);
 	rfc3339_ms(t.expires_at, exp, sizeof exp);

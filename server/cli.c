@@ -15,6 +15,8 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/audit.h"
+#include "routes/audit_nodes.h"
+#include "routes/peers.h"
 #include "server/datadir.h"
 #include "store/store.h"
 
@@ -298,6 +300,7 @@ int cli_migrate(struct sbx_config *cfg, const struct cli_args *a)
 struct audit_print {
 	const char *format;
 	size_t n;
+	const char *node;
 };
 
 /* A tenant chose the target (a path, a command): on an operator's
@@ -326,7 +329,7 @@ static int print_record(void *ctx, const struct store_audit *r)
 		free(method);
 		free(target);
 	} else {
-		json_t *j = route_audit_json(r);
+		json_t *j = route_audit_json(r, p->node);
 		char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
 		if (!t) {
 			json_decref(j);
@@ -339,6 +342,101 @@ static int print_record(void *ctx, const struct store_audit *r)
 	}
 	p->n++;
 	return 0;
+}
+
+/* One merged record as the format says. */
+static void print_merged(json_t *rec, const char *format, size_t n)
+{
+	if (strcmp(format, "table") != 0) {
+		char *t = json_dumps(rec, JSON_COMPACT);
+		printf("%s%s%s", strcmp(format, "json") == 0 && n ? ",\n" : "", t ? t : "{}",
+		       strcmp(format, "ndjson") == 0 ? "\n" : "");
+		free(t);
+		return;
+	}
+	char *tenant = term_safe(json_string_value(json_object_get(rec, "tenant")));
+	char *method = term_safe(json_string_value(json_object_get(rec, "method")));
+	char *target = term_safe(json_string_value(json_object_get(rec, "target")));
+	printf("%-12s %-8lld %-24s %-12s %-6s %-22s %-4lld %-7s %s\n",
+	       json_string_value(json_object_get(rec, "node")),
+	       (long long)json_integer_value(json_object_get(rec, "id")),
+	       json_string_value(json_object_get(rec, "at")), tenant, method,
+	       json_string_value(json_object_get(rec, "route")),
+	       (long long)json_integer_value(json_object_get(rec, "status")),
+	       json_string_value(json_object_get(rec, "outcome")), target);
+	free(tenant);
+	free(method);
+	free(target);
+}
+
+/* Say on stderr which nodes did not answer (the records are the others'). */
+static bool report_nodes(json_t *page)
+{
+	bool all = true;
+	size_t i;
+	json_t *st;
+	json_array_foreach(json_object_get(page, "nodes"), i, st) {
+		if (strcmp(json_string_value(json_object_get(st, "status")), "ok") == 0)
+			continue;
+		all = false;
+		fprintf(stderr, "sandboxd: node %s %s: %s\n", json_string_value(json_object_get(st, "id")),
+			json_string_value(json_object_get(st, "status")),
+			json_string_value(json_object_get(st, "error")));
+	}
+	return all;
+}
+
+/* --all-nodes: merged pages (routes/audit_nodes.c) until --limit records
+ * or the end. Exit 1 when a node did not answer (its records are missing). */
+static int audit_all_nodes(struct sbx_config *cfg, const struct cli_args *a, struct store *s,
+			   struct store_audit_filter f, const char *format)
+{
+	struct sbx_nodes nodes;
+	char err[512] = "", *bearer = NULL;
+	if (sbx_nodes_parse(cfg->nodes, &nodes, err, sizeof err) < 0 || route_peers_global_init() < 0) {
+		fprintf(stderr, "sandboxd: %s\n", *err ? err : "cannot initialise libcurl");
+		return 1;
+	}
+	if (a->token_file) {
+		unsigned char *t = NULL;
+		size_t n = 0;
+		if (read_whole(a->token_file, 16384, &t, &n) < 0) {
+			fprintf(stderr, "sandboxd: cannot read %s\n", a->token_file);
+			sbx_nodes_free(&nodes);
+			return 1;
+		}
+		bearer = xstrndup((char *)t, strcspn((char *)t, "\r\n"));
+		free(t);
+	}
+	size_t want = f.limit, given = 0;
+	char *cursor = NULL;
+	int status = 0;
+	bool complete = true;
+	while (given < want) {
+		json_t *page = NULL;
+		f.limit = want - given < 1000 ? want - given : 1000;
+		struct route_audit_ask ask = {.f = f, .cursor = cursor, .bearer = bearer};
+		if (route_audit_gather(cfg, &nodes, s, &ask, &page, err, sizeof err) < 0) {
+			fprintf(stderr, "sandboxd: %s\n", err);
+			status = 1;
+			break;
+		}
+		complete &= report_nodes(page);
+		size_t i;
+		json_t *rec;
+		json_array_foreach(json_object_get(page, "records"), i, rec)
+			print_merged(rec, format, given++);
+		const char *next = json_string_value(json_object_get(page, "next"));
+		free(cursor);
+		cursor = next ? xstrdup(next) : NULL;
+		json_decref(page);
+		if (!cursor)
+			break;
+	}
+	free(cursor);
+	free(bearer);
+	sbx_nodes_free(&nodes);
+	return status ? status : complete ? 0 : 1;
 }
 
 int cli_audit(struct sbx_config *cfg, const struct cli_args *a)
@@ -365,7 +463,19 @@ int cli_audit(struct sbx_config *cfg, const struct cli_args *a)
 	struct store *s = NULL;
 	if (open_store(cfg, false, &s) < 0)
 		return 1;
-	struct audit_print p = {format, 0};
+	if (a->all_nodes) {
+		if (strcmp(format, "table") == 0)
+			printf("%-12s %-8s %-24s %-12s %-6s %-22s %-4s %-7s %s\n", "NODE", "ID", "AT",
+			       "TENANT", "METHOD", "ROUTE", "STAT", "OUTCOME", "TARGET");
+		if (strcmp(format, "json") == 0)
+			printf("[");
+		int st = audit_all_nodes(cfg, a, s, f, format);
+		if (strcmp(format, "json") == 0)
+			printf("]\n");
+		store_close(&s);
+		return st;
+	}
+	struct audit_print p = {format, 0, cfg->node_id};
 	if (strcmp(format, "table") == 0)
 		printf("%-8s %-24s %-12s %-6s %-22s %-4s %-7s %s\n", "ID", "AT", "TENANT", "METHOD", "ROUTE",
 		       "STAT", "OUTCOME", "TARGET");

@@ -9,8 +9,10 @@ struct cli_args {
 	int nwords;
 	const char *secret_file, *public_key, *alg, *tenant, *scope, *since, *until, *format;
 	const char *route, *outcome, *session;
+	const char *token_file; /* audit --all-nodes: the token for nodes without a token-file */
 	long long ttl, limit;
 	bool operator_tenant;
+	bool all_nodes; /* audit: every node of `nodes` */
 };
 
 int cli_serve(struct sbx_config *cfg, const struct cli_args *a);

@@ -22,6 +22,7 @@ static const char usage[] =
     "  sandboxd migrate [--data-dir DIR]\n"
     "  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
     "                 [--session K] [--limit N] [--format table|json|ndjson]\n"
+    "                 [--all-nodes [--token-file F]]\n"
     "  sandboxd --help | --version\n"
     "\n"
     "Every subcommand takes --data-dir and --config. --set KEY=VALUE sets any\n"
@@ -60,6 +61,8 @@ enum {
 	O_SESSION,
 	O_HELP,
 	O_VERSION,
+	O_ALL_NODES,
+	O_TOKEN_FILE,
 };
 
 static const struct option options[] = {
@@ -85,6 +88,8 @@ static const struct option options[] = {
     {"route", required_argument, NULL, O_ROUTE},
     {"outcome", required_argument, NULL, O_OUTCOME},
     {"session", required_argument, NULL, O_SESSION},
+    {"all-nodes", no_argument, NULL, O_ALL_NODES},
+    {"token-file", required_argument, NULL, O_TOKEN_FILE},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -154,6 +159,12 @@ static int arg_option(int c, struct cli_args *a)
 		return 0;
 	case O_SESSION:
 		a->session = optarg;
+		return 0;
+	case O_ALL_NODES:
+		a->all_nodes = true;
+		return 0;
+	case O_TOKEN_FILE:
+		a->token_file = optarg;
 		return 0;
 	default:
 		return 1;

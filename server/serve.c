@@ -17,6 +17,8 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/audit_nodes.h"
+#include "routes/peers.h"
 #include "routes/exec.h"
 #include "http/hub.h"
 #include "http/metrics.h"
@@ -315,6 +317,9 @@ static void shut_down(struct server *s)
 	/* The runner has reported every exit; their records and answers are
 	 * made on the registry's completion thread. */
 	route_exec_drain(&s->app);
+	/* Merged audit pages end within nodes-timeout-ms; their requests must
+	 * be resumed before the daemon stops. */
+	route_audit_nodes_drain();
 	usleep(50000);
 }
 
@@ -324,6 +329,7 @@ static void server_free(struct server *s)
 	sbx_runner_stop(s->runner);
 	if (s->app_ready)
 		route_exec_drain(&s->app);
+	route_audit_nodes_drain();
 	http_daemon_stop(&s->http);
 	sbx_runner_free(&s->runner);
 	if (s->app_ready) {
@@ -345,7 +351,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 
 	if (check_backend_option(cfg) < 0)
 		return 2;
-	if (install_signals() < 0)
+	if (install_signals() < 0 || route_peers_global_init() < 0)
 		return 1;
 	/* Before any thread: capabilities are per thread. Without it a root
 	 * server's writes for a tenant would pass its quota. */

@@ -1,0 +1,32 @@
+#pragma once
+/* GET requests to the cluster's other nodes (common/nodes.h), for the
+ * merged audit history: libcurl, all of them at once, bounded in time and
+ * size. This is the server's only HTTP client; it is small on purpose and
+ * can move onto libsandboxd (client/) once that library exists.
+ *
+ * Threads: route_peers_get blocks its caller until every request has
+ * answered or timeout_ms has passed, so it is called from a worker thread
+ * (routes/audit_nodes.c) or the command line, never on an HTTP thread.
+ * Call route_peers_global_init() once at start, before any thread runs. */
+#include <stddef.h>
+
+#include "common/buf.h"
+#include "common/nodes.h"
+
+struct route_peer_get {
+	/* in */
+	const struct sbx_peer *peer;
+	char *path;	    /* "/audit?...", borrowed */
+	const char *bearer; /* presented when the peer has no token-file; NULL: none */
+	/* out */
+	long status;	 /* the HTTP status, 0 when none came */
+	struct buf body; /* the body, at most max_body bytes (route_peers_get inits it) */
+	char error[200]; /* why there is no status: connect, timeout, token-file, size */
+};
+
+/* 0, or -EIO when libcurl cannot be initialised. */
+int route_peers_global_init(void);
+/* Send every v[i] at once; returns when all are done or timeout_ms (for
+ * connecting and answering together) has passed. Never fails as a whole:
+ * each v[i] says what happened to it. Free each body with buf_free. */
+void route_peers_get(struct route_peer_get *v, size_t n, long timeout_ms, size_t max_body);
