@@ -580,6 +580,47 @@ static void audit_settled(int k)
 	assert_true(seen);
 }
 
+/* `sandboxd audit --all-nodes` as node k's operator runs it, acme's
+ * records as "node/id"; the exit status must be want_status. */
+static json_t *cli_audit_all_status(int k, int want_status)
+{
+	char tokfile[200], nodes[512];
+	snprintf(tokfile, sizeof tokfile, "%s/ops.token", C.dir);
+	assert_int_equal(it_write_file(tokfile, C.tok_ops, strlen(C.tok_ops)), 0);
+	int o = 0;
+	for (int i = 0; i < NNODES; i++)
+		o += snprintf(nodes + o, sizeof nodes - (size_t)o,
+			      "%s{\"id\":\"%s\",\"url\":\"http://127.0.0.1:%d\"}", i ? "," : "[", node_ids[i],
+			      C.ports[i]);
+	snprintf(nodes + o, sizeof nodes - (size_t)o, "]");
+	char *args =
+	    xasprintf("audit --all-nodes --tenant acme --format ndjson --limit 100000 --token-file '%s' "
+		      "--set node-id=%s --set 'nodes=%s'",
+		      tokfile, node_ids[k], nodes);
+	int st = -1;
+	char *out = it_cli(&C.node[k], &st, args);
+	free(args);
+	assert_non_null(out);
+	assert_int_equal(st, want_status);
+	json_t *ids = json_array();
+	for (char *line = out, *nl; *line; line = nl + 1) {
+		nl = strchr(line, '\n');
+		assert_non_null(nl);
+		*nl = '\0';
+		json_t *rec = json_loads(line, 0, NULL);
+		assert_non_null(rec);
+		json_array_append_new(ids, json_sprintf("%s/%lld", jstr(rec, "node"), jint(rec, "id")));
+		json_decref(rec);
+	}
+	free(out);
+	return ids;
+}
+
+static json_t *cli_audit_all(int k)
+{
+	return cli_audit_all_status(k, 0);
+}
+
 static bool same_set(json_t *a, json_t *b)
 {
 	if (json_array_size(a) != json_array_size(b))
@@ -616,6 +657,10 @@ static void test_audit_merged(void **state)
 	json_t *again = merged_audit(37, &pages2, NULL);
 	assert_true(json_equal(walk, again));
 	json_decref(again);
+	/* The command line on node-a's store, the others over HTTP. */
+	json_t *cli = cli_audit_all(0);
+	assert_true(json_equal(cli, walk));
+	json_decref(cli);
 	json_decref(walk);
 	json_decref(all);
 	/* Metrics name their node. */
@@ -666,6 +711,8 @@ static void test_node_down(void **state)
 	int pages = 0;
 	json_t *walk = merged_audit(500, &pages, node_ids[down]);
 	json_decref(walk);
+	/* The command line says so with its exit status. */
+	json_decref(cli_audit_all_status((down + 1) % NNODES, 1));
 
 	assert_int_equal(node_start(down), 0);
 	for (int i = 0; i < NSESSIONS; i++) {
