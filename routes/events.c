@@ -54,7 +54,7 @@ int route_exec_events(struct http_req *r)
 	struct store_exec ex;
 	rc = store_exec_get(r->app->store, tenant, id, &ex);
 	if (rc == -ENOENT)
-		return http_fail(r, rc, "no exec %s", id);
+		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
 	json_t *res = ex.result ? json_loads(ex.result, 0, NULL) : NULL;

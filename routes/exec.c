@@ -326,6 +326,18 @@ static json_t *exec_view(const struct store_exec *ex, bool with_result)
 	return o;
 }
 
+/* 404 for an exec id; one that names another node says so: a balancer
+ * sent it to the wrong node (README "Running many nodes"). */
+int route_exec_unknown(struct http_req *r, const char *id)
+{
+	char node[SBX_NODE_ID_MAX + 1];
+	if (sbx_node_of(id, node, sizeof node) && strcmp(node, r->app->cfg->node_id) != 0)
+		return http_fail(r, -ENOENT,
+				 "no exec %s on node %s: its id names node %s (route /exec/{id} by it)", id,
+				 r->app->cfg->node_id, node);
+	return http_fail(r, -ENOENT, "no exec %s", id);
+}
+
 int route_exec_get(struct http_req *r)
 {
 	const char *id = r->params[0];
@@ -334,7 +346,7 @@ int route_exec_get(struct http_req *r)
 	struct store_exec ex;
 	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
 	if (rc == -ENOENT)
-		return http_fail(r, rc, "no exec %s", id);
+		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
 	json_t *o = exec_view(&ex, true);
@@ -353,7 +365,7 @@ int route_exec_cancel(struct http_req *r)
 	struct store_exec ex;
 	int rc = valid ? store_exec_get(r->app->store, r->tenant->name, id, &ex) : -ENOENT;
 	if (rc == -ENOENT)
-		return http_fail(r, rc, "no exec %s", id);
+		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
 	char state[16];

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 struct app;
+struct http_req;
 struct store_exec;
 
 /* Start the registry (and its completion thread) with the limits every
@@ -23,3 +24,6 @@ void route_exec_fini(struct app *a);
 /* {"id", "command", "session", "cwd", "started_at"}: the data of the
  * `start` event and the common part of GET /exec/{id}. */
 json_t *route_exec_start_json(const struct store_exec *ex);
+/* 404 not_found for exec id (after http_fail); the message says when the
+ * id names another node (a balancer routed it wrongly). */
+int route_exec_unknown(struct http_req *r, const char *id);

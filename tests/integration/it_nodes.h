@@ -446,6 +446,12 @@ static void test_exec_by_id(void **state)
 	assert_int_equal(it_get_json(&C.lb, tok, path, &v), 200);
 	assert_string_equal(jstr(v, "state"), "cancelled");
 	json_decref(v);
+	/* Sent to another node (a misrouting balancer): 404 saying whose it is. */
+	struct it_server *elsewhere = &C.node[(node_index(C.node_of[i]) + 1) % NNODES];
+	assert_int_equal(it_http(elsewhere, "GET", path, tok, NULL, NULL, 0, &r), 0);
+	it_expect_error(&r, 404, "not_found");
+	assert_non_null(strstr(r.body, "its id names node"));
+	it_resp_free(&r);
 	free(id);
 
 	/* A client's own id: routed by the session, like the POST that made it. */
