@@ -61,6 +61,19 @@ struct krlimit {
 	uint64_t cur, max;
 };
 
+const char *sbx_command_argv(struct sbx_strv *argv, const struct sbx_spawn_req *req)
+{
+	if (req->tty) {
+		sbx_strv_add(argv, "setsid");
+		sbx_strv_add(argv, "--ctty");
+		sbx_strv_add(argv, "--wait");
+	}
+	sbx_strv_add(argv, "/bin/sh");
+	sbx_strv_add(argv, "-c");
+	sbx_strv_add(argv, req->command);
+	return req->tty ? SBX_SETSID_PATH : "/bin/sh";
+}
+
 /* ---- strv ---- */
 
 void sbx_strv_add(struct sbx_strv *sv, const char *s)

@@ -32,6 +32,10 @@ struct sbx_spawn_req {
 	uint64_t seq; /* server-made command number (the runner's job id): names its cgroup */
 	int stdin_fd, stdout_fd,
 	    stderr_fd; /* the child's ends (-1: /dev/null); the caller closes its copies */
+	/* The std fds are one pseudo-terminal's slave: the command runs under
+	 * `setsid --ctty --wait` (util-linux) inside the sandbox, which makes
+	 * that terminal the controlling one of the command's own session. */
+	bool tty;
 };
 
 struct sbx_backend_config {

@@ -417,9 +417,12 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 	sbx_strv_add(&l->argv, "bwrap");
 	sbx_strv_add(&l->argv, "--args");
 	sbx_strv_addf(&l->argv, "%d", fd);
-	sbx_strv_add(&l->argv, "/bin/sh");
-	sbx_strv_add(&l->argv, "-c");
-	sbx_strv_add(&l->argv, req->command);
+	/* A terminal: bwrap's --new-session still detaches the command from
+	 * every terminal it had; setsid then makes the fresh pty (the
+	 * runner's, never the server's own terminal) the controlling one of
+	 * a session inside the sandbox, so ^C and SIGWINCH reach the
+	 * foreground job. TIOCSTI stays denied by the seccomp filter. */
+	sbx_command_argv(&l->argv, req);
 	rc = 0;
 out:
 	sbx_strv_free(&args);

@@ -93,6 +93,11 @@ extern const struct sbx_backend_ops sbx_backend_bwrap_ops;
 #define SBX_ENV_PATH "/usr/local/bin:/usr/bin:/bin"
 #define SBX_ENV_LANG "C.UTF-8"
 
+/* The command's argv: "/bin/sh -c <command>", behind "setsid --ctty
+ * --wait" for a terminal (req->tty). Returns the program to execve. */
+#define SBX_SETSID_PATH "/usr/bin/setsid"
+const char *sbx_command_argv(struct sbx_strv *argv, const struct sbx_spawn_req *req);
+
 /* cwd_rel is "" or a relative path without "." / ".." components. */
 bool sbx_cwd_rel_ok(const char *cwd_rel);
 

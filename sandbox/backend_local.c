@@ -43,10 +43,7 @@ static int local_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req,
 		return rc;
 	l->cwd = rel[0] ? xasprintf("%s/%s", req->workspace_host_dir, rel) : xstrdup(req->workspace_host_dir);
 
-	l->path = "/bin/sh";
-	sbx_strv_add(&l->argv, "sh");
-	sbx_strv_add(&l->argv, "-c");
-	sbx_strv_add(&l->argv, req->command);
+	l->path = sbx_command_argv(&l->argv, req);
 
 	if (!env_overrides(req->env, "PATH", 4))
 		sbx_strv_add(&l->envp, "PATH=" SBX_ENV_PATH);

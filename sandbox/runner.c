@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/pidfd.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -53,19 +54,27 @@ struct job {
 	struct job *next_q;   /* r->pending, under r->mu */
 	struct job *next_run; /* runner thread only */
 	bool cancel_req;      /* under r->mu */
+	bool kill_req;	      /* under r->mu: cancel without grace */
+	/* stdin waiting to be written, under r->mu (HTTP threads append) */
+	char *in_buf;
+	size_t in_len, in_cap;
+	bool in_eof;	/* close stdin once in_buf is written */
+	bool in_closed; /* closed, or refused by the command */
+	bool in_dirty;	/* appended since the runner last looked */
+	bool resize_req;
+	unsigned short cols, rows;
 
 	/* the deep copy of the request */
 	struct sbx_exec_req req;
 	char *command, *cwd_rel, *host_dir, *exec_id;
 	char **env;
-	char *stdin_data;
 	sbx_event_cb cb;
 	void *ctx;
 
 	/* runner thread only from here */
 	struct watch w[W_COUNT];
 	int fd[W_COUNT];
-	size_t stdin_off;
+	bool in_armed; /* W_STDIN watched for EPOLLOUT */
 	pid_t pid;
 	struct sbx_collector *out, *err;
 	int last_stream;
@@ -141,7 +150,7 @@ static void job_free(struct job *j)
 			free(*e);
 		free(j->env);
 	}
-	free(j->stdin_data);
+	free(j->in_buf);
 	free(j);
 }
 
@@ -166,16 +175,22 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 			j->env[i] = xstrdup(req->spawn.env[i]);
 	}
 	if (req->stdin_len > 0) {
-		j->stdin_data = xmalloc(req->stdin_len);
-		memcpy(j->stdin_data, req->stdin_data, req->stdin_len);
+		j->in_buf = xmalloc(req->stdin_len);
+		memcpy(j->in_buf, req->stdin_data, req->stdin_len);
+		j->in_len = j->in_cap = req->stdin_len;
 	}
+	j->req.stdin_pipe = req->stdin_pipe || req->tty;
+	j->in_eof = !j->req.stdin_pipe;
+	j->cols = req->cols;
+	j->rows = req->rows;
 	/* the copy's pointers now point at the job's own strings */
 	j->req.spawn.command = j->command;
 	j->req.spawn.cwd_rel = j->cwd_rel;
 	j->req.spawn.workspace_host_dir = j->host_dir;
 	j->req.spawn.env = (const char *const *)j->env;
 	j->req.id = j->exec_id;
-	j->req.stdin_data = j->stdin_data;
+	j->req.stdin_data = NULL;
+	j->req.stdin_len = 0;
 	for (int k = 0; k < W_COUNT; k++) {
 		j->fd[k] = -1;
 		j->w[k].job = j;
@@ -233,22 +248,48 @@ static void stop_job(struct job *j, int64_t now)
 	/* heartbeats go on through the grace: it still runs */
 }
 
-/* Write what the pipe takes without blocking. SIGPIPE is blocked around
- * the write (and a pending one consumed) so a child that closed its stdin
- * gives EPIPE instead of killing the server. */
-static void feed_stdin(struct sbx_runner *r, struct job *j)
+/* Watch stdin for room only while something waits to be written (a
+ * level-triggered EPOLLOUT on an idle pipe would spin); with no events
+ * epoll still reports EPOLLERR, the command closing its end. */
+static void arm_stdin(struct sbx_runner *r, struct job *j, bool want)
+{
+	struct epoll_event ev = {.events = want ? EPOLLOUT : 0, .data.ptr = &j->w[W_STDIN]};
+
+	if (j->fd[W_STDIN] < 0 || j->in_armed == want)
+		return;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_MOD, j->fd[W_STDIN], &ev) == 0)
+		j->in_armed = want;
+}
+
+/* Close stdin for good (under r->mu): what waits is dropped. */
+static void close_stdin_locked(struct sbx_runner *r, struct job *j)
+{
+	unwatch(r, j, W_STDIN);
+	j->in_closed = true;
+	j->in_len = 0;
+}
+
+/* Write what the pipe takes without blocking (under r->mu: the queue is
+ * shared with sbx_runner_stdin; a non-blocking write never waits on the
+ * command). SIGPIPE is blocked around the write (and a pending one
+ * consumed) so a child that closed its stdin gives EPIPE instead of
+ * killing the server. */
+static void feed_stdin_locked(struct sbx_runner *r, struct job *j)
 {
 	sigset_t pipe_set, old, pending;
-	bool was_pending;
+	bool was_pending, failed = false;
+	size_t off = 0;
 
+	j->in_dirty = false;
+	if (j->fd[W_STDIN] < 0)
+		return;
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	sigpending(&pending);
 	was_pending = sigismember(&pending, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	while (j->stdin_off < j->req.stdin_len) {
-		ssize_t w =
-		    write(j->fd[W_STDIN], j->stdin_data + j->stdin_off, j->req.stdin_len - j->stdin_off);
+	while (off < j->in_len) {
+		ssize_t w = write(j->fd[W_STDIN], j->in_buf + off, j->in_len - off);
 
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -260,14 +301,27 @@ static void feed_stdin(struct sbx_runner *r, struct job *j)
 
 				sigtimedwait(&pipe_set, NULL, &zero);
 			}
-			j->stdin_off = j->req.stdin_len;
+			failed = true;
 			break;
 		}
-		j->stdin_off += (size_t)w;
+		off += (size_t)w;
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (j->stdin_off >= j->req.stdin_len)
-		unwatch(r, j, W_STDIN);
+	if (off) {
+		memmove(j->in_buf, j->in_buf + off, j->in_len - off);
+		j->in_len -= off;
+	}
+	if (failed || (j->in_len == 0 && j->in_eof))
+		close_stdin_locked(r, j);
+	else
+		arm_stdin(r, j, j->in_len > 0);
+}
+
+static void feed_stdin(struct sbx_runner *r, struct job *j)
+{
+	pthread_mutex_lock(&r->mu);
+	feed_stdin_locked(r, j);
+	pthread_mutex_unlock(&r->mu);
 }
 
 static int set_nonblock(int fd)
@@ -291,6 +345,58 @@ static void new_collector(struct job *j, struct sbx_collector **c, const char *s
 	sbx_collector_new(c, j->req.max_output_bytes, j->req.ws, spill, j->req.spill_cap);
 }
 
+/* A pseudo-terminal: *master for the runner, *slave for the command. */
+static int open_pty(const struct job *j, int *master, int *slave)
+{
+	struct winsize ws = {.ws_row = j->rows ? j->rows : 24, .ws_col = j->cols ? j->cols : 80};
+	char name[64];
+	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), rc;
+
+	if (m < 0)
+		return -errno;
+	if (grantpt(m) < 0 || unlockpt(m) < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0) {
+		rc = -errno;
+		close(m);
+		return rc;
+	}
+	rc = ptsname_r(m, name, sizeof(name));
+	if (rc) {
+		close(m);
+		return -rc;
+	}
+	*slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (*slave < 0) {
+		rc = -errno;
+		close(m);
+		return rc;
+	}
+	*master = m;
+	return 0;
+}
+
+/* The child's std fds: three pipes, or one terminal (in[1] then writes
+ * to a second fd of the master, out[0] reads the master, no stderr). */
+static int make_std_fds(struct job *j, int in[2], int out[2], int err[2])
+{
+	if (!j->req.tty) {
+		if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+			return -errno;
+		j->req.spawn.stdin_fd = in[0];
+		j->req.spawn.stdout_fd = out[1];
+		j->req.spawn.stderr_fd = err[1];
+		return 0;
+	}
+	int rc = open_pty(j, &out[0], &in[0]);
+	if (rc < 0)
+		return rc;
+	in[1] = fcntl(out[0], F_DUPFD_CLOEXEC, 3);
+	if (in[1] < 0)
+		return -errno;
+	j->req.spawn.stdin_fd = j->req.spawn.stdout_fd = j->req.spawn.stderr_fd = in[0];
+	j->req.spawn.tty = true;
+	return 0;
+}
+
 /* Pipes, spawn on this (the long-lived) thread, epoll registration. */
 static int job_start(struct sbx_runner *r, struct job *j)
 {
@@ -302,13 +408,9 @@ static int job_start(struct sbx_runner *r, struct job *j)
 		rc = -EINVAL;
 		goto out;
 	}
-	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
-		rc = -errno;
+	rc = make_std_fds(j, in, out, err);
+	if (rc < 0)
 		goto out;
-	}
-	j->req.spawn.stdin_fd = in[0];
-	j->req.spawn.stdout_fd = out[1];
-	j->req.spawn.stderr_fd = err[1];
 	j->start_mono = mono_ms();
 	j->started_at = now_ms();
 	rc = sbx_backend_spawn(j->req.backend, &j->req.spawn, &pid, &pidfd);
@@ -326,11 +428,11 @@ static int job_start(struct sbx_runner *r, struct job *j)
 	rc = watch(r, j, W_PIDFD, EPOLLIN);
 	if (!rc)
 		rc = set_nonblock(j->fd[W_STDOUT]);
-	if (!rc)
+	if (!rc && j->fd[W_STDERR] >= 0)
 		rc = set_nonblock(j->fd[W_STDERR]);
 	if (!rc)
 		rc = watch(r, j, W_STDOUT, EPOLLIN);
-	if (!rc)
+	if (!rc && j->fd[W_STDERR] >= 0)
 		rc = watch(r, j, W_STDERR, EPOLLIN);
 	if (rc) {
 		/* It would run unobserved: kill it, reap it, report a failure. */
@@ -342,13 +444,12 @@ static int job_start(struct sbx_runner *r, struct job *j)
 		j->pid = -1;
 		goto out;
 	}
-	if (j->req.stdin_len == 0 || set_nonblock(j->fd[W_STDIN])) {
-		unwatch(r, j, W_STDIN);
-	} else {
-		feed_stdin(r, j);
-		if (j->fd[W_STDIN] >= 0 && watch(r, j, W_STDIN, EPOLLOUT))
-			unwatch(r, j, W_STDIN);
-	}
+	pthread_mutex_lock(&r->mu);
+	if ((!j->req.stdin_pipe && j->in_len == 0) || set_nonblock(j->fd[W_STDIN]) || watch(r, j, W_STDIN, 0))
+		close_stdin_locked(r, j);
+	else
+		feed_stdin_locked(r, j);
+	pthread_mutex_unlock(&r->mu);
 	j->last_out_mono = j->start_mono;
 	if (j->req.timeout_ms)
 		j->timeout_at = add_ms(j->start_mono, j->req.timeout_ms);
@@ -431,7 +532,9 @@ static void reap(struct sbx_runner *r, struct job *j)
 		j->status = -1;
 	j->reaped = true;
 	unwatch(r, j, W_PIDFD);
-	unwatch(r, j, W_STDIN);
+	pthread_mutex_lock(&r->mu);
+	close_stdin_locked(r, j);
+	pthread_mutex_unlock(&r->mu);
 	j->timeout_at = j->kill_at = j->next_hb = NO_DEADLINE;
 	j->drain_until = add_ms(mono_ms(), DRAIN_MS);
 }
@@ -444,10 +547,13 @@ static void handle_event(struct sbx_runner *r, struct watch *w, uint32_t events)
 	case W_STDIN:
 		if (j->fd[W_STDIN] < 0)
 			break;
-		if (events & (EPOLLERR | EPOLLHUP))
-			unwatch(r, j, W_STDIN);
-		else
+		if (events & (EPOLLERR | EPOLLHUP)) {
+			pthread_mutex_lock(&r->mu);
+			close_stdin_locked(r, j);
+			pthread_mutex_unlock(&r->mu);
+		} else {
 			feed_stdin(r, j);
+		}
 		break;
 	case W_STDOUT:
 	case W_STDERR:
@@ -577,6 +683,38 @@ static void apply_cancel(struct job *j, int64_t now)
 	stop_job(j, now);
 }
 
+static void apply_kill(struct job *j)
+{
+	if (j->reaped || j->kill_sent)
+		return;
+	if (!j->term_sent)
+		j->cancelled = true;
+	signal_group(j, SIGKILL);
+	j->term_sent = j->kill_sent = true;
+	j->kill_at = j->timeout_at = NO_DEADLINE;
+}
+
+/* What HTTP threads asked of a started job (under r->mu). */
+static void apply_control_locked(struct sbx_runner *r, struct job *j, int64_t now)
+{
+	if (j->kill_req) {
+		j->kill_req = j->cancel_req = false;
+		apply_kill(j);
+	}
+	if (j->cancel_req) {
+		j->cancel_req = false;
+		apply_cancel(j, now);
+	}
+	if (j->in_dirty)
+		feed_stdin_locked(r, j);
+	if (j->resize_req && !j->reaped && j->req.tty && j->fd[W_STDOUT] >= 0) {
+		struct winsize ws = {.ws_row = j->rows, .ws_col = j->cols};
+
+		(void)ioctl(j->fd[W_STDOUT], TIOCSWINSZ, &ws);
+	}
+	j->resize_req = false;
+}
+
 /* New jobs and cancel requests from other threads. */
 static void take_control(struct sbx_runner *r)
 {
@@ -621,12 +759,9 @@ static void take_control(struct sbx_runner *r)
 	pthread_mutex_lock(&r->mu);
 	if (r->cancel_dirty) {
 		r->cancel_dirty = false;
-		for (struct job *j = r->all; j; j = j->next_all) {
-			if (j->cancel_req && j->pid > 0) {
-				j->cancel_req = false;
-				apply_cancel(j, now);
-			}
-		}
+		for (struct job *j = r->all; j; j = j->next_all)
+			if (j->pid > 0)
+				apply_control_locked(r, j, now);
 	}
 	pthread_mutex_unlock(&r->mu);
 }
@@ -907,6 +1042,106 @@ int sbx_runner_cancel(struct sbx_runner *r, uint64_t job)
 	}
 	pthread_mutex_unlock(&r->mu);
 	if (!rc)
+		wake(r);
+	return rc;
+}
+
+static struct job *find_locked(struct sbx_runner *r, uint64_t job)
+{
+	for (struct job *j = r->all; j; j = j->next_all)
+		if (j->id == job)
+			return j;
+	return NULL;
+}
+
+int sbx_runner_kill(struct sbx_runner *r, uint64_t job)
+{
+	struct job *j;
+
+	if (!r)
+		return -EINVAL;
+	pthread_mutex_lock(&r->mu);
+	j = find_locked(r, job);
+	if (j)
+		j->kill_req = j->cancel_req = r->cancel_dirty = true;
+	pthread_mutex_unlock(&r->mu);
+	if (j)
+		wake(r);
+	return j ? 0 : -ESRCH;
+}
+
+#define STDIN_BUFFER_DEFAULT (64 * 1024)
+#define TTY_EOF '\x04' /* VEOF of a fresh terminal: ^D */
+
+static int queue_stdin_locked(struct job *j, const void *p, size_t n, bool eof)
+{
+	size_t max = j->req.stdin_buffer_max ? j->req.stdin_buffer_max : STDIN_BUFFER_DEFAULT;
+	size_t add = n + (eof && j->req.tty ? 1 : 0);
+
+	if (!j->req.stdin_pipe)
+		return -ENOTCONN;
+	if (j->in_closed || j->in_eof)
+		return -EPIPE;
+	if (add > max)
+		return -EFBIG;
+	if (j->in_len + add > max)
+		return -EAGAIN;
+	if (j->in_len + add > j->in_cap) {
+		j->in_cap = j->in_len + add;
+		j->in_buf = xrealloc(j->in_buf, j->in_cap);
+	}
+	if (n)
+		memcpy(j->in_buf + j->in_len, p, n);
+	j->in_len += n;
+	if (eof && j->req.tty)
+		j->in_buf[j->in_len++] = TTY_EOF;
+	else if (eof)
+		j->in_eof = true;
+	j->in_dirty = true;
+	return 0;
+}
+
+int sbx_runner_stdin(struct sbx_runner *r, uint64_t job, const void *p, size_t n, bool eof, size_t *pending)
+{
+	struct job *j;
+	int rc = -ESRCH;
+
+	if (!r)
+		return -EINVAL;
+	pthread_mutex_lock(&r->mu);
+	j = find_locked(r, job);
+	if (j) {
+		rc = queue_stdin_locked(j, p, n, eof);
+		if (rc == 0)
+			r->cancel_dirty = true;
+		if (pending)
+			*pending = j->in_len;
+	}
+	pthread_mutex_unlock(&r->mu);
+	if (rc == 0)
+		wake(r);
+	return rc;
+}
+
+int sbx_runner_resize(struct sbx_runner *r, uint64_t job, unsigned short cols, unsigned short rows)
+{
+	struct job *j;
+	int rc = -ESRCH;
+
+	if (!r)
+		return -EINVAL;
+	pthread_mutex_lock(&r->mu);
+	j = find_locked(r, job);
+	if (j && !j->req.tty) {
+		rc = -ENOTTY;
+	} else if (j) {
+		j->cols = cols;
+		j->rows = rows;
+		j->resize_req = r->cancel_dirty = true;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&r->mu);
+	if (rc == 0)
 		wake(r);
 	return rc;
 }

@@ -20,8 +20,17 @@ struct sbx_exec_req {
 	uint64_t timeout_ms;	    /* 0: none */
 	uint64_t idle_timeout_ms;   /* 0: none */
 	uint64_t kill_grace_ms;	    /* SIGTERM -> SIGKILL delay */
-	const void *stdin_data;	    /* copied at submit; closed after written */
+	const void *stdin_data;	    /* copied at submit; closed after written unless stdin_pipe */
 	size_t stdin_len;
+	/* stdin stays open after stdin_data for sbx_runner_stdin; what waits
+	 * to be written is bounded by stdin_buffer_max (beyond: -EAGAIN). */
+	bool stdin_pipe;
+	size_t stdin_buffer_max;
+	/* A pseudo-terminal of cols x rows: the runner holds the master, the
+	 * slave is the command's stdin, stdout and stderr (output arrives as
+	 * stdout); implies stdin_pipe. */
+	bool tty;
+	unsigned short cols, rows;
 	size_t max_output_bytes; /* per stream window */
 	uint64_t spill_cap;	 /* per stream spill file cap */
 	uint64_t heartbeat_ms;	 /* 0: no heartbeats */
@@ -86,6 +95,21 @@ int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_
 /* Ask a job to stop as a cancel (SIGTERM to the group, SIGKILL after the
  * grace). -ESRCH if it has already been reported finished. */
 int sbx_runner_cancel(struct sbx_runner *r, uint64_t job);
+/* Stop a job at once: SIGKILL to its group, no grace (its session is
+ * being removed); reported as cancelled. -ESRCH as cancel. */
+int sbx_runner_kill(struct sbx_runner *r, uint64_t job);
+/* Queue n bytes for the job's stdin, all or nothing, and with eof close
+ * it once they are written (on a terminal eof queues the EOF character,
+ * ^D, instead: the terminal stays). Never blocks. *pending (optional):
+ * bytes still queued afterwards. Errors: -ESRCH (not running),
+ * -ENOTCONN (started without stdin_pipe), -EPIPE (stdin closed: eof
+ * was sent, or the command closed it), -EAGAIN (the queue would exceed
+ * stdin_buffer_max: nothing was taken; the command is not reading),
+ * -EFBIG (n alone exceeds stdin_buffer_max). */
+int sbx_runner_stdin(struct sbx_runner *r, uint64_t job, const void *p, size_t n, bool eof, size_t *pending);
+/* Set a terminal job's window size (the foreground job gets SIGWINCH).
+ * -ESRCH, -ENOTTY (not a terminal). */
+int sbx_runner_resize(struct sbx_runner *r, uint64_t job, unsigned short cols, unsigned short rows);
 /* Cancel every job (shutdown). */
 void sbx_runner_cancel_all(struct sbx_runner *r);
 /* The watchdog's view: how long the runner thread has been busy in its
