@@ -117,6 +117,11 @@ static const struct option_spec specs[] = {
     SC("node-id", node_id, NULL, check_node_id),
     J("nodes", nodes, check_nodes),
     I("nodes-timeout-ms", nodes_timeout_ms, "5000", 100, 600000),
+    S("code-languages", code_languages, "python,node,bash,sh"),
+    I("changes-max-files", changes_max_files, "10000", 1, 10000000),
+    I("changes-max-listed", changes_max_listed, "1000", 1, 1000000),
+    I("changes-hash-bytes", changes_hash_bytes, "67108864", 0, INT64_MAX),
+    I("stdin-buffer-bytes", stdin_buffer_bytes, "65536", 1, 67108864),
 };
 
 static const struct option_spec *find(const char *name)

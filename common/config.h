@@ -50,6 +50,12 @@ struct sbx_config {
 	char *node_id;		  /* this node's id (common/nodes.h); default from the host name */
 	char *nodes;		  /* the cluster's node list, JSON text (common/nodes.h); NULL: none */
 	int64_t nodes_timeout_ms; /* a request to another node (merged audit) gives up after this */
+	/* agent runs (POST /code, files_changed, background execs, stdin) */
+	char *code_languages;	    /* comma-separated: which of python, node, bash, sh /code offers */
+	int64_t changes_max_files;  /* files recorded per snapshot */
+	int64_t changes_max_listed; /* files_changed entries */
+	int64_t changes_hash_bytes; /* bytes hashed per exec, in all */
+	int64_t stdin_buffer_bytes; /* queued stdin per exec */
 };
 
 /* Fill with the defaults (allocations owned by the config). */

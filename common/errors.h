@@ -21,6 +21,7 @@ enum sbx_error {
 	SBX_E_METHOD,	      /* 405 method_not_allowed */
 	SBX_E_QUOTA,	      /* 507 quota_exceeded: the tenant's disk quota */
 	SBX_E_RESERVE,	      /* 507 insufficient_storage: the store's reserve would be used */
+	SBX_E_LANGUAGE,	      /* 422 unsupported_language */
 };
 
 /* What a negative return means, for logs and messages: strerror for an

@@ -19,6 +19,7 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/code.h"
 #include "http/fields.h"
 #include "http/errors.h"
 #include "routes/exec_registry.h"
@@ -107,6 +108,7 @@ struct exec_request {
 	json_t *env;
 	int64_t timeout_s, idle_timeout_s, max_output;
 	bool stream;
+	struct route_exec_extras x; /* track_changes, background, stdin_pipe, tty (routes/code.h) */
 	/* Derived by the steps below; freed by request_clear. */
 	const char *envv[ENV_MAX + 1];
 	char *envbuf[ENV_MAX];
@@ -139,6 +141,7 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 	    {"max_output_bytes", F_INT, false, &q->max_output, NULL, 256, INT64_MAX, NULL},
 	    {"id", F_STRING, false, &q->id, &q->id_len, 0, 0, NULL},
 	    {"stream", F_BOOL, false, &q->stream, NULL, 0, 0, NULL},
+	    ROUTE_EXEC_EXTRA_FIELDS(q->x),
 	};
 	int rc = http_fields_read(r, r->json, f, sizeof f / sizeof f[0]);
 	if (rc < 0)
@@ -147,6 +150,8 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 		return http_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
 	if (q->id && !id_ok(q->id, q->id_len))
 		return http_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
+	if ((rc = route_exec_extras_check(r, &q->x, q->stream)) < 0)
+		return rc;
 	/* Server caps: a larger ask is clamped, not refused. */
 	if (q->timeout_s > cfg->exec_timeout_max_s)
 		q->timeout_s = cfg->exec_timeout_max_s;
@@ -227,6 +232,7 @@ static void request_hash(struct http_req *r, struct exec_request *q)
 	    r->session_key, r->session_key_len, "cwd", q->cwd_wire, "env", q->env_sorted, "timeout_s",
 	    (json_int_t)q->timeout_s, "idle_timeout_s", (json_int_t)q->idle_timeout_s, "stdin",
 	    q->stdin_data ? q->stdin_data : "", q->stdin_len, "max_output_bytes", (json_int_t)q->max_output);
+	route_exec_extras_hash(&q->x, canon);
 	char *ctext = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(canon);
 	sha256_hex(ctext, strlen(ctext), q->hash);
@@ -293,7 +299,9 @@ static int start(struct http_req *r, struct exec_request *q)
 	/* Always: a watcher may follow any exec's output (GET /exec/{id}/events
 	 * ?output=true); the hub drops chunks nobody asked for. */
 	run.want_output_events = true;
-	return route_execs_start(r, &row, &run, q->id != NULL, q->stream);
+	struct route_exec_opts o = {.id_given = q->id != NULL, .stream = q->stream};
+	rc = route_exec_extras_apply(r, &q->x, &run, &o);
+	return rc < 0 ? rc : route_execs_start(r, &row, &run, &o);
 }
 
 /* Parse, check, start; the reply comes at the exit (or from the earlier
@@ -350,6 +358,11 @@ int route_exec_get(struct http_req *r)
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
 	json_t *o = exec_view(&ex, true);
+	json_t *progress = strcmp(ex.state, "running") == 0
+			       ? route_execs_progress(r->app->execs, r->tenant->name, id)
+			       : NULL;
+	if (progress)
+		json_object_set_new(o, "progress", progress);
 	store_exec_clear(&ex);
 	return http_reply_json(r, 200, o);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/errors.h"
 #include "common/log.h"
@@ -21,9 +22,13 @@
 #include "http/req.h"
 #include "http/watch.h"
 #include "common/utf8.h"
+#include "routes/code.h"
+#include "sandbox/changes.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
+
+#define TAIL_BYTES 1024
 
 struct waiter {
 	struct http_req *r;
@@ -48,6 +53,16 @@ struct exec_job {
 	int exit_code;
 	int64_t finished_at_ms, duration_ms;
 	struct exec_job *done_next; /* under done_mu */
+	/* set at the start, read by the completion thread and lookups */
+	struct sbx_snapshot *before; /* files_changed at the exit */
+	char *session;		     /* the session key, for DELETE /session */
+	size_t session_len;
+	/* progress for GET /exec/{id}: the runner thread writes, under pmu */
+	pthread_mutex_t pmu;
+	uint64_t bytes[2]; /* stdout, stderr */
+	int64_t last_output_at, started_mono;
+	char tail[TAIL_BYTES];
+	size_t tail_len;
 };
 
 struct route_execs {
@@ -60,6 +75,7 @@ struct route_execs {
 	pthread_cond_t done_wake, done_idle;
 	struct exec_job *done_head, *done_tail;
 	bool done_busy, done_stop;
+	pthread_cond_t gone; /* under mu: a job left the registry */
 	pthread_t done_thread;
 };
 
@@ -75,6 +91,9 @@ static void job_put_locked(struct exec_job *j)
 	if (--j->refs > 0)
 		return;
 	route_tenant_put(j->app, &j->tenant);
+	sbx_snapshot_free(&j->before);
+	pthread_mutex_destroy(&j->pmu);
+	free(j->session);
 	free(j);
 }
 
@@ -135,6 +154,8 @@ static void record_exit(struct app *a, struct exec_job *j)
 		http_hub_channel_exit(a->hub, j->chan, NULL, err);
 		json_decref(err);
 	} else {
+		if (j->before)
+			route_code_add_changes(a, j->tenant->ws, j->before, j->result);
 		char *text = json_dumps(j->result, JSON_COMPACT);
 		int64_t exit_id = http_hub_channel_exit_id(a->hub, j->chan);
 		if (store_exec_finish(a->store, j->tenant->name, j->id, j->state, j->exit_code, text,
@@ -167,6 +188,7 @@ static void complete(struct exec_job *j)
 		}
 	http_watch_remove(a->watch, j->watch);
 	j->watch = 0;
+	pthread_cond_broadcast(&e->gone);
 	while (j->waiters) {
 		struct waiter *w = j->waiters;
 		j->waiters = w->next;
@@ -249,6 +271,24 @@ static void queue_exit(struct exec_job *j)
 	pthread_mutex_unlock(&e->done_mu);
 }
 
+/* Runner thread: count the output and keep its last KiB. */
+static void note_output(struct exec_job *j, const struct sbx_event *ev)
+{
+	pthread_mutex_lock(&j->pmu);
+	j->bytes[ev->stream == 2] += ev->len;
+	j->last_output_at = ev->at_ms;
+	if (ev->len >= TAIL_BYTES) {
+		memcpy(j->tail, ev->data + ev->len - TAIL_BYTES, TAIL_BYTES);
+		j->tail_len = TAIL_BYTES;
+	} else {
+		size_t keep = j->tail_len + ev->len > TAIL_BYTES ? TAIL_BYTES - ev->len : j->tail_len;
+		memmove(j->tail, j->tail + j->tail_len - keep, keep);
+		memcpy(j->tail + keep, ev->data, ev->len);
+		j->tail_len = keep + ev->len;
+	}
+	pthread_mutex_unlock(&j->pmu);
+}
+
 /* Runner thread: every event of a job. */
 static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 {
@@ -263,6 +303,7 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 		http_hub_channel_heartbeat(a->hub, j->chan, heartbeat_json(j->id, ev));
 		return;
 	case SBX_EV_OUTPUT:
+		note_output(j, ev);
 		http_hub_channel_output(a->hub, j->chan, ev->stream, ev->data, ev->len);
 		return;
 	case SBX_EV_EXIT:
@@ -281,6 +322,7 @@ void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_e
 	pthread_mutex_init(&e->done_mu, NULL);
 	pthread_cond_init(&e->done_wake, NULL);
 	pthread_cond_init(&e->done_idle, NULL);
+	pthread_cond_init(&e->gone, NULL);
 	if (pthread_create(&e->done_thread, NULL, completion_main, e) != 0) {
 		log_msg("error", "cannot start the exec completion thread");
 		abort();
@@ -310,6 +352,7 @@ void route_execs_free(struct route_execs **ep)
 	pthread_join(e->done_thread, NULL); /* it drains the queue first */
 	pthread_cond_destroy(&e->done_idle);
 	pthread_cond_destroy(&e->done_wake);
+	pthread_cond_destroy(&e->gone);
 	pthread_mutex_destroy(&e->done_mu);
 	pthread_mutex_destroy(&e->mu);
 	free(e);
@@ -319,6 +362,66 @@ void route_execs_free(struct route_execs **ep)
 const struct sbx_exec_req *route_execs_base(const struct route_execs *e)
 {
 	return &e->base;
+}
+
+json_t *route_execs_progress(struct route_execs *e, const char *tenant, const char *id)
+{
+	json_t *o = NULL;
+	pthread_mutex_lock(&e->mu);
+	struct exec_job *j = find_locked(e, tenant, id);
+	if (j && !j->finished) {
+		size_t n = 0;
+		pthread_mutex_lock(&j->pmu);
+		char *tail = utf8_sanitize(j->tail, j->tail_len, &n);
+		o = json_pack("{s:I, s:I, s:o, s:I, s:s%}", "stdout_bytes", (json_int_t)j->bytes[0],
+			      "stderr_bytes", (json_int_t)j->bytes[1], "last_output_at",
+			      j->last_output_at ? time_json(j->last_output_at) : json_null(), "elapsed_ms",
+			      (json_int_t)(mono_ms() - j->started_mono), "tail", tail, n);
+		pthread_mutex_unlock(&j->pmu);
+		free(tail);
+	}
+	pthread_mutex_unlock(&e->mu);
+	return o;
+}
+
+static bool session_running_locked(struct route_execs *e, const char *tenant, const char *key, size_t len,
+				   bool kill)
+{
+	bool any = false;
+	for (struct exec_job *j = e->jobs; j; j = j->next) {
+		if (j->finished || strcmp(j->tenant->name, tenant) != 0 || j->session_len != len ||
+		    memcmp(j->session, key, len) != 0)
+			continue;
+		any = true;
+		if (kill && j->handle)
+			sbx_runner_kill(e->app->runner, j->handle);
+	}
+	return any;
+}
+
+int route_execs_stop_session(struct route_execs *e, const char *tenant, const char *key, size_t key_len,
+			     int64_t wait_ms)
+{
+	int n = 0;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += wait_ms / 1000;
+	until.tv_nsec += (wait_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&e->mu);
+	for (struct exec_job *j = e->jobs; j; j = j->next)
+		n += !j->finished && strcmp(j->tenant->name, tenant) == 0 && j->session_len == key_len &&
+		     memcmp(j->session, key, key_len) == 0;
+	/* SIGKILL cannot be ignored: each ends within a runner turn, unless
+	 * the kernel holds it (then the wait is bounded). */
+	bool any = session_running_locked(e, tenant, key, key_len, true);
+	while (any && pthread_cond_timedwait(&e->gone, &e->mu, &until) == 0)
+		any = session_running_locked(e, tenant, key, key_len, false);
+	pthread_mutex_unlock(&e->mu);
+	return n;
 }
 
 uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const char *id)
@@ -467,7 +570,19 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 /* The same id again: the same request waits for or reads that exec; a
  * different one is a conflict. -ENOENT: no such exec (any more: a failed
  * start), the caller may start it. */
-static int answer_existing(struct http_req *r, const char *id, const char *hash, bool stream)
+/* A background request's answer: the exec's view, 202 while it runs. */
+static int reply_view(struct http_req *r, struct store_exec *ex)
+{
+	json_t *o = route_exec_start_json(ex);
+	json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;
+	bool running = strcmp(ex->state, "running") == 0;
+	json_object_set_new(o, "state", json_string(ex->state));
+	json_object_set_new(o, "result", res ? res : json_null());
+	store_exec_clear(ex);
+	return http_reply_json(r, running ? 202 : 200, o);
+}
+
+static int answer_existing(struct http_req *r, const char *id, const char *hash, bool stream, bool background)
 {
 	struct store_exec ex;
 	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
@@ -479,6 +594,8 @@ static int answer_existing(struct http_req *r, const char *id, const char *hash,
 		store_exec_clear(&ex);
 		return http_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
 	}
+	if (background)
+		return reply_view(r, &ex);
 	if (strcmp(ex.state, "running") == 0) {
 		store_exec_clear(&ex);
 		if ((rc = join_running(r, id, stream)) != -ENOENT)
@@ -501,13 +618,15 @@ static int answer_existing(struct http_req *r, const char *id, const char *hash,
  * registry lock: a concurrent request with the same id that reads the row
  * as running always finds the job to wait on (never a "running" row
  * without a job, which looks like one lost in a restart). */
-static int begin_locked(struct http_req *r, struct store_exec *row, bool id_given, bool stream)
+static int begin_locked(struct http_req *r, struct store_exec *row, const struct route_exec_opts *o)
 {
+	bool id_given = o->id_given;
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
 	int rc;
 	for (int attempt = 0;; attempt++) {
-		if (id_given && (rc = answer_existing(r, row->id, row->request_hash, stream)) != -ENOENT)
+		if (id_given && (rc = answer_existing(r, row->id, row->request_hash, o->stream,
+						      o->background)) != -ENOENT)
 			return rc; /* answered (or waiting) from the earlier exec */
 		if ((rc = route_tenant_acquire_exec(a, r->tenant)) < 0) {
 			r->retry_after_s = 1;
@@ -546,6 +665,12 @@ static struct exec_job *job_new(struct http_req *r, const struct store_exec *row
 		r->tenant = NULL;
 	}
 	j->refs = 1; /* the runner's */
+	pthread_mutex_init(&j->pmu, NULL);
+	j->started_mono = mono_ms();
+	j->session = xmalloc(row->session_len + 1);
+	memcpy(j->session, row->session, row->session_len);
+	j->session[row->session_len] = '\0';
+	j->session_len = row->session_len;
 	j->chan = http_hub_channel_open(
 	    a->hub, j->tenant->name, j->id,
 	    start_json(j->id, row->command, row->session, row->session_len, row->cwd, row->started_at));
@@ -566,15 +691,36 @@ static void watch_hangup(struct http_req *r, struct exec_job *j)
 	}
 }
 
-int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given,
-		      bool stream)
+/* The first answer: a waiter or a subscriber until the exit, or (background) 202 now. */
+static void first_answer_locked(struct http_req *r, struct exec_job *j, const struct store_exec *row,
+				const struct route_exec_opts *o)
+{
+	if (o->background) {
+		json_t *v = start_json(j->id, row->command, row->session, row->session_len, row->cwd,
+				       row->started_at);
+		json_object_set_new(v, "state", json_string("running"));
+		json_object_set_new(v, "result", json_null());
+		http_reply_json(r, 202, v);
+	} else if (o->stream) {
+		http_hub_subscribe_exec(r->app->hub, r, j->tenant->name, j->id, 0, true);
+	} else {
+		wait_on_locked(r, j);
+	}
+}
+
+int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run,
+		      struct route_exec_opts *o)
 {
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
-	int rc = begin_locked(r, row, id_given, stream);
-	if (rc != 1)
+	int rc = begin_locked(r, row, o);
+	if (rc != 1) {
+		sbx_snapshot_free(&o->before);
 		return rc;
+	}
 	struct exec_job *j = job_new(r, row);
+	j->before = o->before;
+	o->before = NULL;
 	run->ws = j->tenant->ws;
 	run->spawn.workspace_host_dir = sbx_workspace_host_dir(j->tenant->ws);
 	run->spawn.uid = j->tenant->uid;
@@ -586,15 +732,16 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 
 	j->next = e->jobs;
 	e->jobs = j;
-	/* Wait (or subscribe) before the runner can possibly answer. */
-	if (stream)
-		http_hub_subscribe_exec(a->hub, r, j->tenant->name, j->id, 0, true);
-	else
-		wait_on_locked(r, j);
+	/* Wait (or subscribe) before the runner can possibly answer; a
+	 * background exec is answered once it is queued. */
+	if (!o->background)
+		first_answer_locked(r, j, row, o);
 	rc = sbx_runner_submit(a->runner, run, on_event, j, &j->handle);
 	if (rc == 0) {
 		http_metrics_exec_started(a->metrics);
-		if (stream)
+		if (o->background)
+			first_answer_locked(r, j, row, o);
+		else if (o->stream)
 			http_hub_set_cancel(a->hub, r, j->handle);
 		else
 			watch_hangup(r, j);
@@ -606,6 +753,8 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 		struct sbx_event ev = {.kind = SBX_EV_EXIT};
 		set_exit(j, &ev, rc);
 		complete(j);
+		if (o->background)
+			return http_fail(r, rc, "the command could not be started");
 	}
 	return 0;
 }

@@ -14,13 +14,16 @@
  * row first, then publishes the `exit` event, frees the tenant's slot and
  * resumes the waiting requests: a client that is answered (or a stream
  * that ends) always finds the result in the store. */
+#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct app;
 struct http_req;
 struct route_execs;
 struct sbx_exec_req;
+struct sbx_snapshot;
 struct store_exec;
 
 /* Create the registry of app a and start its completion thread. base
@@ -38,15 +41,36 @@ void route_execs_free(struct route_execs **e);
 /* The request every command starts from (see route_execs_new); borrowed. */
 const struct sbx_exec_req *route_execs_base(const struct route_execs *e);
 
+/* How a POST /exec wants its command run and answered. */
+struct route_exec_opts {
+	bool id_given;		     /* the client chose the id: idempotency */
+	bool stream;		     /* answer text/event-stream */
+	bool background;	     /* answer 202 at once; the command outlives the request */
+	struct sbx_snapshot *before; /* taken: files_changed is added to the result (NULL: none) */
+};
+
 /* Start the command of r, or answer r from the earlier exec of the same
- * id (id_given). row: tenant, id, session, command, cwd, request_hash
+ * id (o->id_given). row: tenant, id, session, command, cwd, request_hash
  * (borrowed; started_at is set here). run: the runner request without its
  * tenant parts (ws, host dir, uid, gid, id, filled in here); borrowed,
  * the runner copies it. On success r is suspended (a waiter, or a
- * stream subscriber when stream) and answered at the exit; returns 0.
- * Otherwise r has been answered with the error and its code returned. */
-int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run, bool id_given,
-		      bool stream);
+ * stream subscriber when stream) and answered at the exit, or (background)
+ * answered 202 with the exec's view; returns 0. Otherwise r has been
+ * answered with the error and its code returned. o->before is taken in
+ * every case (and set NULL). */
+int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run,
+		      struct route_exec_opts *o);
+
+/* {"stdout_bytes", "stderr_bytes", "last_output_at", "elapsed_ms", "tail"}
+ * of the running exec (tenant, id) (tail: its last KiB of output, UTF-8),
+ * or NULL when it is not running here. */
+json_t *route_execs_progress(struct route_execs *e, const char *tenant, const char *id);
+
+/* Stop every running exec of the tenant's session at once (SIGKILL, as a
+ * cancel) and wait up to wait_ms until they are recorded. Returns how
+ * many were stopped. For DELETE /session. */
+int route_execs_stop_session(struct route_execs *e, const char *tenant, const char *key, size_t key_len,
+			     int64_t wait_ms);
 
 /* The runner handle of the running exec (tenant, id), or 0. */
 uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const char *id);

@@ -7,6 +7,7 @@
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/storage.h"
+#include "routes/code.h"
 #include "http/metrics.h"
 #include "http/route.h"
 #include "sandbox/backend.h"
@@ -94,6 +95,7 @@ int route_readyz(struct http_req *r)
 		json_object_set_new(body, "status", json_string("unavailable"));
 	if (a->stopping)
 		json_object_set_new(body, "stopping", json_true());
+	json_object_set_new(body, "languages", route_code_languages(a)); /* what POST /code runs */
 	return http_reply_json(r, ready ? 200 : 503, body);
 }
 

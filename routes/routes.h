@@ -36,6 +36,11 @@ int route_exec_post(struct http_req *r);
 int route_exec_get(struct http_req *r);
 int route_exec_cancel(struct http_req *r);
 int route_exec_list(struct http_req *r);
+/* exec_io.c: a running exec's stdin and terminal size */
+int route_exec_stdin(struct http_req *r);
+int route_exec_resize(struct http_req *r);
+/* code.c */
+int route_code_post(struct http_req *r);
 
 /* routes/transfers.c */
 int route_transfers_post(struct http_req *r);

@@ -11,6 +11,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/exec_registry.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/fsops.h"
@@ -19,6 +20,7 @@
 
 #define SESSIONS_LIMIT_DEFAULT 1000
 #define SESSIONS_LIMIT_MAX 10000
+#define SESSION_STOP_WAIT_MS 5000 /* SIGKILLed commands end in a runner turn; bounded all the same */
 
 static void segment_fn(const char *key, size_t len, unsigned salt, char *out)
 {
@@ -96,6 +98,10 @@ int route_session_delete(struct http_req *r)
 	snprintf(rel, sizeof rel, "sessions/%s", segment);
 	sbx_path_wire(rel, dir, sizeof dir);
 	http_set_target(r, dir);
+	/* Its commands go first (background ones too), at once: nothing
+	 * writes into the directory while it is removed. */
+	route_execs_stop_session(r->app->execs, r->tenant->name, r->session_key, r->session_key_len,
+				 SESSION_STOP_WAIT_MS);
 	/* The directory first: should its removal fail, the record stays and
 	 * the client can retry; the other way round would orphan it. */
 	rc = sbx_session_dir_remove(r->tenant->ws, segment);

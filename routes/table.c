@@ -49,6 +49,18 @@ const struct http_route route_table[] = {
     {.method = "GET", .pattern = "/exec/{id}", .scope = EXEC | AUDIT, .handler = route_exec_get},
     {.method = "POST", .pattern = "/exec/{id}/cancel", .scope = EXEC, .handler = route_exec_cancel},
     {.method = "GET", .pattern = "/execs", .scope = EXEC | AUDIT, .handler = route_exec_list},
+    /* exec_io.c, code.c */
+    {.method = "POST",
+     .pattern = "/exec/{id}/stdin",
+     .scope = EXEC,
+     .flags = RF_JSON,
+     .handler = route_exec_stdin},
+    {.method = "POST",
+     .pattern = "/exec/{id}/resize",
+     .scope = EXEC,
+     .flags = RF_JSON,
+     .handler = route_exec_resize},
+    {.method = "POST", .pattern = "/code", .scope = EXEC, .flags = RF_JSON, .handler = route_code_post},
     /* transfers.c: the token is the capability of /fs/stream/{token}
      * (public); POST /fs/transfers checks the direction's scope itself.
      * Uploads open their temp file in a begin hook, before the body. */
