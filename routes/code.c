@@ -294,7 +294,9 @@ static int take_fields(struct http_req *r, const struct language **l, json_t **c
 				 CODE_FILES_MAX);
 	*l = find_language(json_string_value(lang));
 	if (!*l || !available(r->app, *l)) {
-		char *avail = json_dumps(route_code_languages(r->app), JSON_COMPACT | JSON_ENCODE_ANY);
+		json_t *list = route_code_languages(r->app);
+		char *avail = json_dumps(list, JSON_COMPACT);
+		json_decref(list);
 		int rc = http_fail(r, -SBX_E_LANGUAGE, "language %s is not available here; available: %s",
 				   json_string_value(lang), avail);
 		free(avail);
