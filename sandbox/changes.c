@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/xmalloc.h"
@@ -16,6 +17,12 @@
 
 #define HASH_CHUNK (64 * 1024)
 #define HASH_TRIES 3
+/* File times come from a coarse clock (one tick, 1-10 ms): a file changed
+ * in the tick of the first walk may show the same times after a second
+ * change. Such "racy" files (git's word) are hashed by the first walk, and
+ * compared by content when their metadata looks unchanged. */
+#define RACY_NS (20 * 1000000LL)
+#define RACY_HASH_MAX (16u << 20)
 
 struct entry {
 	char *path; /* relative to the snapshot's directory */
@@ -23,6 +30,9 @@ struct entry {
 	ino_t ino;
 	uint64_t size;
 	struct timespec mtime, ctime;
+	bool racy;	  /* changed within RACY_NS of the walk */
+	bool racy_hashed; /* sha holds its content then */
+	unsigned char sha[32];
 };
 
 struct sbx_snapshot {
@@ -30,15 +40,28 @@ struct sbx_snapshot {
 	struct entry *v;
 	size_t n, cap, max;
 	bool truncated;
+	struct timespec taken; /* CLOCK_REALTIME_COARSE, the file times' clock */
+	uint64_t racy_budget;
 };
+
+static bool digest_fd(int fd, unsigned char md[32], uint64_t *size, uint64_t *budget);
+
+static int64_t ts_ns(struct timespec t)
+{
+	return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 const char *sbx_change_kind_name(enum sbx_change_kind k)
 {
 	return k == SBX_CHANGE_CREATED ? "created" : k == SBX_CHANGE_MODIFIED ? "modified" : "deleted";
 }
 
-static void add_entry(struct sbx_snapshot *s, const char *path, const struct stat *st)
+static void add_entry(struct sbx_snapshot *s, int dfd, const char *name, const char *path,
+		      const struct stat *st)
 {
+	int64_t since = ts_ns(s->taken) - RACY_NS;
+	bool racy = ts_ns(st->st_ctim) >= since || ts_ns(st->st_mtim) >= since;
+
 	if (s->n == s->cap) {
 		s->cap = s->cap ? s->cap * 2 : 64;
 		s->v = xrealloc(s->v, s->cap * sizeof *s->v);
@@ -48,7 +71,18 @@ static void add_entry(struct sbx_snapshot *s, const char *path, const struct sta
 				      .ino = st->st_ino,
 				      .size = (uint64_t)st->st_size,
 				      .mtime = st->st_mtim,
-				      .ctime = st->st_ctim};
+				      .ctime = st->st_ctim,
+				      .racy = racy};
+	if (racy) {
+		struct entry *e = &s->v[s->n - 1];
+		int fd = sbx_ws_open_child(dfd, name, O_RDONLY, 0);
+		uint64_t size = 0;
+
+		if (fd >= 0) {
+			e->racy_hashed = digest_fd(fd, e->sha, &size, &s->racy_budget);
+			close(fd);
+		}
+	}
 }
 
 /* Walk dfd (owned, closed here); prefix is the path of dfd ("" at the top). */
@@ -78,7 +112,7 @@ static int walk(struct sbx_snapshot *s, int dfd, const char *prefix, int depth)
 		}
 		path = prefix[0] ? xasprintf("%s/%s", prefix, de->d_name) : xstrdup(de->d_name);
 		if (S_ISREG(st.st_mode)) {
-			add_entry(s, path, &st);
+			add_entry(s, dirfd(d), de->d_name, path, &st);
 		} else if (depth >= SBX_CHANGES_MAX_DEPTH) {
 			s->truncated = true;
 		} else {
@@ -106,6 +140,8 @@ int sbx_snapshot_take(const struct sbx_workspace *ws, const char *dir_rel, size_
 
 	s->dir_rel = xstrdup(dir_rel);
 	s->max = max_files;
+	s->racy_budget = RACY_HASH_MAX;
+	clock_gettime(CLOCK_REALTIME_COARSE, &s->taken);
 	if (fd < 0 && fd != -ENOENT) {
 		sbx_snapshot_free(&s);
 		return fd;
@@ -172,9 +208,24 @@ static int open_nofollow(const struct sbx_workspace *ws, const char *dir_rel, co
 /* Hash one file within *budget. true with ch->sha256 and ch->size set. */
 static bool hash_file(int fd, struct sbx_change *ch, uint64_t *budget)
 {
+	unsigned char md[32];
+	uint64_t size = 0;
+
+	if (!digest_fd(fd, md, &size, budget))
+		return false;
+	for (size_t i = 0; i < 32; i++)
+		snprintf(ch->sha256 + 2 * i, 3, "%02x", md[i]);
+	ch->size = size;
+	return true;
+}
+
+/* SHA-256 of a regular file's whole content, read within *budget; retried
+ * when it changes while read. */
+static bool digest_fd(int fd, unsigned char md[32], uint64_t *size, uint64_t *budget)
+{
 	for (int attempt = 0; attempt < HASH_TRIES; attempt++) {
 		struct stat a, b;
-		unsigned char md[32], *buf;
+		unsigned char *buf;
 		unsigned int mdlen = 0;
 		bool ok = true;
 		EVP_MD_CTX *ctx;
@@ -204,9 +255,7 @@ static bool hash_file(int fd, struct sbx_change *ch, uint64_t *budget)
 		free(buf);
 		if (ok && fstat(fd, &b) == 0 && b.st_size == a.st_size && ts_eq(a.st_mtim, b.st_mtim) &&
 		    ts_eq(a.st_ctim, b.st_ctim)) {
-			for (size_t i = 0; i < 32; i++)
-				snprintf(ch->sha256 + 2 * i, 3, "%02x", md[i]);
-			ch->size = (uint64_t)b.st_size;
+			*size = (uint64_t)b.st_size;
 			return true;
 		}
 	}
@@ -227,11 +276,33 @@ static void push(struct sbx_change **v, size_t *n, size_t *cap, const char *dir_
 	};
 }
 
+/* A racy file whose metadata looks the same: is its content too? One the
+ * first walk could not hash counts as changed (never a change missed). */
+static bool racy_changed(const struct sbx_workspace *ws, const char *dir_rel, const struct entry *e,
+			 uint64_t *budget)
+{
+	unsigned char md[32];
+	uint64_t size = 0;
+	int fd;
+	bool same;
+
+	if (!e->racy_hashed)
+		return true;
+	fd = open_nofollow(ws, dir_rel, e->path);
+	if (fd < 0)
+		return true;
+	same = digest_fd(fd, md, &size, budget) && memcmp(md, e->sha, sizeof md) == 0;
+	close(fd);
+	return !same;
+}
+
 /* Merge the two sorted lists into changes (at most max_reported). */
-static void compare(const struct sbx_snapshot *a, const struct sbx_snapshot *b, size_t max,
-		    struct sbx_change **v, size_t *n, bool *truncated)
+static void compare(const struct sbx_workspace *ws, const struct sbx_snapshot *a,
+		    const struct sbx_snapshot *b, size_t max, struct sbx_change **v, size_t *n,
+		    bool *truncated)
 {
 	size_t i = 0, k = 0, cap = 0;
+	uint64_t budget = RACY_HASH_MAX;
 
 	while (i < a->n || k < b->n) {
 		int c = i == a->n ? 1 : k == b->n ? -1 : strcmp(a->v[i].path, b->v[k].path);
@@ -239,7 +310,8 @@ static void compare(const struct sbx_snapshot *a, const struct sbx_snapshot *b, 
 		enum sbx_change_kind kind = c < 0   ? SBX_CHANGE_DELETED
 					    : c > 0 ? SBX_CHANGE_CREATED
 						    : SBX_CHANGE_MODIFIED;
-		bool changed = c != 0 || !same_file(&a->v[i], &b->v[k]);
+		bool changed = c != 0 || !same_file(&a->v[i], &b->v[k]) ||
+			       (a->v[i].racy && racy_changed(ws, a->dir_rel, &a->v[i], &budget));
 
 		i += c <= 0;
 		k += c >= 0;
@@ -267,7 +339,7 @@ int sbx_changes_diff(const struct sbx_workspace *ws, const struct sbx_snapshot *
 	if (rc < 0)
 		return rc;
 	*truncated = before->truncated || after->truncated;
-	compare(before, after, lim->max_reported, out, n, truncated);
+	compare(ws, before, after, lim->max_reported, out, n, truncated);
 	for (size_t i = 0; i < *n; i++) {
 		struct sbx_change *ch = &(*out)[i];
 		const char *path = ch->rel + strlen(before->dir_rel) + (before->dir_rel[0] ? 1 : 0);

@@ -10,6 +10,11 @@
  * every write, truncate, chmod or replacement by rename changes the ctime
  * or the inode, and no system call lets a command set the ctime back, so a
  * change cannot hide (a metadata-only change counts as a modification).
+ * File times tick with a coarse clock, though: a file changed within 20 ms
+ * of the first walk is hashed by it (16 MiB of such files at most), and
+ * compared by content when its metadata looks unchanged afterwards (one
+ * the first walk could not hash is then listed as modified: a change is
+ * never missed, at worst a file is listed that did not change).
  * Created and modified files are then hashed (SHA-256 of the content read
  * through an fd opened O_NOFOLLOW|O_NONBLOCK, its type checked); a file
  * that changes while it is hashed (fstat before and after differ) is
