@@ -340,6 +340,34 @@ test('a running command opens in a detail view that follows its output live, the
   await page.locator('#detail').waitFor({ state: 'hidden' });
 });
 
+test('a terminal\'s output shows as text: escape sequences dropped, controls visible, no markup', async () => {
+  await waitLive();
+  // A background command on a pseudo-terminal (issue 17): colours, a window
+  // title, a bidi override, a bell and some markup, then it waits.
+  const r = await fetch(`${BASE}/exec`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${EXEC}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      id: 'browser-tty', tty: true, background: true, timeout_s: 120,
+      command: "printf '\\033]0;evil title\\007\\033[31mred\\033[0m <b>bold</b> \\342\\200\\256rev\\a\\n'; " +
+        'while [ ! -e /workspace/.go-tty ]; do sleep 0.1; done',
+    }),
+  });
+  assert.equal(r.status, 202, await r.text());
+  const row = page.locator(running('browser-tty'));
+  await row.waitFor();
+  await row.click();
+  await page.locator('#detail').waitFor({ state: 'visible' });
+  await openGate('.go-tty');
+  await detailState('exited');
+  const text = await shown('stdout');
+  assert.equal(text, 'red <b>bold</b> \ufffdrev\u2407\n');
+  assert.equal(await page.evaluate(() => document.querySelectorAll('#detail-output b').length), 0);
+  assert.notEqual(await page.title(), 'evil title');
+  await page.click('#detail-close');
+  await page.locator('#detail').waitFor({ state: 'hidden' });
+});
+
 test('a finished command opens (from the keyboard) with its result', async () => {
   const res = await startExec('browser-done', 'echo out1; echo err1 >&2; echo out2; exit 7');
   assert.equal(res.exit_code, 7);
