@@ -529,6 +529,105 @@ static void test_stdin(void **state)
 	rec_fini(&r);
 }
 
+/* stdin kept open: writes in order, eof, the bound, the refusals. */
+static void test_stdin_pipe(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_exec_req req = base_req(f, "cat");
+	struct rec r;
+	size_t pending = 0;
+	char big[4096];
+
+	req.stdin_pipe = true;
+	req.stdin_buffer_max = 8192;
+	req.stdin_data = "first ";
+	req.stdin_len = 6;
+	rec_init(&r);
+	submit(f, &req, &r);
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, "second ", 7, false, &pending), 0);
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, "third\n", 6, true, NULL), 0);
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, "late", 4, false, NULL), -EPIPE);
+	assert_true(rec_wait(&r, false, 10));
+	assert_string_equal(r.res.stdout_text, "first second third\n");
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, "x", 1, false, NULL), -ESRCH);
+	rec_fini(&r);
+
+	/* a command that does not read: the queue fills, then -EAGAIN, whole */
+	req.spawn.command = "sleep 100";
+	req.stdin_data = NULL;
+	req.stdin_len = 0;
+	rec_init(&r);
+	submit(f, &req, &r);
+	assert_true(rec_wait(&r, true, 10));
+	memset(big, 'q', sizeof big);
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, big, 8193, false, NULL), -EFBIG);
+	int rc = 0;
+	size_t taken = 0;
+	for (int i = 0; i < 1000 && rc == 0; i++) {
+		rc = sbx_runner_stdin(f->runner, r.job, big, sizeof big, false, &pending);
+		taken += rc == 0 ? sizeof big : 0;
+		if (rc == -EAGAIN) {
+			/* the runner may still move some into the pipe: ask again later */
+			usleep(20000);
+			rc = sbx_runner_stdin(f->runner, r.job, big, sizeof big, false, &pending);
+			taken += rc == 0 ? sizeof big : 0;
+		}
+	}
+	assert_int_equal(rc, -EAGAIN);
+	assert_true(pending + sizeof big > 8192);
+	assert_true(taken <= 8192 + (1 << 20)); /* the queue and at most a grown pipe */
+	/* killed at once, no grace: cancelled, 137 */
+	assert_int_equal(sbx_runner_kill(f->runner, r.job), 0);
+	assert_true(rec_wait(&r, false, 10));
+	assert_true(r.res.cancelled);
+	assert_int_equal(r.res.exit_code, 128 + SIGKILL);
+	rec_fini(&r);
+
+	/* without stdin_pipe: -ENOTCONN; no terminal: -ENOTTY */
+	req.stdin_pipe = false;
+	rec_init(&r);
+	submit(f, &req, &r);
+	assert_true(rec_wait(&r, true, 10));
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, "x", 1, false, NULL), -ENOTCONN);
+	assert_int_equal(sbx_runner_resize(f->runner, r.job, 80, 24), -ENOTTY);
+	assert_int_equal(sbx_runner_cancel(f->runner, r.job), 0);
+	assert_true(rec_wait(&r, false, 10));
+	rec_fini(&r);
+}
+
+/* A terminal: its size, a resize, one merged stream, ^D as eof. */
+static void test_tty(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_exec_req req = base_req(f, "stty size; echo err >&2; read x; stty size; echo got $x; cat");
+	struct rec r;
+
+	req.tty = true;
+	req.cols = 100;
+	req.rows = 30;
+	req.want_output_events = true;
+	rec_init(&r);
+	submit(f, &req, &r);
+	assert_true(rec_wait(&r, true, 10));
+	for (long until = mono_ms() + 10000; mono_ms() < until; usleep(10000)) {
+		pthread_mutex_lock(&r.mu);
+		bool seen = r.ev_out[1] && strstr(r.ev_out[1], "30 100");
+		pthread_mutex_unlock(&r.mu);
+		if (seen)
+			break;
+	}
+	assert_int_equal(sbx_runner_resize(f->runner, r.job, 120, 40), 0);
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, "go\n", 3, false, NULL), 0);
+	assert_int_equal(sbx_runner_stdin(f->runner, r.job, "", 0, true, NULL), 0); /* ^D ends cat */
+	assert_true(rec_wait(&r, false, 10));
+	assert_int_equal(r.res.exit_code, 0);
+	assert_non_null(strstr(r.res.stdout_text, "30 100\r\n"));
+	assert_non_null(strstr(r.res.stdout_text, "err\r\n"));
+	assert_non_null(strstr(r.res.stdout_text, "40 120\r\ngot go\r\n"));
+	assert_int_equal(r.res.stderr_bytes, 0);
+	rec_fini(&r);
+}
+
 static void test_output_events(void **state)
 {
 	struct fixture *f = *state;
@@ -732,6 +831,8 @@ int main(void)
 	    UNIT_TEST_FX(test_heartbeats),
 	    UNIT_TEST_FX(test_heartbeats_silent),
 	    UNIT_TEST_FX(test_stdin),
+	    UNIT_TEST_FX(test_stdin_pipe),
+	    UNIT_TEST_FX(test_tty),
 	    UNIT_TEST_FX(test_output_events),
 	    UNIT_TEST_FX(test_spill_and_truncation),
 	    UNIT_TEST_FX(test_spawn_failure),
