@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { createHash, randomFillSync } from 'node:crypto';
 import { client } from './generated/client.gen';
 import * as api from './generated/sdk.gen';
-import type { ShellResult } from './generated/types.gen';
+import type { Exec, ShellResult } from './generated/types.gen';
 import { Sandboxd, until } from './server.mjs';
 
 const srv = new Sandboxd(['--set', 'heartbeat-ms=500']);
@@ -64,19 +64,27 @@ test('every file route', async () => {
   assert.match(spec.data as string, /^openapi: 3\.1/);
 });
 
+// POST /exec answers a ShellResult (200), or with `background: true` its
+// exec (202): a generated client sees the union and narrows it.
+const isResult = (d: ShellResult | Exec | undefined): d is ShellResult => d !== undefined && 'exit_code' in d;
+const sync = async (p: ReturnType<typeof api.runExec>) => {
+  const r = await p;
+  return { ...r, data: isResult(r.data) ? r.data : undefined };
+};
+
 test('exec: sync, timeout, cancel from another call, idempotent retry', async () => {
-  const ok = await api.runExec({ body: { command: 'echo hi; echo err >&2' }, headers: SESSION });
+  const ok = await sync(api.runExec({ body: { command: 'echo hi; echo err >&2' }, headers: SESSION }));
   assert.equal(ok.data?.exit_code, 0);
   assert.equal(ok.data?.stdout, 'hi\n');
   assert.equal(ok.data?.stderr, 'err\n');
 
-  const to = await api.runExec({ body: { command: 'echo before; sleep 60', timeout_s: 1 } });
+  const to = await sync(api.runExec({ body: { command: 'echo before; sleep 60', timeout_s: 1 } }));
   assert.equal(to.data?.timed_out, true);
   assert.equal(to.data?.exit_code, 124);
   assert.equal(to.data?.stdout, 'before\n');
 
   const id = 'gw-cancel';
-  const running = api.runExec({ body: { id, command: 'while [ ! -e /workspace/.never ]; do sleep 0.05; done' } });
+  const running = sync(api.runExec({ body: { id, command: 'while [ ! -e /workspace/.never ]; do sleep 0.05; done' } }));
   await until('the exec to run', async () => (await api.getExec({ path: { id } })).data?.state === 'running');
   const c = await api.cancelExec({ path: { id } });
   assert.equal(c.response.status, 202);
@@ -85,8 +93,8 @@ test('exec: sync, timeout, cancel from another call, idempotent retry', async ()
   assert.equal((await api.getExec({ path: { id } })).data?.state, 'cancelled');
 
   const req = { id: 'gw-idem', command: 'cat /proc/sys/kernel/random/uuid' };
-  const first = await api.runExec({ body: req });
-  const again = await api.runExec({ body: req });
+  const first = await sync(api.runExec({ body: req }));
+  const again = await sync(api.runExec({ body: req }));
   assert.equal(first.data?.exit_code, 0);
   assert.deepEqual(again.data, first.data); // not run again: the same uuid
   const other = await api.runExec({ body: { ...req, command: 'true' } });
@@ -94,6 +102,26 @@ test('exec: sync, timeout, cancel from another call, idempotent retry', async ()
   assert.equal(other.error?.error.code, 'conflict');
   const listed = await api.listExecs({ query: { limit: 100 } });
   assert.ok(listed.data?.execs.some((x) => x.id === 'gw-idem'));
+});
+
+test('agent runs: code with files_changed, a background REPL fed through stdin', async () => {
+  const code = await api.runCode({
+    body: { language: 'sh', code: 'cat in.txt > out.txt', files: [{ path: 'in.txt', content: 'abc' }] },
+    headers: SESSION,
+  });
+  assert.equal(code.response.status, 200);
+  const res = isResult(code.data) ? code.data : undefined;
+  assert.equal(res?.exit_code, 0);
+  assert.deepEqual(res?.files_changed?.map((f) => [f.kind, f.size, f.sha256]),
+    [['created', 3, createHash('sha256').update(new TextEncoder().encode('abc')).digest('hex')]]);
+
+  const bg = await api.runExec({ body: { id: 'gw-bg', command: 'cat', background: true, stdin_pipe: true } });
+  assert.equal(bg.response.status, 202);
+  assert.equal((bg.data as Exec).state, 'running');
+  const w = await api.writeExecStdin({ path: { id: 'gw-bg' }, body: { data: 'ping\n', eof: true } });
+  assert.equal(w.data?.accepted, 5);
+  await until('the exec to end', async () => (await api.getExec({ path: { id: 'gw-bg' } })).data?.state === 'exited');
+  assert.equal((await api.getExec({ path: { id: 'gw-bg' } })).data?.result?.stdout, 'ping\n');
 });
 
 test('100 MiB each way through the transfer routes, sha256 compared', async () => {
