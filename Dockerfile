@@ -25,10 +25,12 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j"$(n
 FROM debian:12-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libsqlite3-0 libjwt0 libseccomp2 libssl3 libcurl4 \
-        bubblewrap ca-certificates curl tini \
+        bubblewrap ca-certificates curl tini python3 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --home-dir /var/lib/sandboxd --create-home --uid 999 sandboxd
 COPY --from=build /src/build/sandboxd /usr/local/bin/sandboxd
+# POST /code runs python3, bash and sh here (node: add nodejs above);
+# GET /readyz lists what is installed.
 # The service user owns the data volume. Running as a non-root user, every
 # tenant's commands run as that user inside bubblewrap's user namespace;
 # run as root (see docker-compose.yml) to get one host uid per tenant.
