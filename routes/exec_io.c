@@ -18,6 +18,7 @@
 #include "http/fields.h"
 #include "routes/app.h"
 #include "routes/code.h"
+#include "routes/exec.h"
 #include "routes/exec_registry.h"
 #include "routes/routes.h"
 #include "sandbox/runner.h"
@@ -34,7 +35,7 @@ static int running_handle(struct http_req *r, uint64_t *handle)
 	struct store_exec ex;
 	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
 	if (rc == -ENOENT || rc == -EINVAL)
-		return http_fail(r, -ENOENT, "no exec %s", id);
+		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
 	char state[16];
