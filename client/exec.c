@@ -114,17 +114,18 @@ static int on_exec_event(void *arg, const struct sbxc_event *ev)
 	return stop;
 }
 
-static int exec_streamed(struct sbxc *h, const struct sbxc_call *c, struct creq *rq, struct exec_stream *x,
-			 struct sbxc_err *err)
+static int exec_streamed(struct sbxc *h, const struct sbxc_call *c, const struct creq *post,
+			 struct exec_stream *x, struct sbxc_err *err)
 {
 	struct sse s;
 	sse_init(&s, on_exec_event, x, 64u << 20);
-	rq->sink = sse_feed;
-	rq->sink_arg = &s;
-	rq->open_ended = true;
-	rq->idle_ms = 45000; /* heartbeats come every few seconds */
+	struct creq rq = *post;
+	rq.sink = sse_feed;
+	rq.sink_arg = &s;
+	rq.open_ended = true;
+	rq.idle_ms = 45000; /* heartbeats come every few seconds */
 	struct cresp r;
-	int rc = sbxc__do(h, c, rq, &r, err);
+	int rc = sbxc__do(h, c, &rq, &r, err);
 	cresp_free(&r);
 	sse_free(&s);
 	if (rc == 0 && x->failed)

@@ -272,6 +272,7 @@ static int download(struct cli *c, const char *src, const char *dst, bool verify
 		fprintf(stderr, "sbx: %s: %s\n", target, strerror(errno));
 		free(tmp);
 		free(target);
+		/* cppcheck-suppress memleak ; k.fd is -1 here: nothing was opened */
 		return CLI_FAIL;
 	}
 	fchmod(k.fd, 0644 & ~umask_value());

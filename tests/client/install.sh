@@ -38,4 +38,11 @@ for ex in ex_shared ex_static; do
 	fi
 done
 bash -n "$prefix/share/bash-completion/completions/sbx"
+# The README shows the example as it is built here, byte for byte.
+awk '/^A gateway in a few lines/{f=1} f&&/^```$/{exit} f&&p{print} f&&/^```c$/{p=1}' "$src/README.md" >"$prefix/readme.c"
+if ! cmp -s "$prefix/readme.c" "$src/client/examples/gateway.c"; then
+	echo "README.md's example differs from client/examples/gateway.c:" >&2
+	diff "$prefix/readme.c" "$src/client/examples/gateway.c" >&2 || true
+	exit 1
+fi
 echo "installed and linked: shared and static"

@@ -86,7 +86,7 @@ static pid_t spawn(const char *token, const char *const *args, const char *in_pa
 		dup2(out, 1);
 		dup2(err, 2);
 		const char *argv[64] = {sbx_bin()};
-		for (int i = 0; args[i] && i < 62; i++)
+		for (int i = 0; i < 62 && args[i]; i++)
 			argv[i + 1] = args[i];
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
