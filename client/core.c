@@ -623,6 +623,7 @@ int sbxc__do(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, st
 	char *url = xasprintf("%s%s%s%s", h->base, q->path, q->query && q->query->len ? "?" : "",
 			      q->query && q->query->len ? buf_cstr(q->query) : "");
 	int64_t deadline = sbxc__deadline(h, c, q->open_ended);
+	int max_retries = c && c->max_retries ? (c->max_retries < 0 ? 0 : c->max_retries) : h->max_retries;
 	int rc = 0;
 	for (int n = 0;; n++) {
 		if (sbxc_cancel_fired(c ? c->cancel : NULL)) {
@@ -634,7 +635,7 @@ int sbxc__do(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, st
 		bool retryable = false;
 		rc = attempt_once(&a, c, url, deadline, &retryable, err);
 		conn_put(h, a.c, !a.cancelled && !a.sink_rc && !a.source_rc);
-		if (rc == 0 || !retryable || n >= h->max_retries)
+		if (rc == 0 || !retryable || n >= max_retries)
 			break;
 		long wait = backoff_ms(h, n, a.retry_after);
 		if (deadline != INT64_MAX && sbxc__now_ms() + wait >= deadline)

@@ -96,6 +96,8 @@ int sbxc_follow(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_fol
 		err = &local;
 	if (!f || !on_event)
 		return sbxc__fail(err, -EINVAL, "nothing to follow");
+	if (f->exec_id && !sbxc__id_ok(f->exec_id))
+		return sbxc__fail(err, -EINVAL, "an exec id matches [A-Za-z0-9_-]{1,64}");
 	struct follow w = {.f = f, .on_event = on_event, .arg = arg};
 	char last_id[128];
 	snprintf(last_id, sizeof last_id, "%s", f->last_event_id ? f->last_event_id : "");

@@ -34,13 +34,6 @@ static void make_id(char out[40])
 		snprintf(out + 1 + 2 * i, 3, "%02x", r[i]);
 }
 
-static bool id_ok(const char *id)
-{
-	size_t n = id ? strlen(id) : 0;
-	return n >= 1 && n <= 64 &&
-	       strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == n;
-}
-
 static json_t *exec_body(const struct sbxc_exec_req *q, const char *id, bool stream, struct sbxc_err *err)
 {
 	if (!q || !q->command)
@@ -180,7 +173,7 @@ int sbxc_exec(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_exec_
 
 int sbxc_exec_cancel(struct sbxc *h, const struct sbxc_call *c, const char *id, struct sbxc_err *err)
 {
-	if (!id_ok(id))
+	if (!sbxc__id_ok(id))
 		return sbxc__fail(err, -EINVAL, "an exec id matches [A-Za-z0-9_-]{1,64}");
 	char *path = xasprintf("/exec/%s/cancel", id);
 	/* Cancelling twice is cancelling once: safe to repeat. */
@@ -210,7 +203,7 @@ static void info_from(json_t *o, struct sbxc_exec_info *x)
 int sbxc_exec_get(struct sbxc *h, const struct sbxc_call *c, const char *id, struct sbxc_exec_info *out,
 		  struct sbxc_err *err)
 {
-	if (!id_ok(id))
+	if (!sbxc__id_ok(id))
 		return sbxc__fail(err, -EINVAL, "an exec id matches [A-Za-z0-9_-]{1,64}");
 	char *path = xasprintf("/exec/%s", id);
 	json_t *o = NULL;

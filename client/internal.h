@@ -91,6 +91,9 @@ void sbxc__result_from(json_t *o, struct sbxc_result *r);
 /* RFC 3339 (UTC, "Z" or an offset) to epoch seconds; -1 if unreadable. */
 int64_t sbxc__time(const char *s);
 enum sbxc_type sbxc__type(const char *s);
+/* An exec id as the server accepts it: [A-Za-z0-9_-]{1,64} (it goes into
+ * a URL path). */
+bool sbxc__id_ok(const char *id);
 
 /* An incremental server-sent-events parser (the WHATWG rules the server's
  * events need: fields id, event, data; comments; \n or \r\n lines). One

@@ -102,3 +102,10 @@ enum sbxc_type sbxc__type(const char *s)
 		return SBXC_SYMLINK;
 	return SBXC_OTHER;
 }
+
+bool sbxc__id_ok(const char *id)
+{
+	size_t n = id ? strlen(id) : 0;
+	return n >= 1 && n <= 64 &&
+	       strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == n;
+}

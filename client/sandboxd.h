@@ -13,7 +13,9 @@
  * too, which is safe only while the program has one thread). Nothing here
  * installs a signal handler or sends a signal (CURLOPT_NOSIGNAL is set;
  * name resolution may then not time out with libcurl's synchronous
- * resolver: Debian's libcurl uses the threaded one).
+ * resolver: Debian's libcurl uses the threaded one). libcurl sends with
+ * MSG_NOSIGNAL; a program that also writes to sockets or pipes itself
+ * should ignore SIGPIPE, as servers do anyway.
  *
  * Calls. Every call takes a struct sbxc_call (NULL: the defaults): the
  * session key, a deadline for the whole call, retries included, and a
@@ -77,8 +79,9 @@ SBXC_API void sbxc_free(struct sbxc **h);
 
 /* Fired from any thread (or a signal handler: sbxc_cancel_fire is
  * async-signal-safe), it makes the calls that carry it return -ECANCELED
- * soon (a transfer notices within about 100 ms, a backoff wait at once).
- * It stays fired. */
+ * at once: their transfer waits on the object's eventfd, so a fire wakes
+ * it (the connection is then closed), and a wait between retries ends.
+ * It stays fired; one object may serve many calls. */
 SBXC_API void sbxc_cancel_new(struct sbxc_cancel **out);
 SBXC_API void sbxc_cancel_fire(struct sbxc_cancel *c);
 SBXC_API bool sbxc_cancel_fired(const struct sbxc_cancel *c);
@@ -89,6 +92,7 @@ struct sbxc_call {
 	long timeout_ms;	    /* deadline of this call; 0: the handle's; -1: none */
 	struct sbxc_cancel *cancel; /* NULL: not cancellable */
 	const char *request_id;	    /* X-Request-Id to send; NULL: the server makes one */
+	int max_retries; /* 0: the handle's; -1: none (a front server passing 503s on); else this */
 };
 
 struct sbxc_err {
@@ -266,7 +270,9 @@ SBXC_API void sbxc_result_clear(struct sbxc_result *r);
  * NUL-terminated. Return nonzero to stop following (the command goes on;
  * the call then returns -ECANCELED: cancel it with sbxc_exec_cancel). */
 typedef int (*sbxc_output_fn)(void *arg, int stream, const char *data, size_t len);
-/* Told the exec's id once the server accepted it (before any output). */
+/* Told the exec's id: in the streamed form once the server accepted the
+ * command (before any output); in the buffered form just before the
+ * request is sent (a cancel that overtakes it answers -ENOENT). */
 typedef void (*sbxc_started_fn)(void *arg, const char *id);
 
 /* exec: runs the command and fills *res when it ends (timeouts and
