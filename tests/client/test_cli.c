@@ -267,6 +267,19 @@ static void test_cp_both_ways(void **state)
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.err, "");
 	run_free(&r);
+	/* on a terminal (util-linux script gives it one), a progress bar */
+	char tty_out[400];
+	snprintf(tty_out, sizeof tty_out, "%s/tty.out", tmp);
+	cmd = xasprintf(
+	    "SANDBOXD_URL=%s SANDBOXD_TOKEN=%s script -qec '%s cp :up/src.bin %s' /dev/null > %s 2>&1",
+	    srv.base, tok, sbx_bin(), back, tty_out);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	char *tty = it_read_file(tty_out, NULL);
+	assert_non_null(tty);
+	assert_non_null(strstr(tty, "100%"));
+	assert_non_null(strstr(tty, "MiB/s"));
+	free(tty);
 	/* both sides local, or a missing source: errors */
 	r = SBX(tok, "cp", src, back);
 	assert_int_equal(r.status, 2);
