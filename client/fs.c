@@ -169,14 +169,18 @@ static void dirent_from(json_t *e, struct sbxc_dirent *d)
 	d->mtime = t >= 0 ? t : 0;
 }
 
-int sbxc_readdir(struct sbxc *h, const struct sbxc_call *c, const char *path, bool detail,
-		 struct sbxc_dirent **out, size_t *n, struct sbxc_err *err)
+int sbxc_readdir_page(struct sbxc *h, const struct sbxc_call *c, const char *path, bool detail,
+		      const char *after, int limit, struct sbxc_dirent **out, size_t *n, char **next,
+		      struct sbxc_err *err)
 {
 	struct buf q;
 	buf_init(&q, 8192);
 	sbxc__q(&q, "path", path);
 	if (detail)
 		sbxc__q(&q, "detail", "true");
+	sbxc__q(&q, "after", after);
+	if (limit > 0)
+		sbxc__qi(&q, "limit", limit);
 	json_t *o = NULL;
 	int rc = sbxc__get_json(h, c, "/fs/readdir", &q, &o, err);
 	buf_free(&q);
@@ -187,9 +191,49 @@ int sbxc_readdir(struct sbxc *h, const struct sbxc_call *c, const char *path, bo
 	struct sbxc_dirent *v = xcalloc(k ? k : 1, sizeof *v);
 	for (size_t i = 0; i < k; i++)
 		dirent_from(json_array_get(arr, i), &v[i]);
+	bool more = sbxc__jbool(o, "more");
+	*next = more ? sbxc__jstrdup(o, "next") : NULL;
 	json_decref(o);
 	*out = v;
 	*n = k;
+	return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct sbxc_dirent *)a)->name, ((const struct sbxc_dirent *)b)->name);
+}
+
+int sbxc_readdir(struct sbxc *h, const struct sbxc_call *c, const char *path, bool detail,
+		 struct sbxc_dirent **out, size_t *n, struct sbxc_err *err)
+{
+	struct sbxc_dirent *all = NULL;
+	size_t total = 0;
+	char *cursor = NULL;
+	int pages = 0;
+	do {
+		struct sbxc_dirent *v = NULL;
+		size_t k = 0;
+		char *next = NULL;
+		int rc = sbxc_readdir_page(h, c, path, detail, cursor, 0, &v, &k, &next, err);
+		free(cursor);
+		if (rc < 0) {
+			sbxc_dirents_free(all, total);
+			return rc;
+		}
+		all = xrealloc(all, (total + k + 1) * sizeof *all);
+		memcpy(all + total, v, k * sizeof *v);
+		total += k;
+		free(v); /* the names moved to all */
+		cursor = next;
+		pages++;
+	} while (cursor);
+	/* The whole directory sorted bytewise, as wire.md promises, whatever
+	 * order the pages came in. */
+	if (pages > 1)
+		qsort(all, total, sizeof *all, by_name);
+	*out = all;
+	*n = total;
 	return 0;
 }
 

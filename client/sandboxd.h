@@ -161,9 +161,18 @@ struct sbxc_dirent {
 };
 /* readdir: the names in the directory, sorted bytewise; detail asks for
  * type, size and mtime too. *out is an array of *n entries, freed with
- * sbxc_dirents_free. */
+ * sbxc_dirents_free. A server that pages directories (`more`, `next`) is
+ * followed page after page until the end, so *out is the whole directory;
+ * sbxc_readdir_page reads one page at a time instead. */
 SBXC_API int sbxc_readdir(struct sbxc *h, const struct sbxc_call *c, const char *path, bool detail,
 			  struct sbxc_dirent **out, size_t *n, struct sbxc_err *err);
+/* One page: at most limit entries (0: the server's default) after the
+ * cursor after (NULL: from the start); *next gets the cursor of the next
+ * page, or NULL at the end (free() it). A server without paging answers
+ * the whole directory as one page. */
+SBXC_API int sbxc_readdir_page(struct sbxc *h, const struct sbxc_call *c, const char *path, bool detail,
+			       const char *after, int limit, struct sbxc_dirent **out, size_t *n, char **next,
+			       struct sbxc_err *err);
 SBXC_API void sbxc_dirents_free(struct sbxc_dirent *v, size_t n);
 /* exists: *yes tells; never -ENOENT for the path itself. */
 SBXC_API int sbxc_exists(struct sbxc *h, const struct sbxc_call *c, const char *path, bool *yes,

@@ -139,6 +139,51 @@ static void test_files_dirs_and_moves(void **state)
 	sbxc_free(&h);
 }
 
+/* A directory larger than a page (a paging server's default is 1000):
+ * sbxc_readdir has it all; sbxc_readdir_page walks it with cursors. */
+static void test_readdir_pages(void **state)
+{
+	(void)state;
+	struct sbxc *h = acme();
+	struct sbxc_call c = {.session = "pages"};
+	struct sbxc_err e;
+	struct sbxc_result r;
+	struct sbxc_exec_req q = {.command = "mkdir big && cd big && seq -w 1 2500 | xargs touch"};
+	assert_int_equal(sbxc_exec(h, &c, &q, NULL, NULL, NULL, &r, &e), 0);
+	assert_int_equal(r.exit_code, 0);
+	sbxc_result_clear(&r);
+	struct sbxc_dirent *v = NULL;
+	size_t n = 0;
+	assert_int_equal(sbxc_readdir(h, &c, "big", false, &v, &n, &e), 0);
+	assert_int_equal(n, 2500);
+	for (size_t i = 1; i < n; i++)
+		assert_true(strcmp(v[i - 1].name, v[i].name) < 0);
+	assert_string_equal(v[2499].name, "2500");
+	sbxc_dirents_free(v, n);
+	/* page by page: every name once (the order across pages is the
+	 * server's) */
+	char *cursor = NULL;
+	static bool seen[2501];
+	size_t total = 0;
+	int pages = 0;
+	do {
+		char *next = NULL;
+		assert_int_equal(sbxc_readdir_page(h, &c, "big", true, cursor, 700, &v, &n, &next, &e), 0);
+		for (size_t i = 0; i < n; i++) {
+			long k = strtol(v[i].name, NULL, 10);
+			assert_true(k >= 1 && k <= 2500 && !seen[k]);
+			seen[k] = true;
+			assert_int_equal(v[i].type, SBXC_FILE);
+		}
+		total += n;
+		sbxc_dirents_free(v, n);
+		free(cursor);
+		cursor = next;
+	} while (cursor && ++pages < 100);
+	assert_int_equal(total, 2500);
+	sbxc_free(&h);
+}
+
 static void test_wire_errors(void **state)
 {
 	(void)state;
@@ -831,14 +876,23 @@ static void test_threads_share_a_handle(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_files_roundtrip),   cmocka_unit_test(test_files_dirs_and_moves),
-	    cmocka_unit_test(test_wire_errors),	      cmocka_unit_test(test_connection_refused),
-	    cmocka_unit_test(test_exec_fields),	      cmocka_unit_test(test_exec_idempotent_id),
-	    cmocka_unit_test(test_exec_streamed),     cmocka_unit_test(test_exec_cancel_route),
-	    cmocka_unit_test(test_cancel_object),     cmocka_unit_test(test_follow_exec_events),
-	    cmocka_unit_test(test_follow_reconnects), cmocka_unit_test(test_audit_paging),
-	    cmocka_unit_test(test_retry_503),	      cmocka_unit_test(test_retry_429),
-	    cmocka_unit_test(test_tls_verification),  cmocka_unit_test(test_threads_share_a_handle),
+	    cmocka_unit_test(test_files_roundtrip),
+	    cmocka_unit_test(test_files_dirs_and_moves),
+	    cmocka_unit_test(test_readdir_pages),
+	    cmocka_unit_test(test_wire_errors),
+	    cmocka_unit_test(test_connection_refused),
+	    cmocka_unit_test(test_exec_fields),
+	    cmocka_unit_test(test_exec_idempotent_id),
+	    cmocka_unit_test(test_exec_streamed),
+	    cmocka_unit_test(test_exec_cancel_route),
+	    cmocka_unit_test(test_cancel_object),
+	    cmocka_unit_test(test_follow_exec_events),
+	    cmocka_unit_test(test_follow_reconnects),
+	    cmocka_unit_test(test_audit_paging),
+	    cmocka_unit_test(test_retry_503),
+	    cmocka_unit_test(test_retry_429),
+	    cmocka_unit_test(test_tls_verification),
+	    cmocka_unit_test(test_threads_share_a_handle),
 	};
 	return cmocka_run_group_tests_name("libsandboxd", tests, setup, teardown);
 }
