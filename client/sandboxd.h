@@ -50,6 +50,10 @@
 #define SBXC_API
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct sbxc;
 struct sbxc_cancel;
 
@@ -376,3 +380,7 @@ struct sbxc_audit_record {
 SBXC_API int sbxc_audit_page(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_audit_query *q,
 			     struct sbxc_audit_record **out, size_t *n, char **next, struct sbxc_err *err);
 SBXC_API void sbxc_audit_free(struct sbxc_audit_record *v, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
