@@ -9,8 +9,10 @@
  * borrows a libcurl easy handle from the handle's small pool (so
  * connections, TLS sessions included, are reused) and returns it. There is
  * no global state but libcurl's: call curl_global_init(CURL_GLOBAL_ALL)
- * once, before any thread is started, as libcurl asks (sbxc_new does it
- * too, which is safe only while the program has one thread). Nothing here
+ * once, before any thread is started, as libcurl asks. sbxc_new calls it
+ * too (never curl_global_cleanup), which is safe from any thread where
+ * curl_version_info reports CURL_VERSION_THREADSAFE (Debian 12's libcurl
+ * 7.88 does), and elsewhere only while the program has one thread. Nothing here
  * installs a signal handler or sends a signal (CURLOPT_NOSIGNAL is set;
  * name resolution may then not time out with libcurl's synchronous
  * resolver: Debian's libcurl uses the threaded one). libcurl sends with
