@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -751,13 +752,131 @@ static void test_retry_503(void **state)
 	sbxc_free(&h);
 }
 
+struct holder {
+	struct sbxc *h;
+	atomic_bool release;
+	int rc;
+};
+
+/* Holds the download (and so the tenant's one transfer slot) open until
+ * released. */
+static int hold_sink(void *arg, const void *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	struct holder *k = arg;
+	for (int64_t end = ct_now_ms() + 30000; !atomic_load(&k->release) && ct_now_ms() < end;)
+		usleep(5000);
+	return 0;
+}
+
+static void *hold_main(void *arg)
+{
+	struct holder *k = arg;
+	k->rc = sbxc_read_file_stream(k->h, NULL, "held.bin", 0, hold_sink, k, NULL, NULL);
+	return NULL;
+}
+
+static ssize_t text_source(void *arg, void *buf, size_t cap)
+{
+	const char **p = arg;
+	size_t n = strlen(*p) < cap ? strlen(*p) : cap;
+	memcpy(buf, *p, n);
+	*p += n;
+	return (ssize_t)n;
+}
+
+/* Whether the audit shows a refused (429) upload yet. */
+static bool upload_refused(const char *audit)
+{
+	struct sbxc *a = ct_client(s2.base, audit, NULL);
+	struct sbxc_audit_query q = {.route = "/fs/write_stream", .limit = 100};
+	struct sbxc_audit_record *v = NULL;
+	size_t n = 0;
+	char *next = NULL;
+	bool seen = false;
+	if (sbxc_audit_page(a, NULL, &q, &v, &n, &next, NULL) == 0)
+		for (size_t i = 0; i < n; i++)
+			seen |= v[i].status == 429;
+	sbxc_audit_free(v, n);
+	free(next);
+	sbxc_free(&a);
+	return seen;
+}
+
+struct uploader {
+	struct sbxc *h;
+	const char *left;
+	struct sbxc_upload res;
+	struct sbxc_err err;
+	int rc;
+};
+
+static void *upload_main(void *arg)
+{
+	struct uploader *u = arg;
+	u->rc = sbxc_write_file_stream(u->h, NULL, "after.txt", -1, text_source, &u->left, &u->res, &u->err);
+	return NULL;
+}
+
+/* The tenant's one transfer slot is held by a download: an upload is
+ * refused with 429 before its body (Expect: 100-continue), waits, and is
+ * retried whole once the slot is free (released when the audit shows the
+ * refusal). */
+static void upload_waits_for_a_transfer_slot(struct sbxc *h, const char *t2)
+{
+	char *audit = it_token(&s2, "acme", "audit:read");
+	static char big[8 << 20];
+	memset(big, 'z', sizeof big);
+	assert_int_equal(sbxc_write_file(h, NULL, "held.bin", big, sizeof big, NULL, NULL), 0);
+	struct holder k = {.h = ct_client(s2.base, t2, NULL)};
+	atomic_init(&k.release, false);
+	pthread_t hold, up;
+	pthread_create(&hold, NULL, hold_main, &k);
+	/* the download holds the slot once the server counts it */
+	for (int64_t end = ct_now_ms() + 20000;;) {
+		struct sbxc_transfer t;
+		struct sbxc_err e;
+		if (sbxc_transfer_mint(h, &(struct sbxc_call){.max_retries = -1}, "held.bin", false, 5, &t,
+				       &e) == 0) {
+			struct it_resp r;
+			assert_int_equal(it_http(&s2, "GET", t.url, NULL, NULL, NULL, 0, &r), 0);
+			bool busy = r.status == 429;
+			it_resp_free(&r);
+			if (busy)
+				break;
+		}
+		assert_true(ct_now_ms() < end);
+		usleep(20000);
+	}
+	const char *text = "uploaded after the wait\n";
+	struct uploader u = {.h = h, .left = text};
+	pthread_create(&up, NULL, upload_main, &u);
+	for (int64_t end = ct_now_ms() + 20000; !upload_refused(audit); usleep(20000))
+		assert_true(ct_now_ms() < end);
+	atomic_store(&k.release, true);
+	pthread_join(up, NULL);
+	pthread_join(hold, NULL);
+	assert_int_equal(k.rc, 0);
+	assert_int_equal(u.rc, 0);
+	assert_true(u.err.attempts >= 2);
+	assert_int_equal(u.res.size, strlen(text));
+	char *data = NULL;
+	size_t len = 0;
+	assert_int_equal(sbxc_read_file(h, NULL, "after.txt", &data, &len, NULL), 0);
+	assert_string_equal(data, text);
+	free(data);
+	sbxc_free(&k.h);
+	free(audit);
+}
+
 /* A real 429: a tenant limited to one command at a time. The second exec
  * waits (Retry-After) until the first is done; a deadline shorter than
  * the wait gives the 429 back at once. */
 static void test_retry_429(void **state)
 {
 	(void)state;
-	const char *extra[] = {"--set", "tenant-max-execs=1", NULL};
+	const char *extra[] = {"--set", "tenant-max-execs=1", "--set", "tenant-max-transfers=1", NULL};
 	assert_int_equal(it_start(&s2, extra), 0);
 	char *t2 = it_token(&s2, "acme", NULL);
 	struct exec_thread t = {.h = ct_client(s2.base, t2, NULL),
@@ -782,6 +901,7 @@ static void test_retry_429(void **state)
 	assert_int_equal(t.rc, 0);
 	sbxc_result_clear(&t.res);
 	sbxc_free(&t.h);
+	upload_waits_for_a_transfer_slot(h, t2);
 	sbxc_free(&h);
 	free(t2);
 	it_stop(&s2, SIGTERM);
