@@ -233,6 +233,11 @@ void sbxc_cancel_free(struct sbxc_cancel **cp)
 	*cp = NULL;
 }
 
+int sbxc__max_retries(const struct sbxc *h)
+{
+	return h->max_retries;
+}
+
 int64_t sbxc__deadline(struct sbxc *h, const struct sbxc_call *c, bool open_ended)
 {
 	long t = c && c->timeout_ms ? c->timeout_ms : (open_ended ? -1 : h->timeout_ms);

@@ -75,7 +75,7 @@ struct exec_stream {
 	void *arg;
 	struct sbxc_result *res;
 	bool done, failed, started;
-	char failure[256];
+	char code[40], failure[512], hint[256];
 };
 
 static int on_exec_event(void *arg, const struct sbxc_event *ev)
@@ -97,10 +97,11 @@ static int on_exec_event(void *arg, const struct sbxc_event *ev)
 		sbxc__result_from(o, x->res);
 		x->done = true;
 	} else if (strcmp(ev->name, "exec_error") == 0) {
+		/* a wire error: the command never started */
 		json_t *e = json_object_get(o, "error");
-		snprintf(x->failure, sizeof x->failure, "%s",
-			 json_string_value(json_object_get(e ? e : o, "message"))
-			     ?: "the exec did not start");
+		sbxc__jcopy(e, "code", x->code, sizeof x->code);
+		sbxc__jcopy(e, "message", x->failure, sizeof x->failure);
+		sbxc__jcopy(e, "retry_hint", x->hint, sizeof x->hint);
 		x->failed = x->done = true;
 	}
 	json_decref(o);
@@ -121,11 +122,37 @@ static int exec_streamed(struct sbxc *h, const struct sbxc_call *c, const struct
 	int rc = sbxc__do(h, c, &rq, &r, err);
 	cresp_free(&r);
 	sse_free(&s);
-	if (rc == 0 && x->failed)
-		rc = sbxc__fail(err, -EHOSTDOWN, "%s", x->failure);
-	else if (rc == 0 && !x->done)
+	if (rc == 0 && x->failed) {
+		rc = x->code[0] ? sbxc_errno_of_code(x->code) : -EIO;
+		if (err) {
+			snprintf(err->code, sizeof err->code, "%s", x->code);
+			snprintf(err->retry_hint, sizeof err->retry_hint, "%s", x->hint);
+		}
+		sbxc__fail(err, rc, "%s", x->failure[0] ? x->failure : "the command did not start");
+	} else if (rc == 0 && !x->done)
 		rc = sbxc__fail(err, -EIO, "the event stream ended before the exit event");
 	return rc;
+}
+
+/* A streamed exec whose command could not start (an exec_error event
+ * with a 503 code: the server forgot the id) is tried again like a 503
+ * answer, with the same id, within the call's deadline. */
+static int exec_streamed_retried(struct sbxc *h, const struct sbxc_call *c, const struct creq *rq,
+				 sbxc_output_fn on_output, sbxc_started_fn on_started, void *arg,
+				 struct sbxc_result *res, struct sbxc_err *err)
+{
+	int64_t deadline = sbxc__deadline(h, c, true);
+	int retries = c->max_retries ? (c->max_retries < 0 ? 0 : c->max_retries) : sbxc__max_retries(h);
+	for (int n = 0;; n++) {
+		struct exec_stream x = {
+		    .on_output = on_output, .on_started = on_started, .arg = arg, .res = res};
+		int rc = exec_streamed(h, c, rq, &x, err);
+		long wait = 1000L << (n < 5 ? n : 5);
+		if (rc != -EHOSTDOWN || !x.failed || n >= retries || sbxc__now_ms() + wait >= deadline)
+			return rc;
+		if (sbxc__sleep(c, wait) < 0)
+			return sbxc__fail(err, -ECANCELED, "cancelled");
+	}
 }
 
 int sbxc_exec(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_exec_req *req,
@@ -155,9 +182,7 @@ int sbxc_exec(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_exec_
 	*res = (struct sbxc_result){0};
 	int rc;
 	if (on_output) {
-		struct exec_stream x = {
-		    .on_output = on_output, .on_started = on_started, .arg = arg, .res = res};
-		rc = exec_streamed(h, &call, &rq, &x, err);
+		rc = exec_streamed_retried(h, &call, &rq, on_output, on_started, arg, res, err);
 	} else {
 		if (on_started)
 			on_started(arg, id);

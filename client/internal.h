@@ -78,6 +78,8 @@ int sbxc__fail(struct sbxc_err *err, int rc, const char *fmt, ...) __attribute__
  * object's fd (-1: none), for code that waits outside sbxc__do. */
 int64_t sbxc__now_ms(void);
 int64_t sbxc__deadline(struct sbxc *h, const struct sbxc_call *c, bool open_ended);
+/* The handle's max_retries (0: none). */
+int sbxc__max_retries(const struct sbxc *h);
 /* Wait ms or until c's cancel fires: 0, or -ECANCELED. */
 int sbxc__sleep(const struct sbxc_call *c, long ms);
 
