@@ -360,6 +360,24 @@ struct sbxc_follow {
 SBXC_API int sbxc_follow(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_follow *f,
 			 sbxc_event_fn on_event, void *arg, struct sbxc_err *err);
 
+/* ---- sessions and health (wire.md "Operators") ---- */
+
+struct sbxc_session {
+	char *key, *dir;
+	char created_at[40], last_used_at[40];
+};
+/* GET /sessions: the tenant's sessions; free with sbxc_sessions_free. */
+SBXC_API int sbxc_sessions(struct sbxc *h, const struct sbxc_call *c, struct sbxc_session **out, size_t *n,
+			   struct sbxc_err *err);
+SBXC_API void sbxc_sessions_free(struct sbxc_session *v, size_t n);
+/* DELETE /session: removes the call's session (c->session) and its
+ * directory; running commands of it are not stopped. */
+SBXC_API int sbxc_session_delete(struct sbxc *h, const struct sbxc_call *c, struct sbxc_err *err);
+/* GET /readyz (no token needed): 0 when the server is ready, -EHOSTDOWN
+ * when it answers 503 (*detail, when not NULL, gets its JSON body either
+ * way; free() it), or a transport error. Never retried: it is the probe. */
+SBXC_API int sbxc_ready(struct sbxc *h, const struct sbxc_call *c, char **detail, struct sbxc_err *err);
+
 /* ---- audit (wire.md "Operators") ---- */
 
 struct sbxc_audit_query {

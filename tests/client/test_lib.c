@@ -185,6 +185,37 @@ static void test_readdir_pages(void **state)
 	sbxc_free(&h);
 }
 
+static void test_sessions_and_ready(void **state)
+{
+	(void)state;
+	struct sbxc *h = acme();
+	struct sbxc_call c = {.session = "short-lived"};
+	struct sbxc_err e;
+	assert_int_equal(sbxc_write_file(h, &c, "x", "1", 1, NULL, &e), 0);
+	struct sbxc_session *v = NULL;
+	size_t n = 0;
+	bool found = false;
+	assert_int_equal(sbxc_sessions(h, NULL, &v, &n, &e), 0);
+	for (size_t i = 0; i < n; i++)
+		found |= strcmp(v[i].key, "short-lived") == 0 && strstr(v[i].dir, "short-lived-") &&
+			 v[i].created_at[0];
+	sbxc_sessions_free(v, n);
+	assert_true(found);
+	assert_int_equal(sbxc_session_delete(h, &c, &e), 0);
+	assert_int_equal(sbxc_sessions(h, NULL, &v, &n, &e), 0);
+	for (size_t i = 0; i < n; i++)
+		assert_string_not_equal(v[i].key, "short-lived");
+	sbxc_sessions_free(v, n);
+	bool yes = true;
+	assert_int_equal(sbxc_exists(h, &c, "x", &yes, &e), 0);
+	assert_false(yes);
+	char *detail = NULL;
+	assert_int_equal(sbxc_ready(h, NULL, &detail, &e), 0);
+	assert_non_null(strstr(detail, "\"ready\""));
+	free(detail);
+	sbxc_free(&h);
+}
+
 static void test_wire_errors(void **state)
 {
 	(void)state;
@@ -996,23 +1027,15 @@ static void test_threads_share_a_handle(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_files_roundtrip),
-	    cmocka_unit_test(test_files_dirs_and_moves),
-	    cmocka_unit_test(test_readdir_pages),
-	    cmocka_unit_test(test_wire_errors),
-	    cmocka_unit_test(test_connection_refused),
-	    cmocka_unit_test(test_exec_fields),
-	    cmocka_unit_test(test_exec_idempotent_id),
-	    cmocka_unit_test(test_exec_streamed),
-	    cmocka_unit_test(test_exec_cancel_route),
-	    cmocka_unit_test(test_cancel_object),
-	    cmocka_unit_test(test_follow_exec_events),
-	    cmocka_unit_test(test_follow_reconnects),
-	    cmocka_unit_test(test_audit_paging),
-	    cmocka_unit_test(test_retry_503),
-	    cmocka_unit_test(test_retry_429),
-	    cmocka_unit_test(test_tls_verification),
-	    cmocka_unit_test(test_threads_share_a_handle),
+	    cmocka_unit_test(test_files_roundtrip),   cmocka_unit_test(test_files_dirs_and_moves),
+	    cmocka_unit_test(test_readdir_pages),     cmocka_unit_test(test_sessions_and_ready),
+	    cmocka_unit_test(test_wire_errors),	      cmocka_unit_test(test_connection_refused),
+	    cmocka_unit_test(test_exec_fields),	      cmocka_unit_test(test_exec_idempotent_id),
+	    cmocka_unit_test(test_exec_streamed),     cmocka_unit_test(test_exec_cancel_route),
+	    cmocka_unit_test(test_cancel_object),     cmocka_unit_test(test_follow_exec_events),
+	    cmocka_unit_test(test_follow_reconnects), cmocka_unit_test(test_audit_paging),
+	    cmocka_unit_test(test_retry_503),	      cmocka_unit_test(test_retry_429),
+	    cmocka_unit_test(test_tls_verification),  cmocka_unit_test(test_threads_share_a_handle),
 	};
 	return cmocka_run_group_tests_name("libsandboxd", tests, setup, teardown);
 }
