@@ -315,8 +315,10 @@ static size_t on_write(char *p, size_t sz, size_t n, void *arg)
 	long st = 0;
 	curl_easy_getinfo(a->c.easy, CURLINFO_RESPONSE_CODE, &st);
 	if (st / 100 == 2 && a->q->sink) {
-		a->resp->delivered = true;
 		int r = a->q->sink(a->q->sink_arg, p, len);
+		if (r == SBXC__PAUSE)
+			return CURL_WRITEFUNC_PAUSE; /* delivered again once unpaused */
+		a->resp->delivered = true;
 		if (r != 0) {
 			a->sink_rc = r;
 			return 0; /* libcurl ends the transfer with CURLE_WRITE_ERROR */
@@ -333,8 +335,10 @@ static size_t on_write(char *p, size_t sz, size_t n, void *arg)
 static size_t on_read(char *p, size_t sz, size_t n, void *arg)
 {
 	struct attempt *a = arg;
-	a->resp->source_read = true;
 	ssize_t r = a->q->source(a->q->source_arg, p, sz * n);
+	if (r == SBXC__PAUSE)
+		return CURL_READFUNC_PAUSE;
+	a->resp->source_read = true;
 	if (r < 0) {
 		a->source_rc = (int)r;
 		return CURL_READFUNC_ABORT;
@@ -422,39 +426,6 @@ static void setup(struct attempt *a, const struct sbxc_call *c, struct curl_slis
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, a);
 	set_body(e, q, a);
-}
-
-/* Runs the transfer on the multi handle; the cancel object's eventfd
- * wakes the wait at once. */
-static CURLcode drive(struct attempt *a, const struct sbxc_call *c)
-{
-	struct sbxc_cancel *k = c ? c->cancel : NULL;
-	CURLM *m = a->c.multi;
-	CURLcode res = CURLE_OK;
-	curl_multi_add_handle(m, a->c.easy);
-	int running = 1;
-	while (running) {
-		if (curl_multi_perform(m, &running) != CURLM_OK) {
-			res = CURLE_OUT_OF_MEMORY;
-			break;
-		}
-		if (!running)
-			break;
-		struct curl_waitfd w = {.fd = k ? k->fd : -1, .events = CURL_WAIT_POLLIN};
-		curl_multi_poll(m, k ? &w : NULL, k ? 1 : 0, 1000, NULL);
-		if (sbxc_cancel_fired(k)) {
-			a->cancelled = true;
-			res = CURLE_ABORTED_BY_CALLBACK;
-			break;
-		}
-	}
-	int left = 0;
-	CURLMsg *msg;
-	while ((msg = curl_multi_info_read(m, &left)))
-		if (msg->msg == CURLMSG_DONE && !a->cancelled)
-			res = msg->data.result;
-	curl_multi_remove_handle(m, a->c.easy);
-	return res;
 }
 
 /* ---- errors ---- */
@@ -575,14 +546,10 @@ static int transport_error(CURLcode res, struct attempt *a, bool *retryable, str
 	}
 }
 
-/* One attempt: 0 for 2xx, else its errno (and whether to retry). */
-static int attempt_once(struct attempt *a, const struct sbxc_call *c, const char *url, int64_t deadline,
-			bool *retryable, struct sbxc_err *err)
+/* The outcome of an ended attempt: 0 for 2xx, else its errno (and
+ * whether to retry). */
+static int outcome(struct attempt *a, CURLcode res, bool *retryable, struct sbxc_err *err)
 {
-	struct curl_slist *hdrs = headers_of(a->h, c, a->q);
-	setup(a, c, hdrs, url, deadline);
-	CURLcode res = drive(a, c);
-	curl_slist_free_all(hdrs);
 	*retryable = false;
 	if (err) {
 		err->attempts++;
@@ -616,8 +583,51 @@ static long backoff_ms(struct sbxc *h, int n, long retry_after_s)
 	return ms > h->max_backoff_ms ? h->max_backoff_ms : ms;
 }
 
-int sbxc__do(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, struct cresp *resp,
-	     struct sbxc_err *err)
+/* ---- a transfer, attempt after attempt, driven step by step ---- */
+
+struct sbxc__xfer {
+	struct sbxc *h;
+	struct sbxc_call call; /* a copy: its strings are the caller's */
+	const struct creq *q;
+	struct cresp *resp;
+	char *url;
+	int64_t deadline;
+	int max_retries, n; /* n: attempts made before the current one */
+	struct attempt a;
+	struct curl_slist *hdrs;
+	bool running; /* the current attempt is in the multi handle */
+	CURLcode res;
+};
+
+static void begin(struct sbxc__xfer *x)
+{
+	x->a =
+	    (struct attempt){.h = x->h, .q = x->q, .resp = x->resp, .c = conn_get(x->h), .retry_after = -1};
+	buf_reset(&x->resp->body);
+	x->resp->status = 0;
+	x->hdrs = headers_of(x->h, &x->call, x->q);
+	setup(&x->a, &x->call, x->hdrs, x->url, x->deadline);
+	curl_multi_add_handle(x->a.c.multi, x->a.c.easy);
+	x->running = true;
+	x->res = CURLE_OK;
+}
+
+/* The attempt's end: out of the multi handle (a transfer not done is
+ * closed, which tells the server) and its connection back to the pool. */
+static void finish(struct sbxc__xfer *x)
+{
+	if (!x->running)
+		return;
+	struct attempt *a = &x->a;
+	curl_multi_remove_handle(a->c.multi, a->c.easy);
+	curl_slist_free_all(x->hdrs);
+	x->hdrs = NULL;
+	conn_put(x->h, a->c, !a->cancelled && !a->sink_rc && !a->source_rc);
+	x->running = false;
+}
+
+int sbxc__xfer_open(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, struct cresp *resp,
+		    struct sbxc__xfer **out, struct sbxc_err *err)
 {
 	*resp = (struct cresp){0};
 	buf_init(&resp->body, h->max_body);
@@ -625,32 +635,107 @@ int sbxc__do(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, st
 	if (c && ((c->session && strpbrk(c->session, "\r\n")) ||
 		  (c->request_id && strpbrk(c->request_id, "\r\n"))))
 		return sbxc__fail(err, -EINVAL, "a header value holds a line break");
-	char *url = xasprintf("%s%s%s%s", h->base, q->path, q->query && q->query->len ? "?" : "",
-			      q->query && q->query->len ? buf_cstr(q->query) : "");
-	int64_t deadline = sbxc__deadline(h, c, q->open_ended);
-	int max_retries = c && c->max_retries ? (c->max_retries < 0 ? 0 : c->max_retries) : h->max_retries;
-	int rc = 0;
-	for (int n = 0;; n++) {
-		if (sbxc_cancel_fired(c ? c->cancel : NULL)) {
-			rc = sbxc__fail(err, -ECANCELED, "cancelled");
-			break;
-		}
-		struct attempt a = {.h = h, .q = q, .resp = resp, .c = conn_get(h), .retry_after = -1};
-		buf_reset(&resp->body);
-		bool retryable = false;
-		rc = attempt_once(&a, c, url, deadline, &retryable, err);
-		conn_put(h, a.c, !a.cancelled && !a.sink_rc && !a.source_rc);
-		if (rc == 0 || !retryable || n >= max_retries)
-			break;
-		long wait = backoff_ms(h, n, a.retry_after);
-		if (deadline != INT64_MAX && sbxc__now_ms() + wait >= deadline)
-			break; /* the answer we have beats a timeout */
-		if (sbxc__sleep(c, wait) < 0) {
-			rc = sbxc__fail(err, -ECANCELED, "cancelled");
-			break;
-		}
+	if (sbxc_cancel_fired(c ? c->cancel : NULL))
+		return sbxc__fail(err, -ECANCELED, "cancelled");
+	struct sbxc__xfer *x = xcalloc(1, sizeof *x);
+	x->h = h;
+	x->call = c ? *c : (struct sbxc_call){0};
+	x->q = q;
+	x->resp = resp;
+	x->url = xasprintf("%s%s%s%s", h->base, q->path, q->query && q->query->len ? "?" : "",
+			   q->query && q->query->len ? buf_cstr(q->query) : "");
+	x->deadline = sbxc__deadline(h, c, q->open_ended);
+	x->max_retries = c && c->max_retries ? (c->max_retries < 0 ? 0 : c->max_retries) : h->max_retries;
+	begin(x);
+	*out = x;
+	return 0;
+}
+
+int sbxc__xfer_step(struct sbxc__xfer *x, int wait_ms)
+{
+	if (!x->running)
+		return 0;
+	struct sbxc_cancel *k = x->call.cancel;
+	CURLM *m = x->a.c.multi;
+	int running = 0;
+	if (curl_multi_perform(m, &running) != CURLM_OK) {
+		x->res = CURLE_OUT_OF_MEMORY;
+		return 0;
 	}
-	free(url);
+	if (running) {
+		struct curl_waitfd w = {.fd = k ? k->fd : -1, .events = CURL_WAIT_POLLIN};
+		curl_multi_poll(m, k ? &w : NULL, k ? 1 : 0, wait_ms, NULL);
+		if (!sbxc_cancel_fired(k))
+			return 1;
+		x->a.cancelled = true;
+		x->res = CURLE_ABORTED_BY_CALLBACK;
+		return 0;
+	}
+	int left = 0;
+	CURLMsg *msg;
+	while ((msg = curl_multi_info_read(m, &left)))
+		if (msg->msg == CURLMSG_DONE)
+			x->res = msg->data.result;
+	return 0;
+}
+
+int sbxc__xfer_outcome(struct sbxc__xfer *x, struct sbxc_err *err)
+{
+	bool retryable = false;
+	int rc = outcome(&x->a, x->res, &retryable, err);
+	long retry_after = x->a.retry_after;
+	finish(x);
+	if (rc == 0 || !retryable || x->n >= x->max_retries)
+		return rc;
+	long wait = backoff_ms(x->h, x->n, retry_after);
+	if (x->deadline != INT64_MAX && sbxc__now_ms() + wait >= x->deadline)
+		return rc; /* the answer we have beats a timeout */
+	if (sbxc__sleep(&x->call, wait) < 0)
+		return sbxc__fail(err, -ECANCELED, "cancelled");
+	x->n++;
+	begin(x);
+	return 1;
+}
+
+long sbxc__xfer_status(struct sbxc__xfer *x)
+{
+	long st = 0;
+	if (x->running)
+		curl_easy_getinfo(x->a.c.easy, CURLINFO_RESPONSE_CODE, &st);
+	return st;
+}
+
+void sbxc__xfer_unpause(struct sbxc__xfer *x)
+{
+	if (x->running)
+		curl_easy_pause(x->a.c.easy, CURLPAUSE_CONT);
+}
+
+void sbxc__xfer_close(struct sbxc__xfer **xp)
+{
+	struct sbxc__xfer *x = *xp;
+	if (!x)
+		return;
+	x->a.cancelled = x->a.cancelled || x->running; /* not reusable: closed mid-way */
+	finish(x);
+	free(x->url);
+	free(x);
+	*xp = NULL;
+}
+
+int sbxc__do(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, struct cresp *resp,
+	     struct sbxc_err *err)
+{
+	struct sbxc__xfer *x = NULL;
+	int rc = sbxc__xfer_open(h, c, q, resp, &x, err);
+	while (rc == 0 || rc == 1) {
+		while (sbxc__xfer_step(x, 1000))
+			;
+		rc = sbxc__xfer_outcome(x, err);
+		if (rc != 1)
+			break;
+	}
+	sbxc__xfer_close(&x);
 	return rc;
 }
 

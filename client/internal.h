@@ -36,6 +36,10 @@ struct creq {
 	bool retry;
 };
 
+/* A sink or source may return this to pause the transfer until
+ * sbxc__xfer_unpause (the reader and the writer do). */
+#define SBXC__PAUSE 0x7ffffff1
+
 /* What came back. body holds a non-2xx answer's body, or a 2xx one when
  * no sink was given. */
 struct cresp {
@@ -52,6 +56,22 @@ struct cresp {
 int sbxc__do(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, struct cresp *resp,
 	     struct sbxc_err *err);
 void cresp_free(struct cresp *r);
+
+/* The same engine driven by its owner, for the reader and the writer:
+ * open starts the first attempt; step runs it for at most wait_ms and
+ * says whether it is still running (1) or ended (0); outcome, once ended,
+ * is its result, or 1 when a retry was due and has been started (after
+ * its wait); close ends everything (a transfer not done is cut, which
+ * tells the server). */
+struct sbxc__xfer;
+int sbxc__xfer_open(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, struct cresp *resp,
+		    struct sbxc__xfer **out, struct sbxc_err *err);
+int sbxc__xfer_step(struct sbxc__xfer *x, int wait_ms);
+int sbxc__xfer_outcome(struct sbxc__xfer *x, struct sbxc_err *err);
+/* The status of the answer so far (0 before its head). */
+long sbxc__xfer_status(struct sbxc__xfer *x);
+void sbxc__xfer_unpause(struct sbxc__xfer *x);
+void sbxc__xfer_close(struct sbxc__xfer **x);
 /* The same for a JSON answer: *out a new reference (NULL on failure). A
  * 2xx answer that is not JSON is -EPROTO. */
 int sbxc__json(struct sbxc *h, const struct sbxc_call *c, const struct creq *q, json_t **out,
