@@ -705,6 +705,14 @@ long sbxc__xfer_status(struct sbxc__xfer *x)
 	return st;
 }
 
+int64_t sbxc__xfer_length(struct sbxc__xfer *x)
+{
+	curl_off_t n = -1;
+	if (x->running)
+		curl_easy_getinfo(x->a.c.easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &n);
+	return (int64_t)n;
+}
+
 void sbxc__xfer_unpause(struct sbxc__xfer *x)
 {
 	if (x->running)

@@ -70,6 +70,8 @@ int sbxc__xfer_step(struct sbxc__xfer *x, int wait_ms);
 int sbxc__xfer_outcome(struct sbxc__xfer *x, struct sbxc_err *err);
 /* The status of the answer so far (0 before its head). */
 long sbxc__xfer_status(struct sbxc__xfer *x);
+/* The answer's Content-Length, or -1. */
+int64_t sbxc__xfer_length(struct sbxc__xfer *x);
 void sbxc__xfer_unpause(struct sbxc__xfer *x);
 void sbxc__xfer_close(struct sbxc__xfer **x);
 /* The same for a JSON answer: *out a new reference (NULL on failure). A

@@ -238,6 +238,45 @@ SBXC_API int sbxc_write_file_stream(struct sbxc *h, const struct sbxc_call *c, c
 SBXC_API int sbxc_write_file_from_fd(struct sbxc *h, const struct sbxc_call *c, const char *path, int fd,
 				     struct sbxc_upload *out, struct sbxc_err *err);
 
+/* Pull and push forms of the same two streams, for a program that is
+ * itself driven from outside (a server handing a download to
+ * libmicrohttpd's content reader, or passing an upload on as it
+ * arrives): no thread and no callback, memory still constant (a 256 KiB
+ * buffer per reader). A reader or writer belongs to one thread at a time;
+ * its calls honour the cancel object and deadline of the sbxc_call it was
+ * opened with (a transfer that moves nothing for 60 s is cut). */
+struct sbxc_reader;
+struct sbxc_writer;
+/* Opens GET /fs/read_stream from offset and waits for the answer's head
+ * (retried on 429/503 as ever): 0 and *out, or the error (-ENOENT, ...).
+ * *size (may be NULL) gets the bytes to come, or -1. */
+SBXC_API int sbxc_reader_open(struct sbxc *h, const struct sbxc_call *c, const char *path, uint64_t offset,
+			      struct sbxc_reader **out, int64_t *size, struct sbxc_err *err);
+/* Up to cap bytes into buf: the count, 0 at the end of the file, or a
+ * negative errno (the connection broke: -EIO; the call's cancel object:
+ * -ECANCELED). Blocks until at least one byte, the end or an error. */
+SBXC_API ssize_t sbxc_reader_read(struct sbxc_reader *r, void *buf, size_t cap, struct sbxc_err *err);
+/* Ends the reader; one not read to its end closes its connection.
+ * Accepts NULL. */
+SBXC_API void sbxc_reader_close(struct sbxc_reader **r);
+
+/* Opens PUT /fs/write_stream and waits until the server asks for the
+ * body (100 Continue): 0 and *out, or the refusal (-ENOENT
+ * parent_missing, -EAGAIN after the retries of a 429, ...). size: the
+ * body's length when known, else -1 (chunked). */
+SBXC_API int sbxc_writer_open(struct sbxc *h, const struct sbxc_call *c, const char *path, int64_t size,
+			      struct sbxc_writer **out, struct sbxc_err *err);
+/* Sends len bytes (blocks until libcurl has taken them all): 0, or the
+ * error; an answer that comes before the end (the server refused the
+ * body) ends the writer with its error. */
+SBXC_API int sbxc_writer_write(struct sbxc_writer *w, const void *data, size_t len, struct sbxc_err *err);
+/* Ends the body and waits for the answer: 0 and *out (may be NULL), the
+ * new file in place. */
+SBXC_API int sbxc_writer_finish(struct sbxc_writer *w, struct sbxc_upload *out, struct sbxc_err *err);
+/* Ends the writer; one not finished is cut off, and the server keeps the
+ * old file. Accepts NULL. */
+SBXC_API void sbxc_writer_close(struct sbxc_writer **w);
+
 struct sbxc_transfer {
 	char token[64];
 	char url[128];	   /* "/fs/stream/<token>", relative to the base URL */
