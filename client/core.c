@@ -115,7 +115,7 @@ static char *dup_or_null(const char *s)
 
 int sbxc_new(struct sbxc **out, const struct sbxc_opts *o)
 {
-	if (!o || !o->base_url || !o->token || !*o->token ||
+	if (!o || !o->base_url || !o->token || !*o->token || strlen(o->base_url) > 4000 ||
 	    (strncmp(o->base_url, "http://", 7) != 0 && strncmp(o->base_url, "https://", 8) != 0) ||
 	    strpbrk(o->token, "\r\n") || (o->tenant && strpbrk(o->tenant, "\r\n")))
 		return -EINVAL;
@@ -126,11 +126,11 @@ int sbxc_new(struct sbxc **out, const struct sbxc_opts *o)
 	while (n > 0 && h->base[n - 1] == '/')
 		h->base[--n] = '\0';
 	h->token = xstrdup(o->token);
-	h->tenant = dup_or_null(o->tenant);
+	h->tenant = o->tenant ? xstrdup(o->tenant) : sbxc__token_tenant(o->token);
 	h->ca_file = dup_or_null(o->ca_file);
 	h->user_agent = o->user_agent ? xstrdup(o->user_agent) : xstrdup("libsandboxd/" SANDBOXD_VERSION);
 	h->auth_header = xasprintf("Authorization: Bearer %s", o->token);
-	h->tenant_header = o->tenant ? xasprintf("X-Tenant-Id: %s", o->tenant) : NULL;
+	h->tenant_header = h->tenant ? xasprintf("X-Tenant-Id: %s", h->tenant) : NULL;
 	h->insecure = o->insecure;
 	h->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 10000;
 	h->timeout_ms = o->timeout_ms ? o->timeout_ms : 60000;
@@ -271,7 +271,7 @@ struct attempt {
 	int sink_rc, source_rc;
 	bool too_big, cancelled;
 	long retry_after;
-	char request_id[80];
+	char request_id[80], node[72];
 };
 
 /* "Name: value\r\n" -> value into dst when the name matches. */
@@ -297,12 +297,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) { /* a new answer (after a 100 Continue, say) */
 		a->retry_after = -1;
 		a->request_id[0] = '\0';
+		a->node[0] = '\0';
 		a->resp->content_type[0] = '\0';
 	} else if (header_is(p, len, "Retry-After", v, sizeof v)) {
 		char *end = NULL;
 		long long s = strtoll(v, &end, 10);
 		a->retry_after = end != v && *end == '\0' && s >= 0 && s < 86400 ? (long)s : -1;
-	} else if (!header_is(p, len, "X-Request-Id", a->request_id, sizeof a->request_id)) {
+	} else if (!header_is(p, len, "X-Request-Id", a->request_id, sizeof a->request_id) &&
+		   !header_is(p, len, "Sandboxd-Node", a->node, sizeof a->node)) {
 		header_is(p, len, "Content-Type", a->resp->content_type, sizeof a->resp->content_type);
 	}
 	return len;
@@ -554,6 +556,7 @@ static int outcome(struct attempt *a, CURLcode res, bool *retryable, struct sbxc
 	if (err) {
 		err->attempts++;
 		snprintf(err->request_id, sizeof err->request_id, "%s", a->request_id);
+		snprintf(err->node, sizeof err->node, "%s", a->node);
 	}
 	if (res != CURLE_OK)
 		return transport_error(res, a, retryable, err);

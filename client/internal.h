@@ -118,6 +118,9 @@ enum sbxc_type sbxc__type(const char *s);
 /* An exec id as the server accepts it: [A-Za-z0-9_-]{1,64} (it goes into
  * a URL path). */
 bool sbxc__id_ok(const char *id);
+/* The `tenant` claim of a JWT, read without verifying it (the server
+ * does), for X-Tenant-Id; NULL when there is none. */
+char *sbxc__token_tenant(const char *token);
 
 /* An incremental server-sent-events parser (the WHATWG rules the server's
  * events need: fields id, event, data; comments; \n or \r\n lines). One

@@ -109,3 +109,43 @@ bool sbxc__id_ok(const char *id)
 	return n >= 1 && n <= 64 &&
 	       strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == n;
 }
+
+/* base64url without padding into a fresh NUL-terminated buffer, or NULL. */
+static char *b64url_decode(const char *in, size_t n)
+{
+	static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	char *out = xmalloc(n * 3 / 4 + 4);
+	size_t o = 0;
+	uint32_t acc = 0;
+	int bits = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *p = memchr(abc, in[i], 64);
+		if (!p || !in[i]) {
+			free(out);
+			return NULL;
+		}
+		acc = acc << 6 | (uint32_t)(p - abc);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[o++] = (char)((acc >> bits) & 0xff);
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+char *sbxc__token_tenant(const char *token)
+{
+	const char *dot1 = strchr(token, '.');
+	const char *dot2 = dot1 ? strchr(dot1 + 1, '.') : NULL;
+	if (!dot2 || dot2 - dot1 - 1 > 8192)
+		return NULL;
+	char *payload = b64url_decode(dot1 + 1, (size_t)(dot2 - dot1 - 1));
+	json_t *o = payload ? json_loads(payload, 0, NULL) : NULL;
+	free(payload);
+	const char *t = json_string_value(json_object_get(o, "tenant"));
+	char *tenant = t && *t && !strpbrk(t, "\r\n") ? xstrdup(t) : NULL;
+	json_decref(o);
+	return tenant;
+}

@@ -64,7 +64,8 @@ struct sbxc_cancel;
 struct sbxc_opts {
 	const char *base_url;	 /* "https://host:port" (a trailing '/' is ignored); required */
 	const char *token;	 /* the bearer JWT; required */
-	const char *tenant;	 /* sent as X-Tenant-Id (must equal the token's claim); NULL: not sent */
+	const char *tenant;	 /* sent as X-Tenant-Id (must equal the token's claim); NULL: the
+				    token's `tenant` claim, read (not verified), since balancers hash on it */
 	const char *ca_file;	 /* PEM bundle to verify the server with; NULL: the system's */
 	bool insecure;		 /* skip TLS verification (tests only); default false: verified */
 	long connect_timeout_ms; /* 0: 10 000 */
@@ -108,6 +109,7 @@ struct sbxc_err {
 	char retry_hint[256]; /* the server's retry_hint, or "" */
 	long retry_after_s;   /* Retry-After, or -1 */
 	char request_id[80];  /* X-Request-Id of the (last) answer, or "" */
+	char node[72];	      /* Sandboxd-Node of the (last) answer: the node that answered, or "" */
 	int attempts;	      /* requests made, retries included */
 };
 
@@ -341,6 +343,10 @@ typedef void (*sbxc_started_fn)(void *arg, const char *id);
 SBXC_API int sbxc_exec(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_exec_req *req,
 		       sbxc_output_fn on_output, sbxc_started_fn on_started, void *arg,
 		       struct sbxc_result *res, struct sbxc_err *err);
+/* Behind a balancer (README "Running many nodes") an id the library or
+ * the caller chose names no node: the calls about it (cancel, get, its
+ * events) are routed by the session, so give them the session the exec
+ * ran in. */
 /* POST /exec/{id}/cancel: 0 when the cancel was sent (202), -EBUSY
  * (conflict) when the exec had finished, -ENOENT for no such exec. */
 SBXC_API int sbxc_exec_cancel(struct sbxc *h, const struct sbxc_call *c, const char *id,

@@ -69,6 +69,13 @@ static void pump(struct relay *r, int c, int s)
 			ssize_t n = read(p[i].fd, buf, cap);
 			if (n <= 0 || write(i == 0 ? s : c, buf, (size_t)n) != n)
 				return;
+			if (i == 0 && r->nupstream < sizeof r->upstream - 1) {
+				size_t k = (size_t)n < sizeof r->upstream - 1 - r->nupstream
+					       ? (size_t)n
+					       : sizeof r->upstream - 1 - r->nupstream;
+				memcpy(r->upstream + r->nupstream, buf, k);
+				r->nupstream += k;
+			}
 			if (i == 1 && r->cut_after && (down += (size_t)n) >= r->cut_after) {
 				atomic_fetch_add(&r->cuts, 1);
 				return;

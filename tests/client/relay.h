@@ -18,7 +18,9 @@ struct relay {
 	atomic_int cuts;	/* connections cut by the relay */
 	atomic_bool stop;
 	pthread_t thread;
-	char base[64]; /* "http://127.0.0.1:PORT" */
+	char base[64];	     /* "http://127.0.0.1:PORT" */
+	char upstream[8192]; /* the first bytes clients sent (read after relay_stop) */
+	size_t nupstream;
 };
 
 /* Listen on a free loopback port and relay to target_port; 0 or -1. */

@@ -767,6 +767,11 @@ static void test_retry_503(void **state)
 	free(data);
 	relay_stop(&rl);
 	sbxc_free(&h);
+	/* the headers a balancer routes by: X-Tenant-Id from the token's
+	 * claim (no tenant option given) and the session */
+	assert_non_null(strstr(rl.upstream, "\r\nX-Tenant-Id: acme\r\n"));
+	assert_non_null(strstr(rl.upstream, "\r\nX-Session-Key: retry503\r\n"));
+	assert_true(e.node[0] != '\0'); /* Sandboxd-Node: who answered */
 
 	struct relay r2 = {.answer_503 = 1};
 	assert_int_equal(relay_start(&r2, srv.port), 0);
