@@ -83,6 +83,7 @@ static const struct option_spec specs[] = {
     I("max-buffered-bytes", max_buffered_bytes, "16777216", 1024, 1073741824),
     I("max-upload-bytes", max_upload_bytes, "1099511627776", 0, INT64_MAX),
     I("uid-base", uid_base, "100000", 1000, 2000000000),
+    B("allow-shared-uid", allow_shared_uid, "false"),
     I("heartbeat-ms", heartbeat_ms, "2000", 50, 600000),
     I("exec-timeout-default-s", exec_timeout_default_s, "300", 1, 604800),
     I("exec-timeout-max-s", exec_timeout_max_s, "3600", 1, 604800),

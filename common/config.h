@@ -24,6 +24,7 @@ struct sbx_config {
 	int64_t max_buffered_bytes; /* buffered read/write and JSON bodies */
 	int64_t max_upload_bytes;   /* streaming uploads */
 	int64_t uid_base;	    /* sandbox uid = uid_base + tenant slot (server as root) */
+	bool allow_shared_uid;	    /* not root, no subordinate range: serve several tenants anyway */
 	int64_t heartbeat_ms;
 	int64_t exec_timeout_default_s, exec_timeout_max_s;
 	int64_t exec_kill_grace_ms;

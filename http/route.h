@@ -51,6 +51,10 @@ struct http_hooks {
 	 * key (which stays valid while *t is held). 0, -ENOENT, other -errno. */
 	int (*tenant_get)(void *ctx, const char *name, struct tenant **t, struct auth_key *key);
 	void (*tenant_put)(void *ctx, struct tenant **t);
+	/* Once the token is verified: 0 to serve the tenant, or a negative
+	 * code with why (shown to the client) when the program will not (its
+	 * uid mode cannot give it a uid of its own). NULL: always served. */
+	int (*tenant_admit)(void *ctx, struct tenant *t, char *why, size_t whysz);
 	/* Record a finished request in the audit trail (r->status, bytes,
 	 * target... are final; route is the pattern or "unmatched"). */
 	int (*audit)(void *ctx, const struct http_req *r, const char *route, const char *outcome, double ms);

@@ -16,6 +16,7 @@
 #include "http/route.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
+#include "sandbox/uids.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
@@ -24,14 +25,27 @@
 #define TENANT_TTL_MS 5000
 #define ATTEMPT_MAX 1024 /* bytes of an attempted command or path in the audit */
 
+static int tenant_get(struct app *a, const char *name, struct tenant **out);
+
 /* ---- what the HTTP layer asks of the routes (http/route.h) ---- */
 
+/* A tenant the uid mode cannot serve is still loaded, so that its token
+ * is verified before it learns that (tenant_admit). */
 static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struct auth_key *key)
 {
-	int rc = route_tenant_get(ctx, name, t);
+	int rc = tenant_get(ctx, name, t);
 	if (rc == 0)
 		*key = (*t)->key;
 	return rc;
+}
+
+static int hook_tenant_admit(void *ctx, struct tenant *t, char *why, size_t whysz)
+{
+	(void)ctx;
+	if (!t || !t->unserved[0])
+		return 0;
+	snprintf(why, whysz, "this server cannot serve tenant %s: %s", t->name, t->unserved);
+	return -SBX_E_BACKEND;
 }
 
 static void hook_tenant_put(void *ctx, struct tenant **t)
@@ -112,6 +126,7 @@ int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, c
 	    .hooks = {.ctx = a,
 		      .tenant_get = hook_tenant_get,
 		      .tenant_put = hook_tenant_put,
+		      .tenant_admit = hook_tenant_admit,
 		      .audit = hook_audit},
 	    .app = a,
 	};
@@ -145,7 +160,60 @@ void route_app_fini(struct app *a)
 	pthread_mutex_destroy(&a->tenants_lock);
 }
 
-/* Load a tenant from the store and open its workspace. */
+/* How many tenants the store holds; -1 when it cannot say. */
+static long tenant_count(struct app *a)
+{
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	if (store_tenant_list(a->store, &v, &n) < 0)
+		return -1;
+	store_tenants_free(v, n);
+	return (long)n;
+}
+
+/* Not root, no subordinate range, and the operator did not accept shared
+ * uids: at most one tenant is served. */
+static bool shared_strict(const struct app *a)
+{
+	return a->uids && a->uids->mode == SBX_UIDS_SHARED && !a->cfg->allow_shared_uid;
+}
+
+/* Why the uid mode cannot serve a tenant in this slot ("" when it can). */
+static void unserved_why(struct app *a, int64_t slot, char *out, size_t outsz)
+{
+	out[0] = '\0';
+	if (!a->uids)
+		return;
+	int64_t id = a->cfg->uid_base + slot;
+	if (!sbx_uids_tenant_ok(a->uids, id))
+		snprintf(out, outsz,
+			 "its uid %lld lies outside the server's subordinate uid range (the operator must "
+			 "extend the range)",
+			 (long long)id);
+	else if (shared_strict(a) && tenant_count(a) != 1)
+		snprintf(out, outsz,
+			 "its tenants would share one uid (the operator must give the server a subordinate "
+			 "uid range, or set allow-shared-uid=true)");
+}
+
+/* tenants/<name>/workspace, owned by the tenant's uid. */
+static int open_workspace(struct app *a, struct tenant *t)
+{
+	/* tenants/<name> is search-only for others: bubblewrap, as the
+	 * tenant's uid, must reach the workspace below it. */
+	char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, t->name);
+	if (mkdir(tdir, 0711) == 0 || errno == EEXIST)
+		chmod(tdir, 0711);
+	free(tdir);
+	char *dir = xasprintf("%s/tenants/%s/workspace", a->cfg->data_dir, t->name);
+	struct sbx_owner owner = {.uid = t->uid, .gid = t->gid, .chown = a->drop_privs};
+	int rc = sbx_workspace_open(&t->ws, dir, &owner);
+	free(dir);
+	return rc;
+}
+
+/* Load a tenant from the store and open its workspace (unless the uid
+ * mode cannot serve it: then t->unserved says why and ws stays NULL). */
 static int load(struct app *a, const char *name, struct tenant **out)
 {
 	struct store_tenant st;
@@ -165,19 +233,11 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	t->key.operator_tenant = st.operator_tenant;
 	t->uid = (uid_t)(a->cfg->uid_base + st.slot);
 	t->gid = (gid_t)(a->cfg->uid_base + st.slot);
-	/* tenants/<name> is search-only for others: bubblewrap, as the
-	 * tenant's uid, must reach the workspace below it. */
-	char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, t->name);
-	if (mkdir(tdir, 0711) == 0 || errno == EEXIST)
-		chmod(tdir, 0711);
-	free(tdir);
-	char *dir = xasprintf("%s/tenants/%s/workspace", a->cfg->data_dir, t->name);
-	struct sbx_owner owner = {.uid = t->uid, .gid = t->gid, .chown = a->drop_privs};
-	rc = sbx_workspace_open(&t->ws, dir, &owner);
-	free(dir);
-	if (rc < 0)
+	unserved_why(a, st.slot, t->unserved, sizeof t->unserved);
+	if (!t->unserved[0] && (rc = open_workspace(a, t)) < 0)
 		goto fail;
-	t->quota_rc = route_storage_apply_quota(a, t);
+	if (!t->unserved[0])
+		t->quota_rc = route_storage_apply_quota(a, t);
 	t->loaded_at_ms = now_ms();
 	store_tenant_clear(&st);
 	*out = t;
@@ -189,7 +249,7 @@ fail:
 	return rc;
 }
 
-int route_tenant_get(struct app *a, const char *name, struct tenant **out)
+static int tenant_get(struct app *a, const char *name, struct tenant **out)
 {
 	int64_t now = now_ms();
 	pthread_mutex_lock(&a->tenants_lock);
@@ -239,6 +299,16 @@ int route_tenant_get(struct app *a, const char *name, struct tenant **out)
 		*out = fresh;
 	}
 	pthread_mutex_unlock(&a->tenants_lock);
+	return rc;
+}
+
+int route_tenant_get(struct app *a, const char *name, struct tenant **out)
+{
+	int rc = tenant_get(a, name, out);
+	if (rc == 0 && (*out)->unserved[0]) {
+		route_tenant_put(a, out);
+		return -SBX_E_BACKEND;
+	}
 	return rc;
 }
 
@@ -293,4 +363,65 @@ int route_tenant_acquire_transfer(struct app *a, struct tenant *t)
 void route_tenant_release_transfer(struct app *a, struct tenant *t)
 {
 	release(a, &t->load->transfers);
+}
+
+bool route_uids_describe(struct app *a, char *out, size_t outsz)
+{
+	const struct sbx_uids *u = a->uids;
+	if (!u || u->mode != SBX_UIDS_SHARED) {
+		snprintf(out, outsz, "%s", u ? u->detail : "root: one uid per tenant");
+		return true;
+	}
+	unsigned uid = (unsigned)u->outer_uid;
+	if (a->cfg->allow_shared_uid) {
+		snprintf(out, outsz,
+			 "shared uid (allowed by allow-shared-uid): every tenant runs as uid %u; %s", uid,
+			 u->why_shared);
+		return true;
+	}
+	long n = tenant_count(a);
+	if (n == 0 || n == 1) {
+		snprintf(out, outsz, "shared uid (one tenant): commands run as uid %u; %s", uid,
+			 u->why_shared);
+		return true;
+	}
+	snprintf(out, outsz,
+		 "shared uid refused: %ld tenants would share uid %u (%s); give user %s a subordinate range "
+		 "or set allow-shared-uid=true",
+		 n, uid, u->why_shared, *u->user ? u->user : "?");
+	return false;
+}
+
+int route_uids_check_start(struct app *a, char *err, size_t errsz)
+{
+	const struct sbx_uids *u = a->uids;
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	int rc = 0;
+	if (!u || store_tenant_list(a->store, &v, &n) < 0)
+		return 0; /* the store's own checks report that */
+	long long base = (long long)a->cfg->uid_base;
+	if (shared_strict(a) && n > 1) {
+		snprintf(err, errsz,
+			 "%zu tenants would share uid %u: the server is not root and %s. Fix: give user %s "
+			 "a subordinate range (apt-get install uidmap; usermod --add-subuids %lld-%lld "
+			 "--add-subgids %lld-%lld %s) whose first id is uid-base, or run as root, or accept "
+			 "shared uids with --set allow-shared-uid=true",
+			 n, (unsigned)u->outer_uid, u->why_shared, u->user, base, base + 65535, base,
+			 base + 65535, u->user);
+		rc = -EPERM;
+	}
+	for (size_t i = 0; i < n && rc == 0; i++)
+		if (!sbx_uids_tenant_ok(u, a->cfg->uid_base + v[i].slot)) {
+			snprintf(
+			    err, errsz,
+			    "tenant %s would run as uid %lld, outside the subordinate ids %u..%u of user %s "
+			    "(the last one is the start probe's). Fix: extend its ranges in /etc/subuid and "
+			    "/etc/subgid",
+			    v[i].name, base + v[i].slot, u->uids.first, u->uids.first + u->uids.count - 1,
+			    u->user);
+			rc = -EPERM;
+		}
+	store_tenants_free(v, n);
+	return rc;
 }

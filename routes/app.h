@@ -22,6 +22,7 @@ struct http_watch;
 struct route_execs;
 struct http_audit_gate;
 struct sbx_quota;
+struct sbx_uids;
 
 /* A tenant as the routes use it: its key, its workspace and its limits.
  * Reference-counted: a request holds one reference for its lifetime, so
@@ -37,6 +38,7 @@ struct tenant {
 	int refs;		  /* under app->tenants_lock */
 	struct tenant_load *load; /* shared by every cached generation of this tenant */
 	int quota_rc;		  /* its disk quota could not be applied: -errno (routes/storage.c) */
+	char unserved[192];	  /* why the uid mode cannot serve it ("": served; then ws is NULL) */
 };
 
 /* Work a tenant has running now; lives as long as the app, so that a
@@ -63,6 +65,7 @@ struct app {
 	bool drop_privs;		    /* server runs as root: commands and files get tenant uids */
 	struct sbx_quota *quota;	    /* project quotas of the workspaces' filesystem (server/) */
 	char *store_dir;		    /* the directory of db-path: its free space is the store's */
+	const struct sbx_uids *uids;	    /* how tenants get uids (sandbox/uids.h); NULL: as root */
 	int64_t started_at_ms;
 	volatile bool stopping;
 
@@ -78,6 +81,8 @@ void route_app_fini(struct app *a);
 
 /* Look up a tenant (cached for a few seconds, then re-read so a removal or
  * a key change takes effect) and take a reference. -ENOENT unknown;
+ * -SBX_E_BACKEND when the uid mode cannot serve it (t->unserved says
+ * why: requests of such a tenant are refused after authentication);
  * other -errno. */
 int route_tenant_get(struct app *a, const char *name, struct tenant **out);
 void route_tenant_put(struct app *a, struct tenant **t);
@@ -86,3 +91,14 @@ int route_tenant_acquire_exec(struct app *a, struct tenant *t);
 void route_tenant_release_exec(struct app *a, struct tenant *t);
 int route_tenant_acquire_transfer(struct app *a, struct tenant *t);
 void route_tenant_release_transfer(struct app *a, struct tenant *t);
+
+/* The uid mode as /readyz and the log state it ("root: one uid per
+ * tenant", "subuid range N..M via newuidmap", "shared uid (allowed by
+ * allow-shared-uid): ..."), into out. false when it cannot serve the
+ * tenants there are: uids shared by several tenants without
+ * allow-shared-uid. */
+bool route_uids_describe(struct app *a, char *out, size_t outsz);
+/* At start: 0, or -EPERM with the reason and the fix in err when a tenant
+ * cannot be served (several tenants would share a uid, or a tenant's uid
+ * lies outside the subordinate range). */
+int route_uids_check_start(struct app *a, char *err, size_t errsz);

@@ -13,6 +13,7 @@
 #include "sandbox/backend.h"
 #include "sandbox/quota.h"
 #include "sandbox/runner.h"
+#include "sandbox/uids.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
 
@@ -72,6 +73,19 @@ static bool readyz_runner(struct app *a, json_t *body)
 	return runner_ok;
 }
 
+/* How tenants get uids; several sharing one without the operator's
+ * allow-shared-uid are not served. */
+static bool readyz_uids(struct app *a, json_t *body)
+{
+	char msg[512];
+	bool ok = route_uids_describe(a, msg, sizeof msg);
+	json_object_set_new(body, "uids",
+			    json_pack("{s:s, s:s, s:s}", "status", ok ? "ok" : "unavailable", "mode",
+				      sbx_uids_mode_name(a->uids ? a->uids->mode : SBX_UIDS_ROOT), "detail",
+				      msg));
+	return ok;
+}
+
 int route_readyz(struct http_req *r)
 {
 	struct app *a = r->app;
@@ -91,6 +105,7 @@ int route_readyz(struct http_req *r)
 		      paths_ok ? "openat2 path resolution" : "openat2 unavailable (Linux 5.6+ needed)"));
 	ready = readyz_runner(a, body) && ready;
 	ready = readyz_disk(a, body) && ready;
+	ready = readyz_uids(a, body) && ready;
 	if (!ready)
 		json_object_set_new(body, "status", json_string("unavailable"));
 	if (a->stopping)

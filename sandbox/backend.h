@@ -44,6 +44,7 @@ struct sbx_backend_config {
 	const char
 	    *cgroup_root; /* the server's own group, e.g. "sandboxd/<uid-base>" (NULL: "sandboxd/default") */
 	const char *bwrap_path; /* NULL: /usr/bin/bwrap */
+	uid_t probe_uid; /* the unprivileged uid (and gid) the start probe drops to as root (0: 65534) */
 };
 
 struct sbx_backend;

@@ -32,7 +32,8 @@
 struct bwrap {
 	char *path;
 	char version[32];
-	bool runs; /* the probe sandbox started */
+	bool runs;	 /* the probe sandbox started */
+	uid_t probe_uid; /* what the probe runs as when root */
 	void *bpf;
 	size_t bpf_len;
 	struct sbx_strv head; /* the fixed front of every command line */
@@ -95,7 +96,7 @@ static void build_head(struct bwrap *bw)
 }
 
 /* Run argv (bwrap_path) with stdout captured into out (at most outsz-1
- * bytes), as PROBE_UID when root. Returns the wait status or -errno. */
+ * bytes), as the probe uid when root. Returns the wait status or -errno. */
 static int run_probe(struct bwrap *bw, const struct sbx_strv *argv, char *out, size_t outsz)
 {
 	struct sbx_launch l;
@@ -118,8 +119,8 @@ static int run_probe(struct bwrap *bw, const struct sbx_strv *argv, char *out, s
 	l.std_fds[1] = pipefd[1];
 	l.std_fds[2] = devnull;
 	l.drop_privs = geteuid() == 0;
-	l.uid = PROBE_UID;
-	l.gid = PROBE_UID;
+	l.uid = bw->probe_uid;
+	l.gid = (gid_t)bw->probe_uid;
 	l.pdeathsig = true;
 	rc = sbx_launch_start(&l, &pid, &pidfd);
 	if (rc < 0)
@@ -192,6 +193,7 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 		return errno == EACCES ? -EACCES : -ENOENT;
 	bw = xcalloc(1, sizeof(*bw));
 	bw->path = xstrdup(path);
+	bw->probe_uid = cfg->probe_uid ? cfg->probe_uid : PROBE_UID;
 	rc = sbx_seccomp_build(&bw->bpf, &bw->bpf_len);
 	if (rc < 0)
 		goto fail;

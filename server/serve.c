@@ -27,6 +27,7 @@
 #include "sandbox/fsops.h"
 #include "sandbox/quota.h"
 #include "sandbox/runner.h"
+#include "sandbox/uids.h"
 #include "sandbox/workspace.h"
 #include "server/cli.h"
 #include "server/datadir.h"
@@ -125,6 +126,7 @@ struct server {
 	struct http_daemon *http;
 	struct srv_retention *retention;
 	struct sbx_quota *quota;
+	struct sbx_uids uids;
 	struct app app;
 	bool app_ready;
 };
@@ -204,8 +206,10 @@ static int start_backend(struct server *s)
 	 * host) names this server's own group. */
 	char cgroup_root[64];
 	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
-	struct sbx_backend_config bc = {
-	    .name = cfg->backend, .use_cgroups = cfg->use_cgroups, .cgroup_root = cgroup_root};
+	struct sbx_backend_config bc = {.name = cfg->backend,
+					.use_cgroups = cfg->use_cgroups,
+					.cgroup_root = cgroup_root,
+					.probe_uid = sbx_uids_probe_id(&s->uids)};
 	int rc = sbx_backend_new(&s->backend, &bc);
 	if (rc < 0) {
 		if (rc == -EBUSY)
@@ -247,6 +251,11 @@ static int start_app(struct server *s)
 	a->backend = s->backend;
 	a->runner = s->runner;
 	a->quota = s->quota;
+	a->uids = &s->uids;
+	if (route_uids_check_start(a, err, sizeof err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err);
+		return -EPERM;
+	}
 	int rc = http_watch_new(&a->watch);
 	if (rc < 0) {
 		/* Without it no suspended request notices its client leaving. */
@@ -269,11 +278,12 @@ static int start_http(struct server *s)
 		fprintf(stderr, "sandboxd: %s\n", err);
 		return rc;
 	}
-	char health[256] = "";
+	char health[256] = "", uids[512] = "";
 	sbx_backend_health(s->backend, health, sizeof health);
-	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s", s->cfg->listen,
+	route_uids_describe(&s->app, uids, sizeof uids);
+	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s; uids: %s", s->cfg->listen,
 		http_daemon_port(s->http), s->cfg->tls_cert ? "https" : "http", s->cfg->data_dir,
-		s->cfg->backend, health);
+		s->cfg->backend, health, uids);
 	return 0;
 }
 
@@ -343,6 +353,28 @@ static void server_free(struct server *s)
 	sbx_quota_free(&s->quota);
 }
 
+/* Before any thread: in subuid mode the process moves into a user
+ * namespace of its own (sandbox/uids.h), which a threaded one cannot. */
+static int setup_uids(struct server *s)
+{
+	char err[768] = "";
+	struct sbx_uids_config uc = {.uid_base = s->cfg->uid_base};
+	int rc = sbx_uids_setup(&s->uids, &uc, err, sizeof err);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot give each tenant a uid of its own: %s\n", err);
+		return rc;
+	}
+	if (s->uids.mode == SBX_UIDS_SUBUID && s->uids.nproc_all)
+		log_msg("info",
+			"uids: %s; the server is uid 0 of a user namespace of its own, and all tenants "
+			"together may have %llu processes (its RLIMIT_NPROC)",
+			s->uids.detail, (unsigned long long)s->uids.nproc_all);
+	else if (s->uids.mode == SBX_UIDS_SUBUID)
+		log_msg("info", "uids: %s; the server is uid 0 of a user namespace of its own",
+			s->uids.detail);
+	return 0;
+}
+
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 {
 	(void)args;
@@ -351,6 +383,8 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 
 	if (check_backend_option(cfg) < 0)
 		return 2;
+	if (setup_uids(&s) < 0)
+		return 1;
 	if (install_signals() < 0 || route_peers_global_init() < 0)
 		return 1;
 	/* Before any thread: capabilities are per thread. Without it a root
