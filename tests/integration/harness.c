@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -62,7 +63,11 @@ static char *read_all(FILE *f, size_t cap, size_t *len)
 
 char *it_cli(struct it_server *s, int *status, const char *args)
 {
-	char *cmd = xasprintf("'%s' %s --data-dir '%s' 2>>'%s'", it_bin(), args, s->dir, s->log);
+	char as[96] = "";
+	if (s->as_user)
+		snprintf(as, sizeof as, "setpriv --reuid=%u --regid=%u --clear-groups -- ",
+			 (unsigned)s->as_uid, (unsigned)s->as_gid);
+	char *cmd = xasprintf("%s'%s' %s --data-dir '%s' 2>>'%s'", as, it_bin(), args, s->dir, s->log);
 	FILE *p = popen(cmd, "r");
 	free(cmd);
 	if (!p)
@@ -142,6 +147,8 @@ static int spawn(struct it_server *s, const char *const *extra)
 			dup2(fd, 2);
 			dup2(fd, 1);
 		}
+		if (s->as_user && (setgroups(0, NULL) < 0 || setgid(s->as_gid) < 0 || setuid(s->as_uid) < 0))
+			_exit(126);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -149,14 +156,9 @@ static int spawn(struct it_server *s, const char *const *extra)
 	return wait_healthy(s);
 }
 
-int it_start(struct it_server *s, const char *const *extra)
+/* Make the data directory under parent, add the three tenants, start. */
+static int start_fresh(struct it_server *s, const char *parent, const char *const *extra)
 {
-	return it_start_under(s, "/tmp", extra);
-}
-
-int it_start_under(struct it_server *s, const char *parent, const char *const *extra)
-{
-	memset(s, 0, sizeof *s);
 	for (int i = 0; extra && extra[i]; i++)
 		if (strcmp(extra[i], "--tls-cert") == 0)
 			s->tls = true;
@@ -164,6 +166,8 @@ int it_start_under(struct it_server *s, const char *parent, const char *const *e
 	if (!mkdtemp(s->dir))
 		return -1;
 	chmod(s->dir, 0755);
+	if (s->as_user && chown(s->dir, s->as_uid, s->as_gid) < 0)
+		return -1;
 	/* The log stays in /tmp whatever disk the data is on. */
 	snprintf(s->log, sizeof s->log, "/tmp/%s.log", strrchr(s->dir, '/') + 1);
 	int st = 0;
@@ -175,6 +179,26 @@ int it_start_under(struct it_server *s, const char *parent, const char *const *e
 			return -1;
 	}
 	return spawn(s, extra);
+}
+
+int it_start(struct it_server *s, const char *const *extra)
+{
+	return it_start_under(s, "/tmp", extra);
+}
+
+int it_start_under(struct it_server *s, const char *parent, const char *const *extra)
+{
+	memset(s, 0, sizeof *s);
+	return start_fresh(s, parent, extra);
+}
+
+int it_start_as(struct it_server *s, uid_t uid, gid_t gid, const char *const *extra)
+{
+	memset(s, 0, sizeof *s);
+	s->as_user = true;
+	s->as_uid = uid;
+	s->as_gid = gid;
+	return start_fresh(s, "/tmp", extra);
 }
 
 int it_restart(struct it_server *s, const char *const *extra)

@@ -15,6 +15,9 @@ struct it_server {
 	char base[64]; /* "http://127.0.0.1:PORT" */
 	bool tls;
 	char uid_base[48]; /* "uid-base=N" given when the extra args name none */
+	bool as_user;	   /* the server and the CLI run as as_uid:as_gid (it_start_as) */
+	uid_t as_uid;
+	gid_t as_gid;
 };
 
 struct it_resp {
@@ -33,6 +36,10 @@ int it_start(struct it_server *s, const char *const *extra);
 /* Like it_start with the data directory made under parent (a test's own
  * filesystem) instead of /tmp; the log stays in /tmp. */
 int it_start_under(struct it_server *s, const char *parent, const char *const *extra);
+/* Like it_start, but the data directory is owned by uid:gid and the
+ * server and every it_cli call (tenant add, token, ...) run as that user
+ * (setpriv --reuid --regid --clear-groups); the test must be root. */
+int it_start_as(struct it_server *s, uid_t uid, gid_t gid, const char *const *extra);
 /* Like it_start but on an existing data directory (restart). */
 int it_restart(struct it_server *s, const char *const *extra);
 /* Defines setup() and teardown(), the group fixture of a suite whose
