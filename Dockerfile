@@ -26,15 +26,19 @@ FROM debian:12-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libsqlite3-0 libjwt0 libseccomp2 libssl3 libcurl4 \
         bubblewrap ca-certificates curl tini python3 \
-    && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --home-dir /var/lib/sandboxd --create-home --uid 999 sandboxd
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/sandboxd /usr/local/bin/sandboxd
 # POST /code runs python3, bash and sh here (node: add nodejs above);
 # GET /readyz lists what is installed.
-# The service user owns the data volume. Running as a non-root user, every
-# tenant's commands run as that user inside bubblewrap's user namespace;
-# run as root (see docker-compose.yml) to get one host uid per tenant.
-USER sandboxd
+# sandboxd runs as root *inside* the container, so that each tenant gets a
+# uid of its own (uid-base + its slot: 10000, 10001, ...) and its commands
+# drop to it before bubblewrap starts. Run the container in a user
+# namespace that maps it to an unprivileged host range (Docker's
+# userns-remap, or rootless Docker): container root is then an ordinary
+# host uid, and tenant N is host uid <range start> + 10000 + N. uid-base
+# 10000 keeps every tenant inside the 65536 ids such a namespace maps
+# (65534 is nobody, the backend's start probe). See docker-compose.yml for
+# the capabilities and security options, and the README's Deployment.
 VOLUME /var/lib/sandboxd
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
@@ -42,4 +46,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
 # tini is PID 1: it reaps what sandboxes leave to PID 1 (bwrap's inner
 # process when a command's group is killed) and forwards SIGTERM.
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/sandboxd"]
-CMD ["serve", "--listen", "0.0.0.0:8080", "--data-dir", "/var/lib/sandboxd"]
+CMD ["serve", "--listen", "0.0.0.0:8080", "--data-dir", "/var/lib/sandboxd", "--set", "uid-base=10000"]
