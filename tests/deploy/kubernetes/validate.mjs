@@ -79,6 +79,12 @@ if (sts) {
   check("no privilege escalation", sc.allowPrivilegeEscalation === false);
   check("every capability dropped", JSON.stringify(sc.capabilities?.drop) === '["ALL"]');
   check("not privileged", sc.privileged !== true);
+  // One uid per tenant: root of a pod user namespace, six capabilities.
+  check("root in a pod user namespace (hostUsers: false)", pod.hostUsers === false && sc.runAsUser === 0);
+  check("the capabilities sandboxd uses as root, no others",
+    JSON.stringify([...(sc.capabilities?.add || [])].sort()) ===
+      JSON.stringify(["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]));
+  check("/proc unmasked for the sandboxes' own /proc", sc.procMount === "Unmasked");
   check("read-only root with a /tmp", sc.readOnlyRootFilesystem === true && c.volumeMounts.some((m) => m.mountPath === "/tmp"));
   check("grace beyond sandboxd's shutdown-grace-s (10 s)", (pod.terminationGracePeriodSeconds ?? 30) > 10);
 
@@ -96,6 +102,7 @@ if (sts) {
     check("config.json parses", false, e.message);
   }
   if (cfg) {
+    check("uid-base inside the pod's 65536 ids", Number.isInteger(cfg["uid-base"]) && cfg["uid-base"] < 65534);
     const ns = sts.metadata.namespace;
     const want = [...Array(spec.replicas).keys()].map((i) => ({
       id: `${sts.metadata.name}-${i}`,
