@@ -403,6 +403,26 @@ static int check_claims(const json_t *pl, const struct auth_config *cfg, int64_t
 	return check_aud(json_object_get(pl, "aud"), cfg ? cfg->audience : NULL, why);
 }
 
+/* The optional sub claim into out ("" when absent): a string of 1..128
+ * bytes without control characters, so that it can be shown and logged
+ * as it is. -EACCES otherwise. */
+static int sub_claim(const json_t *j, char out[AUTH_SUB_MAX])
+{
+	out[0] = '\0';
+	if (!j)
+		return 0;
+	if (!json_is_string(j) || json_string_length(j) < 1 || json_string_length(j) >= AUTH_SUB_MAX)
+		return -EACCES;
+	const unsigned char *p = (const unsigned char *)json_string_value(j);
+	size_t n = json_string_length(j);
+	for (size_t i = 0; i < n; i++)
+		if (p[i] < 0x20 || p[i] == 0x7f)
+			return -EACCES;
+	memcpy(out, p, n);
+	out[n] = '\0';
+	return 0;
+}
+
 /* Errors: -EACCES for a refused token; -EINVAL for a caller's mistake; a
  * lookup failure other than -ENOENT (the store is down) is passed on, so
  * the dispatcher can answer 503 rather than 401. A NULL cfg means all
@@ -495,6 +515,10 @@ int auth_verify(const char *token, size_t len, const struct auth_config *cfg, in
 		reason = "bad scope";
 		goto out;
 	}
+	if (sub_claim(json_object_get(pl, "sub"), out->sub) < 0) {
+		reason = "bad sub";
+		goto out;
+	}
 	if ((scopes & AUTH_SCOPE_ADMIN) && !key.operator_tenant) {
 		scopes &= ~(unsigned)AUTH_SCOPE_ADMIN;
 		out->admin_refused = true;
@@ -540,7 +564,7 @@ static int set_field(json_t *obj, const char *name, json_t *v)
 }
 
 char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char *tenant, const char *scope,
-		      int64_t iat, int64_t exp, const char *audience)
+		      const char *sub, int64_t iat, int64_t exp, const char *audience)
 {
 	json_t *hdr = NULL, *pl = NULL;
 	char *hdr_json = NULL, *pl_json = NULL, *tok = NULL;
@@ -561,6 +585,8 @@ char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char
 	    set_field(pl, "exp", json_integer(exp)) < 0)
 		goto out;
 	if (scope && set_field(pl, "scope", json_string(scope)) < 0)
+		goto out;
+	if (sub && set_field(pl, "sub", json_string(sub)) < 0)
 		goto out;
 	if (audience && set_field(pl, "aud", json_string(audience)) < 0)
 		goto out;

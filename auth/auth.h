@@ -16,6 +16,7 @@ enum auth_scope {
 	AUTH_SCOPE_EXEC = 1u << 2,
 	AUTH_SCOPE_AUDIT_READ = 1u << 3,
 	AUTH_SCOPE_ADMIN = 1u << 4,
+	AUTH_SCOPE_APPROVE = 1u << 5, /* decide on commands that wait for approval */
 };
 #define AUTH_SCOPE_DEFAULT (AUTH_SCOPE_FS_READ | AUTH_SCOPE_FS_WRITE | AUTH_SCOPE_EXEC)
 /* Parse a space-separated scope string. Unknown scope names are ignored
@@ -44,12 +45,14 @@ struct auth_config {
 };
 
 #define AUTH_TENANT_MAX 64
+#define AUTH_SUB_MAX 129 /* a sub claim: 1..128 bytes, no control characters */
 
 struct auth_claims {
 	char tenant[AUTH_TENANT_MAX];
 	int64_t exp;
-	unsigned scopes;    /* admin cleared unless the tenant is an operator */
-	bool admin_refused; /* the token asked for admin but its tenant is no operator */
+	unsigned scopes;	/* admin cleared unless the tenant is an operator */
+	bool admin_refused;	/* the token asked for admin but its tenant is no operator */
+	char sub[AUTH_SUB_MAX]; /* the holder (sub claim), "" when absent */
 };
 
 /* Verify a compact JWT: size cap; header alg must be the tenant's
@@ -61,16 +64,17 @@ struct auth_claims {
  * JSON types checked: tenant (string, required), exp (integer, required),
  * nbf and iat (integers, optional), aud (string or array of strings;
  * required and must match when cfg->audience is set), scope (string,
- * optional). now is Unix seconds.
+ * optional), sub (string of 1..128 bytes without control characters,
+ * optional: who holds the token, e.g. the person at a dashboard). now is Unix seconds.
  * Errors: -EACCES for every refusal (401), with a short reason for the
  * log in why (never sent to the client in detail). */
 int auth_verify(const char *token, size_t len, const struct auth_config *cfg, int64_t now,
 		auth_key_lookup lookup, void *lookup_ctx, struct auth_claims *out, const char **why);
 
-/* Mint an HS256 token (for `sandboxd token` and tests). scope may be NULL
- * (no scope claim). Returns a fresh string (free()) or NULL on error. */
+/* Mint an HS256 token (for `sandboxd token` and tests). scope and sub may
+ * be NULL (no such claim). Returns a fresh string (free()) or NULL on error. */
 char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char *tenant, const char *scope,
-		      int64_t iat, int64_t exp, const char *audience);
+		      const char *sub, int64_t iat, int64_t exp, const char *audience);
 
 /* Fill buf with n random bytes from the kernel (getrandom). 0 or -errno. */
 int auth_random(void *buf, size_t n);

@@ -18,7 +18,7 @@ static const struct {
 	const char *name;
 } scopes[] = {
     {AUTH_SCOPE_FS_READ, "fs:read"},	   {AUTH_SCOPE_FS_WRITE, "fs:write"}, {AUTH_SCOPE_EXEC, "exec"},
-    {AUTH_SCOPE_AUDIT_READ, "audit:read"}, {AUTH_SCOPE_ADMIN, "admin"},
+    {AUTH_SCOPE_AUDIT_READ, "audit:read"}, {AUTH_SCOPE_ADMIN, "admin"},	      {AUTH_SCOPE_APPROVE, "approve"},
 };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

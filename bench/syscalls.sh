@@ -69,7 +69,7 @@ p2)
 	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 100
 	sleep 0.5; kill -INT "$st"; wait "$st" 2>/dev/null || true
 	echo "== 100 POST /exec true, bwrap backend, c1: server-thread syscall calls per exec (strace -w: wall time in each)"
-	grep -E "clock_nanosleep|rmdir|pwrite64|fcntl|mkdir|fdatasync" "$W/p2"
+	head -22 "$W/p2"
 	per "$W/p2" 100
 	;;
 p7)

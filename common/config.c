@@ -70,6 +70,10 @@ static const struct option_spec specs[] = {
     S("data-dir", data_dir, "./sandboxd-data"),
     S("db-path", db_path, NULL),
     S("backend", backend, "bwrap"),
+    S("backends", backends, NULL),
+    S("network", network, "none"),
+    S("approval", approval, "never"),
+    I("approval-timeout-s", approval_timeout_s, "300", 1, 604800),
     B("allow-unsafe-local", allow_unsafe_local, "false"),
     S("tls-cert", tls_cert, NULL),
     S("tls-key", tls_key, NULL),
@@ -258,6 +262,8 @@ void cfg_finish(struct sbx_config *c)
 		sbx_node_id_from_host(host, id, sizeof id);
 		c->node_id = xstrdup(id);
 	}
+	if (!c->backends)
+		c->backends = xstrdup(c->backend);
 	if (!c->db_path) {
 		size_t n = strlen(c->data_dir);
 		c->db_path =

@@ -11,7 +11,11 @@ struct sbx_config {
 	char *listen;	/* "HOST:PORT"; "[::1]:PORT" for IPv6 */
 	char *data_dir; /* holds sandboxd.db and tenants/<name>/workspace */
 	char *db_path;	/* default <data_dir>/sandboxd.db */
-	char *backend;	/* "bwrap" or "local" */
+	char *backend;	/* "bwrap" or "local": the default of tenant policies */
+	char *backends; /* the backends this server offers, "bwrap,local"; NULL: backend alone */
+	char *network;	/* default policy: "none" or an egress allowlist */
+	char *approval; /* default policy: "never", "always" or a JSON array of command patterns */
+	int64_t approval_timeout_s; /* how long a command waits for a decision */
 	bool allow_unsafe_local;
 	char *tls_cert, *tls_key;
 	char *audience; /* required aud claim when set */

@@ -22,6 +22,7 @@ enum sbx_error {
 	SBX_E_QUOTA,	      /* 507 quota_exceeded: the tenant's disk quota */
 	SBX_E_RESERVE,	      /* 507 insufficient_storage: the store's reserve would be used */
 	SBX_E_LANGUAGE,	      /* 422 unsupported_language */
+	SBX_E_REJECTED,	      /* 403 rejected: a person (or the approval timeout) said no */
 };
 
 /* What a negative return means, for logs and messages: strerror for an

@@ -16,6 +16,7 @@ static const struct {
     {SBX_E_UNAUTHORIZED, {401, "unauthorized", NULL}},
     {SBX_E_SCOPE, {403, "insufficient_scope", NULL}},
     {SBX_E_FORBIDDEN, {403, "forbidden", NULL}},
+    {SBX_E_REJECTED, {403, "rejected", NULL}},
     {EACCES, {403, "forbidden", NULL}},
     {EPERM, {403, "forbidden", NULL}},
     {EROFS, {403, "forbidden", NULL}},

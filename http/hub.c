@@ -671,6 +671,25 @@ struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *t
 	return c;
 }
 
+void http_hub_feed_event(struct http_hub *h, const char *tenant, const char *event, json_t *data)
+{
+	json_t *fd = with_tenant(data, tenant);
+	pthread_mutex_lock(&h->mu);
+	publish_feed(h, tenant, event, MSG_OTHER, fd);
+	pthread_mutex_unlock(&h->mu);
+	json_decref(fd);
+}
+
+void http_hub_channel_set_start(struct http_hub *h, struct http_hub_channel *c, const char *key,
+				json_t *value)
+{
+	pthread_mutex_lock(&h->mu);
+	if (!c->started)
+		json_object_set(c->start, key, value);
+	pthread_mutex_unlock(&h->mu);
+	json_decref(value);
+}
+
 void http_hub_channel_started(struct http_hub *h, struct http_hub_channel *c)
 {
 	pthread_mutex_lock(&h->mu);

@@ -31,6 +31,10 @@ void http_hub_free(struct http_hub **h);
  * event's data (stolen). */
 struct http_hub_channel *http_hub_channel_open(struct http_hub *h, const char *tenant, const char *id,
 					       json_t *start);
+/* Set a field of the `start` data not yet published (a command approved
+ * after it waited: its started_at). value is stolen. */
+void http_hub_channel_set_start(struct http_hub *h, struct http_hub_channel *c, const char *key,
+				json_t *value);
 /* Publish `start` (when the process is running). */
 void http_hub_channel_started(struct http_hub *h, struct http_hub_channel *c);
 /* `heartbeat` data (stolen). */
@@ -42,6 +46,11 @@ void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int
  * wire error when the command never started (result NULL); then every
  * stream of the channel ends and the channel is released. */
 void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_t *result, json_t *error);
+
+/* An event of the tenant's feed alone (no exec channel): data (borrowed)
+ * gets a `tenant` field. For the approval of commands: `pending_approval`
+ * and `decision`. Any thread. */
+void http_hub_feed_event(struct http_hub *h, const char *tenant, const char *event, json_t *data);
 
 /* Subscribers (HTTP threads). Each answers r with a text/event-stream
  * response and returns 0, or returns -ENOENT when there is no live

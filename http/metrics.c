@@ -24,6 +24,8 @@ struct hist {
 	atomic_uint_fast64_t sum_us;
 };
 
+#define EXEC_OUTCOMES 5 /* exited, timed_out, cancelled, failed (never started), rejected */
+
 struct http_metrics {
 	const struct http_route *routes; /* labels */
 	size_t nroutes;
@@ -33,7 +35,7 @@ struct http_metrics {
 	atomic_uint_fast64_t audit_failures;
 	atomic_uint_fast64_t audit_suppressed;
 	atomic_uint_fast64_t exec_started;
-	atomic_uint_fast64_t exec_finished[4];
+	atomic_uint_fast64_t exec_finished[EXEC_OUTCOMES];
 	struct hist exec_dur;
 	atomic_uint_fast64_t bytes_in, bytes_out;
 	atomic_int sse;
@@ -41,7 +43,7 @@ struct http_metrics {
 	atomic_uint_fast64_t store_errors;
 };
 
-static const char *exec_outcomes[4] = {"exited", "timed_out", "cancelled", "failed"};
+static const char *exec_outcomes[EXEC_OUTCOMES] = {"exited", "timed_out", "cancelled", "failed", "rejected"};
 
 void http_metrics_new(struct http_metrics **out, const struct http_route *routes, size_t nroutes)
 {
@@ -106,7 +108,7 @@ void http_metrics_exec_started(struct http_metrics *m)
 
 void http_metrics_exec_finished(struct http_metrics *m, const char *outcome, double ms)
 {
-	for (size_t i = 0; i < 4; i++)
+	for (size_t i = 0; i < EXEC_OUTCOMES; i++)
 		if (strcmp(outcome, exec_outcomes[i]) == 0)
 			atomic_fetch_add(&m->exec_finished[i], 1);
 	observe(&m->exec_dur, ms);
@@ -195,7 +197,7 @@ void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit
 		    (unsigned long long)atomic_load(&m->exec_started));
 	buf_appendf(out, "# HELP sandboxd_execs_finished_total Commands finished, by outcome.\n"
 			 "# TYPE sandboxd_execs_finished_total counter\n");
-	for (size_t i = 0; i < 4; i++)
+	for (size_t i = 0; i < EXEC_OUTCOMES; i++)
 		buf_appendf(out, "sandboxd_execs_finished_total{outcome=\"%s\"} %llu\n", exec_outcomes[i],
 			    (unsigned long long)atomic_load(&m->exec_finished[i]));
 	buf_appendf(out, "# HELP sandboxd_exec_duration_seconds Command duration.\n"

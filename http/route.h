@@ -21,6 +21,7 @@ enum http_route_flags {
 	RF_SESSION = 1u << 6,	 /* audit the session key */
 	RF_METRICS = 1u << 7,	 /* public when metrics_public */
 	RF_PROBE = 1u << 8,	 /* health probe: counted in metrics, never audited */
+	RF_JSON_OPT = 1u << 9,	 /* like RF_JSON, but the body may be empty (r->json NULL) */
 };
 
 typedef int (*http_handler)(struct http_req *r);

@@ -254,7 +254,7 @@ int http_body(struct http_req *r, const char *data, size_t len)
 		return 0;
 	if (r->route && (r->route->flags & RF_STREAM_IN) && r->on_upload)
 		return r->on_upload(r, data, len);
-	if (!r->route || !(r->route->flags & (RF_JSON | RF_RAW))) {
+	if (!r->route || !(r->route->flags & (RF_JSON | RF_JSON_OPT | RF_RAW))) {
 		/* A body where none is expected: keep reading (bounded) and ignore. */
 		if (r->bytes_in > 65536) {
 			r->body_too_large = true;
@@ -272,7 +272,7 @@ int http_body(struct http_req *r, const char *data, size_t len)
 
 int http_run(struct http_req *r)
 {
-	if (r->route->flags & RF_JSON) {
+	if ((r->route->flags & RF_JSON) || ((r->route->flags & RF_JSON_OPT) && r->body.len)) {
 		json_error_t jerr;
 		if (r->body.len == 0)
 			return http_fail(r, -EINVAL, "a JSON object body is required");

@@ -14,8 +14,10 @@
 #include "http/auditgate.h"
 #include "http/metrics.h"
 #include "http/route.h"
+#include "routes/policy.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
+#include "sandbox/backend.h"
 #include "sandbox/uids.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -95,6 +97,7 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	    .bytes_out = r->bytes_out,
 	    .duration_ms = ms,
 	    .client = r->client,
+	    .sub = named && r->claims.sub[0] ? r->claims.sub : NULL,
 	};
 	int rc = store_audit_append(a->store, &rec);
 	free(tried);
@@ -345,9 +348,17 @@ static void release(struct app *a, int *counter)
 	pthread_mutex_unlock(&a->tenants_lock);
 }
 
-int route_tenant_acquire_exec(struct app *a, struct tenant *t)
+struct sbx_backend *route_backend_find(struct app *a, const char *name)
 {
-	return acquire(a, &t->load->execs, a->cfg->tenant_max_execs);
+	for (size_t i = 0; i < a->nbackends; i++)
+		if (strcmp(sbx_backend_name(a->backends[i]), name) == 0)
+			return a->backends[i];
+	return NULL;
+}
+
+int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit)
+{
+	return acquire(a, &t->load->execs, limit);
 }
 
 void route_tenant_release_exec(struct app *a, struct tenant *t)
@@ -355,9 +366,26 @@ void route_tenant_release_exec(struct app *a, struct tenant *t)
 	release(a, &t->load->execs);
 }
 
+int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit)
+{
+	return acquire(a, &t->load->pending, limit);
+}
+
+void route_tenant_release_pending(struct app *a, struct tenant *t)
+{
+	release(a, &t->load->pending);
+}
+
+/* The limit is read at each transfer: a policy change applies to the next one. */
 int route_tenant_acquire_transfer(struct app *a, struct tenant *t)
 {
-	return acquire(a, &t->load->transfers, a->cfg->tenant_max_transfers);
+	struct route_policy p;
+	int64_t limit = a->cfg->tenant_max_transfers;
+	if (route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL) == 0) {
+		limit = p.max_transfers;
+		route_policy_clear(&p);
+	}
+	return acquire(a, &t->load->transfers, limit);
 }
 
 void route_tenant_release_transfer(struct app *a, struct tenant *t)

@@ -46,7 +46,8 @@ struct tenant {
  * the same slots. */
 struct tenant_load {
 	char name[64];
-	int execs; /* under app->tenants_lock */
+	int execs;   /* under app->tenants_lock */
+	int pending; /* commands waiting for approval */
 	int transfers;
 };
 
@@ -54,7 +55,9 @@ struct app {
 	struct sbx_config *cfg;
 	struct store *store;
 	struct sbx_runner *runner;
-	struct sbx_backend *backend;
+	struct sbx_backend *backend;	     /* the default (configuration `backend`) */
+	struct sbx_backend *const *backends; /* every backend offered (`backends`), started once */
+	size_t nbackends;
 	struct http_metrics *metrics;
 	struct http_hub *hub;		    /* live events */
 	struct http_watch *watch;	    /* disconnect watcher for suspended requests */
@@ -86,9 +89,15 @@ void route_app_fini(struct app *a);
  * other -errno. */
 int route_tenant_get(struct app *a, const char *name, struct tenant **out);
 void route_tenant_put(struct app *a, struct tenant **t);
-/* Per-tenant concurrency slots: 0, or -SBX_E_TOO_MANY at the limit. */
-int route_tenant_acquire_exec(struct app *a, struct tenant *t);
+/* The started backend called name, or NULL when this server does not offer it. */
+struct sbx_backend *route_backend_find(struct app *a, const char *name);
+/* Per-tenant concurrency slots: 0, or -SBX_E_TOO_MANY at the limit (the
+ * tenant policy's max_execs, max_transfers). */
+int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit);
 void route_tenant_release_exec(struct app *a, struct tenant *t);
+/* Commands waiting for approval (bounded by max_execs too). */
+int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit);
+void route_tenant_release_pending(struct app *a, struct tenant *t);
 int route_tenant_acquire_transfer(struct app *a, struct tenant *t);
 void route_tenant_release_transfer(struct app *a, struct tenant *t);
 

@@ -57,9 +57,13 @@ int route_exec_events(struct http_req *r)
 		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
+	if (strcmp(ex.state, "rejected") == 0) {
+		store_exec_clear(&ex);
+		return http_fail(r, -SBX_E_REJECTED, "exec %s was rejected", id);
+	}
 	json_t *res = ex.result ? json_loads(ex.result, 0, NULL) : NULL;
 	json_t *start = route_exec_start_json(&ex);
-	bool running = strcmp(ex.state, "running") == 0;
+	bool running = strcmp(ex.state, "running") == 0 || strcmp(ex.state, "pending_approval") == 0;
 	int64_t exit_id = ex.exit_event_id;
 	store_exec_clear(&ex);
 	if (!res) {

@@ -17,6 +17,7 @@
 
 #include "auth/auth.h"
 #include "common/errors.h"
+#include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/code.h"
@@ -24,6 +25,7 @@
 #include "http/errors.h"
 #include "routes/exec_registry.h"
 #include "routes/fs.h"
+#include "routes/policy.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/runner.h"
@@ -32,9 +34,8 @@
 
 #define ENV_MAX 256
 
-/* What every command runs with, from the configuration, once: the
- * limits do not change while the server runs (when tenant policies come,
- * once per policy change). */
+/* What every command runs with, from the configuration, once; the
+ * backend and the limits of the tenant's policy replace these per command. */
 void route_exec_init(struct app *a)
 {
 	const struct sbx_config *cfg = a->cfg;
@@ -107,9 +108,12 @@ struct exec_request {
 	size_t command_len, cwd_len, stdin_len, id_len;
 	json_t *env;
 	int64_t timeout_s, idle_timeout_s, max_output;
-	bool stream;
+	bool stream, network, wait, timeout_given, output_given;
 	struct route_exec_extras x; /* track_changes, background, stdin_pipe, tty (routes/code.h) */
 	/* Derived by the steps below; freed by request_clear. */
+	struct route_policy policy; /* the tenant's, read at this request */
+	struct sbx_backend *backend;
+	char *policy_text;
 	const char *envv[ENV_MAX + 1];
 	char *envbuf[ENV_MAX];
 	size_t nenv;
@@ -125,23 +129,26 @@ static void request_clear(struct exec_request *q)
 	for (size_t i = 0; i < q->nenv; i++)
 		free(q->envbuf[i]);
 	json_decref(q->env_sorted);
+	route_policy_clear(&q->policy);
+	free(q->policy_text);
 }
 
-/* Parse: the body's fields, clamped to the server's caps. */
+/* Parse: the body's fields. */
 static int parse_fields(struct http_req *r, struct exec_request *q)
 {
-	const struct sbx_config *cfg = r->app->cfg;
 	const struct http_field f[] = {
 	    {"command", F_STRING, true, &q->command, &q->command_len, 0, 0, NULL},
 	    {"cwd", F_STRING, false, &q->cwd, &q->cwd_len, 0, 0, NULL},
 	    {"env", F_OBJECT, false, &q->env, NULL, 0, 0, NULL},
-	    {"timeout_s", F_INT, false, &q->timeout_s, NULL, 1, 604800, NULL},
+	    {"timeout_s", F_INT, false, &q->timeout_s, NULL, 1, 604800, &q->timeout_given},
 	    {"idle_timeout_s", F_INT, false, &q->idle_timeout_s, NULL, 1, 604800, NULL},
 	    {"stdin", F_STRING, false, &q->stdin_data, &q->stdin_len, 0, 0, NULL},
-	    {"max_output_bytes", F_INT, false, &q->max_output, NULL, 256, INT64_MAX, NULL},
+	    {"max_output_bytes", F_INT, false, &q->max_output, NULL, 256, INT64_MAX, &q->output_given},
 	    {"id", F_STRING, false, &q->id, &q->id_len, 0, 0, NULL},
 	    {"stream", F_BOOL, false, &q->stream, NULL, 0, 0, NULL},
 	    ROUTE_EXEC_EXTRA_FIELDS(q->x),
+	    {"network", F_BOOL, false, &q->network, NULL, 0, 0, NULL},
+	    {"wait", F_BOOL, false, &q->wait, NULL, 0, 0, NULL},
 	};
 	int rc = http_fields_read(r, r->json, f, sizeof f / sizeof f[0]);
 	if (rc < 0)
@@ -152,11 +159,42 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 		return http_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
 	if ((rc = route_exec_extras_check(r, &q->x, q->stream)) < 0)
 		return rc;
-	/* Server caps: a larger ask is clamped, not refused. */
-	if (q->timeout_s > cfg->exec_timeout_max_s)
-		q->timeout_s = cfg->exec_timeout_max_s;
-	if (q->max_output > cfg->max_output_bytes_cap)
-		q->max_output = cfg->max_output_bytes_cap;
+	return 0;
+}
+
+/* Check: the tenant's policy, read now (a change applies to the next
+ * command): its caps clamp timeout_s and max_output_bytes (and their
+ * defaults), its backend must be offered here, and network: true needs
+ * an allowlist. */
+static int apply_policy(struct http_req *r, struct exec_request *q)
+{
+	struct app *a = r->app;
+	int rc = route_policy_load(a->store, a->cfg, r->tenant->name, &q->policy, NULL, NULL);
+	if (rc < 0)
+		return http_fail(r, rc == -ENOENT ? -SBX_E_STORE : rc, "cannot read the tenant's policy");
+	const struct route_policy *p = &q->policy;
+	if (!q->timeout_given)
+		q->timeout_s = a->cfg->exec_timeout_default_s;
+	if (!q->output_given)
+		q->max_output = a->cfg->max_output_bytes_default;
+	/* Caps: a larger ask is clamped, not refused. */
+	if (q->timeout_s > p->timeout_max_s)
+		q->timeout_s = p->timeout_max_s;
+	if (q->max_output > p->max_output_bytes_cap)
+		q->max_output = p->max_output_bytes_cap;
+	if (q->network && !p->network)
+		return http_fail(
+		    r, -SBX_E_FORBIDDEN,
+		    "network: true needs an egress allowlist in the tenant's policy (network is none)");
+	q->backend = route_backend_find(a, p->backend);
+	if (!q->backend) {
+		r->retry_after_s = 60;
+		return http_fail(r, -SBX_E_BACKEND, "the tenant's backend %s is not offered by this server",
+				 p->backend);
+	}
+	json_t *pj = route_policy_json(p);
+	q->policy_text = json_dumps(pj, JSON_COMPACT);
+	json_decref(pj);
 	return 0;
 }
 
@@ -188,11 +226,12 @@ static int parse_env(struct http_req *r, struct exec_request *q)
 
 static int parse_request(struct http_req *r, struct exec_request *q)
 {
-	*q = (struct exec_request){.timeout_s = r->app->cfg->exec_timeout_default_s,
-				   .max_output = r->app->cfg->max_output_bytes_default};
+	*q = (struct exec_request){.wait = true};
 	q->env_sorted = json_object();
 	int rc = parse_fields(r, q);
-	return rc < 0 ? rc : parse_env(r, q);
+	if (rc == 0)
+		rc = parse_env(r, q);
+	return rc < 0 ? rc : apply_policy(r, q);
 }
 
 /* Check: the cwd, once, here. Resolved beneath the workspace fd: a
@@ -233,6 +272,8 @@ static void request_hash(struct http_req *r, struct exec_request *q)
 	    (json_int_t)q->timeout_s, "idle_timeout_s", (json_int_t)q->idle_timeout_s, "stdin",
 	    q->stdin_data ? q->stdin_data : "", q->stdin_len, "max_output_bytes", (json_int_t)q->max_output);
 	route_exec_extras_hash(&q->x, canon);
+	if (q->network)
+		json_object_set_new(canon, "network", json_true());
 	char *ctext = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(canon);
 	sha256_hex(ctext, strlen(ctext), q->hash);
@@ -286,8 +327,18 @@ static int start(struct http_req *r, struct exec_request *q)
 	snprintf(row.tenant, sizeof row.tenant, "%s", r->tenant->name);
 	snprintf(row.id, sizeof row.id, "%s", q->idbuf);
 	snprintf(row.state, sizeof row.state, "running");
+	row.policy = q->policy_text;
+	row.requested_by = r->claims.sub[0] ? r->claims.sub : NULL;
 
+	const struct route_policy *p = &q->policy;
 	struct sbx_exec_req run = *route_execs_base(a->execs);
+	run.backend = q->backend;
+	run.spawn.limits.mem_bytes = (uint64_t)p->mem_limit_bytes;
+	run.spawn.limits.nproc = (uint64_t)p->nproc_limit;
+	run.spawn.limits.fsize_bytes = (uint64_t)p->fsize_limit_bytes;
+	run.spawn.limits.tenant_mem_bytes = (uint64_t)p->tenant_mem_budget_bytes;
+	run.spawn.limits.tenant_nproc = (uint64_t)p->tenant_nproc_budget;
+	run.spawn.net_allow = q->network ? p->network : NULL;
 	run.spawn.command = q->command;
 	run.spawn.cwd_rel = q->cwd_rel;
 	run.spawn.env = q->envv;
@@ -299,7 +350,14 @@ static int start(struct http_req *r, struct exec_request *q)
 	/* Always: a watcher may follow any exec's output (GET /exec/{id}/events
 	 * ?output=true); the hub drops chunks nobody asked for. */
 	run.want_output_events = true;
-	struct route_exec_opts o = {.id_given = q->id != NULL, .stream = q->stream};
+	struct route_exec_opts o = {
+	    .id_given = q->id != NULL,
+	    .stream = q->stream,
+	    .approval = route_policy_needs_approval(p, q->command),
+	    .wait = q->wait,
+	    .max_execs = p->max_execs,
+	    .approval_timeout_ms = a->cfg->approval_timeout_s * 1000,
+	};
 	rc = route_exec_extras_apply(r, &q->x, &run, &o);
 	return rc < 0 ? rc : route_execs_start(r, &row, &run, &o);
 }
@@ -323,10 +381,33 @@ int route_exec_post(struct http_req *r)
 	return rc;
 }
 
-static json_t *exec_view(const struct store_exec *ex, bool with_result)
+/* The decision on an exec that waited for approval; null for others. */
+static json_t *approval_json(const struct store_exec *ex)
+{
+	if (!ex->decision[0])
+		return json_null();
+	char at[40];
+	rfc3339_ms(ex->decided_at, at, sizeof at);
+	return json_pack("{s:s, s:o, s:s, s:o}", "decision", ex->decision, "decided_by",
+			 ex->decided_by ? json_string(ex->decided_by) : json_null(), "decided_at", at,
+			 "reason", ex->reason ? json_string(ex->reason) : json_null());
+}
+
+static json_t *exec_view(const struct http_req *r, const struct store_exec *ex, bool with_result)
 {
 	json_t *o = route_exec_start_json(ex);
 	json_object_set_new(o, "state", json_string(ex->state));
+	if (strcmp(ex->state, "pending_approval") == 0) {
+		/* Waiting commands do not outlive the run that set their timeout. */
+		char at[40];
+		rfc3339_ms(ex->started_at + r->app->cfg->approval_timeout_s * 1000, at, sizeof at);
+		json_object_set_new(o, "expires_at", json_string(at));
+	}
+	json_t *policy = ex->policy ? json_loads(ex->policy, 0, NULL) : NULL;
+	json_object_set_new(o, "policy", policy ? policy : json_null());
+	json_object_set_new(o, "requested_by",
+			    ex->requested_by ? json_string(ex->requested_by) : json_null());
+	json_object_set_new(o, "approval", approval_json(ex));
 	if (with_result) {
 		json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;
 		json_object_set_new(o, "result", res ? res : json_null());
@@ -357,7 +438,7 @@ int route_exec_get(struct http_req *r)
 		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
-	json_t *o = exec_view(&ex, true);
+	json_t *o = exec_view(r, &ex, true);
 	json_t *progress = strcmp(ex.state, "running") == 0
 			       ? route_execs_progress(r->app->execs, r->tenant->name, id)
 			       : NULL;
@@ -370,21 +451,44 @@ int route_exec_get(struct http_req *r)
 int route_exec_cancel(struct http_req *r)
 {
 	const char *id = r->params[0];
-	bool valid = id_ok(id, strlen(id));
-	uint64_t handle = valid ? route_execs_handle(r->app->execs, r->tenant->name, id) : 0;
 	http_set_target(r, id);
-	if (handle && sbx_runner_cancel(r->app->runner, handle) == 0)
-		return http_reply_json(r, 202, json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));
-	struct store_exec ex;
-	int rc = valid ? store_exec_get(r->app->store, r->tenant->name, id, &ex) : -ENOENT;
-	if (rc == -ENOENT)
+	if (!id_ok(id, strlen(id)))
 		return route_exec_unknown(r, id);
-	if (rc < 0)
-		return http_fail(r, rc, "cannot read the exec record");
-	char state[16];
-	snprintf(state, sizeof state, "%s", ex.state);
-	store_exec_clear(&ex);
-	return http_fail(r, -SBX_E_CONFLICT, "exec %s has already finished (%s)", id, state);
+	/* Twice: a command approved between the two looks is running the
+	 * second time. */
+	for (int look = 0; look < 2; look++) {
+		uint64_t handle = route_execs_handle(r->app->execs, r->tenant->name, id);
+		if ((handle && sbx_runner_cancel(r->app->runner, handle) == 0) ||
+		    route_execs_cancel_pending(r->app->execs, r->tenant->name, id))
+			return http_reply_json(r, 202,
+					       json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));
+	}
+	return route_execs_answer_state(r, id, "has already finished");
+}
+
+/* POST /exec/{id}/approve and /reject (scope approve): a person decides
+ * on a command that waits for approval (see exec_registry.h). */
+int route_exec_approve(struct http_req *r)
+{
+	const char *id = r->params[0];
+	if (!id_ok(id, strlen(id)))
+		return http_fail(r, -ENOENT, "no exec %s", id);
+	return route_execs_decide(r, id, true, NULL);
+}
+
+int route_exec_reject(struct http_req *r)
+{
+	const char *id = r->params[0];
+	const char *reason = NULL;
+	size_t len = 0;
+	const struct http_field f[] = {{"reason", F_STRING, false, &reason, &len, 0, 0, NULL}};
+	if (r->json && http_fields_read(r, r->json, f, 1) < 0)
+		return -EINVAL;
+	if (reason && (len > 1024 || memchr(reason, '\0', len)))
+		return http_fail(r, -EINVAL, "reason: at most 1024 bytes, without NUL");
+	if (!id_ok(id, strlen(id)))
+		return http_fail(r, -ENOENT, "no exec %s", id);
+	return route_execs_decide(r, id, false, reason && len ? reason : NULL);
 }
 
 int route_exec_list(struct http_req *r)
@@ -395,14 +499,17 @@ int route_exec_list(struct http_req *r)
 	int rc = http_query_int(r, "limit", 100, 1, 1000, &limit);
 	if (rc < 0)
 		return rc;
-	static const char *const states[] = {"running", "exited", "timed_out", "cancelled", "lost"};
+	static const char *const states[] = {"pending_approval", "running",  "exited", "timed_out",
+					     "cancelled",	 "rejected", "lost"};
 	if (state) {
 		bool ok = false;
-		for (size_t i = 0; i < 5; i++)
+		for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
 			ok |= strcmp(state, states[i]) == 0;
 		if (!ok)
-			return http_fail(r, -EINVAL,
-					 "state must be running, exited, timed_out, cancelled or lost");
+			return http_fail(
+			    r, -EINVAL,
+			    "state must be pending_approval, running, exited, timed_out, cancelled, "
+			    "rejected or lost");
 	}
 	struct store_exec *v = NULL;
 	size_t n = 0;
@@ -412,7 +519,7 @@ int route_exec_list(struct http_req *r)
 		return http_fail(r, rc, "cannot list execs");
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, exec_view(&v[i], false));
+		json_array_append_new(arr, exec_view(r, &v[i], false));
 	store_execs_free(v, n);
 	return http_reply_json(r, 200, json_pack("{s:o}", "execs", arr));
 }

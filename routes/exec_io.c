@@ -32,16 +32,7 @@ static int running_handle(struct http_req *r, uint64_t *handle)
 	*handle = route_execs_handle(r->app->execs, r->tenant->name, id);
 	if (*handle)
 		return 0;
-	struct store_exec ex;
-	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
-	if (rc == -ENOENT || rc == -EINVAL)
-		return route_exec_unknown(r, id);
-	if (rc < 0)
-		return http_fail(r, rc, "cannot read the exec record");
-	char state[16];
-	snprintf(state, sizeof state, "%s", ex.state);
-	store_exec_clear(&ex);
-	return http_fail(r, -SBX_E_CONFLICT, "exec %s is not running (%s)", id, state);
+	return route_execs_answer_state(r, id, "is not running");
 }
 
 static int stdin_refused(struct http_req *r, int rc, size_t n, size_t pending)

@@ -35,6 +35,16 @@ struct waiter {
 	struct waiter *next;
 };
 
+/* A command waiting for approval: what to run once approved (copies). */
+struct pending {
+	struct sbx_exec_req run; /* its pointers lead into the copies below */
+	char *command, *cwd_rel, *net_allow;
+	char **env;
+	void *stdin_data;
+	int64_t deadline_ms; /* monotonic: rejected when undecided by then */
+	bool deciding;	     /* under registry lock: approved, rejected or cancelled */
+};
+
 struct exec_job {
 	struct app *app;
 	struct tenant *tenant; /* referenced until the exit */
@@ -63,6 +73,15 @@ struct exec_job {
 	int64_t last_output_at, started_mono;
 	char tail[TAIL_BYTES];
 	size_t tail_len;
+	/* Approval. */
+	struct pending *pend; /* non-NULL: it waited (or waits) for approval; owned */
+	char *requested_by;   /* the requesting token's sub; owned */
+	char *reason;	      /* with error -SBX_E_REJECTED: the message; owned */
+	int64_t max_execs;
+	bool holds_exec_slot;	       /* else it holds a pending slot */
+	_Atomic bool hung_up;	       /* the waiting client went away (the watch thread says) */
+	bool hangup_handled;	       /* under registry lock */
+	struct exec_job *expired_next; /* the approvals thread's list */
 };
 
 struct route_execs {
@@ -77,6 +96,10 @@ struct route_execs {
 	bool done_busy, done_stop;
 	pthread_cond_t gone; /* under mu: a job left the registry */
 	pthread_t done_thread;
+	/* Approval deadlines and hang-ups of waiting clients (under mu). */
+	pthread_cond_t pend_wake;
+	bool pend_stop;
+	pthread_t pend_thread;
 };
 
 /* A suspended request's view of its exec. */
@@ -84,7 +107,22 @@ struct exec_wait {
 	struct exec_job *job;
 	json_t *result; /* set before the resume */
 	int error;	/* or this */
+	char *reason;	/* with -SBX_E_REJECTED */
 };
+
+static void pending_free(struct pending *p)
+{
+	if (!p)
+		return;
+	free(p->command);
+	free(p->cwd_rel);
+	free(p->net_allow);
+	for (char **v = p->env; v && *v; v++)
+		free(*v);
+	free(p->env);
+	free(p->stdin_data);
+	free(p);
+}
 
 static void job_put_locked(struct exec_job *j)
 {
@@ -94,6 +132,9 @@ static void job_put_locked(struct exec_job *j)
 	sbx_snapshot_free(&j->before);
 	pthread_mutex_destroy(&j->pmu);
 	free(j->session);
+	pending_free(j->pend);
+	free(j->requested_by);
+	free(j->reason);
 	free(j);
 }
 
@@ -143,7 +184,14 @@ static json_t *heartbeat_json(const char *id, const struct sbx_event *ev)
 /* Completion thread: the store row, metrics and the `exit` event. */
 static void record_exit(struct app *a, struct exec_job *j)
 {
-	if (!j->result) {
+	if (!j->result && j->error == -SBX_E_REJECTED) {
+		/* Its row says so already (store_exec_decide). */
+		http_metrics_exec_finished(a->metrics, "rejected", 0);
+		json_t *err = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", "rejected", "message",
+					j->reason, "retry_hint");
+		http_hub_channel_exit(a->hub, j->chan, NULL, err);
+		json_decref(err);
+	} else if (!j->result) {
 		/* Never started: forget the row so the id can be retried. */
 		store_exec_delete(a->store, j->tenant->name, j->id);
 		http_metrics_exec_finished(a->metrics, "failed", 0);
@@ -166,7 +214,10 @@ static void record_exit(struct app *a, struct exec_job *j)
 		http_hub_channel_exit(a->hub, j->chan, j->result, NULL);
 	}
 	j->chan = NULL;
-	route_tenant_release_exec(a, j->tenant);
+	if (j->holds_exec_slot)
+		route_tenant_release_exec(a, j->tenant);
+	else
+		route_tenant_release_pending(a, j->tenant);
 }
 
 /* Completion thread (or the starting request when the runner refused the
@@ -195,6 +246,7 @@ static void complete(struct exec_job *j)
 		struct exec_wait *ew = w->r->hstate;
 		ew->result = result ? json_incref(result) : NULL;
 		ew->error = error;
+		ew->reason = j->reason ? xstrdup(j->reason) : NULL;
 		http_resume(w->r);
 		free(w);
 	}
@@ -313,6 +365,8 @@ static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
 	}
 }
 
+static void *approvals_main(void *arg);
+
 void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_exec_req *base)
 {
 	struct route_execs *e = xcalloc(1, sizeof *e);
@@ -323,8 +377,14 @@ void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_e
 	pthread_cond_init(&e->done_wake, NULL);
 	pthread_cond_init(&e->done_idle, NULL);
 	pthread_cond_init(&e->gone, NULL);
-	if (pthread_create(&e->done_thread, NULL, completion_main, e) != 0) {
-		log_msg("error", "cannot start the exec completion thread");
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&e->pend_wake, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&e->done_thread, NULL, completion_main, e) != 0 ||
+	    pthread_create(&e->pend_thread, NULL, approvals_main, e) != 0) {
+		log_msg("error", "cannot start the exec completion or approvals thread");
 		abort();
 	}
 	*out = e;
@@ -345,11 +405,17 @@ void route_execs_free(struct route_execs **ep)
 	struct route_execs *e = ep ? *ep : NULL;
 	if (!e)
 		return;
+	pthread_mutex_lock(&e->mu);
+	e->pend_stop = true;
+	pthread_cond_signal(&e->pend_wake);
+	pthread_mutex_unlock(&e->mu);
+	pthread_join(e->pend_thread, NULL);
 	pthread_mutex_lock(&e->done_mu);
 	e->done_stop = true;
 	pthread_cond_signal(&e->done_wake);
 	pthread_mutex_unlock(&e->done_mu);
 	pthread_join(e->done_thread, NULL); /* it drains the queue first */
+	pthread_cond_destroy(&e->pend_wake);
 	pthread_cond_destroy(&e->done_idle);
 	pthread_cond_destroy(&e->done_wake);
 	pthread_cond_destroy(&e->gone);
@@ -435,11 +501,18 @@ uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const cha
 	return handle;
 }
 
-/* Watch thread: the first request's client hung up. */
+/* Watch thread: the first request's client hung up. It must not take the
+ * registry lock (complete() removes watches under it): a command still
+ * waiting for approval is cancelled by the approvals thread. */
 static void on_hangup(void *ctx)
 {
 	struct exec_job *j = ctx;
-	sbx_runner_cancel(j->app->runner, j->handle);
+	if (j->pend) {
+		j->hung_up = true;
+		pthread_cond_signal(&j->app->execs->pend_wake);
+	}
+	if (j->handle)
+		sbx_runner_cancel(j->app->runner, j->handle);
 }
 
 /* A 200 with a ShellResult (stolen). */
@@ -453,6 +526,8 @@ static int reply_result(struct http_req *r, json_t *res)
 static int exec_resume(struct http_req *r)
 {
 	struct exec_wait *ew = r->hstate;
+	if (ew->error == -SBX_E_REJECTED)
+		return http_fail(r, ew->error, "%s", ew->reason ? ew->reason : "the command was rejected");
 	if (ew->error)
 		return http_fail(r, ew->error,
 				 ew->error == -SBX_E_BACKEND
@@ -482,6 +557,7 @@ static void exec_free(struct http_req *r)
 		pthread_mutex_unlock(&e->mu);
 	}
 	json_decref(ew->result);
+	free(ew->reason);
 	free(ew);
 	r->hstate = NULL;
 }
@@ -541,9 +617,18 @@ static int join_running(struct http_req *r, const char *id, bool stream)
 	return rc;
 }
 
-/* A finished exec's row: its result again, or a conflict when it was lost. */
+/* A finished exec's row: its result again, the rejection, or a conflict
+ * when it was lost. */
 static int answer_finished(struct http_req *r, const char *id, struct store_exec *ex, bool stream)
 {
+	if (strcmp(ex->state, "rejected") == 0) {
+		char why[512];
+		snprintf(why, sizeof why, "exec %s was rejected%s%s%s%s", id, ex->decided_by ? " by " : "",
+			 ex->decided_by ? ex->decided_by : "", ex->reason ? ": " : "",
+			 ex->reason ? ex->reason : "");
+		store_exec_clear(ex);
+		return http_fail(r, -SBX_E_REJECTED, "%s", why);
+	}
 	if (strcmp(ex->state, "lost") == 0 || !ex->result) {
 		store_exec_clear(ex);
 		return http_fail(r, -SBX_E_CONFLICT,
@@ -570,19 +655,21 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 /* The same id again: the same request waits for or reads that exec; a
  * different one is a conflict. -ENOENT: no such exec (any more: a failed
  * start), the caller may start it. */
-/* A background request's answer: the exec's view, 202 while it runs. */
+/* A background request's answer (and that of one that does not wait for
+ * approval): the exec's view, 202 while it runs or waits. */
 static int reply_view(struct http_req *r, struct store_exec *ex)
 {
 	json_t *o = route_exec_start_json(ex);
 	json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;
-	bool running = strcmp(ex->state, "running") == 0;
+	bool running = strcmp(ex->state, "running") == 0 || strcmp(ex->state, "pending_approval") == 0;
 	json_object_set_new(o, "state", json_string(ex->state));
 	json_object_set_new(o, "result", res ? res : json_null());
 	store_exec_clear(ex);
 	return http_reply_json(r, running ? 202 : 200, o);
 }
 
-static int answer_existing(struct http_req *r, const char *id, const char *hash, bool stream, bool background)
+static int answer_existing(struct http_req *r, const char *id, const char *hash,
+			   const struct route_exec_opts *o)
 {
 	struct store_exec ex;
 	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
@@ -594,11 +681,12 @@ static int answer_existing(struct http_req *r, const char *id, const char *hash,
 		store_exec_clear(&ex);
 		return http_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
 	}
-	if (background)
+	bool pending = strcmp(ex.state, "pending_approval") == 0;
+	if (o->background || (pending && !o->wait && !o->stream))
 		return reply_view(r, &ex);
-	if (strcmp(ex.state, "running") == 0) {
+	if (pending || strcmp(ex.state, "running") == 0) {
 		store_exec_clear(&ex);
-		if ((rc = join_running(r, id, stream)) != -ENOENT)
+		if ((rc = join_running(r, id, o->stream)) != -ENOENT)
 			return rc;
 		/* It finished between the two looks: read it again (gone: its
 		 * start failed, and the caller may start it anew). */
@@ -607,7 +695,7 @@ static int answer_existing(struct http_req *r, const char *id, const char *hash,
 		if (rc < 0)
 			return http_fail(r, rc, "cannot read the exec record");
 	}
-	return answer_finished(r, id, &ex, stream);
+	return answer_finished(r, id, &ex, o->stream);
 }
 
 /* Record the start of a new exec. Returns 1 with the registry lock held
@@ -617,21 +705,25 @@ static int answer_existing(struct http_req *r, const char *id, const char *hash,
  * The row of a new exec and its registry entry appear together, under the
  * registry lock: a concurrent request with the same id that reads the row
  * as running always finds the job to wait on (never a "running" row
- * without a job, which looks like one lost in a restart). */
+ * without a job, which looks like one lost in a restart). A command that
+ * waits for approval holds a pending slot (as many as max_execs), not a
+ * running one. */
 static int begin_locked(struct http_req *r, struct store_exec *row, const struct route_exec_opts *o)
 {
-	bool id_given = o->id_given;
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
 	int rc;
+	snprintf(row->state, sizeof row->state, "%s", o->approval ? "pending_approval" : "running");
 	for (int attempt = 0;; attempt++) {
-		if (id_given && (rc = answer_existing(r, row->id, row->request_hash, o->stream,
-						      o->background)) != -ENOENT)
+		if (o->id_given && (rc = answer_existing(r, row->id, row->request_hash, o)) != -ENOENT)
 			return rc; /* answered (or waiting) from the earlier exec */
-		if ((rc = route_tenant_acquire_exec(a, r->tenant)) < 0) {
+		rc = o->approval ? route_tenant_acquire_pending(a, r->tenant, o->max_execs)
+				 : route_tenant_acquire_exec(a, r->tenant, o->max_execs);
+		if (rc < 0) {
 			r->retry_after_s = 1;
-			return http_fail(r, rc, "tenant %s already runs %lld commands", r->tenant->name,
-					 (long long)a->cfg->tenant_max_execs);
+			return http_fail(r, rc, "tenant %s already %s %lld commands", r->tenant->name,
+					 o->approval ? "has, waiting for approval," : "runs",
+					 (long long)o->max_execs);
 		}
 		row->started_at = now_ms();
 		pthread_mutex_lock(&e->mu);
@@ -639,10 +731,13 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 		if (rc == 0)
 			return 1; /* e->mu stays held until the job is registered */
 		pthread_mutex_unlock(&e->mu);
-		route_tenant_release_exec(a, r->tenant);
-		if (rc == -EEXIST && id_given && attempt < 3)
+		if (o->approval)
+			route_tenant_release_pending(a, r->tenant);
+		else
+			route_tenant_release_exec(a, r->tenant);
+		if (rc == -EEXIST && o->id_given && attempt < 3)
 			continue; /* a concurrent request started it: answer from that exec */
-		if (rc == -EEXIST && id_given)
+		if (rc == -EEXIST && o->id_given)
 			return http_fail(r, -SBX_E_CONFLICT, "exec id %s is being started by another request",
 					 row->id);
 		if (rc == -EEXIST)
@@ -708,6 +803,167 @@ static void first_answer_locked(struct http_req *r, struct exec_job *j, const st
 	}
 }
 
+/* ---- approval ---- */
+
+/* Copy what run points at, for a start after the request is gone. */
+static struct pending *pending_new(const struct sbx_exec_req *run, int64_t timeout_ms)
+{
+	struct pending *p = xcalloc(1, sizeof *p);
+	size_t n = 0;
+	p->run = *run;
+	p->command = xstrdup(run->spawn.command);
+	p->cwd_rel = xstrdup(run->spawn.cwd_rel ? run->spawn.cwd_rel : "");
+	p->net_allow = run->spawn.net_allow ? xstrdup(run->spawn.net_allow) : NULL;
+	while (run->spawn.env && run->spawn.env[n])
+		n++;
+	p->env = xcalloc(n + 1, sizeof *p->env);
+	for (size_t i = 0; i < n; i++)
+		p->env[i] = xstrdup(run->spawn.env[i]);
+	if (run->stdin_len) {
+		p->stdin_data = xmalloc(run->stdin_len);
+		memcpy(p->stdin_data, run->stdin_data, run->stdin_len);
+	}
+	p->run.spawn.command = p->command;
+	p->run.spawn.cwd_rel = p->cwd_rel;
+	p->run.spawn.net_allow = p->net_allow;
+	p->run.spawn.env = (const char *const *)p->env;
+	p->run.stdin_data = p->stdin_data;
+	p->deadline_ms = mono_ms() + timeout_ms;
+	return p;
+}
+
+/* The feed's `decision` event. */
+static void publish_decision(struct exec_job *j, const char *decision, const char *by, const char *reason,
+			     int64_t at)
+{
+	json_t *d = json_pack("{s:s, s:s, s:o, s:o, s:o}", "id", j->id, "decision", decision, "decided_by",
+			      by ? json_string(by) : json_null(), "decided_at", time_json(at), "reason",
+			      reason ? json_string(reason) : json_null());
+	http_hub_feed_event(j->app->hub, j->tenant->name, "decision", d);
+	json_decref(d);
+}
+
+/* Take j's pending decision for the caller (registry lock held): false
+ * when it has been decided (or is being) already. */
+static bool take_decision_locked(struct exec_job *j)
+{
+	if (!j->pend || j->pend->deciding || j->finished)
+		return false;
+	j->pend->deciding = true;
+	return true;
+}
+
+/* End j (its decision taken) as cancelled without having run. */
+static void end_cancelled(struct exec_job *j)
+{
+	struct sbx_event ev = {.kind = SBX_EV_EXIT, .at_ms = now_ms()};
+	set_exit(j, &ev, -ECANCELED);
+	queue_exit(j);
+}
+
+/* End j (its decision taken) as rejected: the row first (fail closed: a
+ * store that cannot say so leaves it waiting), then the feed, then the
+ * answer of whoever waits (403 rejected). by NULL: the timeout. */
+static int end_rejected(struct exec_job *j, const char *by, const char *reason)
+{
+	struct app *a = j->app;
+	int64_t at = now_ms();
+	int rc = store_exec_decide(a->store, j->tenant->name, j->id, "rejected", by, reason, at);
+	if (rc < 0 && rc != -ENOENT) {
+		pthread_mutex_lock(&a->execs->mu);
+		j->pend->deciding = false;
+		j->pend->deadline_ms = mono_ms() + 1000; /* the timeout tries again */
+		pthread_mutex_unlock(&a->execs->mu);
+		return rc;
+	}
+	publish_decision(j, "rejected", by, reason, at);
+	j->reason = xasprintf("exec %s was rejected%s%s%s%s", j->id, by ? " by " : "", by ? by : "",
+			      reason ? ": " : "", reason ? reason : "");
+	j->error = -SBX_E_REJECTED;
+	queue_exit(j);
+	return 0;
+}
+
+/* Start j (its decision taken, an exec slot held) now that it is approved. */
+static int start_approved(struct exec_job *j, const char *by)
+{
+	struct app *a = j->app;
+	struct route_execs *e = a->execs;
+	int64_t at = now_ms();
+	int rc = a->stopping ? -SBX_E_BACKEND
+			     : store_exec_decide(a->store, j->tenant->name, j->id, "approved", by, NULL, at);
+	if (rc < 0) {
+		pthread_mutex_lock(&e->mu);
+		j->pend->deciding = false;
+		pthread_mutex_unlock(&e->mu);
+		route_tenant_release_exec(a, j->tenant);
+		return rc;
+	}
+	route_tenant_release_pending(a, j->tenant);
+	j->holds_exec_slot = true;
+	publish_decision(j, "approved", by, NULL, at);
+	pthread_mutex_lock(&j->pmu);
+	j->started_mono = mono_ms(); /* its progress counts from now */
+	pthread_mutex_unlock(&j->pmu);
+	/* It starts now, as its row says, not when it was asked for. */
+	http_hub_channel_set_start(a->hub, j->chan, "started_at", time_json(at));
+	pthread_mutex_lock(&e->mu);
+	rc = sbx_runner_submit(a->runner, &j->pend->run, on_event, j, &j->handle);
+	if (rc == 0)
+		http_metrics_exec_started(a->metrics);
+	bool hung_up = j->hung_up;
+	pthread_mutex_unlock(&e->mu);
+	if (rc == 0 && hung_up)
+		sbx_runner_cancel(a->runner, j->handle);
+	if (rc < 0) {
+		struct sbx_event ev = {.kind = SBX_EV_EXIT};
+		set_exit(j, &ev, rc);
+		complete(j);
+	}
+	return 0;
+}
+
+/* 202 with the view of a parked exec (as a background one's). */
+static int reply_parked(struct http_req *r, const struct store_exec *row)
+{
+	json_t *v =
+	    start_json(row->id, row->command, row->session, row->session_len, row->cwd, row->started_at);
+	json_object_set_new(v, "state", json_string("pending_approval"));
+	json_object_set_new(v, "result", json_null());
+	return http_reply_json(r, 202, v);
+}
+
+/* Park a new job until its decision (registry lock held, released here):
+ * announce it on the feed, and let r wait, follow it, or (not waiting, or
+ * background) be answered 202. */
+static int park_locked(struct http_req *r, struct exec_job *j, const struct store_exec *row,
+		       const struct sbx_exec_req *run, const struct route_exec_opts *o)
+{
+	struct app *a = r->app;
+	struct route_execs *e = a->execs;
+	j->pend = pending_new(run, o->approval_timeout_ms);
+	j->requested_by = row->requested_by ? xstrdup(row->requested_by) : NULL;
+	j->next = e->jobs;
+	e->jobs = j;
+	pthread_cond_signal(&e->pend_wake);
+	json_t *d =
+	    start_json(j->id, row->command, row->session, row->session_len, row->cwd, row->started_at);
+	json_object_set_new(d, "requested_by",
+			    row->requested_by ? json_string(row->requested_by) : json_null());
+	json_object_set_new(d, "expires_at", time_json(row->started_at + o->approval_timeout_ms));
+	http_hub_feed_event(a->hub, j->tenant->name, "pending_approval", d);
+	json_decref(d);
+	bool waits = o->wait && !o->background;
+	if (o->stream) {
+		http_hub_subscribe_exec(a->hub, r, j->tenant->name, j->id, 0, true);
+	} else if (waits) {
+		wait_on_locked(r, j);
+		watch_hangup(r, j);
+	}
+	pthread_mutex_unlock(&e->mu);
+	return o->stream || waits ? 0 : reply_parked(r, row);
+}
+
 int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run,
 		      struct route_exec_opts *o)
 {
@@ -726,9 +982,13 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	run->spawn.uid = j->tenant->uid;
 	run->spawn.gid = j->tenant->gid;
 	run->id = j->id;
-	if (strcmp(sbx_backend_name(a->backend), "local") == 0)
+	j->max_execs = o->max_execs;
+	if (strcmp(sbx_backend_name(run->backend), "local") == 0)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)",
 			j->id, j->tenant->name);
+	if (o->approval)
+		return park_locked(r, j, row, run, o);
+	j->holds_exec_slot = true;
 
 	j->next = e->jobs;
 	e->jobs = j;
@@ -757,4 +1017,176 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 			return http_fail(r, rc, "the command could not be started");
 	}
 	return 0;
+}
+
+int route_execs_answer_state(struct http_req *r, const char *id, const char *why)
+{
+	struct store_exec ex;
+	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
+	if (rc == -ENOENT || rc == -EINVAL)
+		return route_exec_unknown(r, id);
+	if (rc < 0)
+		return http_fail(r, rc, "cannot read the exec record");
+	char state[sizeof ex.state];
+	snprintf(state, sizeof state, "%s", ex.state);
+	store_exec_clear(&ex);
+	return http_fail(r, -SBX_E_CONFLICT, "exec %s %s (%s)", id, why, state);
+}
+
+/* The checks of a decision (registry lock held): 0 with the decision
+ * taken (and, to approve, an exec slot), or r's error. */
+static int decide_checks_locked(struct http_req *r, struct exec_job *j, bool approve)
+{
+	const char *sub = r->claims.sub;
+	if (approve && j->requested_by && strcmp(j->requested_by, sub) == 0)
+		return http_fail(r, -SBX_E_FORBIDDEN,
+				 "a token never approves its own request (%s asked for it)", sub);
+	if (approve && route_tenant_acquire_exec(r->app, j->tenant, j->max_execs) < 0) {
+		r->retry_after_s = 1;
+		return http_fail(r, -SBX_E_TOO_MANY, "tenant %s already runs %lld commands; approve it later",
+				 j->tenant->name, (long long)j->max_execs);
+	}
+	take_decision_locked(j);
+	j->refs++; /* the decider's, until it is done */
+	return 0;
+}
+
+int route_execs_decide(struct http_req *r, const char *id, bool approve, const char *reason)
+{
+	struct route_execs *e = r->app->execs;
+	http_set_target(r, id);
+	if (!r->claims.sub[0])
+		return http_fail(r, -SBX_E_FORBIDDEN,
+				 "deciding needs a token that names its holder (a sub claim)");
+	pthread_mutex_lock(&e->mu);
+	struct exec_job *j = find_locked(e, r->tenant->name, id);
+	if (!j || !j->pend || j->pend->deciding || j->finished) {
+		pthread_mutex_unlock(&e->mu);
+		return route_execs_answer_state(r, id, "is not waiting for approval");
+	}
+	int rc = decide_checks_locked(r, j, approve);
+	pthread_mutex_unlock(&e->mu);
+	if (rc < 0)
+		return rc;
+	rc = approve ? start_approved(j, r->claims.sub) : end_rejected(j, r->claims.sub, reason);
+	pthread_mutex_lock(&e->mu);
+	job_put_locked(j);
+	pthread_mutex_unlock(&e->mu);
+	if (rc < 0) {
+		r->retry_after_s = 1;
+		return http_fail(r, rc, "the decision could not be recorded; the exec still waits");
+	}
+	char at[40];
+	rfc3339_ms(now_ms(), at, sizeof at);
+	return http_reply_json(
+	    r, 200,
+	    json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "id", id, "state", approve ? "running" : "rejected",
+		      "decision", approve ? "approved" : "rejected", "decided_by", r->claims.sub,
+		      "decided_at", at, "reason", reason ? json_string(reason) : json_null()));
+}
+
+bool route_execs_cancel_pending(struct route_execs *e, const char *tenant, const char *id)
+{
+	pthread_mutex_lock(&e->mu);
+	struct exec_job *j = find_locked(e, tenant, id);
+	bool taken = j && take_decision_locked(j);
+	pthread_mutex_unlock(&e->mu);
+	if (taken)
+		end_cancelled(j);
+	return taken;
+}
+
+void route_execs_cancel_all_pending(struct route_execs *e)
+{
+	struct exec_job *list = NULL;
+	pthread_mutex_lock(&e->mu);
+	for (struct exec_job *j = e->jobs; j; j = j->next)
+		if (take_decision_locked(j)) {
+			j->expired_next = list;
+			list = j;
+		}
+	pthread_mutex_unlock(&e->mu);
+	while (list) {
+		struct exec_job *j = list;
+		list = j->expired_next;
+		end_cancelled(j);
+	}
+}
+
+/* The approvals thread's look at the jobs (lock held): those past their
+ * deadline, and those whose waiting client left, taken into *expired and
+ * *gone; returns the next deadline (INT64_MAX: none). */
+static int64_t scan_locked(struct route_execs *e, struct exec_job **expired, struct exec_job **gone)
+{
+	int64_t now = mono_ms(), next = INT64_MAX;
+	for (struct exec_job *j = e->jobs; j; j = j->next) {
+		if (!j->pend)
+			continue;
+		if (j->hung_up && !j->hangup_handled) {
+			j->hangup_handled = true;
+			if (take_decision_locked(j)) {
+				j->expired_next = *gone;
+				*gone = j;
+				continue;
+			}
+			if (j->handle)
+				sbx_runner_cancel(j->app->runner, j->handle);
+		}
+		if (j->pend->deciding || j->finished)
+			continue;
+		if (j->pend->deadline_ms <= now && take_decision_locked(j)) {
+			j->refs++;
+			j->expired_next = *expired;
+			*expired = j;
+		} else if (j->pend->deadline_ms < next) {
+			next = j->pend->deadline_ms;
+		}
+	}
+	return next;
+}
+
+/* Rejects commands nobody decided on in time, and cancels those whose
+ * waiting client went away. */
+static void *approvals_main(void *arg)
+{
+	struct route_execs *e = arg;
+	char why[64];
+	snprintf(why, sizeof why, "approval timed out after %lld s",
+		 (long long)e->app->cfg->approval_timeout_s);
+	pthread_mutex_lock(&e->mu);
+	while (!e->pend_stop) {
+		struct exec_job *expired = NULL, *gone = NULL;
+		int64_t next = scan_locked(e, &expired, &gone);
+		if (expired || gone) {
+			pthread_mutex_unlock(&e->mu);
+			for (struct exec_job *j = gone, *n; j; j = n) {
+				n = j->expired_next;
+				end_cancelled(j);
+			}
+			for (struct exec_job *j = expired, *n; j; j = n) {
+				n = j->expired_next;
+				end_rejected(j, NULL, why);
+				pthread_mutex_lock(&e->mu);
+				job_put_locked(j);
+				pthread_mutex_unlock(&e->mu);
+			}
+			pthread_mutex_lock(&e->mu);
+			continue;
+		}
+		/* At most a second: a hang-up signalled between the scan and the
+		 * wait is not lost for longer. */
+		int64_t wait_ms = next == INT64_MAX ? 1000 : next - mono_ms();
+		if (wait_ms > 1000)
+			wait_ms = 1000;
+		if (wait_ms < 1)
+			wait_ms = 1;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		int64_t ns = ts.tv_nsec + (wait_ms % 1000) * 1000000;
+		ts.tv_sec += wait_ms / 1000 + ns / 1000000000;
+		ts.tv_nsec = ns % 1000000000;
+		pthread_cond_timedwait(&e->pend_wake, &e->mu, &ts);
+	}
+	pthread_mutex_unlock(&e->mu);
+	return NULL;
 }

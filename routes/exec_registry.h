@@ -47,6 +47,10 @@ struct route_exec_opts {
 	bool stream;		     /* answer text/event-stream */
 	bool background;	     /* answer 202 at once; the command outlives the request */
 	struct sbx_snapshot *before; /* taken: files_changed is added to the result (NULL: none) */
+	bool approval;		     /* wait for a person's decision before it runs */
+	bool wait;		     /* with approval: the request waits (else 202 at once) */
+	int64_t max_execs;	     /* the tenant's concurrent commands (its policy) */
+	int64_t approval_timeout_ms; /* with approval: rejected when no one decides by then */
 };
 
 /* Start the command of r, or answer r from the earlier exec of the same
@@ -57,9 +61,34 @@ struct route_exec_opts {
  * stream subscriber when stream) and answered at the exit, or (background)
  * answered 202 with the exec's view; returns 0. Otherwise r has been
  * answered with the error and its code returned. o->before is taken in
- * every case (and set NULL). */
+ * every case (and set NULL). row->policy and row->requested_by are
+ * recorded with it.
+ *
+ * With o->approval the command does not start: its row is
+ * 'pending_approval', the tenant feed gets a `pending_approval` event,
+ * and it waits for route_execs_decide, a cancel, or the approval timeout
+ * (a rejection); the request waits too, or (!o->wait, or background) is
+ * answered 202 with the exec's view. At shutdown a waiting command is
+ * cancelled; after a crash its row becomes 'lost' like a running one's. */
 int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run,
 		      struct route_exec_opts *o);
+
+/* POST /exec/{id}/approve (approve) or /reject: decide on tenant r's exec
+ * id and answer r. The deciding token must carry a sub, and never
+ * approves a request of its own sub (403 forbidden). 404 unknown, 409
+ * not waiting for a decision, 429 approving beyond max_execs. */
+int route_execs_decide(struct http_req *r, const char *id, bool approve, const char *reason);
+
+/* Answer r about exec id of its tenant, which is not (any more) in the
+ * state the route needs: 404 unknown, else 409 conflict "exec ID WHY
+ * (its state)". Returns the code. */
+int route_execs_answer_state(struct http_req *r, const char *id, const char *why);
+
+/* Cancel the exec (tenant, id) if it waits for approval: it ends as
+ * cancelled without having run. true when it did. */
+bool route_execs_cancel_pending(struct route_execs *e, const char *tenant, const char *id);
+/* Cancel every exec that waits for approval (shutdown). */
+void route_execs_cancel_all_pending(struct route_execs *e);
 
 /* {"stdout_bytes", "stderr_bytes", "last_output_at", "elapsed_ms", "tail"}
  * of the running exec (tenant, id) (tail: its last KiB of output, UTF-8),

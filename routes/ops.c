@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/policy.h"
 #include "routes/storage.h"
 #include "routes/code.h"
 #include "http/metrics.h"
@@ -86,6 +87,26 @@ static bool readyz_uids(struct app *a, json_t *body)
 	return ok;
 }
 
+/* Every backend offered, for the tenants whose policy names it: what it
+ * isolates, and whether it can start commands now (*ready is cleared when
+ * one cannot). */
+static json_t *backends_json(struct app *a, bool *ready)
+{
+	json_t *list = json_array();
+	for (size_t i = 0; i < a->nbackends; i++) {
+		char msg[256] = "";
+		int rc = sbx_backend_health(a->backends[i], msg, sizeof msg);
+		if (rc != 0)
+			*ready = false;
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:b}", "name",
+						      sbx_backend_name(a->backends[i]), "status",
+						      rc == 0 ? "ok" : "unavailable", "detail", msg,
+						      "isolation", sbx_backend_isolation(a->backends[i]),
+						      "default", a->backends[i] == a->backend));
+	}
+	return list;
+}
+
 int route_readyz(struct http_req *r)
 {
 	struct app *a = r->app;
@@ -106,12 +127,40 @@ int route_readyz(struct http_req *r)
 	ready = readyz_runner(a, body) && ready;
 	ready = readyz_disk(a, body) && ready;
 	ready = readyz_uids(a, body) && ready;
+	json_object_set_new(body, "backends", backends_json(a, &ready));
 	if (!ready)
 		json_object_set_new(body, "status", json_string("unavailable"));
 	if (a->stopping)
 		json_object_set_new(body, "stopping", json_true());
 	json_object_set_new(body, "languages", route_code_languages(a)); /* what POST /code runs */
 	return http_reply_json(r, ready ? 200 : 503, body);
+}
+
+/* Each tenant's budgets, from its policy. */
+static void tenant_budgets(struct app *a, const struct store_tenant *v, size_t n, struct buf *out)
+{
+	int64_t(*b)[2] = xcalloc(n + 1, sizeof *b);
+	for (size_t i = 0; i < n; i++) {
+		struct route_policy p;
+		b[i][0] = a->cfg->tenant_mem_budget_bytes;
+		b[i][1] = a->cfg->tenant_nproc_budget;
+		if (route_policy_load(a->store, a->cfg, v[i].name, &p, NULL, NULL) == 0) {
+			b[i][0] = p.tenant_mem_budget_bytes;
+			b[i][1] = p.tenant_nproc_budget;
+			route_policy_clear(&p);
+		}
+	}
+	static const char *const family[2][2] = {
+	    {"sandboxd_tenant_memory_budget_bytes", "Each tenant's memory budget (its policy; 0: none)."},
+	    {"sandboxd_tenant_processes_budget", "Each tenant's process budget (its policy; 0: none)."},
+	};
+	for (int k = 0; k < 2; k++) {
+		buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", family[k][0], family[k][1], family[k][0]);
+		for (size_t i = 0; i < n; i++)
+			buf_appendf(out, "%s{tenant=\"%s\"} %lld\n", family[k][0], v[i].name,
+				    (long long)b[i][k]);
+	}
+	free(b);
 }
 
 /* Each tenant's commands together against its budget (cgroups only). */
@@ -137,13 +186,7 @@ static void tenant_usage(struct app *a, struct buf *out)
 				buf_appendf(out, "%s{tenant=\"%s\"} %llu\n", family[k][0], v[i].name,
 					    (unsigned long long)use[i][k]);
 	}
-	buf_appendf(
-	    out,
-	    "# HELP sandboxd_tenant_memory_budget_bytes Each tenant's memory budget (0: none).\n"
-	    "# TYPE sandboxd_tenant_memory_budget_bytes gauge\nsandboxd_tenant_memory_budget_bytes %lld\n"
-	    "# HELP sandboxd_tenant_processes_budget Each tenant's process budget (0: none).\n"
-	    "# TYPE sandboxd_tenant_processes_budget gauge\nsandboxd_tenant_processes_budget %lld\n",
-	    (long long)a->cfg->tenant_mem_budget_bytes, (long long)a->cfg->tenant_nproc_budget);
+	tenant_budgets(a, v, n, out);
 	free(use);
 	free(have);
 	store_tenants_free(v, n);

@@ -41,6 +41,8 @@ int route_exec_stdin(struct http_req *r);
 int route_exec_resize(struct http_req *r);
 /* code.c */
 int route_code_post(struct http_req *r);
+int route_exec_approve(struct http_req *r);
+int route_exec_reject(struct http_req *r);
 
 /* routes/transfers.c */
 int route_transfers_post(struct http_req *r);
@@ -56,3 +58,7 @@ int route_events(struct http_req *r);
 
 /* routes/audit.c */
 int route_audit(struct http_req *r);
+
+/* tenants.c */
+int route_tenant_policy_get(struct http_req *r);
+int route_tenant_policy_put(struct http_req *r);

@@ -10,6 +10,7 @@
 #define EXEC AUTH_SCOPE_EXEC
 #define AUDIT AUTH_SCOPE_AUDIT_READ
 #define ADMIN AUTH_SCOPE_ADMIN
+#define APPROVE AUTH_SCOPE_APPROVE
 
 const struct http_route route_table[] = {
     /* ops.c */
@@ -61,6 +62,13 @@ const struct http_route route_table[] = {
      .flags = RF_JSON,
      .handler = route_exec_resize},
     {.method = "POST", .pattern = "/code", .scope = EXEC, .flags = RF_JSON, .handler = route_code_post},
+    /* exec.c: a person decides on a command that waits for approval */
+    {.method = "POST", .pattern = "/exec/{id}/approve", .scope = APPROVE, .handler = route_exec_approve},
+    {.method = "POST",
+     .pattern = "/exec/{id}/reject",
+     .scope = APPROVE,
+     .flags = RF_JSON_OPT,
+     .handler = route_exec_reject},
     /* transfers.c: the token is the capability of /fs/stream/{token}
      * (public); POST /fs/transfers checks the direction's scope itself.
      * Uploads open their temp file in a begin hook, before the body. */
@@ -91,5 +99,16 @@ const struct http_route route_table[] = {
     {.method = "GET", .pattern = "/events", .scope = EXEC | AUDIT, .flags = RF_SSE, .handler = route_events},
     /* audit.c */
     {.method = "GET", .pattern = "/audit", .scope = AUDIT | ADMIN, .handler = route_audit},
+    /* tenants.c: operators only */
+    {.method = "GET",
+     .pattern = "/tenants/{name}/policy",
+     .scope = ADMIN,
+     .flags = RF_ADMIN_ONLY,
+     .handler = route_tenant_policy_get},
+    {.method = "PUT",
+     .pattern = "/tenants/{name}/policy",
+     .scope = ADMIN,
+     .flags = RF_ADMIN_ONLY | RF_JSON,
+     .handler = route_tenant_policy_put},
 };
 const size_t route_count = sizeof route_table / sizeof route_table[0];

@@ -155,8 +155,9 @@ static int acquire_slot(struct http_req *r, struct xfer *x)
 {
 	if (route_tenant_acquire_transfer(r->app, r->tenant) < 0) {
 		r->retry_after_s = RETRY_AFTER_BUSY_S;
-		return http_fail(r, -SBX_E_TOO_MANY, "tenant %s has %lld transfers running, its limit",
-				 r->tenant->name, (long long)r->app->cfg->tenant_max_transfers);
+		return http_fail(r, -SBX_E_TOO_MANY,
+				 "tenant %s has as many transfers running as its policy allows",
+				 r->tenant->name);
 	}
 	x->slot = true;
 	return 0;

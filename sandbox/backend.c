@@ -360,7 +360,7 @@ int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *c
 	b->cgroup_root = xstrdup(cfg->cgroup_root ? cfg->cgroup_root : "sandboxd/default");
 	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe(b->cgroup_root);
 	b->cgroup_lock = -1;
-	if (b->cgroups) {
+	if (b->cgroups && !cfg->cgroup_shared) {
 		b->cgroup_lock = sbx_cgroup_claim(b->cgroup_root);
 		if (b->cgroup_lock < 0) {
 			rc = b->cgroup_lock;
@@ -401,6 +401,11 @@ const char *sbx_backend_name(const struct sbx_backend *b)
 	return b ? b->ops->name : NULL;
 }
 
+const char *sbx_backend_isolation(const struct sbx_backend *b)
+{
+	return b ? b->ops->isolation : NULL;
+}
+
 static void set_rlimits(struct sbx_launch *l, const struct sbx_limits *lim)
 {
 	const struct {
@@ -438,6 +443,15 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 	if (!b || !req || !pid || !pidfd || !req->command || !req->workspace_host_dir ||
 	    !sbx_cwd_rel_ok(req->cwd_rel)) {
 		rc = -EINVAL;
+		goto out;
+	}
+	if (req->net_allow) {
+		/* Network on request is built by sandbox/network (issue 16's
+		 * other half); until a backend has it, a command that asks for
+		 * the network does not run rather than run without it. */
+		log_msg("error", "command %" PRIu64 " refused: network on request is not available",
+			req->seq);
+		rc = -SBX_E_BACKEND;
 		goto out;
 	}
 	rc = b->ops->prepare(b, req, &l);

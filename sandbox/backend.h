@@ -25,7 +25,12 @@ struct sbx_spawn_req {
 	const char *workspace_host_dir; /* bound read-write at /workspace */
 	const char *cwd_rel;		/* workspace-relative cwd, "" = /workspace */
 	const char *const *env; /* NULL-terminated "NAME=value", validated, added to the clean base env */
-	uid_t uid;		/* drop to uid:gid before exec when drop_privs */
+	/* NULL: no network at all (as always); else the egress allowlist:
+	 * entries separated by commas (spaces around them allowed), each HOST,
+	 * HOST:PORT or HOST:LO-HI, HOST a DNS name, an IPv4 address or CIDR, or
+	 * an IPv6 address or CIDR in brackets; no port: every port. */
+	const char *net_allow;
+	uid_t uid; /* drop to uid:gid before exec when drop_privs */
 	gid_t gid;
 	bool drop_privs;
 	struct sbx_limits limits;
@@ -45,6 +50,10 @@ struct sbx_backend_config {
 	    *cgroup_root; /* the server's own group, e.g. "sandboxd/<uid-base>" (NULL: "sandboxd/default") */
 	const char *bwrap_path; /* NULL: /usr/bin/bwrap */
 	uid_t probe_uid; /* the unprivileged uid (and gid) the start probe drops to as root (0: 65534) */
+	/* Another backend of this process already claimed (and swept)
+	 * cgroup_root: share it, claim nothing. Commands of every backend of
+	 * one server are numbered by one runner, so their groups never clash. */
+	bool cgroup_shared;
 };
 
 struct sbx_backend;
@@ -82,6 +91,9 @@ int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_byt
 
 /* Commands refused because their limits could not be applied. */
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);
+
+/* What the backend isolates, in one line (static), for /readyz. */
+const char *sbx_backend_isolation(const struct sbx_backend *b);
 
 /* 0 when usable; fills msg with a one-line status either way, e.g.
  * "bwrap 0.8.0; cgroup memory+pids: v1; seccomp: on". */

@@ -69,6 +69,7 @@ int sbx_wait_status(pid_t pid);
 
 struct sbx_backend_ops {
 	const char *name;
+	const char *isolation; /* what it isolates, one line, for /readyz */
 	int (*init)(struct sbx_backend *b, const struct sbx_backend_config *cfg);
 	void (*fini)(struct sbx_backend *b);
 	/* Fill l->path, argv, envp, cwd, keep_fds for req. */

@@ -69,6 +69,9 @@ static int local_health(struct sbx_backend *b, char *msg, size_t msgsz)
 
 const struct sbx_backend_ops sbx_backend_local_ops = {
     .name = "local",
+    .isolation = "none: commands run on the host, in the workspace's host directory, with the "
+		 "host's network and files (the tenant's uid when the server is root; rlimits and cgroups "
+		 "only); development only",
     .init = local_init,
     .fini = local_fini,
     .prepare = local_prepare,

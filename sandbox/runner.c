@@ -66,7 +66,7 @@ struct job {
 
 	/* the deep copy of the request */
 	struct sbx_exec_req req;
-	char *command, *cwd_rel, *host_dir, *exec_id;
+	char *command, *cwd_rel, *host_dir, *exec_id, *net_allow;
 	char **env;
 	sbx_event_cb cb;
 	void *ctx;
@@ -145,6 +145,7 @@ static void job_free(struct job *j)
 	free(j->cwd_rel);
 	free(j->host_dir);
 	free(j->exec_id);
+	free(j->net_allow);
 	if (j->env) {
 		for (char **e = j->env; *e; e++)
 			free(*e);
@@ -167,6 +168,7 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 		host = sbx_workspace_host_dir(req->ws);
 	j->host_dir = host ? xstrdup(host) : NULL;
 	j->exec_id = req->id ? xstrdup(req->id) : NULL;
+	j->net_allow = req->spawn.net_allow ? xstrdup(req->spawn.net_allow) : NULL;
 	if (req->spawn.env) {
 		while (req->spawn.env[n])
 			n++;
@@ -189,6 +191,7 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 	j->req.spawn.workspace_host_dir = j->host_dir;
 	j->req.spawn.env = (const char *const *)j->env;
 	j->req.id = j->exec_id;
+	j->req.spawn.net_allow = j->net_allow;
 	j->req.stdin_data = NULL;
 	j->req.stdin_len = 0;
 	for (int k = 0; k < W_COUNT; k++) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "auth/auth.h"
 #include "common/errors.h"
@@ -17,6 +18,7 @@
 #include "routes/audit.h"
 #include "routes/audit_nodes.h"
 #include "routes/peers.h"
+#include "routes/policy.h"
 #include "server/datadir.h"
 #include "store/store.h"
 
@@ -188,10 +190,88 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 	return 0;
 }
 
+/* The audit row of a policy change made here: who (the Unix user), the
+ * tenant, and the old and new values. */
+static void audit_policy_change(struct store *s, const char *tenant, json_t *change)
+{
+	json_object_set_new(change, "tenant", json_string(tenant));
+	char *target = json_dumps(change, JSON_COMPACT | JSON_SORT_KEYS);
+	char who[64], rid[48];
+	snprintf(who, sizeof who, "cli:uid %u", (unsigned)getuid());
+	int64_t now = now_ms();
+	snprintf(rid, sizeof rid, "cli-%lld-%d", (long long)now, (int)getpid());
+	struct store_audit rec = {.at = now,
+				  .tenant = tenant,
+				  .request_id = rid,
+				  .method = "CLI",
+				  .route = "tenant set",
+				  .target = target,
+				  .status = 200,
+				  .outcome = "ok",
+				  .client = "local",
+				  .sub = who};
+	store_audit_append(s, &rec);
+	store_audit_flush(s);
+	free(target);
+}
+
+static int print_json(json_t *j)
+{
+	char *t = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+	json_decref(j);
+	if (!t)
+		return 1;
+	printf("%s\n", t);
+	free(t);
+	return 0;
+}
+
+/* tenant set NAME KEY=VALUE...: applies to the running server's next
+ * command (it reads the policy from the store at each command). */
+static int tenant_set(struct store *s, struct sbx_config *cfg, const struct cli_args *a)
+{
+	char err[512] = "";
+	if (a->nwords < 3) {
+		fprintf(stderr,
+			"sandboxd: usage: tenant set NAME KEY=VALUE ... (VALUE \"default\" resets a key)\n");
+		return 2;
+	}
+	json_t *changes = json_object(), *change = NULL;
+	int rc = 0;
+	for (int i = 2; i < a->nwords && rc == 0; i++)
+		rc = route_policy_kv(a->words[i], changes, err, sizeof err);
+	if (rc == 0)
+		rc = route_policy_update(s, cfg, a->words[1], changes, &change, err, sizeof err);
+	json_decref(changes);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: %s\n",
+			rc == -ENOENT ? "no such tenant"
+			: *err	      ? err
+				      : sbx_strerror(rc));
+		return rc == -EINVAL ? 2 : 1;
+	}
+	audit_policy_change(s, a->words[1], change);
+	json_decref(change);
+	json_t *view = NULL;
+	return route_policy_view(s, cfg, a->words[1], &view) == 0 ? print_json(view) : 1;
+}
+
+static int tenant_show(struct store *s, struct sbx_config *cfg, const char *name)
+{
+	json_t *view = NULL;
+	int rc = route_policy_view(s, cfg, name, &view);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: %s\n", rc == -ENOENT ? "no such tenant" : sbx_strerror(rc));
+		return 1;
+	}
+	return print_json(view);
+}
+
 int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 {
 	if (a->nwords < 1) {
-		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | tenant list | tenant remove NAME\n");
+		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | list | remove NAME | set NAME "
+				"KEY=VALUE ... | show NAME\n");
 		return 2;
 	}
 	struct store *s = NULL;
@@ -218,6 +298,10 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 			store_tenants_free(v, n);
 			status = 0;
 		}
+	} else if (strcmp(verb, "set") == 0) {
+		status = tenant_set(s, cfg, a);
+	} else if (strcmp(verb, "show") == 0 && a->nwords == 2) {
+		status = tenant_show(s, cfg, a->words[1]);
 	} else if (strcmp(verb, "remove") == 0 && a->nwords == 2) {
 		int rc = store_tenant_remove(s, a->words[1]);
 		if (rc == -ENOENT) {
@@ -232,7 +316,8 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 			status = 0;
 		}
 	} else {
-		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | tenant list | tenant remove NAME\n");
+		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | list | remove NAME | set NAME "
+				"KEY=VALUE ... | show NAME\n");
 	}
 	store_close(&s);
 	return status;
@@ -266,7 +351,8 @@ int cli_token(struct sbx_config *cfg, const struct cli_args *a)
 		store_tenant_clear(&t);
 		goto out;
 	}
-	char *tok = auth_mint_hs256(t.key, t.key_len, t.name, a->scope, now, now + a->ttl, cfg->audience);
+	char *tok =
+	    auth_mint_hs256(t.key, t.key_len, t.name, a->scope, a->sub, now, now + a->ttl, cfg->audience);
 	store_tenant_clear(&t);
 	if (!tok) {
 		fprintf(stderr, "sandboxd: cannot mint a token\n");

@@ -8,7 +8,7 @@ struct cli_args {
 	char **words; /* positional words after the subcommand */
 	int nwords;
 	const char *secret_file, *public_key, *alg, *tenant, *scope, *since, *until, *format;
-	const char *route, *outcome, *session;
+	const char *route, *outcome, *session, *sub;
 	const char *token_file; /* audit --all-nodes: the token for nodes without a token-file */
 	long long ttl, limit;
 	bool operator_tenant;

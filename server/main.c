@@ -18,7 +18,8 @@ static const char usage[] =
     "                 [--tls-cert FILE --tls-key FILE] [--set KEY=VALUE ...]\n"
     "  sandboxd tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n"
     "  sandboxd tenant list | remove NAME\n"
-    "  sandboxd token --tenant NAME [--scope \"...\"] [--ttl SECONDS]\n"
+    "  sandboxd tenant set NAME KEY=VALUE ... | show NAME\n"
+    "  sandboxd token --tenant NAME [--scope \"...\"] [--sub WHO] [--ttl SECONDS]\n"
     "  sandboxd migrate [--data-dir DIR]\n"
     "  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
     "                 [--session K] [--limit N] [--format table|json|ndjson]\n"
@@ -59,6 +60,7 @@ enum {
 	O_ROUTE,
 	O_OUTCOME,
 	O_SESSION,
+	O_SUB,
 	O_HELP,
 	O_VERSION,
 	O_ALL_NODES,
@@ -90,6 +92,7 @@ static const struct option options[] = {
     {"session", required_argument, NULL, O_SESSION},
     {"all-nodes", no_argument, NULL, O_ALL_NODES},
     {"token-file", required_argument, NULL, O_TOKEN_FILE},
+    {"sub", required_argument, NULL, O_SUB},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -165,6 +168,9 @@ static int arg_option(int c, struct cli_args *a)
 		return 0;
 	case O_TOKEN_FILE:
 		a->token_file = optarg;
+		return 0;
+	case O_SUB:
+		a->sub = optarg;
 		return 0;
 	default:
 		return 1;

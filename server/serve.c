@@ -20,6 +20,8 @@
 #include "routes/audit_nodes.h"
 #include "routes/peers.h"
 #include "routes/exec.h"
+#include "routes/exec_registry.h"
+#include "routes/policy.h"
 #include "http/hub.h"
 #include "http/metrics.h"
 #include "http/watch.h"
@@ -34,6 +36,8 @@
 #include "http/daemon.h"
 #include "server/retention.h"
 #include "store/store.h"
+
+#define SRV_BACKENDS_MAX 4
 
 static int signal_pipe[2] = {-1, -1};
 
@@ -121,7 +125,9 @@ static void cancel_job(void *ctx, uint64_t job)
 struct server {
 	struct sbx_config *cfg;
 	struct store *store;
-	struct sbx_backend *backend;
+	struct sbx_backend *backend; /* the default: one of backends */
+	struct sbx_backend *backends[SRV_BACKENDS_MAX];
+	size_t nbackends;
 	struct sbx_runner *runner;
 	struct http_daemon *http;
 	struct srv_retention *retention;
@@ -131,9 +137,24 @@ struct server {
 	bool app_ready;
 };
 
+/* `backend` (the default of tenant policies) must be one of `backends`
+ * (every backend this server starts), each bwrap or local, and local only
+ * with allow-unsafe-local; the configured policy must be well formed. */
 static int check_backend_option(const struct sbx_config *cfg)
 {
-	if (strcmp(cfg->backend, "local") == 0 && !cfg->allow_unsafe_local) {
+	bool local = strcmp(cfg->backend, "local") == 0;
+	for (const char *q = cfg->backends; *q;) {
+		q += strspn(q, ", ");
+		size_t len = strcspn(q, ", ");
+		if (len == 5 && strncmp(q, "local", 5) == 0)
+			local = true;
+		else if (len && !(len == 5 && strncmp(q, "bwrap", 5) == 0)) {
+			fprintf(stderr, "sandboxd: backends must list bwrap and/or local\n");
+			return -EINVAL;
+		}
+		q += len;
+	}
+	if (local && !cfg->allow_unsafe_local) {
 		fprintf(stderr, "sandboxd: --backend local isolates nothing; it needs --allow-unsafe-local "
 				"(development only)\n");
 		return -EINVAL;
@@ -142,6 +163,18 @@ static int check_backend_option(const struct sbx_config *cfg)
 		fprintf(stderr, "sandboxd: --backend must be bwrap or local\n");
 		return -EINVAL;
 	}
+	if (!route_policy_backend_offered(cfg, cfg->backend)) {
+		fprintf(stderr, "sandboxd: backend %s must be one of backends (%s)\n", cfg->backend,
+			cfg->backends);
+		return -EINVAL;
+	}
+	struct route_policy p;
+	char err[512] = "";
+	if (route_policy_defaults(cfg, &p, err, sizeof err) < 0) {
+		fprintf(stderr, "sandboxd: configured policy: %s\n", err);
+		return -EINVAL;
+	}
+	route_policy_clear(&p);
 	return 0;
 }
 
@@ -199,18 +232,16 @@ static int open_store(struct server *s)
 	return 0;
 }
 
-static int start_backend(struct server *s)
+static int start_one_backend(struct server *s, const char *name, const char *cgroup_root)
 {
 	const struct sbx_config *cfg = s->cfg;
-	/* cgroups are host-wide: the uid range (distinct per server on a
-	 * host) names this server's own group. */
-	char cgroup_root[64];
-	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
-	struct sbx_backend_config bc = {.name = cfg->backend,
+	struct sbx_backend_config bc = {.name = name,
 					.use_cgroups = cfg->use_cgroups,
 					.cgroup_root = cgroup_root,
+					.cgroup_shared = s->nbackends > 0,
 					.probe_uid = sbx_uids_probe_id(&s->uids)};
-	int rc = sbx_backend_new(&s->backend, &bc);
+	struct sbx_backend *b = NULL;
+	int rc = sbx_backend_new(&b, &bc);
 	if (rc < 0) {
 		if (rc == -EBUSY)
 			fprintf(stderr,
@@ -219,22 +250,57 @@ static int start_backend(struct server *s)
 				"its tenants' uids): give each server its own --set uid-base=N\n",
 				(long long)cfg->uid_base, cgroup_root);
 		else
-			fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", cfg->backend,
+			fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", name,
 				rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)"
 					      : sbx_strerror(rc));
 		return rc;
 	}
-	int swept = sbx_backend_sweep(s->backend);
-	if (swept > 0)
-		log_msg("info", "removed %d cgroups left by an earlier run", swept);
-	if (strcmp(cfg->backend, "local") == 0)
+	if (s->nbackends == 0) {
+		int swept = sbx_backend_sweep(b);
+		if (swept > 0)
+			log_msg("info", "removed %d cgroups left by an earlier run", swept);
+	}
+	s->backends[s->nbackends++] = b;
+	if (strcmp(cfg->backend, name) == 0)
+		s->backend = b;
+	if (strcmp(name, "local") == 0)
 		log_msg("warn",
-			"backend local: commands run on the host WITHOUT isolation (development only)");
+			"backend local: commands of the tenants whose policy names it run on the host "
+			"WITHOUT isolation (development only)");
+	return 0;
+}
+
+/* Every backend of `backends`, once, the first of them claiming the
+ * server's cgroup root for all. */
+static int start_backend(struct server *s)
+{
+	const struct sbx_config *cfg = s->cfg;
+	/* cgroups are host-wide: the uid range (distinct per server on a
+	 * host) names this server's own group. */
+	char cgroup_root[64];
+	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
+	for (const char *q = cfg->backends; *q;) {
+		q += strspn(q, ", ");
+		size_t len = strcspn(q, ", ");
+		char name[16];
+		snprintf(name, sizeof name, "%.*s", (int)len, q);
+		q += len;
+		bool started = !len;
+		for (size_t i = 0; i < s->nbackends; i++)
+			started |= strcmp(sbx_backend_name(s->backends[i]), name) == 0;
+		if (started)
+			continue;
+		if (s->nbackends == SRV_BACKENDS_MAX)
+			break;
+		int rc = start_one_backend(s, name, cgroup_root);
+		if (rc < 0)
+			return rc;
+	}
 	if (!sbx_openat2_supported())
 		log_msg("error",
 			"openat2 is unavailable (kernel older than 5.6, or running under a tool that "
 			"does not know it): every file route will answer 503 and /readyz is unavailable");
-	rc = sbx_runner_new(&s->runner);
+	int rc = sbx_runner_new(&s->runner);
 	if (rc < 0)
 		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", sbx_strerror(rc));
 	return rc;
@@ -249,6 +315,8 @@ static int start_app(struct server *s)
 	route_app_init(a, s->cfg, s->store, err, sizeof err);
 	s->app_ready = true;
 	a->backend = s->backend;
+	a->backends = s->backends;
+	a->nbackends = s->nbackends;
 	a->runner = s->runner;
 	a->quota = s->quota;
 	a->uids = &s->uids;
@@ -281,9 +349,9 @@ static int start_http(struct server *s)
 	char health[256] = "", uids[512] = "";
 	sbx_backend_health(s->backend, health, sizeof health);
 	route_uids_describe(&s->app, uids, sizeof uids);
-	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s; uids: %s", s->cfg->listen,
-		http_daemon_port(s->http), s->cfg->tls_cert ? "https" : "http", s->cfg->data_dir,
-		s->cfg->backend, health, uids);
+	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s (backends offered: %s); uids: %s",
+		s->cfg->listen, http_daemon_port(s->http), s->cfg->tls_cert ? "https" : "http",
+		s->cfg->data_dir, s->cfg->backend, health, s->cfg->backends, uids);
 	return 0;
 }
 
@@ -307,6 +375,7 @@ static void shut_down(struct server *s)
 	s->app.stopping = true;
 	http_daemon_quiesce(s->http);
 	sbx_runner_cancel_all(s->runner);
+	route_execs_cancel_all_pending(s->app.execs);
 	http_hub_close_all(s->app.hub);
 	int64_t deadline = mono_ns() + s->cfg->shutdown_grace_s * 1000000000LL;
 	while (sbx_runner_active(s->runner) > 0 && mono_ns() < deadline)
@@ -348,7 +417,9 @@ static void server_free(struct server *s)
 		route_exec_fini(&s->app);
 		route_app_fini(&s->app);
 	}
-	sbx_backend_free(&s->backend);
+	for (size_t i = 0; i < s->nbackends; i++)
+		sbx_backend_free(&s->backends[i]);
+	s->backend = NULL;
 	store_close(&s->store);
 	sbx_quota_free(&s->quota);
 }

@@ -56,7 +56,7 @@ static struct audit_rec *rec_copy(const struct store_audit *a)
 	const char *route = a->route ? a->route : "";
 	size_t sz = str_size(tenant) + (a->session ? a->session_len : 0) + str_size(request_id) +
 		    str_size(method) + str_size(route) + str_size(a->target) + str_size(a->outcome) +
-		    str_size(a->client);
+		    str_size(a->client) + str_size(a->sub);
 	struct audit_rec *r = xmalloc(sizeof *r + sz);
 	char *cur = r->data;
 
@@ -70,6 +70,7 @@ static struct audit_rec *rec_copy(const struct store_audit *a)
 	r->a.target = pack(&cur, a->target, a->target ? strlen(a->target) : 0, true);
 	r->a.outcome = pack(&cur, a->outcome, a->outcome ? strlen(a->outcome) : 0, true);
 	r->a.client = pack(&cur, a->client, a->client ? strlen(a->client) : 0, true);
+	r->a.sub = pack(&cur, a->sub, a->sub ? strlen(a->sub) : 0, true);
 	r->seq = 0;
 	return r;
 }
@@ -127,6 +128,7 @@ static int bind_rec(sqlite3_stmt *st, const struct store_audit *a)
 	rc |= sqlite3_bind_int64(st, 12, a->bytes_out);
 	rc |= sqlite3_bind_double(st, 13, a->duration_ms);
 	rc |= store_bind_text(st, 14, a->client);
+	rc |= store_bind_text(st, 15, a->sub);
 	return rc == SQLITE_OK ? 0 : -SBX_E_STORE;
 }
 
@@ -149,8 +151,8 @@ static size_t write_batch(struct store *s, struct audit_rec **b, size_t n, uint6
 		st = store_stmt(
 		    s, ST_AUDIT_INSERT,
 		    "INSERT INTO audit (at, tenant, session, request_id, method, route, target, status, "
-		    "outcome, exit_code, bytes_in, bytes_out, duration_ms, client) "
-		    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+		    "outcome, exit_code, bytes_in, bytes_out, duration_ms, client, sub) "
+		    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
 		if (!st) {
 			r = -SBX_E_STORE;
 			goto out;
@@ -313,7 +315,7 @@ static int prepare_query(sqlite3 *db, const struct store_audit_filter *f, const 
 
 	sql_add(&b, prefix);
 	sql_add(&b, "SELECT id, at, tenant, session, request_id, method, route, target, status, outcome, "
-		    "exit_code, bytes_in, bytes_out, duration_ms, client FROM audit WHERE 1");
+		    "exit_code, bytes_in, bytes_out, duration_ms, client, sub FROM audit WHERE 1");
 	if (f->after > 0)
 		sql_add(&b, " AND id > ?");
 	/* "Since" with no cursor (a first page): start at the smallest id
@@ -406,6 +408,7 @@ static int run_query(sqlite3 *db, const struct store_audit_filter *f, store_audi
 		a.bytes_out = sqlite3_column_int64(st, 12);
 		a.duration_ms = sqlite3_column_double(st, 13);
 		a.client = col_text(st, 14);
+		a.sub = col_text(st, 15);
 		last = a.id;
 		c = cb(ctx, &a);
 		if (c) {

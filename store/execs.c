@@ -8,8 +8,7 @@
 
 #define EXEC_COLS                                                                                            \
 	"tenant, id, session, command, cwd, request_hash, state, exit_code, result, started_at, "            \
-	"finished_at, "                                                                                      \
-	"exit_event_id"
+	"finished_at, exit_event_id, policy, requested_by, decision, decided_by, decided_at, reason"
 
 static void exec_from_row(sqlite3_stmt *st, void *dst)
 {
@@ -31,6 +30,12 @@ static void exec_from_row(sqlite3_stmt *st, void *dst)
 	e->started_at = sqlite3_column_int64(st, 9);
 	e->finished_at = sqlite3_column_int64(st, 10);
 	e->exit_event_id = sqlite3_column_int64(st, 11);
+	e->policy = store_col_strdup(st, 12);
+	e->requested_by = store_col_strdup(st, 13);
+	store_col_copy(st, 14, e->decision, sizeof e->decision);
+	e->decided_by = store_col_strdup(st, 15);
+	e->decided_at = sqlite3_column_int64(st, 16);
+	e->reason = store_col_strdup(st, 17);
 }
 
 static void exec_clear(void *e)
@@ -44,10 +49,26 @@ int store_exec_begin(struct store *s, const struct store_exec *e)
 {
 	return store_run(
 	    s, ST_EXEC_INSERT,
-	    "INSERT INTO execs (tenant, id, session, command, cwd, request_hash, state, started_at) "
-	    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
+	    "INSERT INTO execs (tenant, id, session, command, cwd, request_hash, state, started_at, policy, "
+	    "requested_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
 	    Q_ARGS(Q_TEXT(e->tenant), Q_TEXT(e->id), Q_BLOB(e->session ? e->session : "", e->session_len),
-		   Q_TEXT(e->command), Q_TEXT(e->cwd), Q_TEXT(e->request_hash), Q_INT(e->started_at)));
+		   Q_TEXT(e->command), Q_TEXT(e->cwd), Q_TEXT(e->request_hash),
+		   Q_TEXT(e->state[0] ? e->state : "running"), Q_INT(e->started_at), Q_TEXT(e->policy),
+		   Q_TEXT(e->requested_by)));
+}
+
+int store_exec_decide(struct store *s, const char *tenant, const char *id, const char *decision,
+		      const char *decided_by, const char *reason, int64_t at)
+{
+	bool approved = strcmp(decision, "approved") == 0;
+	return store_run_one(s, ST_EXEC_DECIDE,
+			     "UPDATE execs SET decision = ?3, decided_by = ?4, reason = ?5, decided_at = ?6, "
+			     "state = CASE WHEN ?7 THEN 'running' ELSE 'rejected' END, "
+			     "started_at = CASE WHEN ?7 THEN ?6 ELSE started_at END, "
+			     "finished_at = CASE WHEN ?7 THEN NULL ELSE ?6 END "
+			     "WHERE tenant = ?1 AND id = ?2 AND state = 'pending_approval'",
+			     Q_ARGS(Q_TEXT(tenant), Q_TEXT(id), Q_TEXT(decision), Q_TEXT(decided_by),
+				    Q_TEXT(reason), Q_INT(at), Q_INT(approved ? 1 : 0)));
 }
 
 /* A negative exit_code (killed, never started) is stored as NULL. */
@@ -85,7 +106,8 @@ int store_exec_list(struct store *s, const char *tenant, const char *state, cons
 	 * all, and the (tenant, started_at DESC) index serves the order. */
 	r = store_list(s, ST_EXEC_LIST,
 		       "SELECT tenant, id, session, command, cwd, request_hash, state, exit_code, "
-		       "CASE WHEN ?5 THEN result END, started_at, finished_at, exit_event_id FROM execs "
+		       "CASE WHEN ?5 THEN result END, started_at, finished_at, exit_event_id, policy, "
+		       "requested_by, decision, decided_by, decided_at, reason FROM execs "
 		       "WHERE tenant = ?1 AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR session = ?3) "
 		       "ORDER BY started_at DESC LIMIT ?4",
 		       &exec_row, &v, n,
@@ -105,6 +127,10 @@ void store_exec_clear(struct store_exec *e)
 	free(e->cwd);
 	free(e->request_hash);
 	free(e->result);
+	free(e->policy);
+	free(e->requested_by);
+	free(e->decided_by);
+	free(e->reason);
 	memset(e, 0, sizeof *e);
 }
 

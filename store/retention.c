@@ -19,7 +19,7 @@ struct table_rule {
 
 static const struct table_rule rules[] = {
     {"audit", "id", "at", "1"},
-    {"execs", "rowid", "finished_at", "state <> 'running'"},
+    {"execs", "rowid", "finished_at", "state NOT IN ('running', 'pending_approval')"},
     {"transfers", "rowid", "COALESCE(finished_at, expires_at)", "state IN ('done', 'failed', 'expired')"},
 };
 

@@ -650,7 +650,8 @@ int store_check_writable(struct store *s, char *why, size_t whysz)
 int store_recover(struct store *s, int *lost_execs, int *failed_transfers)
 {
 	static const char *const sql[] = {
-	    "UPDATE execs SET state = 'lost', finished_at = ?1 WHERE state = 'running'",
+	    "UPDATE execs SET state = 'lost', finished_at = ?1 WHERE state IN ('running', "
+	    "'pending_approval')",
 	    ("UPDATE transfers SET state = 'failed', error = 'interrupted by a restart', finished_at = ?1 "
 	     "WHERE state = 'active'"),
 	    "UPDATE transfers SET state = 'expired' WHERE state = 'minted' AND expires_at <= ?1",

@@ -70,6 +70,15 @@ int store_tenant_remove(struct store *s, const char *name);
 void store_tenant_clear(struct store_tenant *t);
 void store_tenants_free(struct store_tenant *t, size_t n);
 
+/* ---- policies.c ---- */
+/* The overrides of tenant's policy (a JSON object text, owned: free()) and
+ * when they last changed. -ENOENT when none was ever set. */
+int store_policy_get(struct store *s, const char *tenant, char **policy, int64_t *updated_at);
+/* Replace them with policy, provided they still are expect (NULL: no row
+ * yet); -EAGAIN when another writer came first (read and try again). */
+int store_policy_replace(struct store *s, const char *tenant, const char *expect, const char *policy,
+			 int64_t now);
+
 /* ---- sessions.c ---- */
 /* Derives a directory segment for a key; salt 0 first, then 1, 2, ... on
  * a collision with another key's segment. out holds at least 64 bytes. */
@@ -107,17 +116,30 @@ struct store_exec {
 	char *command;	    /* owned */
 	char *cwd;	    /* owned: wire path */
 	char *request_hash; /* owned: hex digest of the canonical request */
-	char state[16];	    /* running, exited, timed_out, cancelled, lost */
+	char state[20];	    /* pending_approval, running, exited, timed_out, cancelled, rejected, lost */
 	bool has_exit_code;
 	int exit_code;
 	char *result; /* owned: ShellResult JSON, or NULL */
 	int64_t started_at;
 	int64_t finished_at;   /* 0 while running */
 	int64_t exit_event_id; /* id of its `exit` event (0: not recorded) */
+	char *policy;	       /* owned: the effective policy (JSON), or NULL */
+	char *requested_by;    /* owned: the requesting token's sub, or NULL */
+	char decision[12];     /* "", approved, rejected */
+	char *decided_by;      /* owned: the approver's sub, or NULL */
+	int64_t decided_at;    /* 0: no decision */
+	char *reason;	       /* owned: why it was rejected, or NULL */
 };
-/* Insert a 'running' row (fail closed: the command must not start unless
+/* Insert a row in e->state, 'running' or 'pending_approval', with its
+ * policy and requester (fail closed: the command must not start unless
  * this returns 0). -EEXIST when (tenant, id) exists. */
 int store_exec_begin(struct store *s, const struct store_exec *e);
+/* Decide on a 'pending_approval' row: decision "approved" makes it
+ * 'running' (started_at = at), "rejected" makes it 'rejected'
+ * (finished_at = at). decided_by and reason may be NULL. -ENOENT when the
+ * row is not pending (any more). */
+int store_exec_decide(struct store *s, const char *tenant, const char *id, const char *decision,
+		      const char *decided_by, const char *reason, int64_t at);
 /* Finish: state, exit code, result JSON, finished_at, and the id its
  * `exit` event has on the live stream. */
 int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
@@ -179,6 +201,7 @@ struct store_audit {
 	int64_t bytes_in, bytes_out;
 	double duration_ms;
 	const char *client;
+	const char *sub; /* the token's sub claim; may be NULL */
 };
 /* Queue one record for the batched writer (strings are copied). Never
  * blocks on the disk; commits happen in groups at least every 50 ms.

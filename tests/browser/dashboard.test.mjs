@@ -5,6 +5,8 @@
 //   SBX_OBSERVER_TOKEN  a token of tenant acme with scope audit:read
 //   SBX_EXEC_TOKEN      a token of tenant acme with scope exec
 //   SBX_FS_TOKEN        a token of tenant acme with scope fs:write (gate files)
+//   SBX_APPROVER_TOKEN  a token of tenant acme with scope "approve audit:read", sub alice
+//                       (acme's policy: commands matching *needs-approval* wait for approval)
 //   SBX_OUT_DIR         where screenshots go
 //   CHROMIUM            the browser (default /usr/bin/chromium)
 // Run it with `node --test dashboard.test.mjs` through run.sh.
@@ -25,6 +27,7 @@ const BASE = env('SBX_URL');
 const OBSERVER = env('SBX_OBSERVER_TOKEN');
 const EXEC = env('SBX_EXEC_TOKEN');
 const FS = env('SBX_FS_TOKEN');
+const APPROVER = env('SBX_APPROVER_TOKEN');
 const OUT = env('SBX_OUT_DIR');
 const EVENTSOURCE_CLOSED = 2;
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
@@ -450,6 +453,62 @@ test('across a dropped connection both streams resume: nothing shown twice, noth
   assert.equal(await connState(), 'live');
 });
 
+// POST /exec as a gateway would, answered whatever the status.
+async function postExec(id, command) {
+  const r = await fetch(`${BASE}/exec`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${EXEC}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ id, command, timeout_s: 60 }),
+  });
+  return { status: r.status, body: await r.json() };
+}
+
+const pendingRow = (id) => `#pending tbody tr[data-id="${id}"]`;
+
+test('a command waiting for approval shows, and the approver\'s buttons approve and reject it', async () => {
+  // The observer (no approve scope) sees it wait, with no buttons.
+  const first = postExec('browser-approve-1', 'echo needs-approval-1');
+  const row = page.locator(pendingRow('browser-approve-1'));
+  await row.waitFor();
+  assert.match(await row.locator('td').nth(1).textContent(), /needs-approval-1/);
+  assert.equal(await row.locator('button').count(), 0);
+  assert.match(await row.locator('.decision').textContent(), /approve scope/);
+  assert.equal(await page.locator(running('browser-approve-1')).count(), 0);
+  // The approver connects: the waiting command is listed again, with buttons.
+  await page.fill('#token', APPROVER);
+  await page.click('#connect');
+  await waitLive();
+  await row.locator('button.approve').waitFor();
+  await page.screenshot({ path: path.join(OUT, 'dashboard-approval.png'), fullPage: true });
+  await row.locator('button.approve').click();
+  const r1 = await first;
+  assert.equal(r1.status, 200, JSON.stringify(r1.body));
+  assert.equal(r1.body.stdout, 'needs-approval-1\n');
+  await row.waitFor({ state: 'detached' });
+  const f1 = page.locator(finished('browser-approve-1'));
+  await f1.waitFor();
+  assert.equal(await f1.locator('.exit [data-code]').textContent(), '0');
+  // Reject, with a reason: the requester gets 403 rejected with who and why.
+  const second = postExec('browser-approve-2', 'touch never; echo needs-approval-2');
+  const row2 = page.locator(pendingRow('browser-approve-2'));
+  await row2.locator('button.reject').waitFor();
+  await row2.locator('input.reason').fill('not before the release');
+  await row2.locator('button.reject').click();
+  const r2 = await second;
+  assert.equal(r2.status, 403, JSON.stringify(r2.body));
+  assert.equal(r2.body.error.code, 'rejected');
+  assert.match(r2.body.error.message, /alice.*not before the release/);
+  await row2.waitFor({ state: 'detached' });
+  const f2 = page.locator(finished('browser-approve-2'));
+  await f2.waitFor();
+  assert.match(await f2.locator('.flags').textContent(), /rejected/);
+  const ex = await fetch(`${BASE}/exec/browser-approve-2`, { headers: { Authorization: `Bearer ${EXEC}` } })
+    .then((r) => r.json());
+  assert.equal(ex.state, 'rejected');
+  assert.equal(ex.approval.decided_by, 'alice');
+  assert.equal(ex.approval.reason, 'not before the release');
+});
+
 test('a token without audit:read says so instead of failing', async () => {
   await page.fill('#token', EXEC);
   await page.click('#connect');
@@ -489,7 +548,8 @@ test('the token is in no URL but the event streams\', and nothing left the origi
   for (const { url, headers } of requests) {
     const u = new URL(url);
     assert.equal(u.origin, origin, `request to another origin: ${url}`);
-    const carries = url.includes(OBSERVER) || url.includes(EXEC) || url.includes(encodeURIComponent(OBSERVER));
+    const carries = url.includes(OBSERVER) || url.includes(EXEC) || url.includes(APPROVER) ||
+      url.includes(encodeURIComponent(OBSERVER));
     if (u.pathname === '/events') {
       sse++;
       assert.ok(u.searchParams.get('access_token'), 'the event stream carries access_token');

@@ -32,6 +32,8 @@ cleanup() {
 trap cleanup EXIT
 
 "$bin" tenant add acme --data-dir "$dir" >/dev/null
+# Commands that mention needs-approval wait for a person (the approval tests).
+"$bin" tenant set acme 'approval=["*needs-approval*"]' --data-dir "$dir" >/dev/null
 port=$(node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')
 # A uid range of our own (as tests/integration/it_exec.h does): servers of
 # other suites on this host run their first tenant as uid-base + 0 too, and
@@ -51,7 +53,9 @@ SBX_OBSERVER_TOKEN=$("$bin" token --tenant acme --scope "audit:read" --data-dir 
 SBX_EXEC_TOKEN=$("$bin" token --tenant acme --scope "exec" --data-dir "$dir")
 # For the gate files the detail-view tests write (PUT /fs/write), as a gateway would.
 SBX_FS_TOKEN=$("$bin" token --tenant acme --scope "fs:write" --data-dir "$dir")
-export SBX_OBSERVER_TOKEN SBX_EXEC_TOKEN SBX_FS_TOKEN
+# A person at the dashboard who decides on commands that wait for approval.
+SBX_APPROVER_TOKEN=$("$bin" token --tenant acme --scope "approve audit:read" --sub alice --data-dir "$dir")
+export SBX_OBSERVER_TOKEN SBX_EXEC_TOKEN SBX_FS_TOKEN SBX_APPROVER_TOKEN
 
 status=0
 node --test --test-reporter=spec "$here/dashboard.test.mjs" || status=$?
@@ -64,7 +68,7 @@ if [ "$server_status" -ne 0 ]; then
   echo "browser test: sandboxd exited with status $server_status after SIGTERM; its log: $log" >&2
   status=1
 fi
-if grep -qF -e "$SBX_OBSERVER_TOKEN" -e "$SBX_EXEC_TOKEN" -e "$SBX_FS_TOKEN" "$log"; then
+if grep -qF -e "$SBX_OBSERVER_TOKEN" -e "$SBX_EXEC_TOKEN" -e "$SBX_FS_TOKEN" -e "$SBX_APPROVER_TOKEN" "$log"; then
   echo "browser test: a token appears in the server's log ($log)" >&2
   status=1
 fi

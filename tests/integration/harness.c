@@ -81,8 +81,15 @@ char *it_cli(struct it_server *s, int *status, const char *args)
 
 char *it_token(struct it_server *s, const char *tenant, const char *scope)
 {
-	char *args = scope ? xasprintf("token --tenant %s --scope '%s' --ttl 600", tenant, scope)
-			   : xasprintf("token --tenant %s --ttl 600", tenant);
+	return it_token_sub(s, tenant, scope, NULL);
+}
+
+char *it_token_sub(struct it_server *s, const char *tenant, const char *scope, const char *sub)
+{
+	char *who = sub ? xasprintf(" --sub '%s'", sub) : xstrdup("");
+	char *args = scope ? xasprintf("token --tenant %s --scope '%s'%s --ttl 600", tenant, scope, who)
+			   : xasprintf("token --tenant %s%s --ttl 600", tenant, who);
+	free(who);
 	int st = 0;
 	char *out = it_cli(s, &st, args);
 	free(args);

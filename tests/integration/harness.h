@@ -67,6 +67,8 @@ void it_cleanup(struct it_server *s);
 char *it_cli(struct it_server *s, int *status, const char *args);
 /* Mint a token: scope NULL means no scope claim. Caller frees. */
 char *it_token(struct it_server *s, const char *tenant, const char *scope);
+/* The same with a sub claim (NULL: none). */
+char *it_token_sub(struct it_server *s, const char *tenant, const char *scope, const char *sub);
 
 /* A suite's tokens as a table: where each goes, its tenant and its scope
  * (NULL: the default scopes). it_mint_all fills every *out and returns 0

@@ -120,7 +120,7 @@ static void test_memory_budget(void **state)
 	struct it_resp m;
 	assert_int_equal(it_http(&srv, "GET", "/metrics", tok_ops, NULL, NULL, 0, &m), 0);
 	assert_non_null(strstr(m.body, "sandboxd_tenant_memory_bytes{tenant=\"acme\"}"));
-	assert_non_null(strstr(m.body, "\nsandboxd_tenant_memory_budget_bytes 402653184\n"));
+	assert_non_null(strstr(m.body, "\nsandboxd_tenant_memory_budget_bytes{tenant=\"acme\"} 402653184\n"));
 	it_resp_free(&m);
 
 	char *gate = xasprintf("%s/tenants/acme/workspace/.gate-mem", srv.dir);

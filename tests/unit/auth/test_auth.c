@@ -367,10 +367,38 @@ static int group_teardown(void **state)
 
 /* ---- accepted tokens ---- */
 
+/* sub names the holder (approval needs it); a bad one refuses the token. */
+static void test_sub_claim(void **state)
+{
+	struct auth_claims c;
+	char *tok =
+	    auth_mint_hs256(secret, SECRET_LEN, "acme", "approve", "alice@example.com", NOW, NOW + 60, NULL);
+	assert_non_null(tok);
+	expect_ok(tok, NULL, &c);
+	assert_string_equal(c.sub, "alice@example.com");
+	assert_int_equal(c.scopes, AUTH_SCOPE_APPROVE);
+	free(tok);
+	tok = auth_mint_hs256(secret, SECRET_LEN, "acme", NULL, NULL, NOW, NOW + 60, NULL);
+	expect_ok(tok, NULL, &c);
+	assert_string_equal(c.sub, "");
+	free(tok);
+	char long_sub[200];
+	memset(long_sub, 'a', sizeof long_sub - 1);
+	long_sub[sizeof long_sub - 1] = '\0';
+	const char *bad[] = {"", "bob\n", "esc\x1b[0m", long_sub};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		tok = auth_mint_hs256(secret, SECRET_LEN, "acme", NULL, bad[i], NOW, NOW + 60, NULL);
+		assert_non_null(tok);
+		expect_refused(tok, NULL, "bad sub");
+		free(tok);
+	}
+	(void)state;
+}
+
 static void test_minted_hs256_accepted(void **state)
 {
 	struct auth_claims c;
-	char *tok = auth_mint_hs256(secret, SECRET_LEN, "acme", NULL, NOW, NOW + 60, NULL);
+	char *tok = auth_mint_hs256(secret, SECRET_LEN, "acme", NULL, NULL, NOW, NOW + 60, NULL);
 
 	assert_non_null(tok);
 	expect_ok(tok, NULL, &c);
@@ -386,15 +414,16 @@ static void test_minted_with_scope_and_aud(void **state)
 {
 	struct auth_config cfg = {.audience = "sandboxd"};
 	struct auth_claims c;
-	char *tok = auth_mint_hs256(secret, SECRET_LEN, "acme", "audit:read", NOW, NOW + 60, "sandboxd");
+	char *tok =
+	    auth_mint_hs256(secret, SECRET_LEN, "acme", "audit:read", NULL, NOW, NOW + 60, "sandboxd");
 
 	assert_non_null(tok);
 	expect_ok(tok, &cfg, &c);
 	assert_int_equal(c.scopes, AUTH_SCOPE_AUDIT_READ);
 	free(tok);
 	/* Refuses what it could not sign honestly. */
-	assert_null(auth_mint_hs256(secret, SECRET_LEN, "Bad Name", NULL, NOW, NOW + 60, NULL));
-	assert_null(auth_mint_hs256(secret, 0, "acme", NULL, NOW, NOW + 60, NULL));
+	assert_null(auth_mint_hs256(secret, SECRET_LEN, "Bad Name", NULL, NULL, NOW, NOW + 60, NULL));
+	assert_null(auth_mint_hs256(secret, 0, "acme", NULL, NULL, NOW, NOW + 60, NULL));
 	(void)state;
 }
 
@@ -922,6 +951,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_minted_hs256_accepted),
+	    cmocka_unit_test(test_sub_claim),
 	    cmocka_unit_test(test_minted_with_scope_and_aud),
 	    cmocka_unit_test(test_handmade_hs256_accepted),
 	    cmocka_unit_test(test_rs256_accepted),

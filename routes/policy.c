@@ -1,0 +1,557 @@
+/* Tenant policies: keys, values, defaults, the stored overrides, and the
+ * approval patterns (see policy.h). */
+#include "routes/policy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "store/store.h"
+
+#define PATTERNS_MAX 64
+#define PATTERN_MAX 1024
+#define NETWORK_MAX 4096
+
+enum key_kind { PK_INT, PK_BACKEND, PK_NETWORK, PK_APPROVAL };
+
+static const struct policy_key {
+	const char *name;
+	enum key_kind kind;
+	size_t off; /* PK_INT: the int64_t in struct route_policy */
+	int64_t min, max;
+} keys[] = {
+    {"backend", PK_BACKEND, 0, 0, 0},
+    {"mem_limit_bytes", PK_INT, offsetof(struct route_policy, mem_limit_bytes), 0, INT64_MAX},
+    {"nproc_limit", PK_INT, offsetof(struct route_policy, nproc_limit), 0, 1000000},
+    {"fsize_limit_bytes", PK_INT, offsetof(struct route_policy, fsize_limit_bytes), 0, INT64_MAX},
+    {"timeout_max_s", PK_INT, offsetof(struct route_policy, timeout_max_s), 1, 604800},
+    {"max_output_bytes_cap", PK_INT, offsetof(struct route_policy, max_output_bytes_cap), 256, 1073741824},
+    {"tenant_mem_budget_bytes", PK_INT, offsetof(struct route_policy, tenant_mem_budget_bytes), 0, INT64_MAX},
+    {"tenant_nproc_budget", PK_INT, offsetof(struct route_policy, tenant_nproc_budget), 0, 1000000},
+    {"max_execs", PK_INT, offsetof(struct route_policy, max_execs), 1, 100000},
+    {"max_transfers", PK_INT, offsetof(struct route_policy, max_transfers), 1, 100000},
+    {"network", PK_NETWORK, 0, 0, 0},
+    {"approval", PK_APPROVAL, 0, 0, 0},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static const struct policy_key *key_find(const char *name)
+{
+	char norm[32];
+	size_t n = strlen(name);
+	if (n >= sizeof norm)
+		return NULL;
+	for (size_t i = 0; i <= n; i++)
+		norm[i] = name[i] == '-' ? '_' : name[i];
+	for (size_t i = 0; i < NKEYS; i++)
+		if (strcmp(keys[i].name, norm) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+/* ---- the network allowlist (the grammar of sandbox/backend.h's net_allow) ---- */
+
+static int port_range_ok(const char *p)
+{
+	char *end = NULL;
+	errno = 0;
+	long lo = strtol(p, &end, 10), hi = lo;
+	if (end == p || errno || lo < 1 || lo > 65535)
+		return -EINVAL;
+	if (*end == '-') {
+		const char *q = end + 1;
+		hi = strtol(q, &end, 10);
+		if (end == q || errno || hi < lo || hi > 65535)
+			return -EINVAL;
+	}
+	return *end ? -EINVAL : 0;
+}
+
+/* An address (af) with an optional /prefix. */
+static int addr_ok(const char *s, int af)
+{
+	char a[64];
+	const char *slash = strchr(s, '/');
+	size_t n = slash ? (size_t)(slash - s) : strlen(s);
+	unsigned char bin[16];
+	if (n == 0 || n >= sizeof a)
+		return -EINVAL;
+	memcpy(a, s, n);
+	a[n] = '\0';
+	if (inet_pton(af, a, bin) != 1)
+		return -EINVAL;
+	if (!slash)
+		return 0;
+	char *end = NULL;
+	long bits = strtol(slash + 1, &end, 10);
+	return end != slash + 1 && !*end && bits >= 0 && bits <= (af == AF_INET ? 32 : 128) ? 0 : -EINVAL;
+}
+
+static bool dns_name_ok(const char *s)
+{
+	size_t n = strlen(s), label = 0;
+	if (n == 0 || n > 253)
+		return false;
+	for (size_t i = 0; i <= n; i++) {
+		char c = s[i];
+		if (c == '.' || c == '\0') {
+			if (label == 0 || label > 63 || s[i - 1] == '-' || s[i - label] == '-')
+				return false;
+			label = 0;
+		} else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			   c == '-') {
+			label++;
+		} else {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* HOST, HOST:PORT or HOST:LO-HI; an IPv6 HOST in brackets. */
+static int entry_ok(char *e)
+{
+	char *port = NULL;
+	if (*e == '[') {
+		char *close = strchr(e, ']');
+		if (!close || (close[1] && close[1] != ':'))
+			return -EINVAL;
+		*close = '\0';
+		port = close[1] ? close + 2 : NULL;
+		if (addr_ok(e + 1, AF_INET6) < 0)
+			return -EINVAL;
+	} else {
+		char *colon = strchr(e, ':');
+		if (colon) {
+			*colon = '\0';
+			port = colon + 1;
+		}
+		bool numeric = strspn(e, "0123456789./") == strlen(e);
+		if (numeric ? addr_ok(e, AF_INET) < 0 : !dns_name_ok(e))
+			return -EINVAL;
+	}
+	return port ? port_range_ok(port) : 0;
+}
+
+/* A local check of the agreed grammar; sandbox/network.h's
+ * sbx_net_allow_check replaces it once it exists on main. */
+static int allowlist_check(const char *spec, char *err, size_t errsz)
+{
+	size_t n = strlen(spec);
+	if (n == 0 || n > NETWORK_MAX) {
+		snprintf(err, errsz, "network: an allowlist of 1..%d bytes, or \"none\"", NETWORK_MAX);
+		return -EINVAL;
+	}
+	char *copy = xstrdup(spec);
+	int rc = 0;
+	for (char *tok = copy; tok && rc == 0;) {
+		char *comma = strchr(tok, ',');
+		if (comma)
+			*comma = '\0';
+		while (*tok == ' ')
+			tok++;
+		size_t len = strlen(tok);
+		while (len && tok[len - 1] == ' ')
+			tok[--len] = '\0';
+		char shown[128];
+		snprintf(shown, sizeof shown, "%s", tok);
+		if (len == 0) {
+			snprintf(err, errsz, "network: empty entry in the allowlist");
+			rc = -EINVAL;
+		} else if ((rc = entry_ok(tok)) < 0) {
+			snprintf(err, errsz,
+				 "network: \"%s\" is not HOST, HOST:PORT or HOST:LO-HI (HOST: a DNS name, an "
+				 "IPv4 address or CIDR, or [IPv6] address or CIDR)",
+				 shown);
+		}
+		tok = comma ? comma + 1 : NULL;
+	}
+	free(copy);
+	return rc;
+}
+
+/* ---- values ---- */
+
+static void patterns_free(struct route_policy *p)
+{
+	for (size_t i = 0; i < p->npatterns; i++)
+		free(p->patterns[i]);
+	free(p->patterns);
+	p->patterns = NULL;
+	p->npatterns = 0;
+}
+
+static int set_approval(struct route_policy *p, const json_t *v, char *err, size_t errsz)
+{
+	const char *s = json_string_value(v);
+	if (s && (strcmp(s, "never") == 0 || strcmp(s, "always") == 0)) {
+		patterns_free(p);
+		p->approval = strcmp(s, "never") == 0 ? ROUTE_APPROVAL_NEVER : ROUTE_APPROVAL_ALWAYS;
+		return 0;
+	}
+	size_t n = json_array_size(v);
+	if (!json_is_array(v) || n < 1 || n > PATTERNS_MAX) {
+		snprintf(err, errsz, "approval: \"never\", \"always\", or an array of 1..%d command patterns",
+			 PATTERNS_MAX);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const json_t *e = json_array_get(v, i);
+		size_t len = json_string_length(e);
+		if (!json_is_string(e) || len < 1 || len > PATTERN_MAX ||
+		    memchr(json_string_value(e), 0, len)) {
+			snprintf(err, errsz, "approval: pattern %zu must be a string of 1..%d bytes", i,
+				 PATTERN_MAX);
+			return -EINVAL;
+		}
+	}
+	patterns_free(p);
+	p->patterns = xcalloc(n, sizeof *p->patterns);
+	for (size_t i = 0; i < n; i++)
+		p->patterns[i] = xstrdup(json_string_value(json_array_get(v, i)));
+	p->npatterns = n;
+	p->approval = ROUTE_APPROVAL_PATTERNS;
+	return 0;
+}
+
+static int set_value(struct route_policy *p, const struct policy_key *k, const json_t *v, char *err,
+		     size_t errsz)
+{
+	const char *s = json_string_value(v);
+	switch (k->kind) {
+	case PK_INT: {
+		json_int_t x = json_integer_value(v);
+		if (!json_is_integer(v) || x < k->min || x > k->max) {
+			snprintf(err, errsz, "%s: an integer in [%lld, %lld]", k->name, (long long)k->min,
+				 (long long)k->max);
+			return -EINVAL;
+		}
+		*(int64_t *)((char *)p + k->off) = x;
+		return 0;
+	}
+	case PK_BACKEND:
+		if (!s || (strcmp(s, "bwrap") != 0 && strcmp(s, "local") != 0)) {
+			snprintf(err, errsz, "backend: \"bwrap\" or \"local\"");
+			return -EINVAL;
+		}
+		snprintf(p->backend, sizeof p->backend, "%s", s);
+		return 0;
+	case PK_NETWORK:
+		if (!s) {
+			snprintf(err, errsz, "network: a string, \"none\" or an allowlist");
+			return -EINVAL;
+		}
+		if (strcmp(s, "none") != 0 && allowlist_check(s, err, errsz) < 0)
+			return -EINVAL;
+		free(p->network);
+		p->network = strcmp(s, "none") == 0 ? NULL : xstrdup(s);
+		return 0;
+	case PK_APPROVAL:
+		return set_approval(p, v, err, errsz);
+	}
+	return -EINVAL;
+}
+
+static int apply(struct route_policy *p, json_t *overrides, char *err, size_t errsz)
+{
+	const char *name;
+	json_t *v;
+	json_object_foreach(overrides, name, v) {
+		const struct policy_key *k = key_find(name);
+		if (!k) {
+			snprintf(err, errsz, "unknown policy key \"%s\"", name);
+			return -EINVAL;
+		}
+		if (set_value(p, k, v, err, errsz) < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+/* The configured approval: never, always, or a JSON array text. */
+static int approval_text(struct route_policy *p, const char *text, char *err, size_t errsz)
+{
+	json_t *v = text && text[0] == '[' ? json_loads(text, 0, NULL) : json_string(text ? text : "never");
+	int rc = v ? set_approval(p, v, err, errsz) : -EINVAL;
+	if (!v)
+		snprintf(err, errsz, "approval: a JSON array of patterns must be valid JSON");
+	json_decref(v);
+	return rc;
+}
+
+int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, char *err, size_t errsz)
+{
+	memset(p, 0, sizeof *p);
+	snprintf(p->backend, sizeof p->backend, "%s", cfg->backend);
+	p->mem_limit_bytes = cfg->mem_limit_bytes;
+	p->nproc_limit = cfg->nproc_limit;
+	p->fsize_limit_bytes = cfg->fsize_limit_bytes;
+	p->timeout_max_s = cfg->exec_timeout_max_s;
+	p->max_output_bytes_cap = cfg->max_output_bytes_cap;
+	p->tenant_mem_budget_bytes = cfg->tenant_mem_budget_bytes;
+	p->tenant_nproc_budget = cfg->tenant_nproc_budget;
+	p->max_execs = cfg->tenant_max_execs;
+	p->max_transfers = cfg->tenant_max_transfers;
+	json_t *net = json_string(cfg->network ? cfg->network : "none");
+	int rc = set_value(p, key_find("network"), net, err, errsz);
+	json_decref(net);
+	if (rc == 0)
+		rc = approval_text(p, cfg->approval, err, errsz);
+	if (rc < 0)
+		route_policy_clear(p);
+	return rc;
+}
+
+void route_policy_clear(struct route_policy *p)
+{
+	if (!p)
+		return;
+	free(p->network);
+	patterns_free(p);
+	memset(p, 0, sizeof *p);
+}
+
+static json_t *value_json(const struct route_policy *p, const struct policy_key *k)
+{
+	switch (k->kind) {
+	case PK_INT:
+		return json_integer(*(const int64_t *)((const char *)p + k->off));
+	case PK_BACKEND:
+		return json_string(p->backend);
+	case PK_NETWORK:
+		return json_string(p->network ? p->network : "none");
+	case PK_APPROVAL:
+		if (p->approval != ROUTE_APPROVAL_PATTERNS)
+			return json_string(p->approval == ROUTE_APPROVAL_NEVER ? "never" : "always");
+		json_t *a = json_array();
+		for (size_t i = 0; i < p->npatterns; i++)
+			json_array_append_new(a, json_string(p->patterns[i]));
+		return a;
+	}
+	return json_null();
+}
+
+json_t *route_policy_json(const struct route_policy *p)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; i < NKEYS; i++)
+		json_object_set_new(o, keys[i].name, value_json(p, &keys[i]));
+	return o;
+}
+
+bool route_policy_needs_approval(const struct route_policy *p, const char *command)
+{
+	if (p->approval != ROUTE_APPROVAL_PATTERNS)
+		return p->approval == ROUTE_APPROVAL_ALWAYS;
+	for (size_t i = 0; i < p->npatterns; i++)
+		if (fnmatch(p->patterns[i], command, 0) == 0)
+			return true;
+	return false;
+}
+
+bool route_policy_backend_offered(const struct sbx_config *cfg, const char *backend)
+{
+	const char *list = cfg->backends ? cfg->backends : cfg->backend;
+	size_t n = strlen(backend);
+	for (const char *q = list; *q;) {
+		q += strspn(q, ", ");
+		size_t len = strcspn(q, ", ");
+		if (len == n && len && strncmp(q, backend, n) == 0)
+			return true;
+		q += len;
+	}
+	return false;
+}
+
+/* The stored overrides of tenant (a new object; {} when none) and their
+ * text as stored (NULL when none). */
+static int read_overrides(struct store *s, const char *tenant, json_t **obj, char **text, int64_t *updated_at)
+{
+	char *t = NULL;
+	int64_t at = 0;
+	int rc = store_policy_get(s, tenant, &t, &at);
+	if (rc == -ENOENT) {
+		struct store_tenant st;
+		rc = store_tenant_get(s, tenant, &st);
+		if (rc < 0)
+			return rc;
+		store_tenant_clear(&st);
+	} else if (rc < 0) {
+		return rc;
+	}
+	json_t *o = t ? json_loads(t, 0, NULL) : json_object();
+	if (!json_is_object(o)) {
+		json_decref(o);
+		free(t);
+		return -SBX_E_STORE;
+	}
+	*obj = o;
+	if (text)
+		*text = t;
+	else
+		free(t);
+	if (updated_at)
+		*updated_at = at;
+	return 0;
+}
+
+int route_policy_load(struct store *s, const struct sbx_config *cfg, const char *tenant,
+		      struct route_policy *out, json_t **overrides, int64_t *updated_at)
+{
+	json_t *o = NULL;
+	char err[256];
+	int rc = read_overrides(s, tenant, &o, NULL, updated_at);
+	if (rc < 0)
+		return rc;
+	rc = route_policy_defaults(cfg, out, err, sizeof err);
+	/* Stored overrides were checked when set; a key this binary no longer
+	 * knows is skipped, never a reason to refuse every command. */
+	if (rc == 0 && apply(out, o, err, sizeof err) < 0)
+		rc = 0;
+	if (overrides)
+		*overrides = json_incref(o);
+	json_decref(o);
+	return rc;
+}
+
+/* What changes does to overrides (both objects); -EINVAL with err. */
+static int merge(json_t *overrides, json_t *changes, const struct sbx_config *cfg, char *err, size_t errsz)
+{
+	const char *name;
+	json_t *v;
+	if (!json_is_object(changes) || json_object_size(changes) == 0) {
+		snprintf(err, errsz, "give at least one policy key");
+		return -EINVAL;
+	}
+	json_object_foreach(changes, name, v) {
+		const struct policy_key *k = key_find(name);
+		if (!k) {
+			snprintf(err, errsz, "unknown policy key \"%s\"", name);
+			return -EINVAL;
+		}
+		if (json_is_null(v)) {
+			json_object_del(overrides, k->name);
+			continue;
+		}
+		struct route_policy scratch = {0};
+		int rc = set_value(&scratch, k, v, err, errsz);
+		route_policy_clear(&scratch);
+		if (rc < 0)
+			return rc;
+		if (k->kind == PK_BACKEND && !route_policy_backend_offered(cfg, json_string_value(v))) {
+			snprintf(err, errsz, "backend %s is not offered by this server (backends: %s)",
+				 json_string_value(v), cfg->backends ? cfg->backends : cfg->backend);
+			return -EINVAL;
+		}
+		json_object_set(overrides, k->name, v);
+	}
+	return 0;
+}
+
+/* {"old": {...}, "new": {...}}: the effective values of the changed keys. */
+static json_t *change_of(const struct sbx_config *cfg, json_t *before, json_t *after, json_t *changes)
+{
+	struct route_policy a, b;
+	char err[256];
+	route_policy_defaults(cfg, &a, err, sizeof err);
+	route_policy_defaults(cfg, &b, err, sizeof err);
+	apply(&a, before, err, sizeof err);
+	apply(&b, after, err, sizeof err);
+	json_t *old = json_object(), *new = json_object();
+	const char *name;
+	json_t *v;
+	json_object_foreach(changes, name, v) {
+		const struct policy_key *k = key_find(name);
+		json_object_set_new(old, k->name, value_json(&a, k));
+		json_object_set_new(new, k->name, value_json(&b, k));
+	}
+	route_policy_clear(&a);
+	route_policy_clear(&b);
+	return json_pack("{s:o, s:o}", "old", old, "new", new);
+}
+
+int route_policy_update(struct store *s, const struct sbx_config *cfg, const char *tenant, json_t *changes,
+			json_t **change, char *err, size_t errsz)
+{
+	for (int attempt = 0; attempt < 16; attempt++) {
+		json_t *cur = NULL;
+		char *text = NULL;
+		int rc = read_overrides(s, tenant, &cur, &text, NULL);
+		if (rc < 0)
+			return rc;
+		json_t *next = json_deep_copy(cur);
+		rc = merge(next, changes, cfg, err, errsz);
+		char *next_text = rc == 0 ? json_dumps(next, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+		if (rc == 0)
+			rc = store_policy_replace(s, tenant, text, next_text, now_ms());
+		if (rc == 0 && change)
+			*change = change_of(cfg, cur, next, changes);
+		free(next_text);
+		free(text);
+		json_decref(cur);
+		json_decref(next);
+		if (rc != -EAGAIN)
+			return rc;
+	}
+	return -SBX_E_STORE;
+}
+
+int route_policy_kv(const char *kv, json_t *changes, char *err, size_t errsz)
+{
+	const char *eq = strchr(kv, '=');
+	char name[32];
+	if (!eq || (size_t)(eq - kv) >= sizeof name) {
+		snprintf(err, errsz, "\"%s\": expected KEY=VALUE", kv);
+		return -EINVAL;
+	}
+	memcpy(name, kv, (size_t)(eq - kv));
+	name[eq - kv] = '\0';
+	const struct policy_key *k = key_find(name);
+	const char *val = eq + 1;
+	if (!k) {
+		snprintf(err, errsz, "unknown policy key \"%s\"", name);
+		return -EINVAL;
+	}
+	json_t *v = NULL;
+	if (strcmp(val, "default") == 0) {
+		v = json_null();
+	} else if (k->kind == PK_INT) {
+		char *end = NULL;
+		errno = 0;
+		long long x = strtoll(val, &end, 10);
+		v = end != val && !*end && !errno ? json_integer(x) : NULL;
+	} else if (k->kind == PK_APPROVAL && val[0] == '[') {
+		v = json_loads(val, 0, NULL);
+	} else {
+		v = json_string(val);
+	}
+	if (!v) {
+		snprintf(err, errsz, "%s: cannot read \"%s\"", k->name, val);
+		return -EINVAL;
+	}
+	json_object_set_new(changes, k->name, v);
+	return 0;
+}
+
+int route_policy_view(struct store *s, const struct sbx_config *cfg, const char *tenant, json_t **out)
+{
+	struct route_policy p;
+	json_t *overrides = NULL;
+	int64_t at = 0;
+	int rc = route_policy_load(s, cfg, tenant, &p, &overrides, &at);
+	if (rc < 0)
+		return rc;
+	char ts[40];
+	rfc3339_ms(at, ts, sizeof ts);
+	*out = json_pack("{s:s, s:o, s:o, s:o}", "tenant", tenant, "policy", route_policy_json(&p),
+			 "overrides", overrides, "updated_at", at ? json_string(ts) : json_null());
+	route_policy_clear(&p);
+	return 0;
+}

@@ -1,0 +1,83 @@
+#pragma once
+/* Tenant policies (issue 16): which backend runs a tenant's commands, with
+ * which limits, whether they may reach the network, and whether a person
+ * must approve them first. A tenant's stored policy holds only the keys
+ * an operator set (sandboxd tenant set, PUT /tenants/{name}/policy); every
+ * other key follows the configuration. No HTTP and no SQL here: the row
+ * is store/policies.c's; the routes and the command line both use this.
+ *
+ * Keys (JSON name; the command line also takes '-' for '_'):
+ *   backend                   "bwrap" or "local" (only those the server offers: `backends`)
+ *   mem_limit_bytes           per command (RLIMIT_AS and cgroup); 0: none
+ *   nproc_limit               per command (RLIMIT_NPROC and cgroup pids); 0: none
+ *   fsize_limit_bytes         per file written (RLIMIT_FSIZE); 0: none
+ *   timeout_max_s             cap of timeout_s (and of its default)
+ *   max_output_bytes_cap      cap of max_output_bytes (and of its default)
+ *   tenant_mem_budget_bytes   all the tenant's commands together; 0: none
+ *   tenant_nproc_budget       all the tenant's commands together; 0: none
+ *   max_execs, max_transfers  concurrent commands / streaming transfers
+ *   network                   "none", or an egress allowlist (sandbox/backend.h's grammar)
+ *   approval                  "never", "always", or an array of fnmatch(3) patterns matched
+ *                             against the whole command string (no FNM_PATHNAME: * matches /)
+ *
+ * Threads: the functions keep no state; a struct route_policy belongs to
+ * its caller. Errors: 0 or a negative errno; -EINVAL with a message in
+ * err for a bad key or value. */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sbx_config;
+struct store;
+
+enum route_approval { ROUTE_APPROVAL_NEVER, ROUTE_APPROVAL_ALWAYS, ROUTE_APPROVAL_PATTERNS };
+
+struct route_policy {
+	char backend[16];
+	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes;
+	int64_t timeout_max_s, max_output_bytes_cap;
+	int64_t tenant_mem_budget_bytes, tenant_nproc_budget;
+	int64_t max_execs, max_transfers;
+	char *network; /* owned; NULL: no network */
+	enum route_approval approval;
+	char **patterns; /* owned, with ROUTE_APPROVAL_PATTERNS */
+	size_t npatterns;
+};
+
+/* The configuration's policy (what a tenant without overrides gets).
+ * -EINVAL when the configured network or approval is malformed. */
+int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, char *err, size_t errsz);
+void route_policy_clear(struct route_policy *p);
+/* The effective policy as JSON (a new object). */
+json_t *route_policy_json(const struct route_policy *p);
+/* Whether command must wait for a person's decision. */
+bool route_policy_needs_approval(const struct route_policy *p, const char *command);
+
+/* Tenant's effective policy, read from the store now (so a change made by
+ * another process applies to the next command). *overrides (optional)
+ * gets the stored keys (a new object), *updated_at (optional) when they
+ * last changed (0: never). -ENOENT: no such tenant. */
+int route_policy_load(struct store *s, const struct sbx_config *cfg, const char *tenant,
+		      struct route_policy *out, json_t **overrides, int64_t *updated_at);
+
+/* Apply changes (an object of key -> value; null resets the key to the
+ * configuration's default) to tenant's stored policy, atomically against
+ * other writers. *change (optional) gets {"old": {...}, "new": {...}} of
+ * the effective values of the keys changed (a new object), for the
+ * audit. -ENOENT: no such tenant; -EINVAL with err. */
+int route_policy_update(struct store *s, const struct sbx_config *cfg, const char *tenant, json_t *changes,
+			json_t **change, char *err, size_t errsz);
+
+/* One command-line KEY=VALUE into changes, typed as the key needs
+ * (VALUE "default" resets the key; approval takes never, always or a JSON
+ * array). -EINVAL with err. */
+int route_policy_kv(const char *kv, json_t *changes, char *err, size_t errsz);
+
+/* Whether the configuration's `backends` list names backend. */
+bool route_policy_backend_offered(const struct sbx_config *cfg, const char *backend);
+
+/* {"tenant", "policy" (effective), "overrides" (the stored keys),
+ * "updated_at" (RFC 3339 or null)}: what `tenant show` prints and
+ * GET /tenants/{name}/policy answers. -ENOENT: no such tenant. */
+int route_policy_view(struct store *s, const struct sbx_config *cfg, const char *tenant, json_t **out);

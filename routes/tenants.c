@@ -1,0 +1,53 @@
+/* GET and PUT /tenants/{name}/policy: a tenant's policy, for operators
+ * (the admin scope of an operator tenant; the dispatcher checks it). The
+ * same as `sandboxd tenant show` and `tenant set`; a change applies to
+ * the tenant's next command, and its audit row names who (the token's
+ * tenant and sub) and the old and new values (its target). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "routes/app.h"
+#include "routes/policy.h"
+#include "routes/routes.h"
+
+static int view(struct http_req *r, const char *name)
+{
+	json_t *out = NULL;
+	int rc = route_policy_view(r->app->store, r->app->cfg, name, &out);
+	if (rc == -ENOENT)
+		return http_fail(r, rc, "no tenant %s", name);
+	if (rc < 0)
+		return http_fail(r, rc, "cannot read the policy of %s", name);
+	return http_reply_json(r, 200, out);
+}
+
+int route_tenant_policy_get(struct http_req *r)
+{
+	http_set_target(r, r->params[0]);
+	return view(r, r->params[0]);
+}
+
+int route_tenant_policy_put(struct http_req *r)
+{
+	const char *name = r->params[0];
+	char err[512] = "";
+	json_t *change = NULL;
+	http_set_target(r, name);
+	int rc = route_policy_update(r->app->store, r->app->cfg, name, r->json, &change, err, sizeof err);
+	if (rc == -ENOENT)
+		return http_fail(r, rc, "no tenant %s", name);
+	if (rc == -EINVAL)
+		return http_fail(r, rc, "%s", err);
+	if (rc < 0)
+		return http_fail(r, rc, "cannot store the policy of %s", name);
+	json_object_set_new(change, "tenant", json_string(name));
+	char *text = json_dumps(change, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(change);
+	if (text)
+		http_set_target(r, text);
+	free(text);
+	return view(r, name);
+}
