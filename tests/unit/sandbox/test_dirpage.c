@@ -58,9 +58,9 @@ static int fx_open(struct fx *fx)
 static int setup_disk(void **state)
 {
 	struct fx *fx = calloc(1, sizeof *fx);
+	*state = fx; /* teardown frees it, whatever happens next */
 	if (unit_tmpdir(fx->top, sizeof fx->top, "dirpage") < 0)
 		return -1;
-	*state = fx;
 	return fx_open(fx);
 }
 
