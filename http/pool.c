@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/errors.h"
 #include "common/log.h"
@@ -15,20 +16,21 @@
 #include "http/fairq.h"
 #include "http/req.h"
 #include "http/route.h"
-#include "http/watch.h"
 
 /* r->pool_state */
-enum { JOB_NEW, JOB_QUEUED, JOB_RUNNING, JOB_DROPPED, JOB_REFUSED };
+enum { JOB_QUEUED = 1, JOB_RUNNING, JOB_DROPPED, JOB_REFUSED };
 
 /* Upper bounds (seconds) of the wait histogram's buckets. */
 static const double wait_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10};
 #define NWAIT (sizeof wait_bounds / sizeof wait_bounds[0])
+/* A job that waited longer than this is run only if its client is still
+ * there (a peek at the socket: one syscall, only for jobs that waited). */
+#define PEEK_AFTER_NS 1000000
 
 struct http_pool {
 	pthread_mutex_t mu;
 	pthread_cond_t wake;
 	struct http_fairq *q;
-	struct http_watch *watch;
 	pthread_t *threads;
 	size_t nthreads, idle, busy, queue_max;
 	bool stopping, stopped;
@@ -41,31 +43,65 @@ struct http_pool {
 
 #define REQ_OF(it) ((struct http_req *)((char *)(it)-offsetof(struct http_req, pool_item)))
 
-static void record_wait(struct http_pool *p, int64_t enq_ns)
+/* Under mu: a worker takes r. Returns how long it waited. */
+static int64_t record_wait(struct http_pool *p, const struct http_req *r)
 {
-	double s = (double)(mono_ns() - enq_ns) / 1e9;
+	int64_t ns = mono_ns() - r->pool_enq_ns;
+	double s = (double)ns / 1e9;
 	size_t i = 0;
 	while (i < NWAIT && s > wait_bounds[i])
 		i++;
 	p->wait_buckets[i]++;
 	p->wait_sum += s;
 	p->wait_count++;
+	return ns;
 }
 
-/* Worker: run the route's handler with replies kept for the event thread. */
-static void run_job(struct http_req *r)
+/* Whether the client of a suspended request has hung up (EOF or reset on
+ * its socket; data of a next request, or nothing yet, is "still there"). */
+static bool client_gone(struct http_req *r)
 {
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci || ci->connect_fd < 0)
+		return false;
+	char c;
+	ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN));
+}
+
+/* Worker, without the lock: run the route's handler with replies kept
+ * for the event thread, or drop the job when its client left. */
+static void run_job(struct http_pool *p, struct http_req *r, int64_t waited_ns)
+{
+	if (waited_ns > PEEK_AFTER_NS && client_gone(r)) {
+		r->pool_state = JOB_DROPPED;
+		r->log_detail = "the client left while its work was queued; it was not run";
+		atomic_fetch_add(&p->dropped, 1);
+		return;
+	}
 	r->defer = true;
 	r->pool_rc = r->route->handler(r);
 	r->defer = false;
 }
 
+/* One lock round per job: the finished job is accounted for and the next
+ * one taken together; the finished one is resumed after the unlock (its
+ * request may be freed as soon as it is resumed). */
 static void *worker_main(void *arg)
 {
 	struct http_pool *p = arg;
+	struct http_req *done = NULL;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		struct http_fairq_item *it = http_fairq_pop(p->q);
+		if (!it && done) {
+			pthread_mutex_unlock(&p->mu);
+			http_resume(done);
+			done = NULL;
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
 		if (!it) {
 			if (p->stopping)
 				break;
@@ -76,37 +112,30 @@ static void *worker_main(void *arg)
 		}
 		struct http_req *r = REQ_OF(it);
 		r->pool_state = JOB_RUNNING;
-		record_wait(p, r->pool_enq_ns);
+		int64_t waited = record_wait(p, r);
 		p->busy++;
-		int64_t watch = r->pool_watch;
 		pthread_mutex_unlock(&p->mu);
-		/* From here no hang-up callback touches r (it would find the job
-		 * running and leave it); after this, none is running either. */
-		if (watch > 0)
-			http_watch_remove(p->watch, watch);
-		r->pool_watch = 0;
-		run_job(r);
+		if (done)
+			http_resume(done);
+		run_job(p, r, waited);
 		pthread_mutex_lock(&p->mu);
 		http_fairq_done(p->q, it);
 		p->busy--;
-		pthread_mutex_unlock(&p->mu);
-		http_resume(r); /* r may be gone once this returns */
-		pthread_mutex_lock(&p->mu);
+		done = r;
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
-int http_pool_new(struct http_pool **out, const struct http_pool_config *cfg, struct http_watch *watch)
+int http_pool_new(struct http_pool **out, const struct http_pool_config *cfg)
 {
 	struct http_pool *p = xcalloc(1, sizeof *p);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->wake, NULL);
 	http_fairq_new(&p->q, cfg->threads_per_tenant, cfg->queue_per_tenant);
-	p->watch = watch;
 	p->queue_max = cfg->queue_per_tenant;
-	p->threads = xcalloc(cfg->threads ? cfg->threads : 1, sizeof *p->threads);
 	size_t want = cfg->threads ? cfg->threads : 1;
+	p->threads = xcalloc(want, sizeof *p->threads);
 	for (; p->nthreads < want; p->nthreads++) {
 		int rc = pthread_create(&p->threads[p->nthreads], NULL, worker_main, p);
 		if (rc != 0) {
@@ -118,92 +147,41 @@ int http_pool_new(struct http_pool **out, const struct http_pool_config *cfg, st
 	return 0;
 }
 
-/* Watch thread: the client of a request whose job waits has hung up. */
-static void on_hangup(void *ctx)
-{
-	struct http_req *r = ctx;
-	struct http_pool *p = r->env->pool;
-	pthread_mutex_lock(&p->mu);
-	bool drop = r->pool_state == JOB_NEW || http_fairq_cancel(p->q, &r->pool_item);
-	if (drop)
-		r->pool_state = JOB_DROPPED;
-	pthread_mutex_unlock(&p->mu);
-	if (!drop)
-		return; /* running (or refused): it ends on its own */
-	atomic_fetch_add(&p->dropped, 1);
-	r->log_detail = "the client left while its work was queued; it was not run";
-	/* Queued: nobody else holds r now. New: the submitting event thread
-	 * sees JOB_DROPPED and leaves r alone; the resume waits for it to
-	 * return from the access handler. */
-	http_resume(r);
-}
-
 /* Answer r's refusal through the resume path (the caller holds no lock). */
 static void refuse(struct http_pool *p, struct http_req *r, int code)
 {
-	atomic_fetch_add(&p->refused, code == -SBX_E_TOO_MANY);
+	r->pool_state = JOB_REFUSED;
 	r->retry_after_s = code == -SBX_E_TOO_MANY ? 1 : 5;
-	r->pool_rc = code == -SBX_E_TOO_MANY
-			 ? http_fail(r, code, "tenant %s already has %zu file requests waiting, its limit",
-				     r->claims.tenant, p->queue_max)
-			 : http_fail(r, code, "the server is shutting down");
+	if (code == -SBX_E_TOO_MANY) {
+		atomic_fetch_add(&p->refused, 1);
+		r->pool_rc = http_fail(r, code, "tenant %s already has %zu file requests waiting, its limit",
+				       r->claims.tenant, p->queue_max);
+	} else {
+		r->pool_rc = http_fail(r, code, "the server is shutting down");
+	}
 	http_resume(r);
 }
 
 static int pool_answer(struct http_req *r);
 
-static const char *key_of(const struct http_req *r)
-{
-	return r->authed || r->audit_tenant ? r->claims.tenant : "";
-}
-
-/* Watch the client while its job waits, so that a hang-up drops it. The
- * watch is added before the job is queued: once queued, a worker may run
- * and answer it (and the request be freed) at any moment. */
-static void watch_client(struct http_pool *p, struct http_req *r)
-{
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (!ci || ci->connect_fd < 0)
-		return;
-	int64_t h = http_watch_add(p->watch, ci->connect_fd, on_hangup, r);
-	r->pool_watch = h > 0 ? h : 0;
-}
-
 void http_pool_submit(struct http_pool *p, struct http_req *r)
 {
-	const char *key = key_of(r);
+	const char *key = r->authed || r->audit_tenant ? r->claims.tenant : "";
 	r->on_resume = pool_answer;
-	r->pool_state = JOB_NEW;
-	http_suspend(r);
+	http_suspend(r); /* before a worker can possibly resume it */
 	pthread_mutex_lock(&p->mu);
-	bool direct = p->idle > 0 && http_fairq_runnable(p->q, key);
-	pthread_mutex_unlock(&p->mu);
-	if (!direct)
-		watch_client(p, r);
-
-	pthread_mutex_lock(&p->mu);
-	int rc = 0;
-	if (r->pool_state == JOB_DROPPED)
-		rc = 1; /* hung up already: on_hangup resumes it */
-	else if (p->stopping)
-		rc = -SBX_E_BACKEND;
-	else if (http_fairq_push(p->q, key, &r->pool_item) < 0)
-		rc = -SBX_E_TOO_MANY;
+	int rc = p->stopping					 ? -SBX_E_BACKEND
+		 : http_fairq_push(p->q, key, &r->pool_item) < 0 ? -SBX_E_TOO_MANY
+								 : 0;
 	if (rc == 0) {
 		r->pool_state = JOB_QUEUED;
 		r->pool_enq_ns = mono_ns();
 		if (p->idle > 0)
 			pthread_cond_signal(&p->wake);
 	}
-	if (rc < 0)
-		r->pool_state = JOB_REFUSED; /* a hang-up from now on leaves r alone */
 	pthread_mutex_unlock(&p->mu);
-	if (rc < 0) {
-		http_watch_remove(p->watch, r->pool_watch);
-		r->pool_watch = 0;
+	if (rc < 0)
 		refuse(p, r, rc);
-	}
 }
 
 /* Event thread, on resume: the handler's reply, or its error. */
@@ -238,8 +216,6 @@ void http_pool_stop(struct http_pool *p)
 	while (waiting) {
 		struct http_req *r = REQ_OF(waiting);
 		waiting = waiting->next;
-		http_watch_remove(p->watch, r->pool_watch);
-		r->pool_watch = 0;
 		refuse(p, r, -SBX_E_BACKEND);
 	}
 	for (size_t i = 0; i < p->nthreads; i++)

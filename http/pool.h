@@ -15,13 +15,18 @@
  * r->defer set, so its reply is kept (http_reply_response) instead of
  * queued, and the event thread queues it on resume (libmicrohttpd must
  * only be driven from the connection's own thread). One wake-up each
- * way: a condition variable to a worker, libmicrohttpd's resume (its
- * eventfd) back. A client that hangs up while its job waits (http/watch.c
- * notices) has the job dropped, never run. Stopping refuses what waits
- * (503 backend_unavailable) and lets running jobs end.
+ * way: a condition variable to a worker (signalled only when one is
+ * idle), libmicrohttpd's resume (its eventfd) back; no thread is made per
+ * request. A client that hangs up while its job waits has the job dropped
+ * when its turn comes, never run: a job that waited is first checked with
+ * a peek at its socket (EOF or reset: gone). That costs one syscall, and
+ * only for jobs that waited, where watching each queued socket
+ * (http/watch.c, as exec does) would cost two epoll_ctl and a lock round
+ * on every queued request. Stopping refuses what waits (503
+ * backend_unavailable) and lets running jobs end.
  *
- * Threads: submit runs on event threads; the workers, the watch thread
- * and http_pool_stop meet under one mutex, never held across I/O. */
+ * Threads: submit runs on event threads; the workers and http_pool_stop
+ * meet under one mutex, never held across I/O. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,7 +34,6 @@
 
 struct http_pool;
 struct http_req;
-struct http_watch;
 
 struct http_pool_config {
 	size_t threads;		   /* workers (>= 1) */
@@ -37,9 +41,8 @@ struct http_pool_config {
 	size_t queue_per_tenant;   /* jobs of one tenant waiting (>= 1) */
 };
 
-/* Start the workers. watch (borrowed, outlives the pool) notices clients
- * that leave while queued. 0 or -errno (no thread could be made). */
-int http_pool_new(struct http_pool **out, const struct http_pool_config *cfg, struct http_watch *watch);
+/* Start the workers. 0 or -errno (no thread could be made). */
+int http_pool_new(struct http_pool **out, const struct http_pool_config *cfg);
 /* Refuse new work, answer every waiting job 503, wait for running jobs
  * to end and the workers to exit. Their requests are resumed before it
  * returns (the daemon may then stop). Idempotent; accepts NULL. */

@@ -251,7 +251,7 @@ static int start_pool(struct server *s)
 	struct http_pool_config pc = {.threads = n,
 				      .threads_per_tenant = per < n ? per : n,
 				      .queue_per_tenant = (size_t)cfg->fs_queue_per_tenant};
-	int rc = http_pool_new(&s->app.http.pool, &pc, s->app.watch);
+	int rc = http_pool_new(&s->app.http.pool, &pc);
 	if (rc < 0)
 		fprintf(stderr, "sandboxd: cannot start the file-work pool: %s\n", sbx_strerror(rc));
 	return rc;
