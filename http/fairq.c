@@ -175,11 +175,11 @@ struct http_fairq_item *http_fairq_take(struct http_fairq *q)
 	return it;
 }
 
-void http_fairq_done(struct http_fairq *q, struct http_fairq_item *it)
+void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key)
 {
 	(void)q;
-	if (it->key && it->key->running > 0)
-		it->key->running--;
+	if (key && key->running > 0)
+		key->running--;
 }
 
 bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it)

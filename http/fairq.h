@@ -35,8 +35,10 @@ struct http_fairq_item *http_fairq_pop(struct http_fairq *q);
 /* Take any waiting item out, whatever the caps (draining at a stop);
  * not counted as running. NULL when nothing waits. */
 struct http_fairq_item *http_fairq_take(struct http_fairq *q);
-/* An item returned by pop has finished: its key runs one fewer. */
-void http_fairq_done(struct http_fairq *q, struct http_fairq_item *it);
+/* An item returned by pop has finished: its key (it->key, which stays
+ * valid as long as the queue, so the item itself may be gone) runs one
+ * fewer. */
+void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key);
 /* Take a waiting item out without running it. false when it was not
  * waiting (already popped, or never pushed). */
 bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it);

@@ -86,22 +86,15 @@ static void run_job(struct http_pool *p, struct http_req *r, int64_t waited_ns)
 }
 
 /* One lock round per job: the finished job is accounted for and the next
- * one taken together; the finished one is resumed after the unlock (its
- * request may be freed as soon as it is resumed). */
+ * one taken together. The finished request is resumed before (it may be
+ * freed once resumed: only its fairq key, which lives as long as the
+ * queue, is kept). */
 static void *worker_main(void *arg)
 {
 	struct http_pool *p = arg;
-	struct http_req *done = NULL;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		struct http_fairq_item *it = http_fairq_pop(p->q);
-		if (!it && done) {
-			pthread_mutex_unlock(&p->mu);
-			http_resume(done);
-			done = NULL;
-			pthread_mutex_lock(&p->mu);
-			continue;
-		}
 		if (!it) {
 			if (p->stopping)
 				break;
@@ -115,13 +108,12 @@ static void *worker_main(void *arg)
 		int64_t waited = record_wait(p, r);
 		p->busy++;
 		pthread_mutex_unlock(&p->mu);
-		if (done)
-			http_resume(done);
 		run_job(p, r, waited);
+		struct http_fairq_key *key = it->key;
+		http_resume(r);
 		pthread_mutex_lock(&p->mu);
-		http_fairq_done(p->q, it);
+		http_fairq_done(p->q, key);
 		p->busy--;
-		done = r;
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;

@@ -73,14 +73,14 @@ static void test_cap(void **state)
 	push(q, "B", &b);
 	assert_string_equal(pop(q)->name, "b0"); /* B passes A's waiting jobs */
 	assert_null(pop(q));
-	http_fairq_done(q, &a[0].it);
+	http_fairq_done(q, a[0].it.key);
 	assert_string_equal(pop(q)->name, "a2");
 	assert_null(pop(q));
-	http_fairq_done(q, &a[1].it);
-	http_fairq_done(q, &a[2].it);
+	http_fairq_done(q, a[1].it.key);
+	http_fairq_done(q, a[2].it.key);
 	assert_string_equal(pop(q)->name, "a3");
-	http_fairq_done(q, &a[3].it);
-	http_fairq_done(q, &b.it);
+	http_fairq_done(q, a[3].it.key);
+	http_fairq_done(q, b.it.key);
 	assert_true(http_fairq_runnable(q, "A"));
 	http_fairq_free(&q);
 }
@@ -101,10 +101,10 @@ static void test_capped_keeps_turn(void **state)
 	assert_string_equal(pop(q)->name, "a0");
 	assert_string_equal(pop(q)->name, "b0");
 	assert_null(pop(q));
-	http_fairq_done(q, &b[0].it);
+	http_fairq_done(q, b[0].it.key);
 	assert_string_equal(pop(q)->name, "b1"); /* A still runs a0 */
-	http_fairq_done(q, &a[0].it);
-	http_fairq_done(q, &b[1].it);
+	http_fairq_done(q, a[0].it.key);
+	http_fairq_done(q, b[1].it.key);
 	assert_string_equal(pop(q)->name, "a1");
 	assert_string_equal(pop(q)->name, "b2");
 	http_fairq_free(&q);
