@@ -255,52 +255,6 @@ static int cmp_dirents(const void *a, const void *b)
 	return strcmp(((const struct sbx_dirent *)a)->name, ((const struct sbx_dirent *)b)->name);
 }
 
-int sbx_fs_readdir(const struct sbx_workspace *ws, const char *rel, struct sbx_dirent **out, size_t *nout)
-{
-	struct sbx_dirent *ents = NULL;
-	char **names = NULL;
-	size_t n = 0, k = 0;
-	int dfd, r;
-
-	dfd = sbx_ws_openat(ws, rel, O_RDONLY | O_DIRECTORY, 0);
-	if (dfd < 0)
-		return dfd;
-	r = list_names(dfd, &names, &n);
-	if (r < 0)
-		goto out;
-	ents = xcalloc(n ? n : 1, sizeof *ents);
-	for (size_t i = 0; i < n; i++) {
-		struct stat st;
-
-		if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno == ENOENT)
-				continue; /* removed since listed */
-			r = -errno;
-			goto out;
-		}
-		/* An upload in flight is not a file yet: it appears when it is
-		 * renamed into place. */
-		if (S_ISREG(st.st_mode) && strncmp(names[i], TMP_PREFIX, TMP_PREFIX_LEN) == 0)
-			continue;
-		ents[k].name = names[i];
-		names[i] = NULL;
-		ents[k].type = ftype_of(st.st_mode);
-		ents[k].size = (uint64_t)st.st_size;
-		ents[k].mtime = st.st_mtim;
-		k++;
-	}
-	qsort(ents, k, sizeof *ents, cmp_dirents);
-	*out = ents;
-	*nout = k;
-	ents = NULL;
-	r = 0;
-out:
-	sbx_dirents_free(ents, k);
-	free_names(names, n);
-	close(dfd);
-	return r;
-}
-
 /* ---- pages ---- */
 
 #define DENTS_BUF (64u * 1024u)

@@ -38,9 +38,7 @@ struct sbx_dirent {
 	uint64_t size;
 	struct timespec mtime;
 };
-/* Entries of directory rel, sorted bytewise, without "." and "..".
- * Free with sbx_dirents_free. -ENOENT, -ENOTDIR, -EXDEV. */
-int sbx_fs_readdir(const struct sbx_workspace *ws, const char *rel, struct sbx_dirent **out, size_t *n);
+/* Free n entries and the array (sbx_dir_page's). */
 void sbx_dirents_free(struct sbx_dirent *d, size_t n);
 
 /* One page of a directory listing. Pages follow the directory's own order
@@ -67,7 +65,7 @@ struct sbx_dir_page {
  * entry (type, size, mtime); otherwise only names and d_type's type. A
  * page may hold fewer than limit entries, even none, while more is true.
  * -EBADMSG: after is not a cursor of this directory. -ENOENT, -ENOTDIR,
- * -EXDEV as sbx_fs_readdir. */
+ * -EXDEV (rel, or a parent, leaves the workspace). */
 int sbx_fs_readdir_page(const struct sbx_workspace *ws, const char *rel, const char *after, size_t limit,
 			bool detail, struct sbx_dir_page *out);
 void sbx_dir_page_clear(struct sbx_dir_page *p);
