@@ -3,7 +3,10 @@
  * completion callback, and the helpers handlers answer with. A handler
  * returns 0 after queueing a response with one of the reply_* helpers (or
  * after suspending its connection), or a negative errno / -SBX_E_* after
- * http_fail(): only the dispatcher renders error bodies. */
+ * http_fail(): only the dispatcher renders error bodies. The handler of
+ * an RF_POOL route runs on a pool worker (http/pool.h) with r->defer set:
+ * the reply helpers then keep the response for the event thread, and the
+ * handler must not suspend. */
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 /* Unit tests of readdir pages (sbx_fs_readdir_page) on the filesystems a
- * data directory may be on: the one /tmp is on (ext4 here: a 30,000-entry
+ * data directory may be on: the one /tmp is on (ext4 here: a 20,000-entry
  * directory is an htree, whose cursors are 64-bit name hashes) and tmpfs
  * (stable per-directory offsets), mounted privately when the tests run as
  * root, else /dev/shm. Every page walk must yield every name exactly once;
@@ -25,7 +25,7 @@
 #include "sandbox/workspace.h"
 #include "unit.h"
 
-#define NFILES 30000
+#define NFILES 20000
 #define TMPFS_MAGIC_ 0x01021994
 
 struct fx {
