@@ -238,7 +238,8 @@ int http_begin(struct http_req *r)
 	}
 	r->headers_done = true;
 	/* A streaming body goes to r->on_upload from its first byte: the
-	 * route sets that up now, after authentication, before the body. */
+	 * route sets that up now, after authentication, before the body (and
+	 * a transfer token names the tenant whose pool queue its work joins). */
 	if (found->begin)
 		return found->begin(r);
 	return 0;

@@ -13,9 +13,10 @@
  * the page cache costs less than a hand-over, and a pool round trip per
  * block would double the work of every download. Uploads likewise: the
  * temp file is made in the begin hook and written as the body arrives on
- * the event thread; the commit (fsync, rename, fsync) runs on the pool. Uploads go through sbx_upload_* into
- * a temp file beside the target, hashed on the way, and appear by rename only when the body ended cleanly;
- * anything else removes the temp file and leaves the old file.
+ * the event thread; the commit (fsync, rename, fsync) runs on the pool.
+ * Uploads go through sbx_upload_* into a temp file beside the target,
+ * hashed on the way, and appear by rename only when the body ended
+ * cleanly; anything else removes the temp file and leaves the old file.
  *
  * A token is spent (claimed) only once everything that can be refused up
  * front has been checked (file, range, tenant slot, parent directory): a
