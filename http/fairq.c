@@ -21,7 +21,7 @@ struct http_fairq_key {
 };
 
 struct http_fairq {
-	size_t running_max, queue_max, waiting;
+	size_t running_max, queue_max;
 	struct http_fairq_key *buckets[NBUCKETS];
 	struct http_fairq_key *round; /* head of the round: served next */
 };
@@ -121,7 +121,6 @@ int http_fairq_push(struct http_fairq *q, const char *key, struct http_fairq_ite
 	it->queued = true;
 	if (k->waiting++ == 0)
 		round_add(q, k);
-	q->waiting++;
 	return 0;
 }
 
@@ -139,7 +138,6 @@ static void unlink_item(struct http_fairq *q, struct http_fairq_item *it)
 	it->next = it->prev = NULL;
 	it->queued = false;
 	k->waiting--;
-	q->waiting--;
 }
 
 struct http_fairq_item *http_fairq_pop(struct http_fairq *q)
@@ -191,17 +189,6 @@ bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it)
 	if (k->waiting == 0)
 		round_remove(q, k);
 	return true;
-}
-
-bool http_fairq_runnable(const struct http_fairq *q, const char *key)
-{
-	const struct http_fairq_key *k = find(q, key);
-	return !k || (k->waiting == 0 && k->running < q->running_max);
-}
-
-size_t http_fairq_waiting(const struct http_fairq *q)
-{
-	return q->waiting;
 }
 
 void http_fairq_each(const struct http_fairq *q, http_fairq_each_fn fn, void *ctx)

@@ -42,12 +42,6 @@ void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key);
 /* Take a waiting item out without running it. false when it was not
  * waiting (already popped, or never pushed). */
 bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it);
-/* Whether an item pushed now under key would be the next one of its key
- * and may run at once (nothing of key waits, fewer than running_max run). */
-bool http_fairq_runnable(const struct http_fairq *q, const char *key);
-/* Items waiting, all keys together. */
-size_t http_fairq_waiting(const struct http_fairq *q);
-
 /* Every key seen so far with its waiting and running counts (metrics).
  * Keys are kept once seen: their number is that of tenants. */
 typedef void (*http_fairq_each_fn)(void *ctx, const char *key, size_t waiting, size_t running);
