@@ -21,6 +21,10 @@ struct sbx_config {
 	char *audience; /* required aud claim when set */
 	int64_t leeway_s;
 	int64_t threads; /* HTTP worker threads; 0: one per core */
+	/* File-work pool (http/pool.h): workers (0: two per core, at least 4),
+	 * of them one tenant's at once (0: all but a quarter, at least one
+	 * left), and one tenant's waiting requests (429 beyond). */
+	int64_t fs_threads, fs_threads_per_tenant, fs_queue_per_tenant;
 	int64_t connection_timeout_s;
 	int64_t max_connections;
 	int64_t max_connections_per_ip;

@@ -104,11 +104,32 @@ int http_reply_response(struct http_req *r, int status, struct MHD_Response *res
 	if (!resp)
 		return -ENOMEM;
 	http_reply_common_headers(r, resp);
+	if (r->defer) {
+		/* A pool worker: libmicrohttpd is driven only from the
+		 * connection's thread, which queues this on resume. */
+		if (r->deferred)
+			MHD_destroy_response(r->deferred);
+		r->deferred = resp;
+		r->deferred_status = status;
+		return 0;
+	}
 	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
 	MHD_destroy_response(resp);
 	if (ok != MHD_YES)
 		return -EIO; /* nothing queued: the dispatcher may still answer */
 	r->status = status;
+	return 0;
+}
+
+int http_reply_deferred(struct http_req *r)
+{
+	struct MHD_Response *resp = r->deferred;
+	r->deferred = NULL;
+	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)r->deferred_status, resp);
+	MHD_destroy_response(resp);
+	if (ok != MHD_YES)
+		return -EIO;
+	r->status = r->deferred_status;
 	return 0;
 }
 

@@ -3,7 +3,10 @@
  * completion callback, and the helpers handlers answer with. A handler
  * returns 0 after queueing a response with one of the reply_* helpers (or
  * after suspending its connection), or a negative errno / -SBX_E_* after
- * http_fail(): only the dispatcher renders error bodies. */
+ * http_fail(): only the dispatcher renders error bodies. The handler of
+ * an RF_POOL route runs on a pool worker (http/pool.h) with r->defer set:
+ * the reply helpers then keep the response for the event thread, and the
+ * handler must not suspend. */
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdbool.h>
@@ -12,6 +15,7 @@
 
 #include "auth/auth.h"
 #include "common/buf.h"
+#include "http/fairq.h"
 
 struct app;
 struct http_env;
@@ -81,7 +85,17 @@ struct http_req {
 	http_upload_fn on_upload;
 	http_free_fn on_free;
 	bool suspended;
-	bool closed;	   /* completion seen */
+	bool closed; /* completion seen */
+
+	/* work handed to the pool (http/pool.c; RF_POOL routes) */
+	struct http_fairq_item pool_item;
+	int pool_state;		       /* http/pool.c's */
+	int pool_rc;		       /* the handler's return, or the refusal */
+	int64_t pool_watch;	       /* disconnect watch while queued */
+	int64_t pool_enq_ns;	       /* when it was queued */
+	bool defer;		       /* a worker runs the handler: replies are kept, not queued */
+	struct MHD_Response *deferred; /* the kept reply */
+	int deferred_status;
 	bool completed_ok; /* set before on_free: the response went out whole */
 };
 
@@ -118,6 +132,10 @@ struct MHD_Response *http_json_response(struct http_req *r, char *text);
 int http_reply_static(struct http_req *r, int status, const char *content_type, const void *p, size_t n);
 int http_reply_response(struct http_req *r, int status, struct MHD_Response *resp); /* destroys resp */
 void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp);
+
+/* Queue the reply a handler made on a pool worker (r->deferred); event
+ * thread, on resume. 0 or -EIO. */
+int http_reply_deferred(struct http_req *r);
 
 /* Suspend the connection until http_resume() (thread-safe; once). */
 void http_suspend(struct http_req *r);

@@ -22,6 +22,7 @@ enum http_route_flags {
 	RF_METRICS = 1u << 7,	 /* public when metrics_public */
 	RF_PROBE = 1u << 8,	 /* health probe: counted in metrics, never audited */
 	RF_JSON_OPT = 1u << 9,	 /* like RF_JSON, but the body may be empty (r->json NULL) */
+	RF_POOL = 1u << 10,	 /* blocking work: the handler runs on the worker pool (http/pool.h) */
 };
 
 typedef int (*http_handler)(struct http_req *r);
@@ -32,11 +33,12 @@ struct http_route {
 	unsigned scope;	     /* any of these scope bits suffices; 0: none */
 	unsigned flags;
 	http_handler handler;
-	/* RF_STREAM_IN routes: run at the end of http_begin, once the request
-	 * is authenticated and authorised and before any body byte arrives, to
-	 * set r->on_upload / r->on_free / r->hstate (or refuse: a negative code
-	 * is answered like any http_begin error). NULL: none. Rows written
-	 * without it leave it zero. */
+	/* Run at the end of http_begin, on the event thread, once the request
+	 * is authenticated and authorised and before any body byte arrives:
+	 * RF_STREAM_IN routes set r->on_upload / r->on_free / r->hstate; any
+	 * route may name the tenant its pool work is queued under (a transfer
+	 * token's). A negative code is answered like any http_begin error.
+	 * NULL: none. Rows written without it leave it zero. */
 	http_handler begin;
 };
 
@@ -44,6 +46,7 @@ struct tenant; /* the program's tenant: opaque here, held for the request */
 struct sbx_config;
 struct http_metrics;
 struct http_audit_gate;
+struct http_pool;
 
 /* What the HTTP layer asks of the program that serves routes through it. */
 struct http_hooks {
@@ -68,6 +71,7 @@ struct http_env {
 	size_t nroutes;
 	struct http_metrics *metrics;
 	struct http_audit_gate *audit_gate;
+	struct http_pool *pool; /* runs RF_POOL handlers; NULL: they run inline */
 	struct http_hooks hooks;
 	struct app *app; /* handed to handlers as r->app; opaque here */
 };

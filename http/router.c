@@ -18,6 +18,7 @@
 #include "http/auditgate.h"
 #include "http/errors.h"
 #include "http/metrics.h"
+#include "http/pool.h"
 
 /* Match "/exec/{id}/cancel" against a path; captures into r->params. */
 static bool match(const char *pattern, const char *path, struct http_req *r, bool capture)
@@ -241,8 +242,9 @@ int http_begin(struct http_req *r)
 	}
 	r->headers_done = true;
 	/* A streaming body goes to r->on_upload from its first byte: the
-	 * route sets that up now, after authentication, before the body. */
-	if ((found->flags & RF_STREAM_IN) && found->begin)
+	 * route sets that up now, after authentication, before the body (and
+	 * a transfer token names the tenant whose pool queue its work joins). */
+	if (found->begin)
 		return found->begin(r);
 	return 0;
 }
@@ -284,6 +286,10 @@ int http_run(struct http_req *r)
 			return http_fail(r, -EINVAL, "the body must be a JSON object");
 	}
 	r->ran = true;
+	if ((r->route->flags & RF_POOL) && r->env->pool) {
+		http_pool_submit(r->env->pool, r); /* answered on resume */
+		return 0;
+	}
 	return r->route->handler(r);
 }
 
@@ -421,6 +427,8 @@ void http_complete(struct http_req *r, bool ok)
 	if (r->tenant)
 		hk->tenant_put(hk->ctx, &r->tenant);
 	free_params(r);
+	if (r->deferred) /* made by a worker, never queued: the client left */
+		MHD_destroy_response(r->deferred);
 	json_decref(r->json);
 	buf_free(&r->body);
 	free(r->url);

@@ -291,33 +291,52 @@ int route_fs_stat(struct http_req *r)
 	return http_reply_json(r, 200, o);
 }
 
+/* readdir pages (wire.md amended in openapi.yaml): limit entries after
+ * the cursor `after`; `more` and `next` say whether and where to go on. */
+#define READDIR_LIMIT_DEFAULT 1000
+#define READDIR_LIMIT_MAX 10000
+
+static json_t *entry_json(const struct sbx_dirent *d, bool detail)
+{
+	size_t len = 0;
+	char *name = utf8_sanitize(d->name, strlen(d->name), &len);
+	json_t *e;
+	if (!detail) {
+		e = json_stringn(name, len);
+	} else {
+		e = json_pack("{s:s%, s:s, s:I}", "name", name, len, "type", sbx_ftype_name(d->type), "size",
+			      (json_int_t)d->size);
+		put_mtime(e, &d->mtime);
+	}
+	free(name);
+	return e;
+}
+
 int route_fs_readdir(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
+	int64_t limit = 0;
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	struct sbx_dirent *d = NULL;
-	size_t n = 0;
-	if ((rc = sbx_fs_readdir(r->tenant->ws, rel, &d, &n)) < 0)
-		return route_fail_path(r, rc, "list", rel);
+	if ((rc = http_query_int(r, "limit", READDIR_LIMIT_DEFAULT, 1, READDIR_LIMIT_MAX, &limit)) < 0)
+		return rc;
+	const char *after = http_query(r, "after");
 	bool detail = http_query_bool(r, "detail");
+	struct sbx_dir_page page;
+	rc = sbx_fs_readdir_page(r->tenant->ws, rel, after, (size_t)limit, detail, &page);
+	if (rc == -EBADMSG)
+		return http_fail(r, -EINVAL,
+				 "after is not a cursor of this directory (use the next of the page before)");
+	if (rc < 0)
+		return route_fail_path(r, rc, "list", rel);
 	json_t *entries = json_array();
-	for (size_t i = 0; i < n; i++) {
-		size_t len = 0;
-		char *name = utf8_sanitize(d[i].name, strlen(d[i].name), &len);
-		if (!detail) {
-			json_array_append_new(entries, json_stringn(name, len));
-		} else {
-			json_t *e = json_pack("{s:s%, s:s, s:I}", "name", name, len, "type",
-					      sbx_ftype_name(d[i].type), "size", (json_int_t)d[i].size);
-			put_mtime(e, &d[i].mtime);
-			json_array_append_new(entries, e);
-		}
-		free(name);
-	}
-	sbx_dirents_free(d, n);
-	return http_reply_json(r, 200, json_pack("{s:o}", "entries", entries));
+	for (size_t i = 0; i < page.n; i++)
+		json_array_append_new(entries, entry_json(&page.ents[i], detail));
+	json_t *o = json_pack("{s:o, s:b, s:o}", "entries", entries, "more", page.more, "next",
+			      page.more ? json_string(page.next) : json_null());
+	sbx_dir_page_clear(&page);
+	return http_reply_json(r, 200, o);
 }
 
 int route_fs_exists(struct http_req *r)

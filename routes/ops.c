@@ -10,6 +10,7 @@
 #include "routes/storage.h"
 #include "routes/code.h"
 #include "http/metrics.h"
+#include "http/pool.h"
 #include "http/route.h"
 #include "sandbox/backend.h"
 #include "sandbox/quota.h"
@@ -228,6 +229,8 @@ int route_metrics(struct http_req *r)
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
 	tenant_usage(r->app, &out);
 	tenant_disk(r->app, &out);
+	if (r->app->http.pool)
+		http_pool_render(r->app->http.pool, &out);
 	const char *node = r->app->cfg->node_id;
 	buf_appendf(&out,
 		    "# HELP sandboxd_node_info This node's id and version.\n"

@@ -46,6 +46,7 @@ int route_exec_reject(struct http_req *r);
 
 /* routes/transfers.c */
 int route_transfers_post(struct http_req *r);
+int route_transfer_get_begin(struct http_req *r);
 int route_transfer_get(struct http_req *r);
 int route_transfer_put_begin(struct http_req *r);
 int route_transfer_put(struct http_req *r);

@@ -6,8 +6,16 @@
  *
  * Downloads answer with a content reader that preads 256 KiB blocks from
  * the open file into libmicrohttpd's buffer: memory is constant whatever
- * the size. Uploads go through sbx_upload_* into a temp file beside the
- * target, hashed on the way, and appear by rename only when the body ended
+ * the size. Where the work happens (http/pool.h): the token's lookup on
+ * the event thread (a begin hook: it names the tenant whose pool queue
+ * the rest waits in), the file's opening and checks on a pool worker, and
+ * the block reads on the event thread, in the content reader: a pread of
+ * the page cache costs less than a hand-over, and a pool round trip per
+ * block would double the work of every download. Uploads likewise: the
+ * temp file is made in the begin hook and written as the body arrives on
+ * the event thread; the commit (fsync, rename, fsync) runs on the pool.
+ * Uploads go through sbx_upload_* into a temp file beside the target,
+ * hashed on the way, and appear by rename only when the body ended
  * cleanly; anything else removes the temp file and leaves the old file.
  *
  * A token is spent (claimed) only once everything that can be refused up
@@ -358,15 +366,42 @@ static int download(struct http_req *r, const char *rel, struct xfer *x, bool ha
 	return http_reply_response(r, status, resp);
 }
 
-/* GET /fs/stream/{token} */
+/* What the begin hook of GET /fs/stream/{token} found, for its handler. */
+struct get_stash {
+	struct store_transfer t;
+	struct xfer x;
+};
+
+static void stash_free(struct get_stash *g)
+{
+	store_transfer_clear(&g->t);
+	free(g);
+}
+
+static void stash_req_free(struct http_req *r)
+{
+	stash_free(r->hstate);
+	r->hstate = NULL;
+}
+
+/* Begin hook of GET /fs/stream/{token}, on the event thread: the token
+ * names the tenant, and so the pool queue its download opens under. */
+int route_transfer_get_begin(struct http_req *r)
+{
+	struct get_stash *g = xcalloc(1, sizeof *g);
+	r->hstate = g;
+	r->on_free = stash_req_free;
+	return token_open(r, "read", &g->t, &g->x);
+}
+
+/* GET /fs/stream/{token}, on the pool. */
 int route_transfer_get(struct http_req *r)
 {
-	struct store_transfer t = {0};
-	struct xfer x = {0};
-	int rc = token_open(r, "read", &t, &x);
-	if (rc == 0)
-		rc = download(r, t.path, &x, true);
-	store_transfer_clear(&t);
+	struct get_stash *g = r->hstate;
+	r->hstate = NULL;
+	r->on_free = NULL;
+	int rc = download(r, g->t.path, &g->x, true);
+	stash_free(g);
 	return rc;
 }
 

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <inttypes.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/errors.h"
@@ -253,50 +255,154 @@ static int cmp_dirents(const void *a, const void *b)
 	return strcmp(((const struct sbx_dirent *)a)->name, ((const struct sbx_dirent *)b)->name);
 }
 
-int sbx_fs_readdir(const struct sbx_workspace *ws, const char *rel, struct sbx_dirent **out, size_t *nout)
-{
-	struct sbx_dirent *ents = NULL;
-	char **names = NULL;
-	size_t n = 0, k = 0;
-	int dfd, r;
+/* ---- pages ---- */
 
-	dfd = sbx_ws_openat(ws, rel, O_RDONLY | O_DIRECTORY, 0);
+#define DENTS_BUF (64u * 1024u)
+#define CURSOR_HEX 24
+
+struct dent64 { /* what getdents64 writes (glibc 2.36 has no wrapper type) */
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* A check of the directory's identity and the offset: a cursor of another
+ * directory, or a mangled one, is refused rather than followed. Not a
+ * secret: a forged cursor only lists the caller's own directory. */
+static uint32_t cursor_check(const struct stat *dir, uint64_t off)
+{
+	uint64_t h = off ^ 0x9e3779b97f4a7c15ULL;
+	h ^= (uint64_t)dir->st_ino * 0xbf58476d1ce4e5b9ULL;
+	h ^= (uint64_t)dir->st_dev * 0x94d049bb133111ebULL;
+	h ^= h >> 31;
+	h *= 0xd6e8feb86659fd93ULL;
+	h ^= h >> 32;
+	return (uint32_t)h;
+}
+
+static int cursor_parse(const struct stat *dir, const char *s, uint64_t *off)
+{
+	if (strlen(s) != CURSOR_HEX)
+		return -EBADMSG;
+	for (size_t i = 0; i < CURSOR_HEX; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return -EBADMSG;
+	char hi[17];
+	memcpy(hi, s, 16);
+	hi[16] = '\0';
+	uint64_t o = strtoull(hi, NULL, 16);
+	uint32_t c = (uint32_t)strtoul(s + 16, NULL, 16);
+	if (c != cursor_check(dir, o) || o > INT64_MAX)
+		return -EBADMSG;
+	*off = o;
+	return 0;
+}
+
+static enum sbx_ftype ftype_of_dtype(unsigned char t)
+{
+	return t == DT_REG   ? SBX_FT_FILE
+	       : t == DT_DIR ? SBX_FT_DIR
+	       : t == DT_LNK ? SBX_FT_SYMLINK
+			     : SBX_FT_OTHER;
+}
+
+/* One entry into *e: 1 kept, 0 left out (an upload in flight, or gone
+ * since listed), or -errno. */
+static int take_entry(int dfd, const struct dent64 *d, bool detail, struct sbx_dirent *e)
+{
+	bool tmp = strncmp(d->d_name, TMP_PREFIX, TMP_PREFIX_LEN) == 0;
+	struct stat st;
+	if (detail || d->d_type == DT_UNKNOWN || (tmp && d->d_type == DT_REG)) {
+		if (fstatat(dfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return errno == ENOENT ? 0 : -errno;
+		if (tmp && S_ISREG(st.st_mode))
+			return 0;
+		e->type = ftype_of(st.st_mode);
+		e->size = (uint64_t)st.st_size;
+		e->mtime = st.st_mtim;
+	} else {
+		e->type = ftype_of_dtype(d->d_type);
+	}
+	e->name = xstrdup(d->d_name);
+	return 1;
+}
+
+/* Fill p from dfd's current position: entries until limit, then a look
+ * at the next one for p->more; *last gets the d_off after the last entry
+ * taken. */
+static int read_page(int dfd, size_t limit, bool detail, struct sbx_dir_page *p, uint64_t *last)
+{
+	char *buf = xmalloc(DENTS_BUF);
+	size_t scanned = 0, budget = 2 * limit + 1024;
+	int rc = 0;
+	for (;;) {
+		long nread = syscall(SYS_getdents64, dfd, buf, DENTS_BUF);
+		if (nread <= 0) {
+			rc = nread < 0 ? -errno : 0;
+			break;
+		}
+		for (long off = 0; off < nread;) {
+			const struct dent64 *d = (const struct dent64 *)(buf + off);
+			off += d->d_reclen;
+			if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0) {
+				*last = (uint64_t)d->d_off;
+				continue;
+			}
+			if (p->n == limit || scanned == budget) {
+				p->more = true; /* an entry follows the page */
+				goto out;
+			}
+			scanned++;
+			int k = take_entry(dfd, d, detail, &p->ents[p->n]);
+			if (k < 0) {
+				rc = k;
+				goto out;
+			}
+			p->n += (size_t)k;
+			*last = (uint64_t)d->d_off;
+		}
+	}
+out:
+	free(buf);
+	return rc;
+}
+
+int sbx_fs_readdir_page(const struct sbx_workspace *ws, const char *rel, const char *after, size_t limit,
+			bool detail, struct sbx_dir_page *out)
+{
+	struct sbx_dir_page p = {0};
+	struct stat st;
+	uint64_t pos = 0;
+	int rc = 0, dfd = sbx_ws_openat(ws, rel, O_RDONLY | O_DIRECTORY, 0);
 	if (dfd < 0)
 		return dfd;
-	r = list_names(dfd, &names, &n);
-	if (r < 0)
-		goto out;
-	ents = xcalloc(n ? n : 1, sizeof *ents);
-	for (size_t i = 0; i < n; i++) {
-		struct stat st;
-
-		if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno == ENOENT)
-				continue; /* removed since listed */
-			r = -errno;
-			goto out;
-		}
-		/* An upload in flight is not a file yet: it appears when it is
-		 * renamed into place. */
-		if (S_ISREG(st.st_mode) && strncmp(names[i], TMP_PREFIX, TMP_PREFIX_LEN) == 0)
-			continue;
-		ents[k].name = names[i];
-		names[i] = NULL;
-		ents[k].type = ftype_of(st.st_mode);
-		ents[k].size = (uint64_t)st.st_size;
-		ents[k].mtime = st.st_mtim;
-		k++;
+	if (fstat(dfd, &st) < 0)
+		rc = -errno;
+	if (rc == 0 && after && (rc = cursor_parse(&st, after, &pos)) == 0 &&
+	    lseek(dfd, (off_t)pos, SEEK_SET) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		p.ents = xcalloc(limit ? limit : 1, sizeof *p.ents);
+		rc = read_page(dfd, limit ? limit : 1, detail, &p, &pos);
 	}
-	qsort(ents, k, sizeof *ents, cmp_dirents);
-	*out = ents;
-	*nout = k;
-	ents = NULL;
-	r = 0;
-out:
-	sbx_dirents_free(ents, k);
-	free_names(names, n);
 	close(dfd);
-	return r;
+	if (rc < 0) {
+		sbx_dir_page_clear(&p);
+		return rc;
+	}
+	qsort(p.ents, p.n, sizeof *p.ents, cmp_dirents);
+	if (p.more)
+		snprintf(p.next, sizeof p.next, "%016" PRIx64 "%08" PRIx32, pos, cursor_check(&st, pos));
+	*out = p;
+	return 0;
+}
+
+void sbx_dir_page_clear(struct sbx_dir_page *p)
+{
+	sbx_dirents_free(p->ents, p->n);
+	*p = (struct sbx_dir_page){0};
 }
 
 void sbx_dirents_free(struct sbx_dirent *d, size_t n)

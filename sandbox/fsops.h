@@ -38,10 +38,37 @@ struct sbx_dirent {
 	uint64_t size;
 	struct timespec mtime;
 };
-/* Entries of directory rel, sorted bytewise, without "." and "..".
- * Free with sbx_dirents_free. -ENOENT, -ENOTDIR, -EXDEV. */
-int sbx_fs_readdir(const struct sbx_workspace *ws, const char *rel, struct sbx_dirent **out, size_t *n);
+/* Free n entries and the array (sbx_dir_page's). */
 void sbx_dirents_free(struct sbx_dirent *d, size_t n);
+
+/* One page of a directory listing. Pages follow the directory's own order
+ * (getdents64), each page sorted bytewise; a page costs work bounded by
+ * its size (limit entries, at most 2 * limit + 1024 scanned), never by the
+ * directory's. The cursor is the d_off of the page's last entry (the
+ * filesystem's telldir cookie: ext4's 64-bit name hash or linear offset,
+ * tmpfs's stable per-directory index, XFS/btrfs likewise; cookies must
+ * survive a reopen for NFS export, which these support) with a check of
+ * the directory's identity, as 24 hex digits. While the directory does
+ * not change, walking the pages yields every entry exactly once; an entry
+ * created or removed during the walk may or may not appear, one renamed
+ * may appear under both names or neither, and no other entry is skipped
+ * or repeated. */
+#define SBX_CURSOR_MAX 32
+struct sbx_dir_page {
+	struct sbx_dirent *ents; /* sorted bytewise; free with sbx_dir_page_clear */
+	size_t n;
+	bool more;		   /* entries may follow: ask again with next */
+	char next[SBX_CURSOR_MAX]; /* "" when !more */
+};
+/* Up to limit (>= 1) entries of rel after cursor after (NULL: from the
+ * start), without "." and ".." and uploads in flight. detail: lstat each
+ * entry (type, size, mtime); otherwise only names and d_type's type. A
+ * page may hold fewer than limit entries, even none, while more is true.
+ * -EBADMSG: after is not a cursor of this directory. -ENOENT, -ENOTDIR,
+ * -EXDEV (rel, or a parent, leaves the workspace). */
+int sbx_fs_readdir_page(const struct sbx_workspace *ws, const char *rel, const char *after, size_t limit,
+			bool detail, struct sbx_dir_page *out);
+void sbx_dir_page_clear(struct sbx_dir_page *p);
 
 /* *out = whether rel exists (lstat sense: a dangling link exists).
  * Errors only for -EXDEV (a parent escapes) and I/O errors. */

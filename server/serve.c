@@ -24,6 +24,7 @@
 #include "routes/policy.h"
 #include "http/hub.h"
 #include "http/metrics.h"
+#include "http/pool.h"
 #include "http/watch.h"
 #include "sandbox/backend.h"
 #include "sandbox/fsops.h"
@@ -306,6 +307,26 @@ static int start_backend(struct server *s)
 	return rc;
 }
 
+/* The pool of file work (http/pool.h), sized from the configuration: by
+ * default two workers per core (file work mostly waits on the disk), at
+ * least 4, of which one tenant may hold all but a quarter. */
+static int start_pool(struct server *s)
+{
+	const struct sbx_config *cfg = s->cfg;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n = cfg->fs_threads > 0 ? (size_t)cfg->fs_threads : (size_t)(ncpu > 2 ? 2 * ncpu : 4);
+	size_t keep = n / 4 ? n / 4 : 1;
+	size_t per =
+	    cfg->fs_threads_per_tenant > 0 ? (size_t)cfg->fs_threads_per_tenant : (n > keep ? n - keep : 1);
+	struct http_pool_config pc = {.threads = n,
+				      .threads_per_tenant = per < n ? per : n,
+				      .queue_per_tenant = (size_t)cfg->fs_queue_per_tenant};
+	int rc = http_pool_new(&s->app.http.pool, &pc);
+	if (rc < 0)
+		fprintf(stderr, "sandboxd: cannot start the file-work pool: %s\n", sbx_strerror(rc));
+	return rc;
+}
+
 /* The routes' state: tenants, the disconnect watcher, the event hub, the
  * exec registry; then the workspaces' start checks and retention. */
 static int start_app(struct server *s)
@@ -330,6 +351,8 @@ static int start_app(struct server *s)
 		fprintf(stderr, "sandboxd: cannot start the disconnect watcher: %s\n", sbx_strerror(rc));
 		return rc;
 	}
+	if ((rc = start_pool(s)) < 0)
+		return rc;
 	http_hub_new(&a->hub, a->metrics, a->watch, (size_t)s->cfg->events_replay, cancel_job, s->runner);
 	route_exec_init(a);
 	if (prepare_workspaces(a) < 0)
@@ -349,7 +372,8 @@ static int start_http(struct server *s)
 	char health[256] = "", uids[512] = "";
 	sbx_backend_health(s->backend, health, sizeof health);
 	route_uids_describe(&s->app, uids, sizeof uids);
-	log_msg("info", "listening on %s (port %u, %s), data %s, backend %s: %s (backends offered: %s); uids: %s",
+	log_msg("info",
+		"listening on %s (port %u, %s), data %s, backend %s: %s (backends offered: %s); uids: %s",
 		s->cfg->listen, http_daemon_port(s->http), s->cfg->tls_cert ? "https" : "http",
 		s->cfg->data_dir, s->cfg->backend, health, s->cfg->backends, uids);
 	return 0;
@@ -399,6 +423,8 @@ static void shut_down(struct server *s)
 	/* Merged audit pages end within nodes-timeout-ms; their requests must
 	 * be resumed before the daemon stops. */
 	route_audit_nodes_drain();
+	/* File work: what waits is refused, what runs ends, all answered. */
+	http_pool_stop(s->app.http.pool);
 	usleep(50000);
 }
 
@@ -406,13 +432,16 @@ static void server_free(struct server *s)
 {
 	srv_retention_stop(&s->retention);
 	sbx_runner_stop(s->runner);
-	if (s->app_ready)
+	if (s->app_ready) {
 		route_exec_drain(&s->app);
+		http_pool_stop(s->app.http.pool);
+	}
 	route_audit_nodes_drain();
 	http_daemon_stop(&s->http);
 	sbx_runner_free(&s->runner);
 	if (s->app_ready) {
 		http_hub_free(&s->app.hub);
+		http_pool_free(&s->app.http.pool);
 		http_watch_free(&s->app.watch);
 		route_exec_fini(&s->app);
 		route_app_fini(&s->app);

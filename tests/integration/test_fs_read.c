@@ -279,7 +279,10 @@ static void test_readdir(void **state)
 	fs_get("readdir", ".", k, NULL, &r);
 	it_expect_status(&r, 200);
 	json_t *j = body_json(&r);
-	assert_int_equal(json_object_size(j), 1);
+	/* A directory within one page: the whole listing, sorted, and nothing more. */
+	assert_int_equal(json_object_size(j), 3);
+	assert_true(json_is_false(json_object_get(j, "more")));
+	assert_true(json_is_null(json_object_get(j, "next")));
 	json_t *e = json_object_get(j, "entries");
 	assert_int_equal(json_array_size(e), ns);
 	for (size_t i = 0; i < ns; i++)
