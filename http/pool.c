@@ -38,7 +38,7 @@ struct http_pool {
 	uint64_t wait_buckets[NWAIT + 1];
 	double wait_sum;
 	uint64_t wait_count;
-	atomic_uint_fast64_t refused, dropped;
+	atomic_uint_fast64_t refused, dropped, inline_done;
 };
 
 #define REQ_OF(it) ((struct http_req *)((char *)(it)-offsetof(struct http_req, pool_item)))
@@ -237,6 +237,11 @@ static void render_key(void *ctx, const char *key, size_t waiting, size_t runnin
 		    key, waiting, key, running);
 }
 
+void http_pool_count_inline(struct http_pool *p)
+{
+	atomic_fetch_add(&p->inline_done, 1);
+}
+
 void http_pool_render(struct http_pool *p, struct buf *out)
 {
 	pthread_mutex_lock(&p->mu);
@@ -269,6 +274,10 @@ void http_pool_render(struct http_pool *p, struct buf *out)
 	    "# HELP sandboxd_pool_refused_total File requests answered 429: their tenant's queue was full.\n"
 	    "# TYPE sandboxd_pool_refused_total counter\nsandboxd_pool_refused_total %llu\n"
 	    "# HELP sandboxd_pool_dropped_total File requests dropped unrun: the client left while queued.\n"
-	    "# TYPE sandboxd_pool_dropped_total counter\nsandboxd_pool_dropped_total %llu\n",
-	    (unsigned long long)atomic_load(&p->refused), (unsigned long long)atomic_load(&p->dropped));
+	    "# TYPE sandboxd_pool_dropped_total counter\nsandboxd_pool_dropped_total %llu\n"
+	    "# HELP sandboxd_pool_inline_total Read-only file requests answered on an event thread: "
+	    "everything they needed was in memory (no-wait mode).\n"
+	    "# TYPE sandboxd_pool_inline_total counter\nsandboxd_pool_inline_total %llu\n",
+	    (unsigned long long)atomic_load(&p->refused), (unsigned long long)atomic_load(&p->dropped),
+	    (unsigned long long)atomic_load(&p->inline_done));
 }

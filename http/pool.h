@@ -55,5 +55,8 @@ void http_pool_free(struct http_pool **p);
  * (429, 503) is answered through the same resume. */
 void http_pool_submit(struct http_pool *p, struct http_req *r);
 
+/* Event thread: an RF_NOWAIT request was answered without the pool. */
+void http_pool_count_inline(struct http_pool *p);
+
 /* Prometheus text: workers, per-tenant waiting and running jobs, waits. */
 void http_pool_render(struct http_pool *p, struct buf *out);

@@ -23,6 +23,8 @@ enum http_route_flags {
 	RF_PROBE = 1u << 8,	 /* health probe: counted in metrics, never audited */
 	RF_JSON_OPT = 1u << 9,	 /* like RF_JSON, but the body may be empty (r->json NULL) */
 	RF_POOL = 1u << 10,	 /* blocking work: the handler runs on the worker pool (http/pool.h) */
+	RF_NOWAIT = 1u << 11,	 /* RF_POOL, read-only: first tried on the event thread in no-wait
+				    mode (common/nowait.h), on the pool only when that would wait */
 };
 
 typedef int (*http_handler)(struct http_req *r);

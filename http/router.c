@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "auth/auth.h"
+#include "common/nowait.h"
 #include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
@@ -272,6 +273,25 @@ int http_body(struct http_req *r, const char *data, size_t len)
 	return 0;
 }
 
+/* An RF_NOWAIT route's handler, run here in no-wait mode: true when it
+ * finished (answered or failed for a reason of its own), false when a
+ * step would have waited for the disk; then nothing was answered, what
+ * the failed run left is cleared, and the route must run on the pool. */
+static bool run_nowait(struct http_req *r, int *rc)
+{
+	nowait_begin();
+	*rc = r->route->handler(r);
+	if (!nowait_end() || r->status) /* r->status: a reply was queued after all */
+		return true;
+	free(r->error_msg);
+	r->error_msg = NULL;
+	r->error_code = NULL;
+	json_decref(r->error_details);
+	r->error_details = NULL;
+	*rc = 0;
+	return false;
+}
+
 int http_run(struct http_req *r)
 {
 	if ((r->route->flags & RF_JSON) || ((r->route->flags & RF_JSON_OPT) && r->body.len)) {
@@ -287,6 +307,11 @@ int http_run(struct http_req *r)
 	}
 	r->ran = true;
 	if ((r->route->flags & RF_POOL) && r->env->pool) {
+		int rc = 0;
+		if ((r->route->flags & RF_NOWAIT) && run_nowait(r, &rc)) {
+			http_pool_count_inline(r->env->pool);
+			return rc;
+		}
 		http_pool_submit(r->env->pool, r); /* answered on resume */
 		return 0;
 	}

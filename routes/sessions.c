@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/nowait.h"
 #include "common/utf8.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
@@ -33,8 +34,15 @@ int route_session(struct http_req *r)
 		return 0;
 	char segment[64];
 	bool created = false;
-	int rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key,
-					     r->session_key_len, segment_fn, now_ms(), segment, &created);
+	int rc = 0;
+	if (!nowait_on())
+		rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key,
+						 r->session_key_len, segment_fn, now_ms(), segment, &created);
+	else if (!store_session_cached(r->app->store, r->tenant->name, r->session_key, r->session_key_len,
+				       now_ms(), segment)) {
+		nowait_blocked(); /* a lookup or a write in SQLite may wait */
+		rc = -EAGAIN;
+	}
 	if (rc < 0)
 		return http_fail(r, rc, "cannot record the session");
 	rc = sbx_session_dir_ensure(r->tenant->ws, segment);

@@ -389,8 +389,10 @@ void sbx_backend_free(struct sbx_backend **pb)
 		return;
 	b = *pb;
 	b->ops->fini(b);
+	/* The claiming backend (the one with the lock) cleans the root up; a
+	 * backend sharing it leaves it to that one. */
 	if (b->cgroup_lock >= 0)
-		close(b->cgroup_lock);
+		sbx_cgroup_release(b->cgroup_root, b->cgroup_lock);
 	free(b->cgroup_root);
 	free(b);
 	*pb = NULL;

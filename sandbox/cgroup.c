@@ -377,3 +377,18 @@ int sbx_cgroup_sweep(const char *root)
 	}
 	return removed;
 }
+
+void sbx_cgroup_release(const char *root, int lock_fd)
+{
+	char path[512];
+
+	if (name_ok(root)) {
+		sbx_cgroup_sweep(root);
+		for (size_t i = 0; i < 2; i++) {
+			snprintf(path, sizeof(path), CG_ROOT "/%s/%s", ctrls[i].hier, root);
+			rmdir_group(path);
+		}
+	}
+	if (lock_fd >= 0)
+		close(lock_fd);
+}

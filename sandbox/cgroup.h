@@ -44,3 +44,9 @@ int sbx_cgroup_claim(const char *root);
  * server and remove its groups, bottom up. Returns how many groups were
  * removed (>= 0). */
 int sbx_cgroup_sweep(const char *root);
+
+/* At a clean stop, after every command was reaped: remove what is left
+ * below <root> (the tenants' parent groups), <root> itself, and release
+ * the claim (lock_fd from sbx_cgroup_claim, closed). A stopped server
+ * leaves no groups behind. */
+void sbx_cgroup_release(const char *root, int lock_fd);

@@ -9,9 +9,11 @@
 #include <inttypes.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/nowait.h"
 #include "common/errors.h"
 #include "common/xmalloc.h"
 
@@ -173,6 +175,10 @@ int sbx_fs_stat(const struct sbx_workspace *ws, const char *rel, struct sbx_stat
 		/* Follow only if the whole resolution stays beneath the root;
 		 * otherwise (escaping, dangling, looping) describe the link. */
 		tfd = sbx_ws_openat(ws, rel, O_PATH, 0);
+		if (tfd == -EAGAIN && nowait_on()) { /* not "unfollowable": unknown yet */
+			r = -EAGAIN;
+			goto out;
+		}
 		if (tfd >= 0 && fstat(tfd, &tst) == 0) {
 			fill_stat(out, &tst);
 			out->followed = true;
@@ -595,6 +601,22 @@ out:
 	return r;
 }
 
+/* read(2), or in no-wait mode (common/nowait.h) only bytes the page cache
+ * holds: EAGAIN (or EOPNOTSUPP where the filesystem cannot say) marks the
+ * thread, and the caller's work is done again where waiting is allowed. */
+static ssize_t read_some(int fd, void *p, size_t n)
+{
+	if (!nowait_on())
+		return read(fd, p, n);
+	struct iovec iov = {.iov_base = p, .iov_len = n};
+	ssize_t got = preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+	if (got < 0 && (errno == EAGAIN || errno == EOPNOTSUPP)) {
+		nowait_blocked();
+		errno = EAGAIN;
+	}
+	return got;
+}
+
 int sbx_fs_read_all(const struct sbx_workspace *ws, const char *rel, size_t max, char **data, size_t *len,
 		    uint64_t *size)
 {
@@ -616,7 +638,7 @@ int sbx_fs_read_all(const struct sbx_workspace *ws, const char *rel, size_t max,
 	cap = (size_t)found + 1;
 	p = xmalloc(cap + 1);
 	for (;;) {
-		ssize_t n = read(fd, p + got, cap - got);
+		ssize_t n = read_some(fd, p + got, cap - got);
 
 		if (n < 0 && errno == EINTR)
 			continue;

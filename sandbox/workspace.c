@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/nowait.h"
 #include "common/errors.h"
 #include "common/xmalloc.h"
 
@@ -265,11 +266,20 @@ static int openat2_retry(int dirfd, const char *path, int flags, mode_t mode, ui
 	    .mode = (flags & (O_CREAT | __O_TMPFILE)) ? mode : 0,
 	    .resolve = resolve,
 	};
+	/* No-wait mode (common/nowait.h): only a lookup the dentry cache
+	 * answers; EAGAIN says it would have gone to the disk. */
+	bool nowait = nowait_on();
+	if (nowait)
+		how.resolve |= RESOLVE_CACHED;
 
 	for (int i = 0; i < OPENAT2_RETRIES; i++) {
 		long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
 		if (fd >= 0)
 			return (int)fd;
+		if (errno == EAGAIN && nowait) {
+			nowait_blocked();
+			return -EAGAIN;
+		}
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;
 	}
@@ -498,6 +508,10 @@ int sbx_session_dir_ensure(struct sbx_workspace *ws, const char *segment)
 	pthread_mutex_unlock(&ws->lock);
 	if (known)
 		return 0;
+	if (nowait_on()) { /* a mkdir may wait for the disk */
+		nowait_blocked();
+		return -EAGAIN;
+	}
 
 	/* Not under the lock: a slow disk must not stall other sessions. Two
 	 * racing creators are fine, mkdirs tolerates EEXIST. */

@@ -207,6 +207,12 @@ static int session_insert(struct store *s, const char *tenant, const char *key, 
 	return r;
 }
 
+bool store_session_cached(struct store *s, const char *tenant, const char *key, size_t key_len, int64_t now,
+			  char segment[64])
+{
+	return scache_get(s, tenant, key, key_len, now, segment) != 0;
+}
+
 int store_session_get_or_create(struct store *s, const char *tenant, const char *key, size_t key_len,
 				store_segment_fn seg, int64_t now, char segment[64], bool *created)
 {

@@ -96,6 +96,11 @@ struct store_session {
  * row is new. */
 int store_session_get_or_create(struct store *s, const char *tenant, const char *key, size_t key_len,
 				store_segment_fn seg, int64_t now, char segment[64], bool *created);
+/* The same answer from memory alone, for a caller that must not wait
+ * (common/nowait.h): true and segment filled when the session is known
+ * and needs no write now; false when only get_or_create can answer. */
+bool store_session_cached(struct store *s, const char *tenant, const char *key, size_t key_len, int64_t now,
+			  char segment[64]);
 /* The tenant's sessions, most recently used first. Free with store_sessions_free. */
 int store_session_list(struct store *s, const char *tenant, size_t limit, struct store_session **out,
 		       size_t *n);

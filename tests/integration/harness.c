@@ -92,11 +92,13 @@ char *it_token_sub(struct it_server *s, const char *tenant, const char *scope, c
 	free(who);
 	int st = 0;
 	char *out = it_cli(s, &st, args);
-	free(args);
 	if (!out || st != 0) {
+		fprintf(stderr, "harness: sandboxd %s exited %d: %s\n", args, st, out ? out : "(no output)");
+		free(args);
 		free(out);
 		return NULL;
 	}
+	free(args);
 	out[strcspn(out, "\n")] = '\0';
 	return out;
 }
@@ -231,6 +233,20 @@ int it_stop(struct it_server *s, int sig)
 	}
 	s->pid = 0;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void exit_failed(void)
+{
+	fprintf(stderr, "harness: a suite's teardown failed: exit 1\n");
+	_exit(1);
+}
+
+void it_fail_at_exit(void)
+{
+	static bool registered;
+	if (!registered)
+		atexit(exit_failed);
+	registered = true;
 }
 
 void it_cleanup(struct it_server *s)

@@ -60,6 +60,10 @@ int it_restart(struct it_server *s, const char *const *extra);
 
 /* Send sig and wait; returns the exit status (or 128+signal). */
 int it_stop(struct it_server *s, int sig);
+/* Make the process exit 1 whatever main returns: cmocka does not count a
+ * failed group teardown (a sanitizer report in a server's log found at
+ * the end), so the suite would pass. */
+void it_fail_at_exit(void);
 /* Remove the data directory. */
 void it_cleanup(struct it_server *s);
 /* Run `sandboxd <args> --data-dir DIR` and return its stdout (caller

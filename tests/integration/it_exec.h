@@ -302,6 +302,8 @@ static inline int it_finish(struct it_server *s)
 	free(log);
 	if (rc == 0)
 		it_cleanup(s);
+	else
+		it_fail_at_exit();
 	return rc;
 }
 

@@ -290,6 +290,50 @@ static void test_old_clients_get_first_page(void **state)
 	json_decref(j);
 }
 
+/* A read-only request whose path and bytes are in memory is answered on
+ * the event thread (no-wait mode, counted in sandboxd_pool_inline_total)
+ * without a worker's hand-off; one that would wait for the disk goes to
+ * the pool. Either way the answer is the file's. */
+static void read_hot(const char *what, const char *url, const char *want)
+{
+	struct it_resp r;
+	req(&srv, "GET", url, tok_a, "hot", NULL, &r);
+	if (r.status != 200)
+		fprintf(stderr, "%s: %ld %s\n", what, r.status, r.body);
+	it_expect_status(&r, 200);
+	assert_non_null(strstr(r.body, want));
+	it_resp_free(&r);
+}
+
+static void test_hot_reads_skip_the_pool(void **state)
+{
+	(void)state;
+	struct it_resp r;
+	req(&srv, "PUT", "/fs/write?path=hot.txt", tok_a, "hot", "hot bytes", &r);
+	it_expect_status(&r, 200);
+	it_resp_free(&r);
+	read_hot("warm-up", "/fs/read?path=hot.txt", "hot bytes");
+	read_hot("warm-up, absent", "/fs/exists?path=cold/none.txt", "false"); /* a negative dentry */
+	long in0 = metric(&srv, "sandboxd_pool_inline_total", NULL);
+	long q0 = metric(&srv, "sandboxd_pool_wait_seconds_count", NULL);
+	read_hot("read", "/fs/read?path=hot.txt", "hot bytes");
+	read_hot("stat", "/fs/stat?path=hot.txt", "\"size\":9");
+	read_hot("exists", "/fs/exists?path=hot.txt", "true");
+	read_hot("exists, absent", "/fs/exists?path=cold/none.txt", "false");
+	assert_int_equal(metric(&srv, "sandboxd_pool_inline_total", NULL) - in0, 4);
+	assert_int_equal(metric(&srv, "sandboxd_pool_wait_seconds_count", NULL) - q0, 0);
+	/* Caches dropped: the read may have to wait, and then takes the pool;
+	 * it is answered exactly once, by one path or the other. */
+	if (it_write_file("/proc/sys/vm/drop_caches", "3\n", 2) == 0) {
+		long in1 = metric(&srv, "sandboxd_pool_inline_total", NULL);
+		long q1 = metric(&srv, "sandboxd_pool_wait_seconds_count", NULL);
+		read_hot("read, cold", "/fs/read?path=hot.txt", "hot bytes");
+		long in2 = metric(&srv, "sandboxd_pool_inline_total", NULL);
+		long q2 = metric(&srv, "sandboxd_pool_wait_seconds_count", NULL);
+		assert_int_equal((in2 - in1) + (q2 - q1), 1);
+	}
+}
+
 static void bad_request(const char *url)
 {
 	struct it_resp r;
@@ -385,7 +429,9 @@ static void test_queue_bound(void **state)
 				continue;
 			}
 			struct it_resp r;
-			req(&s2, "GET", "/fs/exists?path=big", tok2_a, "fair", NULL, &r);
+			/* readdir always takes the pool (an exists of a cached path
+			 * is answered on the event thread: no queue to be refused by). */
+			req(&s2, "GET", "/fs/readdir?path=big&limit=1", tok2_a, "fair", NULL, &r);
 			if (r.status == 429) {
 				it_expect_error(&r, 429, "too_many_requests");
 				it_expect_header(&r, "Retry-After", "1");
@@ -459,6 +505,7 @@ int main(void)
 	    cmocka_unit_test(test_pages_300k),
 	    cmocka_unit_test(test_old_clients_get_first_page),
 	    cmocka_unit_test(test_bad_limits_and_cursors),
+	    cmocka_unit_test(test_hot_reads_skip_the_pool),
 	    cmocka_unit_test(test_noisy_neighbour),
 	    cmocka_unit_test(test_queue_bound),
 	    cmocka_unit_test(test_hangup_drops),

@@ -1,0 +1,28 @@
+#include "common/nowait.h"
+
+static _Thread_local bool on, blocked;
+
+void nowait_begin(void)
+{
+	on = true;
+	blocked = false;
+}
+
+bool nowait_end(void)
+{
+	bool b = blocked;
+	on = false;
+	blocked = false;
+	return b;
+}
+
+bool nowait_on(void)
+{
+	return on;
+}
+
+void nowait_blocked(void)
+{
+	if (on)
+		blocked = true;
+}
