@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <linux/loop.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -15,6 +16,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +47,17 @@ static bool find_tool(const char *name, char *out, size_t outsz)
 	return false;
 }
 
+/* Loop devices and mount(2) need CAP_SYS_ADMIN; root may run without it
+ * (systemd's CapabilityBoundingSet, a container). */
+static bool has_sys_admin(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct c[2];
+	if (syscall(SYS_capget, &h, c) < 0)
+		return false;
+	return (c[CAP_SYS_ADMIN / 32].effective >> (CAP_SYS_ADMIN % 32)) & 1;
+}
+
 static bool kernel_has_ext4(void)
 {
 	char line[128];
@@ -65,6 +78,8 @@ void sbx_diskimg_probe(struct sbx_diskimg **out)
 	const char *why = NULL;
 	if (geteuid() != 0)
 		why = "sandboxd does not run as root, so it cannot attach loop devices";
+	else if (!has_sys_admin())
+		why = "sandboxd lacks CAP_SYS_ADMIN (loop devices and mounts need it)";
 	else if (!kernel_has_ext4())
 		why = "the kernel has no ext4";
 	else if (!find_tool("mkfs.ext4", d->mkfs, sizeof d->mkfs) ||

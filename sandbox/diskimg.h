@@ -37,7 +37,8 @@
 
 struct sbx_diskimg;
 
-/* Whether images can be used here: the server is root, /dev/loop-control
+/* Whether images can be used here: the server is root with CAP_SYS_ADMIN,
+ * /dev/loop-control
  * gives a loop device, ext4 is known to the kernel, mkfs.ext4 is
  * installed. Always gives *out; sbx_diskimg_usable() and
  * sbx_diskimg_detail() say what was found. */

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sandbox/diskimg.h"
@@ -68,6 +71,34 @@ static void test_refusals_make_nothing(void **state)
 	assert_false(sbx_diskimg_usable(NULL));
 }
 
+/* Root without CAP_SYS_ADMIN (a systemd unit's bounding set, a
+ * container) cannot attach loop devices: the probe says so, and auto
+ * then does not choose images. */
+static void test_probe_needs_sys_admin(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+		struct __user_cap_data_struct none[2];
+		memset(none, 0, sizeof none);
+		if (syscall(SYS_capset, &h, none) != 0)
+			_exit(1);
+		struct sbx_diskimg *d = NULL;
+		sbx_diskimg_probe(&d);
+		bool said = !sbx_diskimg_usable(d) && strstr(sbx_diskimg_detail(d), "CAP_SYS_ADMIN");
+		sbx_diskimg_free(&d);
+		_exit(said ? 0 : 2);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* Loop devices: never more attached than exist. */
 static void test_loop_count(void **state)
 {
@@ -82,6 +113,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_plain_directory_is_not_an_image),
 	    cmocka_unit_test(test_refusals_make_nothing),
+	    cmocka_unit_test(test_probe_needs_sys_admin),
 	    cmocka_unit_test(test_loop_count),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
