@@ -43,15 +43,16 @@ log "disk quotas: ${MODE:-?}"
 note "disk quotas in force: ${MODE:-unknown} (disk-quota=auto); tenant budgets: memory $MEMB bytes, disk $QUOTA bytes"
 mktmp W
 
-# p99_of PHASE WHAT LOADGEN-LINE: its p99 in ms; when no request ended
-# within the run, the run's length (a lower bound), said in a NOTE.
+# p99_of VAR PHASE WHAT LOADGEN-LINE: its p99 in ms into VAR; when no
+# request ended within the run, the run's length (a lower bound), said in
+# a NOTE.
 p99_of() {
-	[ "$(kv err "$3")" = 0 ] || die "$1: B's $2 failed: $3"
-	if [ "$(kv ok "$3")" = 0 ]; then
-		note "during A's $1 no $2 of B ended within $(kv secs "$3") s: its p99 is given as that"
-		calc "$(kv secs "$3") * 1000"
+	[ "$(kv err "$4")" = 0 ] || die "$2: B's $3 failed: $4"
+	if [ "$(kv ok "$4")" = 0 ]; then
+		note "during A's $2 no $3 of B ended within $(kv secs "$4") s: its p99 is given as that"
+		printf -v "$1" %s "$(calc "$(kv secs "$4") * 1000")"
 	else
-		kv p99_ms "$3"
+		printf -v "$1" %s "$(kv p99_ms "$4")"
 	fi
 }
 
@@ -59,9 +60,9 @@ p99_of() {
 b_p99() {
 	local l
 	l=$("$LOADGEN" req -p "$SBX_PORT" -a "$TB" -u /exec -b "$EXEC_TRUE" -c 1 -d "$D" -w 3 || true)
-	log "$1: B exec true: $l"; BE=$(p99_of "$1" "exec" "$l")
+	log "$1: B exec true: $l"; p99_of BE "$1" "exec" "$l"
 	l=$("$LOADGEN" req -p "$SBX_PORT" -a "$TB" -m GET -u "/fs/read?path=/workspace/f4k.txt" -c 1 -d "$D" -w 3 || true)
-	log "$1: B 4 KiB read: $l"; BR=$(p99_of "$1" "4 KiB read" "$l")
+	log "$1: B 4 KiB read: $l"; p99_of BR "$1" "4 KiB read" "$l"
 }
 
 # a_load N JSON: N clients, each repeating POST /exec JSON as tenant A
