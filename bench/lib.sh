@@ -206,7 +206,10 @@ start_sandboxd() {
 		[ "$backend" = local ] && a+=(--allow-unsafe-local)
 		# A uid range (and cgroup root) of its own: a server already on
 		# this host with the default one (the demo) would refuse ours.
-		a+=(--set log-requests=false --set "uid-base=$((4000000 + ($$ % 10000) * 16))" "${sets[@]}")
+		# No disk image per tenant (disk-quota=auto on a root host with
+		# loop devices) unless a benchmark asks: loop devices are few.
+		a+=(--set log-requests=false --set "uid-base=$((4000000 + ($$ % 10000) * 16))"
+			--set disk-quota=none "${sets[@]}")
 		SBX_CMD="sandboxd ${a[*]}"
 		bg "$SANDBOXD" "${a[@]}" 2>"$SBX_DATA/stderr.log"
 		SBX_PID=$LASTPID

@@ -108,6 +108,7 @@ static const struct option_spec specs[] = {
     I("tenant-nproc-budget", tenant_nproc_budget, "512", 0, 1000000),
     I("tenant-disk-quota-bytes", tenant_disk_quota_bytes, "10737418240", 0, INT64_MAX),
     I("tenant-disk-quota-inodes", tenant_disk_quota_inodes, "1000000", 0, UINT32_MAX),
+    S("disk-quota", disk_quota, "auto"),
     I("store-reserve-bytes", store_reserve_bytes, "268435456", 0, INT64_MAX),
     I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX),
     I("nofile-limit", nofile_limit, "1024", 0, 1048576),

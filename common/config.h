@@ -43,7 +43,8 @@ struct sbx_config {
 	int64_t transfer_ttl_default_s, transfer_ttl_max_s;
 	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes, nofile_limit, tmp_size_bytes;
 	int64_t tenant_mem_budget_bytes, tenant_nproc_budget;	   /* all of a tenant's commands together */
-	int64_t tenant_disk_quota_bytes, tenant_disk_quota_inodes; /* project quota per tenant (0: none) */
+	int64_t tenant_disk_quota_bytes, tenant_disk_quota_inodes; /* disk quota per tenant (0: none) */
+	char *disk_quota;	     /* how it is enforced: "auto", "project", "image" or "none" */
 	int64_t store_reserve_bytes; /* free space kept for the store: tenant work refused below it */
 	int64_t events_replay;	     /* feed events kept per tenant for Last-Event-ID */
 	bool use_cgroups;

@@ -43,9 +43,10 @@ static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struc
 
 static int hook_tenant_admit(void *ctx, struct tenant *t, char *why, size_t whysz)
 {
-	(void)ctx;
-	if (!t || !t->unserved[0])
+	if (!t)
 		return 0;
+	if (!t->unserved[0])
+		return route_storage_admit(ctx, t, why, whysz);
 	snprintf(why, whysz, "this server cannot serve tenant %s: %s", t->name, t->unserved);
 	return -SBX_E_BACKEND;
 }
@@ -208,6 +209,7 @@ static int open_workspace(struct app *a, struct tenant *t)
 	if (mkdir(tdir, 0711) == 0 || errno == EEXIST)
 		chmod(tdir, 0711);
 	free(tdir);
+	t->quota_rc = route_storage_attach_image(a, t);
 	char *dir = xasprintf("%s/tenants/%s/workspace", a->cfg->data_dir, t->name);
 	struct sbx_owner owner = {.uid = t->uid, .gid = t->gid, .chown = a->drop_privs};
 	int rc = sbx_workspace_open(&t->ws, dir, &owner);
@@ -239,7 +241,7 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	unserved_why(a, st.slot, t->unserved, sizeof t->unserved);
 	if (!t->unserved[0] && (rc = open_workspace(a, t)) < 0)
 		goto fail;
-	if (!t->unserved[0])
+	if (!t->unserved[0] && t->quota_rc == 0)
 		t->quota_rc = route_storage_apply_quota(a, t);
 	t->loaded_at_ms = now_ms();
 	store_tenant_clear(&st);
@@ -273,12 +275,14 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 	struct tenant *fresh = NULL;
 	int rc = load(a, name, &fresh);
 
+	bool removed = false;
 	pthread_mutex_lock(&a->tenants_lock);
 	/* Replace (or drop) the cached entry; in-flight holders keep theirs. */
 	for (size_t i = 0; i < a->ntenants; i++) {
 		struct tenant *t = a->tenants[i];
 		if (strcmp(t->name, name) != 0)
 			continue;
+		removed = rc == -ENOENT;
 		if (t->refs == 0)
 			tenant_free(t);
 		else
@@ -302,6 +306,8 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 		*out = fresh;
 	}
 	pthread_mutex_unlock(&a->tenants_lock);
+	if (removed) /* a name from the store, not from a request */
+		route_storage_forget(a, name);
 	return rc;
 }
 

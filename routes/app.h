@@ -23,6 +23,10 @@ struct route_execs;
 struct http_audit_gate;
 struct sbx_quota;
 struct sbx_uids;
+struct sbx_diskimg;
+
+/* How tenants' disk use is bounded (disk-quota, chosen at start). */
+enum disk_mode { DISK_NONE, DISK_PROJECT, DISK_IMAGE };
 
 /* A tenant as the routes use it: its key, its workspace and its limits.
  * Reference-counted: a request holds one reference for its lifetime, so
@@ -39,6 +43,7 @@ struct tenant {
 	struct tenant_load *load; /* shared by every cached generation of this tenant */
 	int quota_rc;		  /* its disk quota could not be applied: -errno (routes/storage.c) */
 	char unserved[192];	  /* why the uid mode cannot serve it ("": served; then ws is NULL) */
+	char quota_why[256];	  /* why quota_rc (image mode) */
 };
 
 /* Work a tenant has running now; lives as long as the app, so that a
@@ -69,6 +74,8 @@ struct app {
 	struct sbx_quota *quota;	    /* project quotas of the workspaces' filesystem (server/) */
 	char *store_dir;		    /* the directory of db-path: its free space is the store's */
 	const struct sbx_uids *uids;	    /* how tenants get uids (sandbox/uids.h); NULL: as root */
+	struct sbx_diskimg *diskimg;	    /* filesystem images per tenant (server/) */
+	enum disk_mode disk_mode;
 	int64_t started_at_ms;
 	volatile bool stopping;
 

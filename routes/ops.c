@@ -13,6 +13,7 @@
 #include "http/pool.h"
 #include "http/route.h"
 #include "sandbox/backend.h"
+#include "sandbox/diskimg.h"
 #include "sandbox/quota.h"
 #include "sandbox/runner.h"
 #include "sandbox/uids.h"
@@ -31,18 +32,30 @@ int route_healthz(struct http_req *r)
  * refused: unready). */
 static bool readyz_disk(struct app *a, json_t *body)
 {
-	bool enforced = sbx_quota_enforced(a->quota);
-	char *quota = enforced
-			  ? xasprintf("%s; per tenant %lld bytes and %lld inodes (project id = tenant uid)",
-				      sbx_quota_detail(a->quota), (long long)a->cfg->tenant_disk_quota_bytes,
-				      (long long)a->cfg->tenant_disk_quota_inodes)
-			  : xasprintf("%s; enforced instead: fsize-limit-bytes per file a command "
-				      "writes, max-upload-bytes per upload, and the store reserve",
-				      sbx_quota_detail(a->quota));
-	json_object_set_new(
-	    body, "disk_quota",
-	    json_pack("{s:s, s:s}", "status", enforced ? "enforced" : "unavailable", "detail", quota));
+	static const char *const modes[] = {"none", "project", "image"};
+	bool enforced = a->disk_mode != DISK_NONE;
+	char *quota =
+	    a->disk_mode == DISK_PROJECT
+		? xasprintf("%s; per tenant %lld bytes and %lld inodes (project id = tenant uid)",
+			    sbx_quota_detail(a->quota), (long long)a->cfg->tenant_disk_quota_bytes,
+			    (long long)a->cfg->tenant_disk_quota_inodes)
+	    : enforced ? xasprintf("%s; per tenant %lld bytes and %lld inodes",
+				   sbx_diskimg_detail(a->diskimg), (long long)a->cfg->tenant_disk_quota_bytes,
+				   (long long)a->cfg->tenant_disk_quota_inodes)
+		       : xasprintf("%s; %s; enforced instead: fsize-limit-bytes per file a "
+				   "command writes, max-upload-bytes per upload, and the store reserve",
+				   sbx_quota_detail(a->quota), sbx_diskimg_detail(a->diskimg));
+	json_t *dq = json_pack("{s:s, s:s, s:s}", "status", enforced ? "enforced" : "unavailable", "mode",
+			       modes[a->disk_mode], "detail", quota);
 	free(quota);
+	if (a->disk_mode == DISK_IMAGE) {
+		int used = 0, total = 0, max = 0;
+		sbx_diskimg_loops(&used, &total, &max);
+		json_object_set_new(
+		    dq, "loop_devices",
+		    json_pack("{s:i, s:i, s:i}", "attached", used, "total", total, "max_loop", max));
+	}
+	json_object_set_new(body, "disk_quota", dq);
 	uint64_t avail = 0, total = 0;
 	bool low = route_storage_low(a, &avail, &total);
 	char *detail =
@@ -193,18 +206,24 @@ static void tenant_usage(struct app *a, struct buf *out)
 	store_tenants_free(v, n);
 }
 
-/* Each tenant's disk use against its quota (project quotas only). */
+/* Each tenant's disk use against its quota (project quotas: the
+ * project's charge; images: statfs of the tenant's mounted image). */
 static void tenant_disk(struct app *a, struct buf *out)
 {
 	struct store_tenant *v = NULL;
 	size_t n = 0;
-	if (!sbx_quota_enforced(a->quota) || store_tenant_list(a->store, &v, &n) < 0)
+	if (a->disk_mode == DISK_NONE || store_tenant_list(a->store, &v, &n) < 0)
 		return;
 	buf_appendf(out, "# HELP sandboxd_tenant_disk_bytes Bytes charged to a tenant's disk quota.\n"
 			 "# TYPE sandboxd_tenant_disk_bytes gauge\n");
 	for (size_t i = 0; i < n; i++) {
 		struct sbx_quota_usage u;
-		if (sbx_quota_usage(a->quota, (uint32_t)(a->cfg->uid_base + v[i].slot), &u) == 0)
+		char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, v[i].name);
+		int rc = a->disk_mode == DISK_IMAGE
+			     ? sbx_diskimg_usage(tdir, &u)
+			     : sbx_quota_usage(a->quota, (uint32_t)(a->cfg->uid_base + v[i].slot), &u);
+		free(tdir);
+		if (rc == 0)
 			buf_appendf(out, "sandboxd_tenant_disk_bytes{tenant=\"%s\"} %llu\n", v[i].name,
 				    (unsigned long long)u.bytes);
 	}

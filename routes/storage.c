@@ -6,21 +6,73 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "common/xmalloc.h"
 #include "http/req.h"
 #include "routes/app.h"
+#include "sandbox/diskimg.h"
 #include "sandbox/quota.h"
 #include "sandbox/workspace.h"
 
 /* Below this much free space an ENOSPC is the filesystem's, not a quota's. */
 #define FS_FULL_BYTES (1u << 20)
 
+int route_storage_attach_image(struct app *a, struct tenant *t)
+{
+	if (a->disk_mode != DISK_IMAGE)
+		return 0;
+	const struct sbx_quota_limits lim = {.bytes = (uint64_t)a->cfg->tenant_disk_quota_bytes,
+					     .inodes = (uint64_t)a->cfg->tenant_disk_quota_inodes};
+	char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, t->name);
+	int rc =
+	    sbx_diskimg_attach(a->diskimg, tdir, t->uid, t->gid, &lim, t->quota_why, sizeof t->quota_why);
+	free(tdir);
+	if (rc < 0)
+		log_msg("error", "cannot attach the disk image of tenant %s: %s (%s); it is not served",
+			t->name, t->quota_why, sbx_strerror(rc));
+	else if (t->quota_why[0])
+		log_msg("warn", "tenant %s: %s", t->name, t->quota_why);
+	return rc;
+}
+
+void route_storage_forget(struct app *a, const char *name)
+{
+	if (a->disk_mode != DISK_IMAGE)
+		return;
+	char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, name);
+	if (sbx_diskimg_detach(tdir) > 0)
+		log_msg("info", "tenant %s was removed: its disk image is unmounted", name);
+	free(tdir);
+}
+
+int route_storage_admit(const struct app *a, const struct tenant *t, char *why, size_t whysz)
+{
+	if (a->disk_mode != DISK_IMAGE || t->quota_rc >= 0)
+		return 0;
+	snprintf(why, whysz, "the disk of this tenant cannot be attached: %s", t->quota_why);
+	return -SBX_E_BACKEND;
+}
+
+/* The tenant's use and limits, by the mode in force. */
+static int tenant_usage(struct app *a, const struct tenant *t, struct sbx_quota_usage *u)
+{
+	if (a->disk_mode == DISK_IMAGE) {
+		char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, t->name);
+		int rc = sbx_diskimg_usage(tdir, u);
+		free(tdir);
+		return rc;
+	}
+	return sbx_quota_usage(a->quota, (uint32_t)t->uid, u);
+}
+
 int route_storage_apply_quota(struct app *a, struct tenant *t)
 {
-	if (!sbx_quota_enforced(a->quota))
+	if (a->disk_mode != DISK_PROJECT)
 		return 0;
 	const struct sbx_quota_limits lim = {.bytes = (uint64_t)a->cfg->tenant_disk_quota_bytes,
 					     .inodes = (uint64_t)a->cfg->tenant_disk_quota_inodes};
@@ -62,16 +114,17 @@ int route_storage_guard(struct http_req *r)
 			 avail, a->cfg->store_reserve_bytes);
 }
 
-/* Whether the tenant's project quota, not a full filesystem, refused
- * the write: EDQUOT is only ever a quota's; XFS says ENOSPC for a project
- * quota, so there an ENOSPC with space left on the filesystem is too. */
+/* Whether the tenant's quota, not a full filesystem, refused the write:
+ * EDQUOT is only ever a quota's; XFS says ENOSPC for a project quota, so
+ * there an ENOSPC with space left on the filesystem is too. In image mode
+ * the tenant's filesystem is its quota. */
 static bool quota_refused(struct http_req *r, int rc, struct sbx_quota_usage *u)
 {
 	struct sbx_disk_space ds = {0, 0};
 	const char *dir = sbx_workspace_host_dir(r->tenant->ws);
-	if (sbx_quota_usage(r->app->quota, (uint32_t)r->tenant->uid, u) < 0)
+	if (r->app->disk_mode == DISK_NONE || tenant_usage(r->app, r->tenant, u) < 0)
 		return false;
-	if (rc == -EDQUOT)
+	if (rc == -EDQUOT || r->app->disk_mode == DISK_IMAGE)
 		return true;
 	return sbx_disk_space(dir, &ds) == 0 && ds.avail_bytes > FS_FULL_BYTES;
 }

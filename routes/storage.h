@@ -4,11 +4,25 @@
  * filesystem that new tenant work may not take, so audit and exec rows
  * can always be written. Thread-safe; every function is a few syscalls. */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct app;
 struct tenant;
 struct http_req;
+
+/* Image mode: make sure the tenant's workspace is the mount of its disk
+ * image (sandbox/diskimg.h), before the workspace is opened. 0 in other
+ * modes; -errno (logged, the reason in t->quota_why) when it cannot be
+ * attached: route_storage_admit then refuses every request of the
+ * tenant, as its workspace directory is not its disk. */
+int route_storage_attach_image(struct app *a, struct tenant *t);
+/* A tenant removed from the store (a name that was cached): its disk
+ * image is unmounted (lazily: requests still holding it finish). */
+void route_storage_forget(struct app *a, const char *name);
+/* For http_hooks.tenant_admit: -SBX_E_BACKEND (503) with the cause in
+ * why for a tenant whose disk image is not attached, else 0. */
+int route_storage_admit(const struct app *a, const struct tenant *t, char *why, size_t whysz);
 
 /* Put the tenant's workspace under its project quota: project id = the
  * tenant's uid, limits from tenant-disk-quota-bytes and -inodes (one call

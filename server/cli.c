@@ -19,6 +19,7 @@
 #include "routes/audit_nodes.h"
 #include "routes/peers.h"
 #include "routes/policy.h"
+#include "sandbox/diskimg.h"
 #include "server/datadir.h"
 #include "store/store.h"
 
@@ -267,6 +268,21 @@ static int tenant_show(struct store *s, struct sbx_config *cfg, const char *name
 	return print_json(view);
 }
 
+/* A removed tenant's disk image (disk-quota=image) is unmounted now,
+ * which frees its loop device once nothing uses it; the image file is
+ * left with the rest of its directory. A running server notices the
+ * removal within seconds and would do the same. */
+static void detach_image(const struct sbx_config *cfg, const char *name)
+{
+	char *tdir = xasprintf("%s/tenants/%s", cfg->data_dir, name);
+	int rc = sbx_diskimg_detach(tdir);
+	if (rc > 0)
+		printf("its disk image %s/disk.img is unmounted (its loop device is released)\n", tdir);
+	else if (rc < 0)
+		fprintf(stderr, "sandboxd: cannot unmount %s/workspace: %s\n", tdir, sbx_strerror(rc));
+	free(tdir);
+}
+
 int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 {
 	if (a->nwords < 1) {
@@ -313,6 +329,7 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 		} else {
 			printf("tenant %s removed (its workspace directory is left on disk: %s/tenants/%s)\n",
 			       a->words[1], cfg->data_dir, a->words[1]);
+			detach_image(cfg, a->words[1]);
 			status = 0;
 		}
 	} else {

@@ -27,6 +27,7 @@
 #include "http/pool.h"
 #include "http/watch.h"
 #include "sandbox/backend.h"
+#include "sandbox/diskimg.h"
 #include "sandbox/fsops.h"
 #include "sandbox/quota.h"
 #include "sandbox/runner.h"
@@ -59,7 +60,7 @@ static void warn_overcommit(struct app *a, size_t ntenants)
 	uint64_t q = (uint64_t)a->cfg->tenant_disk_quota_bytes,
 		 reserve = (uint64_t)a->cfg->store_reserve_bytes;
 	char *dir = xasprintf("%s/tenants", a->cfg->data_dir);
-	if (sbx_quota_enforced(a->quota) && sbx_disk_space(dir, &ds) == 0 &&
+	if (a->disk_mode != DISK_NONE && sbx_disk_space(dir, &ds) == 0 &&
 	    (q == 0 || (double)q * (double)ntenants > (double)ds.total_bytes - (double)reserve))
 		log_msg(
 		    "warn",
@@ -134,6 +135,8 @@ struct server {
 	struct srv_retention *retention;
 	struct sbx_quota *quota;
 	struct sbx_uids uids;
+	struct sbx_diskimg *diskimg;
+	enum disk_mode disk_mode;
 	struct app app;
 	bool app_ready;
 };
@@ -194,25 +197,52 @@ static int install_signals(void)
 	return 0;
 }
 
-/* Whether the workspaces' filesystem enforces project quotas: said
- * plainly either way, with what stands in for them. */
-static void probe_quota(struct server *s)
+/* disk-quota: project quotas where the workspaces' filesystem enforces
+ * them, else (auto) a filesystem image per tenant where loop devices
+ * work, else none; an explicit mode that cannot work stops the start.
+ * Said plainly either way, with what stands in for them. */
+static int choose_disk_mode(struct server *s)
 {
+	const char *want = s->cfg->disk_quota;
+	bool is_auto = strcmp(want, "auto") == 0, bytes = s->cfg->tenant_disk_quota_bytes > 0;
+	if (!is_auto && strcmp(want, "project") != 0 && strcmp(want, "image") != 0 &&
+	    strcmp(want, "none") != 0) {
+		fprintf(stderr, "sandboxd: disk-quota must be auto, project, image or none\n");
+		return -EINVAL;
+	}
 	char *tenants = xasprintf("%s/tenants", s->cfg->data_dir);
 	int rc = sbx_quota_probe(&s->quota, tenants);
 	if (rc < 0)
 		log_msg("warn", "disk quotas: cannot look at %s: %s", tenants, sbx_strerror(rc));
-	else if (sbx_quota_enforced(s->quota))
+	free(tenants);
+	if (strcmp(want, "none") != 0 && strcmp(want, "project") != 0)
+		sbx_diskimg_probe(&s->diskimg);
+	enum disk_mode m = DISK_NONE;
+	if ((is_auto || strcmp(want, "project") == 0) && sbx_quota_enforced(s->quota))
+		m = DISK_PROJECT;
+	else if ((is_auto || strcmp(want, "image") == 0) && sbx_diskimg_usable(s->diskimg) && bytes)
+		m = DISK_IMAGE;
+	if (m == DISK_NONE && !is_auto && strcmp(want, "none") != 0) {
+		fprintf(stderr, "sandboxd: disk-quota=%s cannot work here: %s\n", want,
+			strcmp(want, "project") == 0 ? sbx_quota_detail(s->quota)
+			: bytes			     ? sbx_diskimg_detail(s->diskimg)
+						     : "tenant-disk-quota-bytes is 0");
+		return -ENOTSUP;
+	}
+	s->disk_mode = m;
+	if (m != DISK_NONE)
 		log_msg("info", "disk quotas: %s; each tenant %lld bytes and %lld inodes",
-			sbx_quota_detail(s->quota), (long long)s->cfg->tenant_disk_quota_bytes,
+			m == DISK_PROJECT ? sbx_quota_detail(s->quota) : sbx_diskimg_detail(s->diskimg),
+			(long long)s->cfg->tenant_disk_quota_bytes,
 			(long long)s->cfg->tenant_disk_quota_inodes);
 	else
 		log_msg("warn",
-			"disk quotas: %s. Enforced instead: fsize-limit-bytes per file a command writes, "
-			"max-upload-bytes per upload, and new tenant work refused below store-reserve-bytes "
-			"(%lld) free for the store",
-			sbx_quota_detail(s->quota), (long long)s->cfg->store_reserve_bytes);
-	free(tenants);
+			"disk quotas: unavailable (disk-quota=%s; project quotas %s; %s). Enforced instead: "
+			"fsize-limit-bytes per file a command writes, max-upload-bytes per upload, and new "
+			"tenant work refused below store-reserve-bytes (%lld) free for the store",
+			want, sbx_quota_detail(s->quota), sbx_diskimg_detail(s->diskimg),
+			(long long)s->cfg->store_reserve_bytes);
+	return 0;
 }
 
 static int open_store(struct server *s)
@@ -225,7 +255,8 @@ static int open_store(struct server *s)
 		fprintf(stderr, "sandboxd: %s: %s\n", s->cfg->db_path, *err ? err : sbx_strerror(rc));
 		return rc;
 	}
-	probe_quota(s);
+	if ((rc = choose_disk_mode(s)) < 0)
+		return rc;
 	int lost = 0, failed = 0;
 	store_recover(s->store, &lost, &failed);
 	if (lost || failed)
@@ -345,6 +376,8 @@ static int start_app(struct server *s)
 		fprintf(stderr, "sandboxd: %s\n", err);
 		return -EPERM;
 	}
+	a->diskimg = s->diskimg;
+	a->disk_mode = s->disk_mode;
 	int rc = http_watch_new(&a->watch);
 	if (rc < 0) {
 		/* Without it no suspended request notices its client leaving. */
@@ -450,6 +483,10 @@ static void server_free(struct server *s)
 		sbx_backend_free(&s->backends[i]);
 	s->backend = NULL;
 	store_close(&s->store);
+	/* After every request and command: the mounts go now (a command of
+	 * a cancelled exec still running keeps its image until it ends). */
+	sbx_diskimg_detach_all(s->diskimg);
+	sbx_diskimg_free(&s->diskimg);
 	sbx_quota_free(&s->quota);
 }
 

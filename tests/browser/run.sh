@@ -40,6 +40,7 @@ port=$(node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1"
 # RLIMIT_NPROC counts per uid, so a fork bomb there would starve us here.
 uid_base=$((1800000 + ($$ % 100000) * 16))
 "$bin" serve --data-dir "$dir" --listen "127.0.0.1:$port" --set heartbeat_ms=500 --set "uid-base=$uid_base" \
+  --set disk-quota=none \
   >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 200); do

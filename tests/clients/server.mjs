@@ -58,7 +58,7 @@ export class Sandboxd {
     this.url = `http://127.0.0.1:${this.port}`;
     const log = openSync(join(this.dir, 'server.log'), 'a');
     this.proc = spawn(bin, ['serve', '--data-dir', this.dir, '--listen', `127.0.0.1:${this.port}`,
-      '--backend', 'bwrap', '--set', `uid-base=${this.uidBase}`, ...this.extra],
+      '--backend', 'bwrap', '--set', `uid-base=${this.uidBase}`, '--set', 'disk-quota=none', ...this.extra],
     { stdio: ['ignore', log, log] });
     closeSync(log);
     const proc = this.proc;

@@ -24,7 +24,7 @@ trap 'kill -KILL "$ns_pid" 2>/dev/null || true; wait "$ns_pid" 2>/dev/null || tr
 "$bin" tenant add acme --data-dir "$dir/data" >/dev/null
 port=$(( 20000 + RANDOM % 20000 ))
 unshare --pid --fork --kill-child "${cmd[@]}" serve --data-dir "$dir/data" --listen "127.0.0.1:$port" \
-  --set "uid-base=$(( 300000 + ($$ % 1000) * 16 ))" >"$dir/log" 2>&1 &
+  --set "uid-base=$(( 300000 + ($$ % 1000) * 16 ))" --set disk-quota=none >"$dir/log" 2>&1 &
 ns_pid=$!
 for _ in $(seq 1 300); do
   curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break

@@ -132,10 +132,18 @@ static int spawn(struct it_server *s, const char *const *extra)
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
 	const char *argv[64] = {it_bin(), "serve", "--data-dir", s->dir, "--listen", listen};
 	int n = 6;
-	bool has_base = false;
-	for (int i = 0; extra && extra[i] && n < 60; i++) {
+	bool has_base = false, has_disk = false;
+	for (int i = 0; extra && extra[i] && n < 58; i++) {
 		argv[n++] = extra[i];
 		has_base = has_base || strncmp(extra[i], "uid-base=", 9) == 0;
+		has_disk = has_disk || strncmp(extra[i], "disk-quota=", 11) == 0;
+	}
+	/* A root test server with loop devices would otherwise give every
+	 * tenant a disk image (disk-quota=auto): the host has few loop
+	 * devices, and the suites run side by side. Tests of disk quotas ask. */
+	if (!has_disk) {
+		argv[n++] = "--set";
+		argv[n++] = "disk-quota=none";
 	}
 	/* Every server gets a uid range (and so a cgroup root) of its own:
 	 * two servers on one host must not share one (the second refuses to

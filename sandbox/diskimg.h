@@ -1,0 +1,73 @@
+#pragma once
+/* Disk budgets per tenant where the kernel has no project quotas: each
+ * tenant's workspace directory is the mount point of an ext4 filesystem
+ * image of its own, <data>/tenants/<name>/disk.img, a sparse file on the
+ * data directory's filesystem sized by the tenant's disk quota. The
+ * filesystem's size is the quota: it binds every writer, root included
+ * (no blocks are reserved for root), and everything kept for the tenant
+ * (workspace, spill, temp and upload files) lives inside the workspace.
+ * No HTTP here.
+ *
+ * Made with mkfs.ext4 (e2fsprogs, exec'd: `-m 0`, `-N` from the inode
+ * quota, at most one per 4 KiB of image; `-E root_owner=uid:gid`); attached through the kernel:
+ * LOOP_CTL_GET_FREE on /dev/loop-control, LOOP_CONFIGURE with
+ * LO_FLAGS_AUTOCLEAR (the loop device frees itself when its last mount
+ * goes), then mount(2) with nodev,nosuid,discard (freed blocks go back
+ * to the data directory's filesystem). The server's mount namespace is
+ * the host's, so a mount outlives a crash: the next start finds it (the
+ * workspace's device is a loop device whose backing file is the image)
+ * and reuses it rather than stacking a second one.
+ *
+ * Size changes are made offline, while the image is not mounted (at
+ * start, after a graceful shutdown unmounted it): e2fsck -fp, then
+ * resize2fs (growing: the file first; shrinking: the filesystem first,
+ * refused by resize2fs when the data does not fit, the image then keeps
+ * its size). Online growth would need CAP_SYS_RESOURCE, which the server
+ * drops at start. The inode count is fixed by mkfs and scales with the
+ * size on resize.
+ *
+ * Threading: every function is thread-safe (one lock around attaching and
+ * detaching). Errors: negative errno, with a reason in `why`. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandbox/quota.h"
+
+struct sbx_diskimg;
+
+/* Whether images can be used here: the server is root with CAP_SYS_ADMIN,
+ * /dev/loop-control
+ * gives a loop device, ext4 is known to the kernel, mkfs.ext4 is
+ * installed. Always gives *out; sbx_diskimg_usable() and
+ * sbx_diskimg_detail() say what was found. */
+void sbx_diskimg_probe(struct sbx_diskimg **out);
+void sbx_diskimg_free(struct sbx_diskimg **d);
+bool sbx_diskimg_usable(const struct sbx_diskimg *d);
+const char *sbx_diskimg_detail(const struct sbx_diskimg *d);
+
+/* Make sure tdir/workspace is the mount point of tdir/disk.img: made
+ * (owned by uid:gid) if missing, resized to lim if not mounted and its
+ * size differs, mounted if not already. Refuses (-ENOTEMPTY) a workspace
+ * directory that holds files but has no image (files from before image
+ * mode: README says how to move them in); -EBUSY when something else is
+ * mounted there; -ENOSPC when no loop device is free. 0 or -errno, with
+ * the reason in why. */
+int sbx_diskimg_attach(struct sbx_diskimg *d, const char *tdir, uid_t uid, gid_t gid,
+		       const struct sbx_quota_limits *lim, char *why, size_t whysz);
+
+/* Unmount tdir/workspace if it is this image's mount (MNT_DETACH: a
+ * command still using it keeps it until it ends; autoclear then frees
+ * the loop device). 0 when nothing was mounted; 1 when unmounted. */
+int sbx_diskimg_detach(const char *tdir);
+/* Detach every image this process attached (shutdown). */
+void sbx_diskimg_detach_all(struct sbx_diskimg *d);
+
+/* Use and size of tdir's image (statfs of its mounted filesystem);
+ * -ENOENT when it is not mounted. */
+int sbx_diskimg_usage(const char *tdir, struct sbx_quota_usage *out);
+
+/* Loop devices on the host: *attached of *total have a backing file now;
+ * *max is the loop module's max_loop (0: created on demand). */
+void sbx_diskimg_loops(int *attached, int *total, int *max);
