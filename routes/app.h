@@ -69,6 +69,7 @@ struct app {
 	struct sbx_quota *quota;	    /* project quotas of the workspaces' filesystem (server/) */
 	char *store_dir;		    /* the directory of db-path: its free space is the store's */
 	const struct sbx_uids *uids;	    /* how tenants get uids (sandbox/uids.h); NULL: as root */
+	char *images_dir;		    /* <data-dir>/images: root images (routes/images.c) */
 	int64_t started_at_ms;
 	volatile bool stopping;
 
