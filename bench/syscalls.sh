@@ -4,6 +4,7 @@
 #   bench/syscalls.sh p5   # 2,000 GET /fs/read of a 4 KiB file, c1 and c64
 #   bench/syscalls.sh p8   # one exec printing 200 MB on stdout
 #   bench/syscalls.sh p7   # one 64 MiB PUT /fs/write_stream
+#   bench/syscalls.sh p1   # 100 local execs of true: the server's own syscalls
 #   bench/syscalls.sh p2   # 100 bwrap execs of true: the server's own syscalls
 #   bench/syscalls.sh p5 --set connection-memory-bytes=32768   # server options
 # strace slows the server; only the counts mean anything, not the times.
@@ -58,17 +59,19 @@ p8)
 	echo "== exec of 200 MB (3052 x 64 KiB) stdout: syscall calls per-64KiB-block"
 	per "$W/p8" 3052
 	;;
-p2)
+p1 | p2)
 	# Server threads only (each tid attached, children not followed):
-	# what the server itself does per bwrap exec, bwrap excluded.
-	start_sandboxd --backend bwrap ${SETS[@]+"${SETS[@]}"}
+	# what the server itself does per exec, the command excluded (p1:
+	# local backend, p2: bwrap).
+	if [ "$WHAT" = p1 ]; then BK=local; else BK=bwrap; fi
+	start_sandboxd --backend $BK ${SETS[@]+"${SETS[@]}"}
 	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 5 >/dev/null
 	tids=(); for t in /proc/"$SBX_PID"/task/*; do tids+=(-p "${t##*/}"); done
 	strace -c -w -q -o "$W/p2" "${tids[@]}" &
 	st=$!; sleep 1
 	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 100
 	sleep 0.5; kill -INT "$st"; wait "$st" 2>/dev/null || true
-	echo "== 100 POST /exec true, bwrap backend, c1: server-thread syscall calls per exec (strace -w: wall time in each)"
+	echo "== 100 POST /exec true, $BK backend, c1: server-thread syscall calls per exec (strace -w: wall time in each)"
 	head -22 "$W/p2"
 	per "$W/p2" 100
 	;;

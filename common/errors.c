@@ -21,6 +21,7 @@ static const char *const project_text[] = {
     [SBX_E_RESERVE - SBX_E_BASE] = "the disk is nearly full (the store's reserve)",
     [SBX_E_LANGUAGE - SBX_E_BASE] = "language not available",
     [SBX_E_REJECTED - SBX_E_BASE] = "rejected",
+    [SBX_E_NO_IMAGE - SBX_E_BASE] = "no such image",
 };
 
 const char *sbx_strerror(int rc)

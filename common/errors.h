@@ -23,6 +23,7 @@ enum sbx_error {
 	SBX_E_RESERVE,	      /* 507 insufficient_storage: the store's reserve would be used */
 	SBX_E_LANGUAGE,	      /* 422 unsupported_language */
 	SBX_E_REJECTED,	      /* 403 rejected: a person (or the approval timeout) said no */
+	SBX_E_NO_IMAGE,	      /* 422 unknown_image: an exec names a root image that does not exist */
 };
 
 /* What a negative return means, for logs and messages: strerror for an

@@ -44,6 +44,7 @@ static const struct {
     {ERANGE, {416, "range_not_satisfiable", NULL}},
     {SBX_E_NOT_TEXT, {422, "not_text", "read bytes with GET /fs/read_buffer"}},
     {SBX_E_LANGUAGE, {422, "unsupported_language", "GET /readyz lists the languages this server runs"}},
+    {SBX_E_NO_IMAGE, {422, "unknown_image", "name one of error.details.available, or none for the default"}},
     {SBX_E_TOO_MANY, {429, "too_many_requests", "retry after the interval in Retry-After"}},
     {ENOSYS,
      {503, "backend_unavailable", "the kernel lacks openat2 (Linux 5.6+); the operator must fix the host"}},

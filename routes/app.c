@@ -111,6 +111,7 @@ int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, c
 	a->cfg = cfg;
 	a->store = store;
 	a->drop_privs = geteuid() == 0;
+	a->images_dir = xasprintf("%s/images", cfg->data_dir);
 	a->store_dir = xstrdup(cfg->db_path);
 	char *slash = strrchr(a->store_dir, '/');
 	if (slash)
@@ -161,6 +162,7 @@ void route_app_fini(struct app *a)
 	http_metrics_free(&a->metrics);
 	http_audit_gate_free(&a->audit_gate);
 	free(a->store_dir);
+	free(a->images_dir);
 	pthread_mutex_destroy(&a->tenants_lock);
 }
 

@@ -76,6 +76,7 @@ struct app {
 	const struct sbx_uids *uids;	    /* how tenants get uids (sandbox/uids.h); NULL: as root */
 	struct sbx_diskimg *diskimg;	    /* filesystem images per tenant (server/) */
 	enum disk_mode disk_mode;
+	char *images_dir; /* <data-dir>/images: root images (routes/images.c) */
 	int64_t started_at_ms;
 	volatile bool stopping;
 

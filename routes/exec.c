@@ -26,8 +26,10 @@
 #include "routes/exec_registry.h"
 #include "routes/fs.h"
 #include "routes/policy.h"
+#include "routes/images.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
+#include "sandbox/rootimg.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -104,8 +106,8 @@ static void sha256_hex(const char *p, size_t n, char out[65])
 
 /* A POST /exec as parsed and checked. */
 struct exec_request {
-	const char *command, *cwd, *stdin_data, *id;
-	size_t command_len, cwd_len, stdin_len, id_len;
+	const char *command, *cwd, *stdin_data, *id, *image;
+	size_t command_len, cwd_len, stdin_len, id_len, image_len;
 	json_t *env;
 	int64_t timeout_s, idle_timeout_s, max_output;
 	bool stream, network, wait, timeout_given, output_given;
@@ -122,6 +124,8 @@ struct exec_request {
 	char cwd_wire[SBX_PATH_MAX + 16];
 	char hash[65];
 	char idbuf[72];
+	struct sbx_rootimg_ref *img; /* the root image it runs on (routes/images.h) */
+	char img_name[64];
 };
 
 static void request_clear(struct exec_request *q)
@@ -131,6 +135,7 @@ static void request_clear(struct exec_request *q)
 	json_decref(q->env_sorted);
 	route_policy_clear(&q->policy);
 	free(q->policy_text);
+	sbx_rootimg_close(&q->img);
 }
 
 /* Parse: the body's fields. */
@@ -149,12 +154,15 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 	    ROUTE_EXEC_EXTRA_FIELDS(q->x),
 	    {"network", F_BOOL, false, &q->network, NULL, 0, 0, NULL},
 	    {"wait", F_BOOL, false, &q->wait, NULL, 0, 0, NULL},
+	    {"image", F_STRING, false, &q->image, &q->image_len, 0, 0, NULL},
 	};
 	int rc = http_fields_read(r, r->json, f, sizeof f / sizeof f[0]);
 	if (rc < 0)
 		return rc;
 	if (q->command_len == 0 || memchr(q->command, '\0', q->command_len))
 		return http_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
+	if (q->image && (q->image_len > 63 || strlen(q->image) != q->image_len))
+		return http_fail(r, -EINVAL, "image must match [a-z0-9][a-z0-9._-]{0,62} (or be none)");
 	if (q->id && !id_ok(q->id, q->id_len))
 		return http_fail(r, -EINVAL, "id must match [A-Za-z0-9_-]{1,64}");
 	if ((rc = route_exec_extras_check(r, &q->x, q->stream)) < 0)
@@ -274,6 +282,8 @@ static void request_hash(struct http_req *r, struct exec_request *q)
 	route_exec_extras_hash(&q->x, canon);
 	if (q->network)
 		json_object_set_new(canon, "network", json_true());
+	if (q->image) /* absent from the key without it: older ids keep theirs */
+		json_object_set_new(canon, "image", json_string(q->image));
 	char *ctext = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(canon);
 	sha256_hex(ctext, strlen(ctext), q->hash);
@@ -359,7 +369,13 @@ static int start(struct http_req *r, struct exec_request *q)
 	    .approval_timeout_ms = a->cfg->approval_timeout_s * 1000,
 	};
 	rc = route_exec_extras_apply(r, &q->x, &run, &o);
-	return rc < 0 ? rc : route_execs_start(r, &row, &run, &o);
+	if (rc < 0)
+		return rc;
+	run.rootimg = q->img;
+	run.spawn.rootfs = q->img ? sbx_rootimg_rootfs(q->img) : NULL;
+	rc = route_execs_start(r, &row, &run, &o);
+	q->img = run.rootimg; /* NULL once the runner took it */
+	return rc;
 }
 
 /* Parse, check, start; the reply comes at the exit (or from the earlier
@@ -370,6 +386,8 @@ int route_exec_post(struct http_req *r)
 	int rc = parse_request(r, &q);
 	if (rc == 0)
 		rc = check_cwd(r, &q);
+	if (rc == 0)
+		rc = route_image_select(r, q.image, &q.policy, q.backend, &q.img, q.img_name);
 	if (rc == 0) {
 		http_set_target(r, q.command);
 		request_hash(r, &q);

@@ -24,6 +24,7 @@
 #include "common/utf8.h"
 #include "routes/code.h"
 #include "sandbox/changes.h"
+#include "sandbox/rootimg.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -38,8 +39,8 @@ struct waiter {
 /* A command waiting for approval: what to run once approved (copies). */
 struct pending {
 	struct sbx_exec_req run; /* its pointers lead into the copies below */
-	char *command, *cwd_rel, *net_allow;
-	char **env;
+	char *command, *cwd_rel, *net_allow, *rootfs;
+	char **env; /* run.rootimg: the root image, held (owned) until submitted */
 	void *stdin_data;
 	int64_t deadline_ms; /* monotonic: rejected when undecided by then */
 	bool deciding;	     /* under registry lock: approved, rejected or cancelled */
@@ -117,6 +118,8 @@ static void pending_free(struct pending *p)
 	free(p->command);
 	free(p->cwd_rel);
 	free(p->net_allow);
+	free(p->rootfs);
+	sbx_rootimg_close(&p->run.rootimg);
 	for (char **v = p->env; v && *v; v++)
 		free(*v);
 	free(p->env);
@@ -805,8 +808,9 @@ static void first_answer_locked(struct http_req *r, struct exec_job *j, const st
 
 /* ---- approval ---- */
 
-/* Copy what run points at, for a start after the request is gone. */
-static struct pending *pending_new(const struct sbx_exec_req *run, int64_t timeout_ms)
+/* Copy what run points at, for a start after the request is gone; takes
+ * run->rootimg. */
+static struct pending *pending_new(struct sbx_exec_req *run, int64_t timeout_ms)
 {
 	struct pending *p = xcalloc(1, sizeof *p);
 	size_t n = 0;
@@ -814,6 +818,8 @@ static struct pending *pending_new(const struct sbx_exec_req *run, int64_t timeo
 	p->command = xstrdup(run->spawn.command);
 	p->cwd_rel = xstrdup(run->spawn.cwd_rel ? run->spawn.cwd_rel : "");
 	p->net_allow = run->spawn.net_allow ? xstrdup(run->spawn.net_allow) : NULL;
+	p->rootfs = run->spawn.rootfs ? xstrdup(run->spawn.rootfs) : NULL;
+	run->rootimg = NULL; /* the pending start's now */
 	while (run->spawn.env && run->spawn.env[n])
 		n++;
 	p->env = xcalloc(n + 1, sizeof *p->env);
@@ -826,6 +832,7 @@ static struct pending *pending_new(const struct sbx_exec_req *run, int64_t timeo
 	p->run.spawn.command = p->command;
 	p->run.spawn.cwd_rel = p->cwd_rel;
 	p->run.spawn.net_allow = p->net_allow;
+	p->run.spawn.rootfs = p->rootfs;
 	p->run.spawn.env = (const char *const *)p->env;
 	p->run.stdin_data = p->stdin_data;
 	p->deadline_ms = mono_ms() + timeout_ms;
@@ -909,6 +916,7 @@ static int start_approved(struct exec_job *j, const char *by)
 	http_hub_channel_set_start(a->hub, j->chan, "started_at", time_json(at));
 	pthread_mutex_lock(&e->mu);
 	rc = sbx_runner_submit(a->runner, &j->pend->run, on_event, j, &j->handle);
+	j->pend->run.rootimg = NULL; /* the runner's now, whatever it answered */
 	if (rc == 0)
 		http_metrics_exec_started(a->metrics);
 	bool hung_up = j->hung_up;
@@ -937,7 +945,7 @@ static int reply_parked(struct http_req *r, const struct store_exec *row)
  * announce it on the feed, and let r wait, follow it, or (not waiting, or
  * background) be answered 202. */
 static int park_locked(struct http_req *r, struct exec_job *j, const struct store_exec *row,
-		       const struct sbx_exec_req *run, const struct route_exec_opts *o)
+		       struct sbx_exec_req *run, const struct route_exec_opts *o)
 {
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
@@ -997,6 +1005,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	if (!o->background)
 		first_answer_locked(r, j, row, o);
 	rc = sbx_runner_submit(a->runner, run, on_event, j, &j->handle);
+	run->rootimg = NULL; /* the runner's now, whatever it answered */
 	if (rc == 0) {
 		http_metrics_exec_started(a->metrics);
 		if (o->background)

@@ -7,6 +7,7 @@
 #include "common/xmalloc.h"
 #include "routes/app.h"
 #include "routes/policy.h"
+#include "routes/images.h"
 #include "routes/storage.h"
 #include "routes/code.h"
 #include "http/metrics.h"
@@ -142,6 +143,8 @@ int route_readyz(struct http_req *r)
 	ready = readyz_disk(a, body) && ready;
 	ready = readyz_uids(a, body) && ready;
 	json_object_set_new(body, "backends", backends_json(a, &ready));
+	/* An unusable image fails only the commands that use it. */
+	json_object_set_new(body, "images", route_images_health(a));
 	if (!ready)
 		json_object_set_new(body, "status", json_string("unavailable"));
 	if (a->stopping)

@@ -13,13 +13,14 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "sandbox/rootimg.h"
 #include "store/store.h"
 
 #define PATTERNS_MAX 64
 #define PATTERN_MAX 1024
 #define NETWORK_MAX 4096
 
-enum key_kind { PK_INT, PK_BACKEND, PK_NETWORK, PK_APPROVAL };
+enum key_kind { PK_INT, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES };
 
 static const struct policy_key {
 	const char *name;
@@ -39,6 +40,8 @@ static const struct policy_key {
     {"max_transfers", PK_INT, offsetof(struct route_policy, max_transfers), 1, 100000},
     {"network", PK_NETWORK, 0, 0, 0},
     {"approval", PK_APPROVAL, 0, 0, 0},
+    {"image", PK_IMAGE, 0, 0, 0},
+    {"images", PK_IMAGES, 0, 0, 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -221,6 +224,49 @@ static int set_approval(struct route_policy *p, const json_t *v, char *err, size
 	return 0;
 }
 
+/* One image name, or (list) names separated by commas. */
+static bool names_ok(const char *s, bool list)
+{
+	if (!*s || strlen(s) > 1024)
+		return false;
+	for (const char *q = s;;) {
+		size_t n = strcspn(q, ",");
+		char one[SBX_ROOTIMG_NAME_MAX + 2];
+		if (n >= sizeof one - 1)
+			return false;
+		memcpy(one, q, n);
+		one[n] = '\0';
+		if (!sbx_rootimg_name_ok(one))
+			return false;
+		if (!q[n])
+			return true;
+		if (!list)
+			return false;
+		q += n + 1;
+	}
+}
+
+/* image: a name or "none"; images: names or "none". An image need not
+ * exist yet: its commands answer 503 until it does. */
+static int set_image(struct route_policy *p, const struct policy_key *k, const char *s, char *err,
+		     size_t errsz)
+{
+	bool list = k->kind == PK_IMAGES, none = s && strcmp(s, "none") == 0;
+	if (!s || (!none && !names_ok(s, list))) {
+		snprintf(err, errsz, "%s: %s, or \"none\"", k->name,
+			 list ? "image names separated by commas"
+			      : "an image name ([a-z0-9][a-z0-9._-]{0,62})");
+		return -EINVAL;
+	}
+	if (!list) {
+		snprintf(p->image, sizeof p->image, "%s", none ? "" : s);
+	} else {
+		free(p->images);
+		p->images = none ? NULL : xstrdup(s);
+	}
+	return 0;
+}
+
 static int set_value(struct route_policy *p, const struct policy_key *k, const json_t *v, char *err,
 		     size_t errsz)
 {
@@ -255,6 +301,9 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 		return 0;
 	case PK_APPROVAL:
 		return set_approval(p, v, err, errsz);
+	case PK_IMAGE:
+	case PK_IMAGES:
+		return set_image(p, k, s, err, errsz);
 	}
 	return -EINVAL;
 }
@@ -314,6 +363,7 @@ void route_policy_clear(struct route_policy *p)
 	if (!p)
 		return;
 	free(p->network);
+	free(p->images);
 	patterns_free(p);
 	memset(p, 0, sizeof *p);
 }
@@ -327,6 +377,10 @@ static json_t *value_json(const struct route_policy *p, const struct policy_key 
 		return json_string(p->backend);
 	case PK_NETWORK:
 		return json_string(p->network ? p->network : "none");
+	case PK_IMAGE:
+		return json_string(p->image[0] ? p->image : "none");
+	case PK_IMAGES:
+		return json_string(p->images ? p->images : "none");
 	case PK_APPROVAL:
 		if (p->approval != ROUTE_APPROVAL_PATTERNS)
 			return json_string(p->approval == ROUTE_APPROVAL_NEVER ? "never" : "always");

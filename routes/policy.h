@@ -19,6 +19,10 @@
  *   network                   "none", or an egress allowlist (sandbox/backend.h's grammar)
  *   approval                  "never", "always", or an array of fnmatch(3) patterns matched
  *                             against the whole command string (no FNM_PATHNAME: * matches /)
+ *   image                     the root image its commands run on (sandbox/rootimg.h), or
+ *                             "none" (the host's /usr; the default, no configuration key)
+ *   images                    the other images an exec's `image` may name: comma-separated
+ *                             names, or "none" (the default)
  *
  * Threads: the functions keep no state; a struct route_policy belongs to
  * its caller. Errors: 0 or a negative errno; -EINVAL with a message in
@@ -39,7 +43,9 @@ struct route_policy {
 	int64_t timeout_max_s, max_output_bytes_cap;
 	int64_t tenant_mem_budget_bytes, tenant_nproc_budget;
 	int64_t max_execs, max_transfers;
-	char *network; /* owned; NULL: no network */
+	char *network;	/* owned; NULL: no network */
+	char image[64]; /* "": the host's /usr */
+	char *images;	/* owned; NULL: none (comma-separated names) */
 	enum route_approval approval;
 	char **patterns; /* owned, with ROUTE_APPROVAL_PATTERNS */
 	size_t npatterns;

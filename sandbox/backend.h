@@ -30,6 +30,11 @@ struct sbx_spawn_req {
 	 * HOST:PORT or HOST:LO-HI, HOST a DNS name, an IPv4 address or CIDR, or
 	 * an IPv6 address or CIDR in brackets; no port: every port. */
 	const char *net_allow;
+	/* NULL: the host's /usr; else the host path of a root image's root
+	 * filesystem (sandbox/rootimg.h, held open by the caller until the
+	 * command ends), whose /usr, /bin... and /etc pieces are bound instead.
+	 * bwrap only; the local backend refuses it (-EINVAL). */
+	const char *rootfs;
 	uid_t uid; /* drop to uid:gid before exec when drop_privs */
 	gid_t gid;
 	bool drop_privs;

@@ -39,19 +39,25 @@ struct bwrap {
 	struct sbx_strv head; /* the fixed front of every command line */
 };
 
-/* The merged-/usr layout of the host: /bin -> usr/bin becomes a symlink
- * in the sandbox, a real directory a read-only bind. */
-static void add_root_dirs(struct sbx_strv *sv)
+/* The system of the sandbox: root's /usr read-only, and its merged-/usr
+ * layout (/bin -> usr/bin becomes a symlink in the sandbox, a real
+ * directory a read-only bind). root is "" for the host, else a root
+ * image's rootfs: there only real directories are bound (lstat), never a
+ * symlink, which bwrap would follow on the host. */
+static void add_system(struct sbx_strv *sv, const char *root)
 {
 	static const char *const dirs[] = {"bin", "sbin", "lib", "lib64", "lib32", "libx32"};
-	char path[32], target[PATH_MAX];
+	char path[PATH_MAX], target[PATH_MAX];
 	struct stat st;
 	size_t i;
 
+	sbx_strv_add(sv, "--ro-bind");
+	sbx_strv_addf(sv, "%s/usr", root);
+	sbx_strv_add(sv, "/usr");
 	for (i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
 		ssize_t n;
 
-		snprintf(path, sizeof(path), "/%s", dirs[i]);
+		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
 		if (lstat(path, &st) < 0)
 			continue;
 		if (S_ISLNK(st.st_mode)) {
@@ -64,35 +70,25 @@ static void add_root_dirs(struct sbx_strv *sv)
 				continue;
 			sbx_strv_add(sv, "--symlink");
 			sbx_strv_add(sv, target);
-			sbx_strv_add(sv, path);
+			sbx_strv_addf(sv, "/%s", dirs[i]);
 		} else if (S_ISDIR(st.st_mode)) {
 			sbx_strv_add(sv, "--ro-bind");
 			sbx_strv_add(sv, path);
-			sbx_strv_add(sv, path);
+			sbx_strv_addf(sv, "/%s", dirs[i]);
 		}
 	}
 }
 
-static void build_head(struct bwrap *bw)
-{
-	static const char *const fixed[] = {
-	    "--unshare-all",
-	    "--unshare-user",
-	    "--disable-userns",
-	    "--die-with-parent",
-	    "--new-session",
-	    "--cap-drop",
-	    "ALL",
-	    "--clearenv",
-	    "--ro-bind",
-	    "/usr",
-	    "/usr",
-	};
-	size_t i;
+static const char *const head_fixed[] = {
+    "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop",
+    "ALL",	     "--clearenv",
+};
 
-	for (i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		sbx_strv_add(&bw->head, fixed[i]);
-	add_root_dirs(&bw->head);
+static void build_head(struct sbx_strv *sv, const char *root)
+{
+	for (size_t i = 0; i < sizeof(head_fixed) / sizeof(head_fixed[0]); i++)
+		sbx_strv_add(sv, head_fixed[i]);
+	add_system(sv, root);
 }
 
 /* Run argv (bwrap_path) with stdout captured into out (at most outsz-1
@@ -197,7 +193,7 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 	rc = sbx_seccomp_build(&bw->bpf, &bw->bpf_len);
 	if (rc < 0)
 		goto fail;
-	build_head(bw);
+	build_head(&bw->head, "");
 	probe(bw);
 	b->priv = bw;
 	return 0;
@@ -262,11 +258,28 @@ static int keep_data(struct sbx_launch *l, const char *name, const void *data, s
 	return sbx_launch_keep(l, fd);
 }
 
+/* /etc/<name> of root bound read-only where it exists; of an image only
+ * when it is of the type expected (a symlink would be followed on the
+ * host). */
+static void add_etc_bind(struct sbx_strv *args, const char *root, const char *name, mode_t type)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/etc/%s", root, name);
+	if (root[0] && (lstat(path, &st) < 0 || (st.st_mode & S_IFMT) != type))
+		return;
+	sbx_strv_add(args, "--ro-bind-try");
+	sbx_strv_add(args, path);
+	sbx_strv_addf(args, "/etc/%s", name);
+}
+
 /* The minimal /etc, written by bwrap into the sandbox's own root (then
  * read-only) from memfds: nothing is bound from a host path, so no host
  * path shows in the sandbox's mount table. ld.so.cache and alternatives
- * are the host's, bound read-only where they exist. */
-static int add_etc(struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid)
+ * are the system's (the host's or the image's), bound read-only where
+ * they exist. */
+static int add_etc(struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid, const char *root)
 {
 	char passwd[256], group[128];
 	const struct {
@@ -299,12 +312,8 @@ static int add_etc(struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t
 		sbx_strv_addf(args, "%d", fd);
 		sbx_strv_addf(args, "/etc/%s", files[i].name);
 	}
-	sbx_strv_add(args, "--ro-bind-try");
-	sbx_strv_add(args, "/etc/ld.so.cache");
-	sbx_strv_add(args, "/etc/ld.so.cache");
-	sbx_strv_add(args, "--ro-bind-try");
-	sbx_strv_add(args, "/etc/alternatives");
-	sbx_strv_add(args, "/etc/alternatives");
+	add_etc_bind(args, root, "ld.so.cache", S_IFREG);
+	add_etc_bind(args, root, "alternatives", S_IFDIR);
 	return 0;
 }
 
@@ -387,11 +396,14 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 		rc = fd;
 		goto out;
 	}
-	for (i = 0; i < bw->head.n; i++)
-		sbx_strv_add(&args, bw->head.v[i]);
+	if (req->rootfs)
+		build_head(&args, req->rootfs);
+	else
+		for (i = 0; i < bw->head.n; i++)
+			sbx_strv_add(&args, bw->head.v[i]);
 	sbx_strv_add(&args, "--seccomp");
 	sbx_strv_addf(&args, "%d", fd);
-	rc = add_etc(l, &args, uid, gid);
+	rc = add_etc(l, &args, uid, gid, req->rootfs ? req->rootfs : "");
 	if (rc < 0)
 		goto out;
 	add_mounts(&args, req, rel);

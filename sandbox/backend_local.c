@@ -38,6 +38,8 @@ static int local_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req,
 	size_t i;
 	int rc;
 
+	if (req->rootfs)
+		return -EINVAL; /* a root image needs bwrap's mount namespace */
 	rc = sbx_cwd_check(req->workspace_host_dir, rel);
 	if (rc < 0)
 		return rc;

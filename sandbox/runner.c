@@ -20,6 +20,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
+#include "sandbox/rootimg.h"
 #include "sandbox/workspace.h"
 
 /* One read takes up to a quarter of an enlarged pipe (performance.md P8:
@@ -66,7 +67,7 @@ struct job {
 
 	/* the deep copy of the request */
 	struct sbx_exec_req req;
-	char *command, *cwd_rel, *host_dir, *exec_id, *net_allow;
+	char *command, *cwd_rel, *host_dir, *exec_id, *net_allow, *rootfs;
 	char **env;
 	sbx_event_cb cb;
 	void *ctx;
@@ -144,6 +145,8 @@ static void job_free(struct job *j)
 	free(j->command);
 	free(j->cwd_rel);
 	free(j->host_dir);
+	free(j->rootfs);
+	sbx_rootimg_close(&j->req.rootimg);
 	free(j->exec_id);
 	free(j->net_allow);
 	if (j->env) {
@@ -169,6 +172,7 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 	j->host_dir = host ? xstrdup(host) : NULL;
 	j->exec_id = req->id ? xstrdup(req->id) : NULL;
 	j->net_allow = req->spawn.net_allow ? xstrdup(req->spawn.net_allow) : NULL;
+	j->rootfs = req->spawn.rootfs ? xstrdup(req->spawn.rootfs) : NULL;
 	if (req->spawn.env) {
 		while (req->spawn.env[n])
 			n++;
@@ -189,6 +193,7 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 	j->req.spawn.command = j->command;
 	j->req.spawn.cwd_rel = j->cwd_rel;
 	j->req.spawn.workspace_host_dir = j->host_dir;
+	j->req.spawn.rootfs = j->rootfs;
 	j->req.spawn.env = (const char *const *)j->env;
 	j->req.id = j->exec_id;
 	j->req.spawn.net_allow = j->net_allow;
@@ -1000,8 +1005,11 @@ int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_
 {
 	struct job *j;
 
-	if (!r || !req || !cb || !req->backend || !req->spawn.command)
+	if (!r || !req || !cb || !req->backend || !req->spawn.command) {
+		struct sbx_rootimg_ref *img = req ? req->rootimg : NULL;
+		sbx_rootimg_close(&img);
 		return -EINVAL;
+	}
 	j = job_copy(req);
 	j->cb = cb;
 	j->ctx = ctx;

@@ -10,6 +10,7 @@
 #include "sandbox/backend.h"
 
 struct sbx_workspace;
+struct sbx_rootimg_ref;
 struct sbx_runner;
 
 struct sbx_exec_req {
@@ -35,6 +36,10 @@ struct sbx_exec_req {
 	uint64_t spill_cap;	 /* per stream spill file cap */
 	uint64_t heartbeat_ms;	 /* 0: no heartbeats */
 	bool want_output_events; /* deliver SBX_EV_OUTPUT chunks */
+	/* The root image spawn.rootfs is of (sandbox/rootimg.h), or NULL:
+	 * sbx_runner_submit takes it whatever it returns, and closes it when
+	 * the command has ended (the image cannot be removed meanwhile). */
+	struct sbx_rootimg_ref *rootimg;
 };
 
 struct sbx_exec_result {

@@ -35,6 +35,11 @@ static int open_store(struct sbx_config *cfg, bool migrate, struct store **s)
 	return rc;
 }
 
+int cli_open_store(struct sbx_config *cfg, bool migrate, struct store **s)
+{
+	return open_store(cfg, migrate, s);
+}
+
 static bool tenant_name_ok(const char *n)
 {
 	size_t len = strlen(n);

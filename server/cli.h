@@ -13,10 +13,18 @@ struct cli_args {
 	long long ttl, limit;
 	bool operator_tenant;
 	bool all_nodes; /* audit: every node of `nodes` */
+	/* image build/import */
+	const char *packages, *variant, *oci, *rootfs;
 };
+
+struct store;
+/* The store of cfg (the data directory prepared first); says why on stderr. */
+int cli_open_store(struct sbx_config *cfg, bool migrate, struct store **s);
 
 int cli_serve(struct sbx_config *cfg, const struct cli_args *a);
 int cli_tenant(struct sbx_config *cfg, const struct cli_args *a);
 int cli_token(struct sbx_config *cfg, const struct cli_args *a);
 int cli_migrate(struct sbx_config *cfg, const struct cli_args *a);
 int cli_audit(struct sbx_config *cfg, const struct cli_args *a);
+/* image build|import|list|rm (server/images_cli.c) */
+int cli_image(struct sbx_config *cfg, const struct cli_args *a);

@@ -19,6 +19,9 @@ static const char usage[] =
     "  sandboxd tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n"
     "  sandboxd tenant list | remove NAME\n"
     "  sandboxd tenant set NAME KEY=VALUE ... | show NAME\n"
+    "  sandboxd image build NAME [--packages P1,P2] [--variant essential|apt|...]\n"
+    "  sandboxd image import NAME --oci DIR | --rootfs FILE.tar[.gz]\n"
+    "  sandboxd image list [--format table|json] | rm NAME\n"
     "  sandboxd token --tenant NAME [--scope \"...\"] [--sub WHO] [--ttl SECONDS]\n"
     "  sandboxd migrate [--data-dir DIR]\n"
     "  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
@@ -34,7 +37,7 @@ static const struct {
 	int (*fn)(struct sbx_config *, const struct cli_args *);
 } commands[] = {
     {"serve", cli_serve},     {"tenant", cli_tenant}, {"token", cli_token},
-    {"migrate", cli_migrate}, {"audit", cli_audit},
+    {"migrate", cli_migrate}, {"audit", cli_audit},   {"image", cli_image},
 };
 
 enum {
@@ -65,6 +68,10 @@ enum {
 	O_VERSION,
 	O_ALL_NODES,
 	O_TOKEN_FILE,
+	O_PACKAGES,
+	O_VARIANT,
+	O_OCI,
+	O_ROOTFS,
 };
 
 static const struct option options[] = {
@@ -93,6 +100,10 @@ static const struct option options[] = {
     {"all-nodes", no_argument, NULL, O_ALL_NODES},
     {"token-file", required_argument, NULL, O_TOKEN_FILE},
     {"sub", required_argument, NULL, O_SUB},
+    {"packages", required_argument, NULL, O_PACKAGES},
+    {"variant", required_argument, NULL, O_VARIANT},
+    {"oci", required_argument, NULL, O_OCI},
+    {"rootfs", required_argument, NULL, O_ROOTFS},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -115,6 +126,20 @@ static int parse_ll(const char *opt, const char *v, long long *out)
 		return -1;
 	}
 	*out = x;
+	return 0;
+}
+
+/* The image options (server/images_cli.c): 0 taken, 1 not one of them. */
+static int image_option(int c, struct cli_args *a)
+{
+	const char **slot = c == O_PACKAGES  ? &a->packages
+			    : c == O_VARIANT ? &a->variant
+			    : c == O_OCI     ? &a->oci
+			    : c == O_ROOTFS  ? &a->rootfs
+					     : NULL;
+	if (!slot)
+		return 1;
+	*slot = optarg;
 	return 0;
 }
 
@@ -173,7 +198,7 @@ static int arg_option(int c, struct cli_args *a)
 		a->sub = optarg;
 		return 0;
 	default:
-		return 1;
+		return image_option(c, a);
 	}
 }
 

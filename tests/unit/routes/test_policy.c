@@ -62,7 +62,9 @@ static void test_defaults_follow_the_configuration(void **state)
 	json_t *j = route_policy_json(&p);
 	assert_string_equal(json_string_value(json_object_get(j, "network")), "none");
 	assert_string_equal(json_string_value(json_object_get(j, "approval")), "never");
-	assert_int_equal(json_object_size(j), 12);
+	assert_string_equal(json_string_value(json_object_get(j, "image")), "none");
+	assert_string_equal(json_string_value(json_object_get(j, "images")), "none");
+	assert_int_equal(json_object_size(j), 14);
 	json_decref(j);
 	route_policy_clear(&p);
 }

@@ -1,0 +1,147 @@
+/* sandbox/rootimg: names, and what makes an image usable or not, on a
+ * hand-made image directory (building and importing for real, and running
+ * commands on an image: tests/integration/test_images.c). Ownership is
+ * checked only as root. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sandbox/rootimg.h"
+#include "unit.h"
+
+static char dir[64];
+static char path[256];
+
+static const char *at(const char *rel)
+{
+	snprintf(path, sizeof path, "%s/img/%s", dir, rel);
+	return path;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (unit_tmpdir(dir, sizeof dir, "rootimg") < 0)
+		return -1;
+	chmod(dir, 0755);
+	/* a merged-/usr image whose /bin/sh is an absolute link, as Debian's */
+	const char *dirs[] = {"", "rootfs", "rootfs/usr", "rootfs/usr/bin"};
+	for (size_t i = 0; i < 4; i++)
+		if (mkdir(at(dirs[i]), 0755) < 0 && errno != EEXIST)
+			return -1;
+	FILE *f = fopen(at("rootfs/usr/bin/dash"), "w");
+	if (!f)
+		return -1;
+	fclose(f);
+	if (symlink("usr/bin", at("rootfs/bin")) < 0 || symlink("/bin/dash", at("rootfs/usr/bin/sh")) < 0)
+		return -1;
+	f = fopen(at("manifest.json"), "w");
+	if (!f)
+		return -1;
+	fputs("{\"name\": \"img\", \"packages\": []}\n", f);
+	fclose(f);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return unit_rm_rf(dir);
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_true(sbx_rootimg_name_ok("py3.11-numpy_1"));
+	assert_false(sbx_rootimg_name_ok(""));
+	assert_false(sbx_rootimg_name_ok("none")); /* the host's /usr */
+	assert_false(sbx_rootimg_name_ok(".tmp-x"));
+	assert_false(sbx_rootimg_name_ok("../etc"));
+	assert_false(sbx_rootimg_name_ok("Py"));
+	assert_false(sbx_rootimg_name_ok("a/b"));
+	char long_name[80];
+	memset(long_name, 'a', sizeof long_name - 1);
+	long_name[sizeof long_name - 1] = '\0';
+	assert_false(sbx_rootimg_name_ok(long_name));
+	assert_true(sbx_rootimg_list_has("a,bb,c", "bb"));
+	assert_false(sbx_rootimg_list_has("a,bb,c", "b"));
+	assert_false(sbx_rootimg_list_has(NULL, "a"));
+}
+
+static void test_usable_and_held(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		skip(); /* an image must be root's: as anyone else nothing is usable */
+	struct sbx_rootimg_ref *ref = NULL;
+	char err[200];
+	assert_int_equal(sbx_rootimg_open(dir, "img", &ref, err, sizeof err), 0);
+	assert_string_equal(sbx_rootimg_rootfs(ref), at("rootfs"));
+	/* listed, busy while held, and not removable */
+	struct sbx_rootimg_info *v = NULL;
+	size_t n = 0;
+	assert_int_equal(sbx_rootimg_list(dir, &v, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(v[0].usable);
+	assert_true(v[0].busy);
+	assert_non_null(v[0].manifest);
+	sbx_rootimg_infos_free(v, n);
+	assert_int_equal(sbx_rootimg_remove(dir, "img", err, sizeof err), -EBUSY);
+	sbx_rootimg_close(&ref);
+	assert_null(ref);
+	assert_int_equal(sbx_rootimg_open(dir, "ghost", &ref, err, sizeof err), -ENOENT);
+	assert_int_equal(sbx_rootimg_open(dir, "../x", &ref, err, sizeof err), -EINVAL);
+}
+
+static void test_unusable(void **state)
+{
+	(void)state;
+	struct sbx_rootimg_ref *ref = NULL;
+	char err[200];
+	if (geteuid() != 0)
+		skip();
+	/* writable by others: anyone could change what commands run */
+	chmod(at("rootfs/usr"), 0775);
+	assert_int_equal(sbx_rootimg_open(dir, "img", &ref, err, sizeof err), -EPERM);
+	assert_non_null(strstr(err, "rootfs/usr"));
+	chmod(at("rootfs/usr"), 0755);
+	/* no shell inside: the absolute link resolves in the image, not on the host */
+	unlink(at("rootfs/usr/bin/dash"));
+	assert_int_equal(sbx_rootimg_open(dir, "img", &ref, err, sizeof err), -ENOEXEC);
+	assert_non_null(strstr(err, "/bin/sh"));
+	/* a /usr that is a link (to the host's) is not a directory of the image */
+	char from[256];
+	snprintf(from, sizeof from, "%s", at("rootfs/usr"));
+	assert_int_equal(rename(from, at("rootfs/usr.real")), 0);
+	assert_int_equal(symlink("/usr", at("rootfs/usr")), 0);
+	assert_int_equal(sbx_rootimg_open(dir, "img", &ref, err, sizeof err), -ENOEXEC);
+	struct sbx_rootimg_info *v = NULL;
+	size_t n = 0;
+	assert_int_equal(sbx_rootimg_list(dir, &v, &n), 0);
+	assert_false(v[0].usable);
+	assert_false(v[0].busy);
+	sbx_rootimg_infos_free(v, n);
+	/* removal takes it away whole, links not followed */
+	assert_int_equal(sbx_rootimg_remove(dir, "img", err, sizeof err), 0);
+	struct stat st;
+	assert_int_not_equal(lstat(at(""), &st), 0);
+	assert_int_equal(stat("/usr/bin", &st), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_usable_and_held),
+	    cmocka_unit_test(test_unusable),
+	};
+	return cmocka_run_group_tests_name("rootimg", tests, setup, teardown);
+}
