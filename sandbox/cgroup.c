@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,8 +168,8 @@ static int group_path(char *out, size_t outsz, const char *hier, const char *roo
 }
 
 /* The tenant's budget on its parent group; 0 means none ("max", or -1
- * for memory v1). Written on every command: cheap, and a changed
- * configuration takes effect at the tenant's next command. */
+ * for memory v1). Written when it changes (ensure_parent): a changed
+ * policy takes effect at the tenant's next command. */
 static int set_budget(const char *hier, const char *rel, const char *limit_file, uint64_t budget)
 {
 	char file[600], val[32];
@@ -178,6 +180,80 @@ static int set_budget(const char *hier, const char *rel, const char *limit_file,
 	else
 		snprintf(val, sizeof(val), "%s", strcmp(hier, "pids") == 0 ? "max" : "-1");
 	return write_file(file, val);
+}
+
+/* The tenants' parent groups this process made, with the budget it wrote
+ * to each: a command of a known tenant skips the mkdir -p (six mkdir and
+ * lstat calls) and the budget write. A cache, not the truth: a slot may
+ * be taken by another tenant (then that tenant pays the full path once),
+ * a sweep or release of the root forgets its tenants, and a parent that
+ * vanished anyway shows up as ENOENT at the command's own mkdir, which
+ * forgets it and makes it again. Runner thread and tests: a mutex. */
+#define PARENT_SLOTS 256
+static struct parent_memo {
+	char root[64];
+	uid_t uid;
+	bool known[2];
+	uint64_t budget[2];
+} parents[PARENT_SLOTS];
+static pthread_mutex_t parents_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool parent_known(const char *root, uid_t uid, size_t i, uint64_t budget)
+{
+	struct parent_memo *m = &parents[uid % PARENT_SLOTS];
+	pthread_mutex_lock(&parents_mu);
+	bool known = m->uid == uid && strcmp(m->root, root) == 0 && m->known[i] && m->budget[i] == budget;
+	pthread_mutex_unlock(&parents_mu);
+	return known;
+}
+
+static void parent_set(const char *root, uid_t uid, size_t i, bool known, uint64_t budget)
+{
+	struct parent_memo *m = &parents[uid % PARENT_SLOTS];
+	pthread_mutex_lock(&parents_mu);
+	if (m->uid != uid || strcmp(m->root, root) != 0) {
+		memset(m, 0, sizeof *m);
+		snprintf(m->root, sizeof m->root, "%s", root);
+		m->uid = uid;
+	}
+	m->known[i] = known;
+	m->budget[i] = budget;
+	pthread_mutex_unlock(&parents_mu);
+}
+
+static void parents_forget_root(const char *root)
+{
+	pthread_mutex_lock(&parents_mu);
+	for (size_t k = 0; k < PARENT_SLOTS; k++)
+		if (strcmp(parents[k].root, root) == 0)
+			memset(&parents[k], 0, sizeof parents[k]);
+	pthread_mutex_unlock(&parents_mu);
+}
+
+/* The tenant's parent group in hierarchy i, made and holding budget. */
+static int ensure_parent(size_t i, const char *root, const char *rel, uid_t uid, uint64_t budget)
+{
+	if (parent_known(root, uid, i, budget))
+		return 0;
+	int rc = mkdir_p(ctrls[i].hier, rel);
+	if (rc == 0)
+		rc = set_budget(ctrls[i].hier, rel, ctrls[i].limit_file, budget);
+	parent_set(root, uid, i, rc == 0, budget);
+	return rc;
+}
+
+/* mkdir of the command's own group; a leftover of an earlier run with
+ * the same number is removed first. ENOENT: the parent is gone. */
+static int make_leaf(const char *path)
+{
+	if (mkdir(path, 0755) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return -errno;
+	int rc = rmdir_group(path);
+	if (rc < 0)
+		return rc;
+	return mkdir(path, 0755) < 0 ? -errno : 0;
 }
 
 static int read_u64(const char *path, uint64_t *out)
@@ -247,29 +323,21 @@ int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct s
 		uint64_t v = i == 0 ? lim->mem_bytes : lim->nproc;
 		uint64_t budget = i == 0 ? lim->tenant_mem_bytes : lim->tenant_nproc;
 
-		rc = mkdir_p(ctrls[i].hier, rel);
-		if (rc < 0)
-			goto fail;
-		rc = set_budget(ctrls[i].hier, rel, ctrls[i].limit_file, budget);
+		rc = ensure_parent(i, root, rel, uid, budget);
 		if (rc < 0)
 			goto fail;
 		rc = group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq);
 		if (rc < 0)
 			goto fail;
-		if (mkdir(path, 0755) < 0) {
-			if (errno != EEXIST) {
-				rc = -errno;
-				goto fail;
-			}
-			/* A leftover of an earlier run with the same number. */
-			rc = rmdir_group(path);
-			if (rc < 0)
-				goto fail;
-			if (mkdir(path, 0755) < 0) {
-				rc = -errno;
-				goto fail;
-			}
+		rc = make_leaf(path);
+		if (rc == -ENOENT) { /* the parent vanished behind the memo */
+			parent_set(root, uid, i, false, 0);
+			rc = ensure_parent(i, root, rel, uid, budget);
+			if (rc == 0)
+				rc = make_leaf(path);
 		}
+		if (rc < 0)
+			goto fail;
 		made++;
 		if (v) {
 			char file[640];
@@ -371,6 +439,7 @@ int sbx_cgroup_sweep(const char *root)
 
 	if (!name_ok(root))
 		return 0;
+	parents_forget_root(root);
 	for (size_t i = 0; i < 2; i++) {
 		snprintf(path, sizeof(path), CG_ROOT "/%s/%s", ctrls[i].hier, root);
 		removed += sweep_dir(path, 0);

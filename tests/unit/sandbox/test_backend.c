@@ -730,6 +730,27 @@ static void test_cgroups(void **state)
 	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/%s", name);
 	assert_int_equal(access(path, F_OK), -1);
 
+	/* The tenant's parent groups removed behind the backend's memo of
+	 * them: the next command makes them again and runs. A uid of its
+	 * own, so that its parents hold nothing else. */
+	for (int round = 0; round < 2; round++) {
+		const char *const hier[] = {"pids", "memory"};
+		req = base_req(f, "true", true);
+		req.uid = req.gid = req.uid + 4000;
+		req.seq = 2 + (uint64_t)round;
+		r = new_run();
+		assert_int_equal(run(f->bwrap, &req, r), 0);
+		assert_int_equal(exit_code(r), 0);
+		sbx_backend_reap(f->bwrap, &req);
+		for (i = 0; i < 2; i++) {
+			snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd/unit-%d/u%u", hier[i],
+				 (int)getpid(), (unsigned)req.uid);
+			if (rmdir(path) < 0)
+				fprintf(stderr, "rmdir %s: %s\n", path, strerror(errno));
+			assert_int_equal(access(path, F_OK), -1);
+		}
+	}
+
 	/* local: a child that detached with setsid outlives the group kill
 	 * but not the reap. */
 	{
