@@ -34,7 +34,8 @@ struct sbx_spawn_req {
 	gid_t gid;
 	bool drop_privs;
 	struct sbx_limits limits;
-	uint64_t seq; /* server-made command number (the runner's job id): names its cgroup */
+	uint64_t seq; /* server-made command number (the runner's job id): names its cgroup and
+			 network namespace; unique among running commands */
 	int stdin_fd, stdout_fd,
 	    stderr_fd; /* the child's ends (-1: /dev/null); the caller closes its copies */
 	/* The std fds are one pseudo-terminal's slave: the command runs under
@@ -76,7 +77,8 @@ const char *sbx_backend_name(const struct sbx_backend *b);
  * -errno. */
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
 
-/* Clean up after a command ended (remove its cgroup). */
+/* Clean up after a command ended (remove its cgroup; kill its pasta and
+ * free its network namespace). Call once per successful spawn. */
 void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req);
 
 /* At start: remove the cgroups (and kill the processes) an earlier run of

@@ -1,0 +1,475 @@
+/* Network on request through the bwrap backend: a command with net_allow
+ * reaches what the allowlist names and nothing else (other loopback
+ * ports, link-local and metadata addresses, the other family of an
+ * allowed loopback port), names resolve, and without net_allow there is
+ * no network at all; every namespace and pasta goes with its command. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/errors.h"
+#include "common/xmalloc.h"
+#include "sandbox/backend.h"
+#include "sandbox/network.h"
+#include "unit.h"
+
+#define TENANT_UID 100000
+
+/* A loopback listener answering every connection with a fixed HTTP
+ * response, on a thread of its own. */
+struct server {
+	int fd;
+	int port;
+	const char *body;
+	pthread_t thread;
+};
+
+struct fixture {
+	char base[64];
+	char ws[96];
+	struct sbx_backend *bwrap, *local;
+	struct server a, b, c, a6;
+	uint64_t seq;
+	bool net;	 /* network on request works here */
+	bool first_line; /* run() stops at the first line */
+};
+
+static void *serve(void *arg)
+{
+	struct server *s = arg;
+	char req[1024], resp[256];
+
+	snprintf(resp, sizeof(resp), "HTTP/1.0 200 OK\r\nContent-Length: %zu\r\n\r\n%s", strlen(s->body),
+		 s->body);
+	for (;;) {
+		int c = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (c < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return NULL; /* shutdown() at teardown */
+		}
+		(void)!read(c, req, sizeof(req));
+		(void)!write(c, resp, strlen(resp));
+		close(c);
+	}
+}
+
+/* Listen on addr (127.0.0.1 or ::1) at port (0: any free one). */
+static int server_start(struct server *s, int family, int port, const char *body)
+{
+	struct sockaddr_storage ss = {0};
+	socklen_t len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	int one = 1;
+
+	s->fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	s->body = body;
+	if (family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		in6->sin6_addr = in6addr_loopback;
+		setsockopt(s->fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	}
+	setsockopt(s->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&ss, len) < 0 || listen(s->fd, 16) < 0 ||
+	    getsockname(s->fd, (struct sockaddr *)&ss, &len) < 0) {
+		if (s->fd >= 0)
+			close(s->fd);
+		s->fd = -1;
+		return -1;
+	}
+	s->port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+					  : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	return pthread_create(&s->thread, NULL, serve, s) == 0 ? 0 : -1;
+}
+
+static void server_stop(struct server *s)
+{
+	if (s->fd < 0)
+		return;
+	shutdown(s->fd, SHUT_RDWR);
+	pthread_join(s->thread, NULL);
+	close(s->fd);
+	s->fd = -1;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = xcalloc(1, sizeof(*f));
+	struct sbx_backend_config bc = {.name = "bwrap"}, lc = {.name = "local"};
+	char msg[256];
+
+	signal(SIGPIPE, SIG_IGN);
+	f->a.fd = f->b.fd = f->c.fd = f->a6.fd = -1;
+	if (unit_tmpdir(f->base, sizeof(f->base), "net") < 0 || chmod(f->base, 0755) < 0)
+		return -1;
+	snprintf(f->ws, sizeof(f->ws), "%s/ws", f->base);
+	if (mkdir(f->ws, 0755) < 0 || (geteuid() == 0 && chown(f->ws, TENANT_UID, TENANT_UID) < 0))
+		return -1;
+	if (sbx_backend_new(&f->bwrap, &bc) < 0 || sbx_backend_new(&f->local, &lc) < 0)
+		return -1;
+	if (server_start(&f->a, AF_INET, 0, "hello-from-A") < 0 ||
+	    server_start(&f->b, AF_INET, 0, "hello-from-B") < 0 ||
+	    server_start(&f->c, AF_INET, 0, "hello-from-C") < 0)
+		return -1;
+	/* The same port as A on the host's IPv6 loopback: allowing
+	 * 127.0.0.1:A must not open it. Optional: the port may be taken. */
+	server_start(&f->a6, AF_INET6, f->a.port, "hello-from-A6");
+	f->net = sbx_net_health(msg, sizeof(msg)) == 0;
+	print_message("network on request: %s\n", msg);
+	f->seq = 1000;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	server_stop(&f->a);
+	server_stop(&f->b);
+	server_stop(&f->c);
+	server_stop(&f->a6);
+	sbx_backend_free(&f->bwrap);
+	sbx_backend_free(&f->local);
+	unit_rm_rf(f->base);
+	free(f);
+	return 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct sbx_spawn_req req_for(struct fixture *f, const char *cmd, const char *allow)
+{
+	struct sbx_spawn_req r = {
+	    .command = cmd,
+	    .workspace_host_dir = f->ws,
+	    .cwd_rel = "",
+	    .uid = TENANT_UID,
+	    .gid = TENANT_UID,
+	    .drop_privs = geteuid() == 0,
+	    .limits = {.mem_bytes = 1ULL << 30, .nproc = 256, .nofile = 256, .tmp_bytes = 16ULL << 20},
+	    .seq = ++f->seq,
+	    .net_allow = allow,
+	    .stdin_fd = -1,
+	    .stdout_fd = -1,
+	    .stderr_fd = -1,
+	};
+	return r;
+}
+
+/* Run cmd with allow to its end (20 s at most; or only to its first line
+ * of output when f->first_line), kill what is left, reap it; its stdout
+ * into out. Returns the spawn result; *code the exit code. */
+static int run(struct fixture *f, const char *allow, const char *cmd, char *out, size_t outsz, int *code)
+{
+	struct sbx_spawn_req r = req_for(f, cmd, allow);
+	int p[2], pidfd, st, rc;
+	size_t len = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	r.stdout_fd = p[1];
+	rc = sbx_backend_spawn(f->bwrap, &r, &pid, &pidfd);
+	close(p[1]);
+	if (rc == 0) {
+		struct pollfd pf = {.fd = p[0], .events = POLLIN};
+		int64_t deadline = now_ms() + 20000;
+		ssize_t n = 1;
+
+		while (n > 0 && len + 1 < outsz && now_ms() < deadline &&
+		       !(f->first_line && memchr(out, '\n', len))) {
+			if (poll(&pf, 1, (int)(deadline - now_ms())) <= 0)
+				continue;
+			n = read(p[0], out + len, outsz - 1 - len);
+			len += n > 0 ? (size_t)n : 0;
+		}
+		kill(-pid, SIGKILL);
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		close(pidfd);
+		sbx_backend_reap(f->bwrap, &r);
+		*code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	}
+	out[len] = '\0';
+	close(p[0]);
+	return rc;
+}
+
+/* curl from inside the sandbox: prints the body, then "rc=N". */
+static char *curl(const char *url)
+{
+	return xasprintf("curl -s -S --max-time 5 %s 2>&1; echo rc=$?", url);
+}
+
+static void expect_body(struct fixture *f, const char *allow, const char *url, const char *body)
+{
+	char out[4096], *cmd = curl(url);
+	int code;
+
+	assert_int_equal(run(f, allow, cmd, out, sizeof(out), &code), 0);
+	if (!strstr(out, body) || !strstr(out, "rc=0"))
+		fail_msg("allow '%s', %s: want '%s', got '%s'", allow ? allow : "(none)", url, body, out);
+	free(cmd);
+}
+
+/* Refused at once (curl exit 7: could not connect), never answered, never
+ * left to time out (28). */
+static void expect_refused(struct fixture *f, const char *allow, const char *url)
+{
+	char out[4096], *cmd = curl(url);
+	int code;
+
+	assert_int_equal(run(f, allow, cmd, out, sizeof(out), &code), 0);
+	if (strstr(out, "hello-from") || !strstr(out, "rc=7"))
+		fail_msg("allow '%s', %s: want refused (rc=7), got '%s'", allow ? allow : "(none)", url, out);
+	free(cmd);
+}
+
+static char *url(const char *host, int port)
+{
+	return xasprintf("http://%s:%d/", host, port);
+}
+
+static void test_allowlist(void **state)
+{
+	struct fixture *f = *state;
+	char out[4096], *allow, *ua, *ub, *uc, *ua6;
+	int code;
+
+	if (!f->net)
+		skip();
+	/* every address at port 80: the metadata ones stay refused */
+	allow = xasprintf("127.0.0.1:%d, example.invalid:443, 0.0.0.0/0:80, [::/0]:80", f->a.port);
+	ua = url("127.0.0.1", f->a.port);
+	ub = url("127.0.0.1", f->b.port);
+	uc = url("127.0.0.1", f->c.port);
+	ua6 = url("[::1]", f->a.port);
+	expect_body(f, allow, ua, "hello-from-A");
+	expect_refused(f, allow, ub);
+	expect_refused(f, allow, uc);
+	if (f->a6.fd >= 0)
+		expect_refused(f, allow, ua6); /* same port, the family not named */
+	expect_refused(f, allow, "http://169.254.169.254/");
+	expect_refused(f, allow, "http://169.254.169.254:8080/");
+	expect_refused(f, allow, "http://100.100.100.200/");
+	expect_refused(f, allow, "http://[fd00:ec2::254]/");
+	expect_refused(f, allow, "http://[fe80::1%25eth0]/");
+	free(allow);
+	/* The command cannot change its namespace: not its filter, not its
+	 * routes (the namespace is root's, the command has no capability). */
+	allow = xasprintf("127.0.0.1:%d", f->a.port);
+	assert_int_equal(run(f, allow,
+			     "nft flush ruleset 2>/dev/null; echo nft=$?; ip route add 169.254.0.0/16 dev lo "
+			     "2>/dev/null; echo ip=$?; ip link set lo down 2>/dev/null; echo link=$?",
+			     out, sizeof(out), &code),
+			 0);
+	assert_non_null(strstr(out, "ip=2"));
+	assert_non_null(strstr(out, "link=2"));
+	assert_null(strstr(out, "nft=0"));
+	expect_refused(f, allow, ub);
+	free(allow);
+	/* A CIDR holding every address holds not the host's loopback. */
+	allow = xasprintf("0.0.0.0/0:%d", f->b.port);
+	expect_refused(f, allow, ub);
+	free(allow);
+	/* Without net_allow: no network at all, the host's loopback neither. */
+	expect_refused(f, NULL, ua);
+	free(ua);
+	free(ub);
+	free(uc);
+	free(ua6);
+}
+
+/* A name in the allowlist resolves (by the server, into the sandbox's
+ * /etc/hosts) and is reachable at its port only. */
+static void test_names(void **state)
+{
+	struct fixture *f = *state;
+	char out[4096], *allow, *ua, *ub;
+	int code;
+
+	if (!f->net)
+		skip();
+	allow = xasprintf("localhost:%d", f->a.port);
+	ua = url("localhost", f->a.port);
+	ub = url("localhost", f->b.port);
+	expect_body(f, allow, ua, "hello-from-A");
+	expect_refused(f, allow, ub);
+	/* no resolver inside: only the hosts file */
+	assert_int_equal(run(f, allow, "cat /etc/resolv.conf; getent hosts example.com; echo rc=$?", out,
+			     sizeof(out), &code),
+			 0);
+	assert_string_equal(out, "rc=2\n");
+	free(allow);
+	free(ua);
+	free(ub);
+}
+
+static void test_refusals(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req r = req_for(f, "true", "bad spec!");
+	pid_t pid;
+	int pidfd;
+
+	if (!f->net)
+		skip();
+	assert_int_equal(sbx_backend_spawn(f->bwrap, &r, &pid, &pidfd), -EINVAL);
+	/* local cannot filter: it refuses rather than pretend */
+	r = req_for(f, "true", "127.0.0.1:80");
+	assert_int_equal(sbx_backend_spawn(f->local, &r, &pid, &pidfd), -SBX_E_BACKEND);
+}
+
+/* The processes whose parent is this one and whose name says pasta. */
+static int pasta_children(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0;
+
+	while ((de = readdir(d))) {
+		char path[300], text[512];
+		FILE *fp;
+
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		fp = fopen(path, "r");
+		if (!fp)
+			continue;
+		if (fgets(text, sizeof(text), fp)) {
+			char *rp = strrchr(text, ')');
+			int ppid = 0;
+
+			if (rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 && ppid == getpid() &&
+			    (strstr(text, "(pasta") || strstr(text, "(passt")))
+				n++;
+		}
+		fclose(fp);
+	}
+	closedir(d);
+	return n;
+}
+
+/* Some entry of dir has a link dir/<entry>/sub (sub may be "") reading ino. */
+static bool links_to(const char *dir, const char *sub, const char *ino)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	bool found = false;
+
+	while (d && !found && (de = readdir(d))) {
+		char path[300], link[64];
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "%s/%s%s", dir, de->d_name, sub);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = '\0';
+			found = strcmp(link, ino) == 0;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Some process on the host, or an fd of this one, still holds the
+ * namespace ino ("net:[N]"). */
+static bool netns_alive(const char *ino)
+{
+	return links_to("/proc", "/proc/%s/ns/net", ino) ||
+	       links_to("/proc/self/fd", "/proc/self/fd/%s", ino);
+}
+
+/* Many commands, ended every way (exit, killed, timed out): afterwards
+ * none of their namespaces (and so none of their rules) nor pastas is
+ * left. Prints what a command with network costs to start. */
+static void test_teardown(void **state)
+{
+	struct fixture *f = *state;
+	char out[256], ino[12][64], *allow;
+	int64_t t0, with = 0, without = 0;
+	int code, n = 0;
+
+	if (!f->net)
+		skip();
+	allow = xasprintf("127.0.0.1:%d", f->a.port);
+	for (int i = 0; i < 12; i++) {
+		/* 0: exits; 1: killed by its own hand; 2: "timed out" (the
+		 * runner kills the group the same way run() does at the end) */
+		static const char *const cmds[] = {"readlink /proc/self/ns/net",
+						   "readlink /proc/self/ns/net; kill -9 $$",
+						   "readlink /proc/self/ns/net; exec sleep 60 >/dev/null"};
+
+		t0 = now_ms();
+		f->first_line = i % 3 == 2;
+		assert_int_equal(run(f, allow, cmds[i % 3], out, sizeof(out), &code), 0);
+		f->first_line = false;
+		with += now_ms() - t0;
+		out[strcspn(out, "\n")] = '\0';
+		assert_true(strncmp(out, "net:[", 5) == 0);
+		snprintf(ino[n++], sizeof(ino[0]), "%.40s", out);
+		t0 = now_ms();
+		assert_int_equal(run(f, NULL, "true", out, sizeof(out), &code), 0);
+		without += now_ms() - t0;
+	}
+	print_message("start to end, with network %lld ms, without %lld ms (mean of 12)\n",
+		      (long long)(with / 12), (long long)(without / 12));
+	assert_int_equal(pasta_children(), 0);
+	/* A killed bwrap's sandbox dies right after it (--die-with-parent),
+	 * holding the namespace until then: wait for that, with a deadline. */
+	for (int i = 0; i < n; i++) {
+		int64_t deadline = now_ms() + 10000;
+		struct timespec tick = {0, 20 * 1000000L};
+
+		while (netns_alive(ino[i]) && now_ms() < deadline)
+			nanosleep(&tick, NULL);
+		if (netns_alive(ino[i]))
+			fail_msg("namespace %s outlived its command", ino[i]);
+	}
+	free(allow);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_allowlist),
+	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
