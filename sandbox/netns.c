@@ -250,32 +250,47 @@ static int helper_start(struct sbx_launch *l, int netns, const char *text, int e
 	return rc;
 }
 
-static int run_nft(int netns, const char *rules, char *err, size_t errsz)
+/* nft loads the filter into the namespace while pasta starts (they do
+ * not depend on each other; the command starts after both). */
+struct nft_run {
+	pid_t pid;
+	int errfd;
+	int rc;
+};
+
+static void nft_start(struct nft_run *r, int netns, const char *rules)
 {
 	struct sbx_launch l;
-	int errfd = memfd_create("nft-err", MFD_CLOEXEC), pidfd = -1, st = -1, rc;
-	pid_t pid;
+	int pidfd = -1;
 
 	sbx_launch_init(&l);
 	l.path = NFT_PATH;
 	sbx_strv_add(&l.argv, "nft");
 	sbx_strv_add(&l.argv, "-f");
 	sbx_strv_add(&l.argv, "/dev/stdin");
-	rc = errfd < 0 ? -errno : helper_start(&l, netns, rules, errfd, &pid, &pidfd);
-	if (rc == 0) {
+	r->pid = -1;
+	r->errfd = memfd_create("nft-err", MFD_CLOEXEC);
+	r->rc = r->errfd < 0 ? -errno : helper_start(&l, netns, rules, r->errfd, &r->pid, &pidfd);
+	if (pidfd >= 0)
 		close(pidfd);
-		st = sbx_wait_status(pid);
-	}
+	sbx_launch_release(&l);
+}
+
+/* Wait for nft; 0 when the filter is in place, else -SBX_E_BACKEND
+ * with its complaint in err (when err is still empty). */
+static int nft_finish(struct nft_run *r, char *err, size_t errsz)
+{
+	int st = r->rc == 0 ? sbx_wait_status(r->pid) : -1, rc = 0;
+
 	if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		if (rc < 0)
-			snprintf(err, errsz, "nft could not start: %s", strerror(-rc));
-		else
-			first_line(errfd, "nft", err, errsz);
+		if (!err[0] && r->rc < 0)
+			snprintf(err, errsz, "nft could not start: %s", strerror(-r->rc));
+		else if (!err[0])
+			first_line(r->errfd, "nft", err, errsz);
 		rc = -SBX_E_BACKEND;
 	}
-	if (errfd >= 0)
-		close(errfd);
-	sbx_launch_release(&l);
+	if (r->errfd >= 0)
+		close(r->errfd);
 	return rc;
 }
 
@@ -434,9 +449,15 @@ static int build(struct sbx_netns *n, const struct sbx_net_allow *dest, char *er
 		snprintf(err, errsz, "the allowlist's rules are too long");
 		rc = -SBX_E_BACKEND;
 	} else {
-		rc = run_nft(n->fd, buf_cstr(&rules), err, errsz);
+		struct nft_run nft;
+		int nrc;
+
+		err[0] = '\0';
+		nft_start(&nft, n->fd, buf_cstr(&rules));
+		rc = start_pasta(n, buf_cstr(&ports), err, errsz);
+		nrc = nft_finish(&nft, err, errsz);
 		if (rc == 0)
-			rc = start_pasta(n, buf_cstr(&ports), err, errsz);
+			rc = nrc;
 	}
 	buf_free(&rules);
 	buf_free(&ports);

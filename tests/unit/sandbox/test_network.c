@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -30,6 +31,8 @@
 #include "common/xmalloc.h"
 #include "sandbox/backend.h"
 #include "sandbox/network.h"
+#include "sandbox/runner.h"
+#include "sandbox/workspace.h"
 #include "unit.h"
 
 #define TENANT_UID 100000
@@ -47,7 +50,7 @@ struct fixture {
 	char base[64];
 	char ws[96];
 	struct sbx_backend *bwrap, *local;
-	struct server a, b, c, a6;
+	struct server a, b, c, a6, h; /* h: on the host's own address */
 	uint64_t seq;
 	bool net;	 /* network on request works here */
 	bool first_line; /* run() stops at the first line */
@@ -74,8 +77,9 @@ static void *serve(void *arg)
 	}
 }
 
-/* Listen on addr (127.0.0.1 or ::1) at port (0: any free one). */
-static int server_start(struct server *s, int family, int port, const char *body)
+/* Listen on addr (network order; NULL: the loopback of family) at port
+ * (0: any free one). */
+static int server_start_at(struct server *s, int family, const void *addr, int port, const char *body)
 {
 	struct sockaddr_storage ss = {0};
 	socklen_t len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
@@ -89,6 +93,8 @@ static int server_start(struct server *s, int family, int port, const char *body
 		in->sin_family = AF_INET;
 		in->sin_port = htons((uint16_t)port);
 		in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (addr)
+			memcpy(&in->sin_addr, addr, 4);
 	} else {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
 
@@ -110,6 +116,32 @@ static int server_start(struct server *s, int family, int port, const char *body
 	return pthread_create(&s->thread, NULL, serve, s) == 0 ? 0 : -1;
 }
 
+static int server_start(struct server *s, int family, int port, const char *body)
+{
+	return server_start_at(s, family, NULL, port, body);
+}
+
+/* The host's first IPv4 address that is not loopback, as text; false
+ * when it has none. */
+static bool host_addr(struct in_addr *out, char *text, size_t n)
+{
+	struct ifaddrs *all, *i;
+	bool found = false;
+
+	if (getifaddrs(&all) < 0)
+		return false;
+	for (i = all; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		*out = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+		found = (ntohl(out->s_addr) >> 24) != 127;
+	}
+	freeifaddrs(all);
+	if (found)
+		inet_ntop(AF_INET, out, text, (socklen_t)n);
+	return found;
+}
+
 static void server_stop(struct server *s)
 {
 	if (s->fd < 0)
@@ -127,7 +159,7 @@ static int setup(void **state)
 	char msg[256];
 
 	signal(SIGPIPE, SIG_IGN);
-	f->a.fd = f->b.fd = f->c.fd = f->a6.fd = -1;
+	f->a.fd = f->b.fd = f->c.fd = f->a6.fd = f->h.fd = -1;
 	if (unit_tmpdir(f->base, sizeof(f->base), "net") < 0 || chmod(f->base, 0755) < 0)
 		return -1;
 	snprintf(f->ws, sizeof(f->ws), "%s/ws", f->base);
@@ -157,6 +189,7 @@ static int teardown(void **state)
 	server_stop(&f->b);
 	server_stop(&f->c);
 	server_stop(&f->a6);
+	server_stop(&f->h);
 	sbx_backend_free(&f->bwrap);
 	sbx_backend_free(&f->local);
 	unit_rm_rf(f->base);
@@ -305,6 +338,21 @@ static void test_allowlist(void **state)
 	allow = xasprintf("0.0.0.0/0:%d", f->b.port);
 	expect_refused(f, allow, ub);
 	free(allow);
+	/* Nor the host's own addresses: in the namespace they are its own. */
+	{
+		struct in_addr ha;
+		char text[INET_ADDRSTRLEN];
+
+		if (host_addr(&ha, text, sizeof(text)) &&
+		    server_start_at(&f->h, AF_INET, &ha, 0, "hello-from-H") == 0) {
+			char *uh = url(text, f->h.port);
+
+			allow = xasprintf("%s:%d", text, f->h.port);
+			expect_refused(f, allow, uh);
+			free(allow);
+			free(uh);
+		}
+	}
 	/* Without net_allow: no network at all, the host's loopback neither. */
 	expect_refused(f, NULL, ua);
 	free(ua);
@@ -413,6 +461,19 @@ static bool netns_alive(const char *ino)
 	       links_to("/proc/self/fd", "/proc/self/fd/%s", ino);
 }
 
+/* A killed bwrap's sandbox dies right after it (--die-with-parent),
+ * holding the namespace until then: wait for that, with a deadline. */
+static void wait_netns_gone(const char *ino)
+{
+	int64_t deadline = now_ms() + 10000;
+	struct timespec tick = {0, 20 * 1000000L};
+
+	while (netns_alive(ino) && now_ms() < deadline)
+		nanosleep(&tick, NULL);
+	if (netns_alive(ino))
+		fail_msg("namespace %s outlived its command", ino);
+}
+
 /* Many commands, ended every way (exit, killed, timed out): afterwards
  * none of their namespaces (and so none of their rules) nor pastas is
  * left. Prints what a command with network costs to start. */
@@ -448,18 +509,114 @@ static void test_teardown(void **state)
 	print_message("start to end, with network %lld ms, without %lld ms (mean of 12)\n",
 		      (long long)(with / 12), (long long)(without / 12));
 	assert_int_equal(pasta_children(), 0);
-	/* A killed bwrap's sandbox dies right after it (--die-with-parent),
-	 * holding the namespace until then: wait for that, with a deadline. */
-	for (int i = 0; i < n; i++) {
-		int64_t deadline = now_ms() + 10000;
-		struct timespec tick = {0, 20 * 1000000L};
-
-		while (netns_alive(ino[i]) && now_ms() < deadline)
-			nanosleep(&tick, NULL);
-		if (netns_alive(ino[i]))
-			fail_msg("namespace %s outlived its command", ino[i]);
-	}
+	for (int i = 0; i < n; i++)
+		wait_netns_gone(ino[i]);
 	free(allow);
+}
+
+/* ---- through the runner: timed out and cancelled commands ---- */
+
+struct done {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool exited, printed;
+	int spawn_error;
+	struct sbx_exec_result res;
+};
+
+static void on_event(void *ctx, const struct sbx_event *ev, int spawn_error)
+{
+	struct done *d = ctx;
+
+	pthread_mutex_lock(&d->mu);
+	if (ev->kind == SBX_EV_OUTPUT)
+		d->printed = true;
+	pthread_cond_broadcast(&d->cv);
+	if (ev->kind != SBX_EV_EXIT) {
+		pthread_mutex_unlock(&d->mu);
+		return;
+	}
+	d->spawn_error = spawn_error;
+	if (ev->result) {
+		d->res = *ev->result;
+		ev->result->stdout_text = ev->result->stderr_text = NULL;
+		ev->result->stdout_spill = ev->result->stderr_spill = NULL;
+	}
+	d->exited = true;
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* Submit cmd with allow; cancel it once it printed its namespace when
+ * cancel; wait for its end (20 s at most). Its namespace into ino. */
+static void runner_run(struct fixture *f, struct sbx_runner *r, struct sbx_workspace *ws, const char *allow,
+		       uint64_t timeout_ms, bool cancel, char *ino, size_t inosz, struct done *d)
+{
+	struct sbx_exec_req req = {
+	    .backend = f->bwrap,
+	    .ws = ws,
+	    .spawn = req_for(f, "readlink /proc/self/ns/net; exec sleep 30", allow),
+	    .id = "net1",
+	    .timeout_ms = timeout_ms,
+	    .kill_grace_ms = 200,
+	    .max_output_bytes = 4096,
+	    .spill_cap = 1 << 20,
+	    .want_output_events = true,
+	};
+	struct timespec until;
+	uint64_t job;
+
+	memset(d, 0, sizeof(*d));
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_cond_init(&d->cv, NULL);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	assert_int_equal(sbx_runner_submit(r, &req, on_event, d, &job), 0);
+	pthread_mutex_lock(&d->mu);
+	/* cancelled once it printed its namespace */
+	while (cancel && !d->printed && !d->exited && pthread_cond_timedwait(&d->cv, &d->mu, &until) == 0)
+		;
+	if (cancel) {
+		pthread_mutex_unlock(&d->mu); /* the runner calls on_event */
+		sbx_runner_cancel(r, job);
+		pthread_mutex_lock(&d->mu);
+	}
+	while (!d->exited && pthread_cond_timedwait(&d->cv, &d->mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&d->mu);
+	assert_true(d->exited);
+	assert_int_equal(d->spawn_error, 0);
+	snprintf(ino, inosz, "%.*s", (int)strcspn(d->res.stdout_text ? d->res.stdout_text : "", "\n"),
+		 d->res.stdout_text ? d->res.stdout_text : "");
+	sbx_exec_result_clear(&d->res);
+	pthread_cond_destroy(&d->cv);
+	pthread_mutex_destroy(&d->mu);
+}
+
+static void test_runner_timeout_cancel(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_owner owner = {.uid = TENANT_UID, .gid = TENANT_UID, .chown = geteuid() == 0};
+	struct sbx_workspace *ws = NULL;
+	struct sbx_runner *r = NULL;
+	struct done d;
+	char ino[6][64], *allow;
+
+	if (!f->net)
+		skip();
+	assert_int_equal(sbx_workspace_open(&ws, f->ws, &owner), 0);
+	assert_int_equal(sbx_runner_new(&r), 0);
+	allow = xasprintf("127.0.0.1:%d", f->a.port);
+	for (int i = 0; i < 6; i++) {
+		runner_run(f, r, ws, allow, i % 2 ? 0 : 400, i % 2, ino[i], sizeof(ino[i]), &d);
+		assert_true(i % 2 ? d.res.cancelled : d.res.timed_out);
+		assert_true(strncmp(ino[i], "net:[", 5) == 0);
+	}
+	sbx_runner_free(&r);
+	sbx_workspace_free(&ws);
+	free(allow);
+	assert_int_equal(pasta_children(), 0);
+	for (int i = 0; i < 6; i++)
+		wait_netns_gone(ino[i]);
 }
 
 int main(void)
@@ -469,6 +626,7 @@ int main(void)
 	    cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_refusals),
 	    cmocka_unit_test(test_teardown),
+	    cmocka_unit_test(test_runner_timeout_cancel),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
