@@ -513,6 +513,11 @@ static void health_probe(void)
 			 access(PASTA_PATH, X_OK) < 0 ? PASTA_PATH : NFT_PATH);
 		return;
 	}
+	if (access("/dev/net/tun", F_OK) < 0) {
+		/* pasta's tap device; a container needs it passed in */
+		snprintf(health_msg, sizeof(health_msg), "unavailable: no /dev/net/tun");
+		return;
+	}
 	if (sbx_netns_up("127.0.0.1:1", &n, err, sizeof(err)) < 0) {
 		snprintf(health_msg, sizeof(health_msg), "unavailable: %s", err);
 		return;

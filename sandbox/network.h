@@ -14,7 +14,12 @@
  *      tap device and forwards connections to the host's sockets, without
  *      gateway mapping (--no-map-gw) and with no port forwarded except the
  *      allowlisted loopback ports (-T); the server waits for its pid file,
- *      which pasta writes once the namespace is configured;
+ *      which pasta writes once the namespace is configured. pasta runs as
+ *      root (Debian 12's drops privileges before joining a namespace; an
+ *      unprivileged pasta owning a user namespace would need /dev/net/tun
+ *      open to all, 0600 on many hosts), confined by itself: seccomp,
+ *      no_new_privs, CAP_SYS_ADMIN + CAP_NET_BIND_SERVICE only, an empty
+ *      mount namespace;
  *   4. the command (bwrap --share-net) joins the namespace.
  * When the command is reaped (sbx_backend_reap), pasta is killed and
  * waited for and the namespace's last reference closed: the kernel frees

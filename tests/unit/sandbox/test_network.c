@@ -53,6 +53,7 @@ struct fixture {
 	struct server a, b, c, a6, h; /* h: on the host's own address */
 	uint64_t seq;
 	bool net;	 /* network on request works here */
+	char why[256];	 /* sbx_net_health's line */
 	bool first_line; /* run() stops at the first line */
 };
 
@@ -156,7 +157,6 @@ static int setup(void **state)
 {
 	struct fixture *f = xcalloc(1, sizeof(*f));
 	struct sbx_backend_config bc = {.name = "bwrap"}, lc = {.name = "local"};
-	char msg[256];
 
 	signal(SIGPIPE, SIG_IGN);
 	f->a.fd = f->b.fd = f->c.fd = f->a6.fd = f->h.fd = -1;
@@ -174,8 +174,8 @@ static int setup(void **state)
 	/* The same port as A on the host's IPv6 loopback: allowing
 	 * 127.0.0.1:A must not open it. Optional: the port may be taken. */
 	server_start(&f->a6, AF_INET6, f->a.port, "hello-from-A6");
-	f->net = sbx_net_health(msg, sizeof(msg)) == 0;
-	print_message("network on request: %s\n", msg);
+	f->net = sbx_net_health(f->why, sizeof(f->why)) == 0;
+	print_message("network on request: %s\n", f->why);
 	f->seq = 1000;
 	*state = f;
 	return 0;
@@ -203,6 +203,17 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Skip where the host cannot (not root, passt or nftables not
+ * installed); where it should, its absence fails the test. */
+static void need_net(struct fixture *f)
+{
+	if (f->net)
+		return;
+	if (geteuid() == 0 && access("/usr/bin/pasta", X_OK) == 0 && access("/usr/sbin/nft", X_OK) == 0)
+		fail_msg("network on request %s", f->why);
+	skip();
 }
 
 static struct sbx_spawn_req req_for(struct fixture *f, const char *cmd, const char *allow)
@@ -302,8 +313,7 @@ static void test_allowlist(void **state)
 	char out[4096], *allow, *ua, *ub, *uc, *ua6;
 	int code;
 
-	if (!f->net)
-		skip();
+	need_net(f);
 	/* every address at port 80: the metadata ones stay refused */
 	allow = xasprintf("127.0.0.1:%d, example.invalid:443, 0.0.0.0/0:80, [::/0]:80", f->a.port);
 	ua = url("127.0.0.1", f->a.port);
@@ -369,8 +379,7 @@ static void test_names(void **state)
 	char out[4096], *allow, *ua, *ub;
 	int code;
 
-	if (!f->net)
-		skip();
+	need_net(f);
 	allow = xasprintf("localhost:%d", f->a.port);
 	ua = url("localhost", f->a.port);
 	ub = url("localhost", f->b.port);
@@ -393,8 +402,7 @@ static void test_refusals(void **state)
 	pid_t pid;
 	int pidfd;
 
-	if (!f->net)
-		skip();
+	need_net(f);
 	assert_int_equal(sbx_backend_spawn(f->bwrap, &r, &pid, &pidfd), -EINVAL);
 	/* local cannot filter: it refuses rather than pretend */
 	r = req_for(f, "true", "127.0.0.1:80");
@@ -484,8 +492,7 @@ static void test_teardown(void **state)
 	int64_t t0, with = 0, without = 0;
 	int code, n = 0;
 
-	if (!f->net)
-		skip();
+	need_net(f);
 	allow = xasprintf("127.0.0.1:%d", f->a.port);
 	for (int i = 0; i < 12; i++) {
 		/* 0: exits; 1: killed by its own hand; 2: "timed out" (the
@@ -601,8 +608,7 @@ static void test_runner_timeout_cancel(void **state)
 	struct done d;
 	char ino[6][64], *allow;
 
-	if (!f->net)
-		skip();
+	need_net(f);
 	assert_int_equal(sbx_workspace_open(&ws, f->ws, &owner), 0);
 	assert_int_equal(sbx_runner_new(&r), 0);
 	allow = xasprintf("127.0.0.1:%d", f->a.port);
