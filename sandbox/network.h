@@ -98,9 +98,11 @@ int sbx_net_allow_parse(const char *spec, struct sbx_net_allow *out, char *err, 
 void sbx_net_allow_clear(struct sbx_net_allow *a);
 
 /* 0 when network on request works on this host: the server is root,
- * pasta and nft are installed, and a probe namespace with a filter and
- * pasta attached could be made. The probe runs once (the first call;
- * the bwrap backend makes it at start) and is cached. msg gets a one-line
- * description either way, e.g. "pasta + nftables" or "nft missing at
- * /usr/sbin/nft". Thread-safe. Errors: -SBX_E_BACKEND. */
+ * pasta and nft are installed, /dev/net/tun exists, and a probe
+ * namespace with a filter and pasta attached could be made. The probe
+ * runs once (the first call; the bwrap backend makes it at start) and is
+ * cached. msg gets a one-line description either way, e.g. "pasta +
+ * nftables (TCP to the allowlist only)" or "unavailable: /usr/sbin/nft
+ * missing (packages passt, nftables)". Thread-safe. Errors:
+ * -SBX_E_BACKEND. */
 int sbx_net_health(char *msg, size_t msgsz);
