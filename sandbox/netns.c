@@ -175,11 +175,11 @@ static void resolve(const struct sbx_net_allow *a, struct sbx_net_allow *dest, s
 		list[n] = &lk[n]->cb;
 		n++;
 	}
-	if (n && getaddrinfo_a(GAI_NOWAIT, list, (int)n, NULL) != 0) {
-		for (size_t i = 0; i < n; i++)
-			free_lookup(lk[i]);
-		return;
-	}
+	/* When some could not be queued the others still run: each is
+	 * judged by its own state below (one never queued reads as done
+	 * without a result). */
+	if (n)
+		getaddrinfo_a(GAI_NOWAIT, list, (int)n, NULL);
 	wait_lookups(list, n);
 	for (size_t i = 0, k = 0; i < a->n; i++) {
 		if (a->e[i].family)
