@@ -312,12 +312,7 @@ static int net_up(struct sbx_backend *b, const struct sbx_spawn_req *req, struct
 	*out = NULL;
 	if (!req->net_allow)
 		return 0;
-	if (!b->ops->net) {
-		log_msg("error", "command %" PRIu64 " refused: the %s backend cannot filter a network",
-			req->seq, b->ops->name);
-		return -SBX_E_BACKEND;
-	}
-	if (sbx_net_health(err, sizeof(err)) < 0) {
+	if (sbx_backend_net_health(b, err, sizeof(err)) < 0) {
 		log_msg("error", "command %" PRIu64 " refused: network on request %s", req->seq, err);
 		return -SBX_E_BACKEND;
 	}
@@ -619,6 +614,17 @@ int sbx_backend_sweep(struct sbx_backend *b)
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b)
 {
 	return b ? b->refused_limits : 0;
+}
+
+int sbx_backend_net_health(struct sbx_backend *b, char *msg, size_t msgsz)
+{
+	if (!b)
+		return -EINVAL;
+	if (b->ops->net)
+		return sbx_net_health(msg, msgsz);
+	if (msg && msgsz)
+		snprintf(msg, msgsz, "unavailable: the %s backend cannot filter a network", b->ops->name);
+	return -SBX_E_BACKEND;
 }
 
 int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz)

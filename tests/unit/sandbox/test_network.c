@@ -399,14 +399,19 @@ static void test_refusals(void **state)
 {
 	struct fixture *f = *state;
 	struct sbx_spawn_req r = req_for(f, "true", "bad spec!");
+	char msg[256];
 	pid_t pid;
 	int pidfd;
 
 	need_net(f);
 	assert_int_equal(sbx_backend_spawn(f->bwrap, &r, &pid, &pidfd), -EINVAL);
-	/* local cannot filter: it refuses rather than pretend */
+	/* local cannot filter: it refuses rather than pretend, and says so */
 	r = req_for(f, "true", "127.0.0.1:80");
 	assert_int_equal(sbx_backend_spawn(f->local, &r, &pid, &pidfd), -SBX_E_BACKEND);
+	assert_int_equal(sbx_backend_net_health(f->local, msg, sizeof(msg)), -SBX_E_BACKEND);
+	assert_non_null(strstr(msg, "cannot filter"));
+	assert_int_equal(sbx_backend_net_health(f->bwrap, msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "pasta + nftables"));
 }
 
 /* The processes whose parent is this one and whose name says pasta. */
