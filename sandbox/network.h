@@ -8,7 +8,7 @@
  *      initial user namespace: nothing in the sandbox (an unprivileged
  *      uid in bwrap's own user namespace, no capabilities) can change its
  *      interfaces, routes or rules;
- *   2. `nft` installs the filter in it (table inet sandboxd, below);
+ *   2. `nft` installs the filter in it (table inet sandboxd, below) while
  *   3. `pasta` (Debian's passt) attaches to it as its user-mode network:
  *      it gives the namespace the host's addresses and routes through a
  *      tap device and forwards connections to the host's sockets, without
@@ -20,7 +20,9 @@
  *      open to all, 0600 on many hosts), confined by itself: seccomp,
  *      no_new_privs, CAP_SYS_ADMIN + CAP_NET_BIND_SERVICE only, an empty
  *      mount namespace;
- *   4. the command (bwrap --share-net) joins the namespace.
+ *   4. once both are done, the command (bwrap --share-net) joins the
+ *      namespace (the launcher's setns, as root, before it drops to the
+ *      tenant's uid).
  * When the command is reaped (sbx_backend_reap), pasta is killed and
  * waited for and the namespace's last reference closed: the kernel frees
  * it with its rules. pasta runs with PR_SET_PDEATHSIG, so a server that
@@ -38,7 +40,8 @@
  *     refused. A CIDR such as 0.0.0.0/0 does not include the host's
  *     loopback (the sandbox's 127.0.0.0/8 is its own) nor the host's own
  *     addresses (pasta copies them into the namespace, where they are
- *     the sandbox's own too);
+ *     the sandbox's own too; those of the host's other interfaces are
+ *     reachable when allowlisted);
  *   - never link-local or cloud metadata addresses (169.254.0.0/16,
  *     fe80::/10, fd00:ec2::254, 100.100.100.200, 168.63.129.16), even
  *     inside an allowlisted CIDR;
