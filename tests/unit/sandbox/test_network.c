@@ -344,6 +344,13 @@ static void test_allowlist(void **state)
 	assert_null(strstr(out, "nft=0"));
 	expect_refused(f, allow, ub);
 	free(allow);
+	/* The other way round: [::1] named, 127.0.0.1 not. */
+	if (f->a6.fd >= 0) {
+		allow = xasprintf("[::1]:%d", f->a.port);
+		expect_body(f, allow, ua6, "hello-from-A6");
+		expect_refused(f, allow, ua);
+		free(allow);
+	}
 	/* A CIDR holding every address holds not the host's loopback. */
 	allow = xasprintf("0.0.0.0/0:%d", f->b.port);
 	expect_refused(f, allow, ub);
@@ -466,12 +473,25 @@ static bool links_to(const char *dir, const char *sub, const char *ino)
 	return found;
 }
 
-/* Some process on the host, or an fd of this one, still holds the
- * namespace ino ("net:[N]"). */
+/* Some process on the host is in the namespace ino ("net:[N]") or holds
+ * an fd of it (as pasta does). */
 static bool netns_alive(const char *ino)
 {
-	return links_to("/proc", "/proc/%s/ns/net", ino) ||
-	       links_to("/proc/self/fd", "/proc/self/fd/%s", ino);
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	bool found = links_to("/proc", "/ns/net", ino);
+
+	while (d && !found && (de = readdir(d))) {
+		char fds[300];
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(fds, sizeof(fds), "/proc/%s/fd", de->d_name);
+		found = links_to(fds, "", ino);
+	}
+	if (d)
+		closedir(d);
+	return found;
 }
 
 /* A killed bwrap's sandbox dies right after it (--die-with-parent),
@@ -630,15 +650,90 @@ static void test_runner_timeout_cancel(void **state)
 		wait_netns_gone(ino[i]);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_allowlist),
-	    cmocka_unit_test(test_names),
-	    cmocka_unit_test(test_refusals),
-	    cmocka_unit_test(test_teardown),
-	    cmocka_unit_test(test_runner_timeout_cancel),
-	};
+/* ---- the server killed: nothing of its commands' networks stays ---- */
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+/* The child mode of this program (argv: --crash-child WORKSPACE): a
+ * "server" that starts a network command there and prints its
+ * namespace, then waits for its SIGKILL. */
+static int crash_child(const char *ws)
+{
+	struct fixture f = {.seq = 1};
+	struct sbx_backend_config bc = {.name = "bwrap"};
+	struct sbx_spawn_req r;
+	pid_t pid;
+	int pidfd;
+
+	snprintf(f.ws, sizeof(f.ws), "%s", ws);
+	if (sbx_backend_new(&f.bwrap, &bc) < 0)
+		return 1;
+	r = req_for(&f, "readlink /proc/self/ns/net; exec sleep 60", "127.0.0.1:9");
+	r.stdout_fd = 1;
+	if (sbx_backend_spawn(f.bwrap, &r, &pid, &pidfd) < 0)
+		return 1;
+	for (;;)
+		pause();
+}
+
+/* The first line child writes on fd within 20 s, into line. */
+static void read_line(int fd, char *line, size_t n)
+{
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	size_t len = 0;
+
+	while (!memchr(line, '\n', len) && len + 1 < n && poll(&pf, 1, 20000) > 0) {
+		ssize_t got = read(fd, line + len, n - 1 - len);
+
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	line[len] = '\0';
+	line[strcspn(line, "\n")] = '\0';
+}
+
+static void test_server_killed(void **state)
+{
+	struct fixture *f = *state;
+	char ino[64] = "";
+	int p[2];
+	pid_t child;
+
+	need_net(f);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		/* only async-signal-safe calls until exec */
+		dup2(p[1], 1);
+		execl("/proc/self/exe", "test_network", "--crash-child", f->ws, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	read_line(p[0], ino, sizeof(ino));
+	close(p[0]);
+	assert_true(strncmp(ino, "net:[", 5) == 0);
+	assert_true(netns_alive(ino)); /* the check sees a live one */
+	kill(child, SIGKILL);
+	assert_int_equal(waitpid(child, NULL, 0), child);
+	/* pasta (PR_SET_PDEATHSIG) and the sandbox (--die-with-parent) die
+	 * with it, and with them the namespace and its rules */
+	wait_netns_gone(ino);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 2 && strcmp(argv[1], "--crash-child") == 0)
+		return crash_child(argv[2]);
+	{
+		const struct CMUnitTest tests[] = {
+		    cmocka_unit_test(test_allowlist),
+		    cmocka_unit_test(test_names),
+		    cmocka_unit_test(test_refusals),
+		    cmocka_unit_test(test_teardown),
+		    cmocka_unit_test(test_runner_timeout_cancel),
+		    cmocka_unit_test(test_server_killed),
+		};
+
+		return cmocka_run_group_tests(tests, setup, teardown);
+	}
 }
