@@ -216,15 +216,23 @@ static int memfd_with(const char *name, const char *text)
 	return fd;
 }
 
-/* The first line a helper wrote to its stderr memfd, into err. */
+/* The first line a helper wrote to its stderr memfd, into err; pasta's
+ * complaints that there is no syslog (it has none to log to here) are
+ * skipped. */
 static void first_line(int fd, const char *who, char *err, size_t errsz)
 {
-	char text[256];
+	static const char noise[] = "Failed to send ";
+	char text[2048], *line;
 	ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
 
 	text[n > 0 ? n : 0] = '\0';
-	text[strcspn(text, "\n")] = '\0';
-	snprintf(err, errsz, "%s failed%s%s", who, text[0] ? ": " : "", text);
+	for (line = text; *line && strncmp(line, noise, sizeof(noise) - 1) == 0;) {
+		char *nl = strchr(line, '\n');
+
+		line = nl ? nl + 1 : line + strlen(line);
+	}
+	line[strcspn(line, "\n")] = '\0';
+	snprintf(err, errsz, "%s failed%s%.200s", who, line[0] ? ": " : "", line);
 }
 
 /* A helper as root in the namespace: stdin from a memfd of text, stdout
