@@ -380,16 +380,38 @@ static void add_ports(struct buf *b, const struct sbx_net_entry *e)
 		buf_appendf(b, "%u-%u", e->lo, e->hi);
 }
 
-/* "8080,9000-9010" of the host loopback entries (any family), or "". */
+static int by_lo(const void *a, const void *b)
+{
+	const struct sbx_net_entry *x = a, *y = b;
+
+	return (int)x->lo - (int)y->lo;
+}
+
+/* "8080,9000-9010": the ports of the host loopback entries (of family,
+ * or any), sorted and merged: pasta refuses overlapping ports, and an
+ * allowlist may name one port twice (127.0.0.1:80 and [::1]:80). */
 static void loop_port_list(struct buf *b, const struct sbx_net_entry *d, size_t n, int family)
 {
+	struct sbx_net_entry *r = xcalloc(n ? n : 1, sizeof(*r));
+	size_t k = 0;
+
 	for (size_t i = 0; i < n; i++) {
-		if (!loop_ports(&d[i]) || (family && d[i].family != family))
-			continue;
+		if (loop_ports(&d[i]) && (!family || d[i].family == family))
+			r[k++] = d[i];
+	}
+	qsort(r, k, sizeof(*r), by_lo);
+	for (size_t i = 0; i < k;) {
+		struct sbx_net_entry run = r[i];
+
+		for (i++; i < k && r[i].lo <= run.hi + 1; i++) {
+			if (r[i].hi > run.hi)
+				run.hi = r[i].hi;
+		}
 		if (b->len)
 			buf_appendf(b, ",");
-		add_ports(b, &d[i]);
+		add_ports(b, &run);
 	}
+	free(r);
 }
 
 int sbx_net_pasta_ports(const struct sbx_net_entry *d, size_t n, struct buf *out)

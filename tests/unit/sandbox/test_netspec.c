@@ -179,6 +179,22 @@ static void test_ruleset(void **state)
 	buf_reset(&ports);
 	sbx_net_allow_clear(&a);
 
+	/* One port named twice, ranges that overlap or touch: merged (pasta
+	 * refuses overlapping forwards). */
+	assert_int_equal(sbx_net_allow_parse("127.0.0.1:8080, [::1]:8080, 127.0.0.1:8079-8081, [::1]:9001, "
+					     "[::1]:9000, 127.0.0.1:65535",
+					     &a, err, sizeof(err)),
+			 0);
+	buf_init(&rules, 1 << 20);
+	assert_int_equal(sbx_net_pasta_ports(a.e, a.n, &ports), 0);
+	assert_string_equal(buf_cstr(&ports), "8079-8081,9000-9001,65535");
+	assert_int_equal(sbx_net_ruleset(a.e, a.n, &rules), 0);
+	assert_non_null(strstr(buf_cstr(&rules), "ip daddr 127.0.0.1 tcp dport { 8079-8081,65535 } accept"));
+	assert_non_null(strstr(buf_cstr(&rules), "ip6 daddr ::1 tcp dport { 8080,9000-9001 } accept"));
+	buf_free(&rules);
+	buf_reset(&ports);
+	sbx_net_allow_clear(&a);
+
 	assert_int_equal(sbx_net_allow_parse("example.org:443", &a, err, sizeof(err)), 0);
 	assert_int_equal(sbx_net_pasta_ports(a.e, 0, &ports), 0);
 	assert_string_equal(buf_cstr(&ports), "none");

@@ -392,6 +392,10 @@ static void test_names(void **state)
 	ub = url("localhost", f->b.port);
 	expect_body(f, allow, ua, "hello-from-A");
 	expect_refused(f, allow, ub);
+	free(allow);
+	/* The same port by name and by address, both families: one forward. */
+	allow = xasprintf("localhost:%d, 127.0.0.1:%d, [::1]:%d", f->a.port, f->a.port, f->a.port);
+	expect_body(f, allow, ua, "hello-from-A");
 	/* no resolver inside: only the hosts file */
 	assert_int_equal(run(f, allow, "cat /etc/resolv.conf; getent hosts example.com; echo rc=$?", out,
 			     sizeof(out), &code),
