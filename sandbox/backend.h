@@ -72,7 +72,11 @@ const char *sbx_backend_name(const struct sbx_backend *b);
  * *pid is the process (group leader); *pidfd a pidfd for it (O_CLOEXEC).
  * When cgroups are in force and the command's group cannot be made or
  * joined, the command does not run (fail closed): -SBX_E_BACKEND, and
- * sbx_backend_refused_limits counts it.
+ * sbx_backend_refused_limits counts it. With req->net_allow the command
+ * runs in a network namespace of its own that reaches only the allowlist
+ * (sandbox/network.h); a backend that cannot enforce it (local), or bwrap
+ * when sbx_net_health fails, refuses with -SBX_E_BACKEND; a bad
+ * allowlist is -EINVAL.
  * Errors: -SBX_E_BACKEND when the backend cannot start anything, else
  * -errno. */
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
