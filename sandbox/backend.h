@@ -101,11 +101,11 @@ uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);
 /* What the backend isolates, in one line (static), for /readyz. */
 const char *sbx_backend_isolation(const struct sbx_backend *b);
 
+/* 0 when usable; fills msg with a one-line status either way, e.g.
+ * "bwrap 0.8.0; cgroup memory+pids: v1; seccomp: on". */
+int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz);
+
 /* Whether this backend can run a command with net_allow here: 0, or
  * -SBX_E_BACKEND; msg gets sbx_net_health's line, or why the backend
  * cannot (local cannot filter). For /readyz. */
 int sbx_backend_net_health(struct sbx_backend *b, char *msg, size_t msgsz);
-
-/* 0 when usable; fills msg with a one-line status either way, e.g.
- * "bwrap 0.8.0; cgroup memory+pids: v1; seccomp: on". */
-int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz);
