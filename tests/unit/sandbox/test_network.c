@@ -454,44 +454,85 @@ static int pasta_children(void)
 	return n;
 }
 
-/* Some entry of dir has a link dir/<entry>/sub (sub may be "") reading ino. */
-static bool links_to(const char *dir, const char *sub, const char *ino)
+/* Now, in clock ticks since boot (the unit of a process's start time). */
+static uint64_t boot_ticks(void)
 {
-	DIR *d = opendir(dir);
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000) *
+	       (uint64_t)sysconf(_SC_CLK_TCK) / 1000;
+}
+
+/* The start time of process pid (field 22 of its stat), or UINT64_MAX. */
+static uint64_t start_ticks(const char *pid)
+{
+	char path[300], text[1024];
+	unsigned long long t = 0;
+	FILE *fp;
+	char *rp;
+
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+	fp = fopen(path, "r");
+	if (!fp)
+		return UINT64_MAX;
+	rp = fgets(text, sizeof(text), fp) ? strrchr(text, ')') : NULL;
+	fclose(fp);
+	if (!rp ||
+	    sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+		   &t) != 1)
+		return UINT64_MAX;
+	return t;
+}
+
+/* Link path reads ino. */
+static bool reads(const char *path, const char *ino)
+{
+	char link[64];
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+
+	if (n <= 0)
+		return false;
+	link[n] = '\0';
+	return strcmp(link, ino) == 0;
+}
+
+/* Process pid is in the namespace ino ("net:[N]") or holds an fd of it
+ * (as pasta does). */
+static bool holds(const char *pid, const char *ino)
+{
+	char path[300];
+	DIR *d;
 	struct dirent *de;
-	bool found = false;
+	bool found;
 
+	snprintf(path, sizeof(path), "/proc/%s/ns/net", pid);
+	found = reads(path, ino);
+	snprintf(path, sizeof(path), "/proc/%s/fd", pid);
+	d = opendir(path);
 	while (d && !found && (de = readdir(d))) {
-		char path[300], link[64];
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "%s/%s%s", dir, de->d_name, sub);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n > 0) {
-			link[n] = '\0';
-			found = strcmp(link, ino) == 0;
-		}
+		snprintf(path, sizeof(path), "/proc/%s/fd/%s", pid, de->d_name);
+		found = reads(path, ino);
 	}
 	if (d)
 		closedir(d);
 	return found;
 }
 
-/* Some process on the host is in the namespace ino ("net:[N]") or holds
- * an fd of it (as pasta does). */
-static bool netns_alive(const char *ino)
+/* Some process that started by the tick before still holds the
+ * namespace ino. Namespaces' numbers are reused at once, and this
+ * machine's other servers make namespaces all the time: only processes
+ * older than the end of our command can be its leftovers. */
+static bool netns_alive(const char *ino, uint64_t before)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
-	bool found = links_to("/proc", "/ns/net", ino);
+	bool found = false;
 
 	while (d && !found && (de = readdir(d))) {
-		char fds[300];
-
-		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || start_ticks(de->d_name) > before)
 			continue;
-		snprintf(fds, sizeof(fds), "/proc/%s/fd", de->d_name);
-		found = links_to(fds, "", ino);
+		found = holds(de->d_name, ino);
 	}
 	if (d)
 		closedir(d);
@@ -500,14 +541,14 @@ static bool netns_alive(const char *ino)
 
 /* A killed bwrap's sandbox dies right after it (--die-with-parent),
  * holding the namespace until then: wait for that, with a deadline. */
-static void wait_netns_gone(const char *ino)
+static void wait_netns_gone(const char *ino, uint64_t before)
 {
 	int64_t deadline = now_ms() + 10000;
 	struct timespec tick = {0, 20 * 1000000L};
 
-	while (netns_alive(ino) && now_ms() < deadline)
+	while (netns_alive(ino, before) && now_ms() < deadline)
 		nanosleep(&tick, NULL);
-	if (netns_alive(ino))
+	if (netns_alive(ino, before))
 		fail_msg("namespace %s outlived its command", ino);
 }
 
@@ -518,6 +559,7 @@ static void test_teardown(void **state)
 {
 	struct fixture *f = *state;
 	char out[256], ino[12][64], *allow;
+	uint64_t ended[12];
 	int64_t t0, with = 0, without = 0;
 	int code, n = 0;
 
@@ -537,6 +579,7 @@ static void test_teardown(void **state)
 		with += now_ms() - t0;
 		out[strcspn(out, "\n")] = '\0';
 		assert_true(strncmp(out, "net:[", 5) == 0);
+		ended[n] = boot_ticks();
 		snprintf(ino[n++], sizeof(ino[0]), "%.40s", out);
 		t0 = now_ms();
 		assert_int_equal(run(f, NULL, "true", out, sizeof(out), &code), 0);
@@ -546,7 +589,7 @@ static void test_teardown(void **state)
 		      (long long)(with / 12), (long long)(without / 12));
 	assert_int_equal(pasta_children(), 0);
 	for (int i = 0; i < n; i++)
-		wait_netns_gone(ino[i]);
+		wait_netns_gone(ino[i], ended[i]);
 	free(allow);
 }
 
@@ -636,13 +679,17 @@ static void test_runner_timeout_cancel(void **state)
 	struct sbx_runner *r = NULL;
 	struct done d;
 	char ino[6][64], *allow;
+	uint64_t ended[6];
 
 	need_net(f);
 	assert_int_equal(sbx_workspace_open(&ws, f->ws, &owner), 0);
 	assert_int_equal(sbx_runner_new(&r), 0);
 	allow = xasprintf("127.0.0.1:%d", f->a.port);
 	for (int i = 0; i < 6; i++) {
-		runner_run(f, r, ws, allow, i % 2 ? 0 : 400, i % 2, ino[i], sizeof(ino[i]), &d);
+		/* the timeout counts from before the network's setup: ample, so
+		 * that the command prints its namespace on a busy machine too */
+		runner_run(f, r, ws, allow, i % 2 ? 0 : 2000, i % 2, ino[i], sizeof(ino[i]), &d);
+		ended[i] = boot_ticks();
 		assert_true(i % 2 ? d.res.cancelled : d.res.timed_out);
 		assert_true(strncmp(ino[i], "net:[", 5) == 0);
 	}
@@ -651,7 +698,7 @@ static void test_runner_timeout_cancel(void **state)
 	free(allow);
 	assert_int_equal(pasta_children(), 0);
 	for (int i = 0; i < 6; i++)
-		wait_netns_gone(ino[i]);
+		wait_netns_gone(ino[i], ended[i]);
 }
 
 /* ---- the server killed: nothing of its commands' networks stays ---- */
@@ -699,6 +746,7 @@ static void test_server_killed(void **state)
 {
 	struct fixture *f = *state;
 	char ino[64] = "";
+	uint64_t killed;
 	int p[2];
 	pid_t child;
 
@@ -716,12 +764,13 @@ static void test_server_killed(void **state)
 	read_line(p[0], ino, sizeof(ino));
 	close(p[0]);
 	assert_true(strncmp(ino, "net:[", 5) == 0);
-	assert_true(netns_alive(ino)); /* the check sees a live one */
+	assert_true(netns_alive(ino, boot_ticks())); /* the check sees a live one */
 	kill(child, SIGKILL);
 	assert_int_equal(waitpid(child, NULL, 0), child);
+	killed = boot_ticks();
 	/* pasta (PR_SET_PDEATHSIG) and the sandbox (--die-with-parent) die
 	 * with it, and with them the namespace and its rules */
-	wait_netns_gone(ino);
+	wait_netns_gone(ino, killed);
 }
 
 int main(int argc, char **argv)
