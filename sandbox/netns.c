@@ -42,7 +42,9 @@ struct sbx_netns {
 /* ---- names ---- */
 
 /* Lookups still running when their deadline passed: glibc may still
- * write into them, so they are freed only once it is done. */
+ * write into them, so they are freed only once it is done (checked at
+ * the next command with network; one still running at exit goes with
+ * the process). */
 struct lookup {
 	struct gaicb cb;
 	struct addrinfo hints;
