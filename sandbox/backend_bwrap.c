@@ -443,6 +443,7 @@ out:
 static int bw_health(struct sbx_backend *b, char *msg, size_t msgsz)
 {
 	struct bwrap *bw = b->priv;
+	char net[160];
 
 	if (access(bw->path, X_OK) < 0) {
 		snprintf(msg, msgsz, "bwrap missing at %s", bw->path);
@@ -453,7 +454,10 @@ static int bw_health(struct sbx_backend *b, char *msg, size_t msgsz)
 			 bw->version[0] ? bw->version : "(unknown version)");
 		return -SBX_E_BACKEND;
 	}
-	snprintf(msg, msgsz, "bwrap %s; seccomp on", bw->version);
+	/* bwrap works without it: it only says whether network-on-request
+	 * commands can run here */
+	sbx_net_health(net, sizeof(net));
+	snprintf(msg, msgsz, "bwrap %s; seccomp on; network on request: %s", bw->version, net);
 	return 0;
 }
 

@@ -423,6 +423,9 @@ static void test_refusals(void **state)
 	assert_non_null(strstr(msg, "cannot filter"));
 	assert_int_equal(sbx_backend_net_health(f->bwrap, msg, sizeof(msg)), 0);
 	assert_non_null(strstr(msg, "pasta + nftables"));
+	/* and /readyz's line of the backend says so */
+	assert_int_equal(sbx_backend_health(f->bwrap, msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "; network on request: pasta + nftables"));
 }
 
 /* The processes whose parent is this one and whose name says pasta. */
