@@ -361,8 +361,11 @@ static int start_pasta(struct sbx_netns *ns, const char *ports, char *err, size_
 	}
 	rc = sbx_launch_keep(&l, pipefd[1]); /* fd 3: its pid file */
 	pipefd[1] = -1;
-	if (rc >= 0)
-		rc = sbx_launch_keep(&l, fcntl(ns->fd, F_DUPFD_CLOEXEC, 0)); /* fd 4 */
+	if (rc >= 0) {
+		int nsfd = fcntl(ns->fd, F_DUPFD_CLOEXEC, 0);
+
+		rc = nsfd < 0 ? -errno : sbx_launch_keep(&l, nsfd); /* fd 4: the namespace */
+	}
 	if (rc >= 0)
 		rc = helper_start(&l, -1, NULL, errfd, &ns->pasta, &ns->pasta_pidfd);
 	if (rc < 0)
