@@ -503,11 +503,29 @@ static void set_rlimits(struct sbx_launch *l, const struct sbx_limits *lim)
 	}
 }
 
+/* The request's std fds, /dev/null (opened once, into *devnull) for
+ * those it leaves at -1. */
+static int set_std_fds(struct sbx_launch *l, const struct sbx_spawn_req *req, int *devnull)
+{
+	const int req_fds[3] = {req->stdin_fd, req->stdout_fd, req->stderr_fd};
+
+	for (int i = 0; i < 3; i++) {
+		if (req_fds[i] >= 0) {
+			l->std_fds[i] = req_fds[i];
+			continue;
+		}
+		if (*devnull < 0)
+			*devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (*devnull < 0)
+			return -errno;
+		l->std_fds[i] = *devnull;
+	}
+	return 0;
+}
+
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
 {
 	struct sbx_launch l;
-	const int req_fds[3] = {req ? req->stdin_fd : -1, req ? req->stdout_fd : -1,
-				req ? req->stderr_fd : -1};
 	struct sbx_netns *net = NULL;
 	int devnull = -1;
 	bool cgroup_made = false;
@@ -528,19 +546,9 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 	if (rc < 0)
 		goto out;
 
-	for (i = 0; i < 3; i++) {
-		if (req_fds[i] >= 0) {
-			l.std_fds[i] = req_fds[i];
-			continue;
-		}
-		if (devnull < 0)
-			devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (devnull < 0) {
-			rc = -errno;
-			goto out;
-		}
-		l.std_fds[i] = devnull;
-	}
+	rc = set_std_fds(&l, req, &devnull);
+	if (rc < 0)
+		goto out;
 	set_rlimits(&l, &req->limits);
 	l.drop_privs = req->drop_privs && geteuid() == 0;
 	l.uid = req->uid;
@@ -567,6 +575,8 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		if (l.exec_fail_is_backend && l.child_step == STEP_EXEC &&
 		    (rc == -ENOENT || rc == -EACCES || rc == -ENOEXEC))
 			rc = -SBX_E_BACKEND;
+		if (l.child_step == STEP_SETNS)
+			rc = -SBX_E_BACKEND; /* the command's network cannot be joined */
 		if (l.child_step == STEP_CGROUP) {
 			b->refused_limits++;
 			log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s",
