@@ -4,9 +4,10 @@
  *
  * Mechanism (sandbox/netns.c), per command, all before the command's
  * first instruction:
- *   1. the server (root) makes a new network namespace, owned by the
- *      initial user namespace: nothing in the sandbox (an unprivileged
- *      uid in bwrap's own user namespace, no capabilities) can change its
+ *   1. the server (root) makes a new network namespace, owned by its own
+ *      user namespace (the initial one when it runs as root on the host):
+ *      nothing in the sandbox (an unprivileged uid in bwrap's user
+ *      namespace nested in it, no capabilities) can change its
  *      interfaces, routes or rules;
  *   2. `nft` installs the filter in it (table inet sandboxd, below) while
  *   3. `pasta` (Debian's passt) attaches to it as its user-mode network:
