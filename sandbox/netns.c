@@ -397,7 +397,11 @@ static int new_netns(void)
 
 	if (self < 0)
 		return -errno;
-	if (unshare(CLONE_NEWNET) < 0) {
+	/* Only leave where this thread can come back: in a user namespace
+	 * (the subordinate-range mode) the host's namespace is not ours to
+	 * join, and a thread stuck in a new one would take every later
+	 * command there. Joining the one it is in is that same check. */
+	if (setns(self, CLONE_NEWNET) < 0 || unshare(CLONE_NEWNET) < 0) {
 		rc = -errno;
 		close(self);
 		return rc;
