@@ -109,15 +109,17 @@ static json_t *backends_json(struct app *a, bool *ready)
 {
 	json_t *list = json_array();
 	for (size_t i = 0; i < a->nbackends; i++) {
-		char msg[256] = "";
+		char msg[256] = "", net[256] = "";
 		int rc = sbx_backend_health(a->backends[i], msg, sizeof msg);
+		int net_rc = sbx_backend_net_health(a->backends[i], net, sizeof net);
 		if (rc != 0)
 			*ready = false;
-		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:b}", "name",
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:b, s:s}}", "name",
 						      sbx_backend_name(a->backends[i]), "status",
 						      rc == 0 ? "ok" : "unavailable", "detail", msg,
 						      "isolation", sbx_backend_isolation(a->backends[i]),
-						      "default", a->backends[i] == a->backend));
+						      "default", a->backends[i] == a->backend, "network",
+						      "available", net_rc == 0, "detail", net));
 	}
 	return list;
 }

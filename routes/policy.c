@@ -2,7 +2,6 @@
  * approval patterns (see policy.h). */
 #include "routes/policy.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
@@ -13,12 +12,12 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "sandbox/network.h"
 #include "sandbox/rootimg.h"
 #include "store/store.h"
 
 #define PATTERNS_MAX 64
 #define PATTERN_MAX 1024
-#define NETWORK_MAX 4096
 
 enum key_kind { PK_INT, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES };
 
@@ -61,123 +60,16 @@ static const struct policy_key *key_find(const char *name)
 
 /* ---- the network allowlist (the grammar of sandbox/backend.h's net_allow) ---- */
 
-static int port_range_ok(const char *p)
-{
-	char *end = NULL;
-	errno = 0;
-	long lo = strtol(p, &end, 10), hi = lo;
-	if (end == p || errno || lo < 1 || lo > 65535)
-		return -EINVAL;
-	if (*end == '-') {
-		const char *q = end + 1;
-		hi = strtol(q, &end, 10);
-		if (end == q || errno || hi < lo || hi > 65535)
-			return -EINVAL;
-	}
-	return *end ? -EINVAL : 0;
-}
-
-/* An address (af) with an optional /prefix. */
-static int addr_ok(const char *s, int af)
-{
-	char a[64];
-	const char *slash = strchr(s, '/');
-	size_t n = slash ? (size_t)(slash - s) : strlen(s);
-	unsigned char bin[16];
-	if (n == 0 || n >= sizeof a)
-		return -EINVAL;
-	memcpy(a, s, n);
-	a[n] = '\0';
-	if (inet_pton(af, a, bin) != 1)
-		return -EINVAL;
-	if (!slash)
-		return 0;
-	char *end = NULL;
-	long bits = strtol(slash + 1, &end, 10);
-	return end != slash + 1 && !*end && bits >= 0 && bits <= (af == AF_INET ? 32 : 128) ? 0 : -EINVAL;
-}
-
-static bool dns_name_ok(const char *s)
-{
-	size_t n = strlen(s), label = 0;
-	if (n == 0 || n > 253)
-		return false;
-	for (size_t i = 0; i <= n; i++) {
-		char c = s[i];
-		if (c == '.' || c == '\0') {
-			if (label == 0 || label > 63 || s[i - 1] == '-' || s[i - label] == '-')
-				return false;
-			label = 0;
-		} else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			   c == '-') {
-			label++;
-		} else {
-			return false;
-		}
-	}
-	return true;
-}
-
-/* HOST, HOST:PORT or HOST:LO-HI; an IPv6 HOST in brackets. */
-static int entry_ok(char *e)
-{
-	char *port = NULL;
-	if (*e == '[') {
-		char *close = strchr(e, ']');
-		if (!close || (close[1] && close[1] != ':'))
-			return -EINVAL;
-		*close = '\0';
-		port = close[1] ? close + 2 : NULL;
-		if (addr_ok(e + 1, AF_INET6) < 0)
-			return -EINVAL;
-	} else {
-		char *colon = strchr(e, ':');
-		if (colon) {
-			*colon = '\0';
-			port = colon + 1;
-		}
-		bool numeric = strspn(e, "0123456789./") == strlen(e);
-		if (numeric ? addr_ok(e, AF_INET) < 0 : !dns_name_ok(e))
-			return -EINVAL;
-	}
-	return port ? port_range_ok(port) : 0;
-}
-
-/* A local check of the agreed grammar; sandbox/network.h's
- * sbx_net_allow_check replaces it once it exists on main. */
+/* The grammar and its rules are sandbox/network.h's: an allowlist that
+ * passes here is one the backend enforces. */
 static int allowlist_check(const char *spec, char *err, size_t errsz)
 {
-	size_t n = strlen(spec);
-	if (n == 0 || n > NETWORK_MAX) {
-		snprintf(err, errsz, "network: an allowlist of 1..%d bytes, or \"none\"", NETWORK_MAX);
-		return -EINVAL;
-	}
-	char *copy = xstrdup(spec);
-	int rc = 0;
-	for (char *tok = copy; tok && rc == 0;) {
-		char *comma = strchr(tok, ',');
-		if (comma)
-			*comma = '\0';
-		while (*tok == ' ')
-			tok++;
-		size_t len = strlen(tok);
-		while (len && tok[len - 1] == ' ')
-			tok[--len] = '\0';
-		char shown[128];
-		snprintf(shown, sizeof shown, "%s", tok);
-		if (len == 0) {
-			snprintf(err, errsz, "network: empty entry in the allowlist");
-			rc = -EINVAL;
-		} else if ((rc = entry_ok(tok)) < 0) {
-			snprintf(err, errsz,
-				 "network: \"%s\" is not HOST, HOST:PORT or HOST:LO-HI (HOST: a DNS name, an "
-				 "IPv4 address or CIDR, or [IPv6] address or CIDR)",
-				 shown);
-		}
-		tok = comma ? comma + 1 : NULL;
-	}
-	free(copy);
-	return rc;
+	char why[256];
+
+	if (sbx_net_allow_check(spec, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(err, errsz, "network: %s", why);
+	return -EINVAL;
 }
 
 /* ---- values ---- */

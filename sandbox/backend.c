@@ -22,6 +22,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/netplan.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -45,6 +46,7 @@ enum child_step {
 	STEP_NONE,
 	STEP_SETSID,
 	STEP_CGROUP,
+	STEP_SETNS,
 	STEP_RLIMIT,
 	STEP_SETGROUPS,
 	STEP_SETRESGID,
@@ -120,6 +122,7 @@ void sbx_launch_init(struct sbx_launch *l)
 		l->std_fds[i] = -1;
 	for (i = 0; i < SBX_LAUNCH_MAX_CGROUPS; i++)
 		l->cgroup_fds[i] = -1;
+	l->netns_fd = -1;
 }
 
 void sbx_launch_release(struct sbx_launch *l)
@@ -178,6 +181,11 @@ CHILD_FN static int child_main(void *arg)
 		if (syscall(SYS_write, l->cgroup_fds[i], "0\n", 2) != 2)
 			child_fail(l, STEP_CGROUP);
 	}
+	/* The command's network namespace, made and filtered by the server
+	 * before this (sandbox/netns.c): joined as root, never by the
+	 * tenant's uid, so nothing the command runs can leave it. */
+	if (l->netns_fd >= 0 && syscall(SYS_setns, l->netns_fd, CLONE_NEWNET) < 0)
+		child_fail(l, STEP_SETNS);
 
 	/* The fds first: RLIMIT_NOFILE below must not stop the copies (a
 	 * server with a thousand connections has no free fd under 1024).
@@ -286,6 +294,65 @@ out:
 	return rc;
 }
 
+/* ---- network on request ---- */
+
+struct sbx_backend_net {
+	uint64_t seq;
+	struct sbx_netns *ns;
+	struct sbx_backend_net *next;
+};
+
+/* The command's namespace, ready (filtered, pasta attached), or NULL
+ * without net_allow. */
+static int net_up(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_netns **out)
+{
+	char err[256];
+	int rc;
+
+	*out = NULL;
+	if (!req->net_allow)
+		return 0;
+	if (sbx_backend_net_health(b, err, sizeof(err)) < 0) {
+		log_msg("error", "command %" PRIu64 " refused: network on request %s", req->seq, err);
+		return -SBX_E_BACKEND;
+	}
+	rc = sbx_netns_up(req->net_allow, out, err, sizeof(err));
+	if (rc < 0)
+		log_msg("error", "command %" PRIu64 " refused: its network: %s", req->seq, err);
+	return rc;
+}
+
+static void net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_netns *ns)
+{
+	struct sbx_backend_net *e = xcalloc(1, sizeof(*e));
+
+	e->seq = seq;
+	e->ns = ns;
+	pthread_mutex_lock(&b->net_mu);
+	e->next = b->nets;
+	b->nets = e;
+	pthread_mutex_unlock(&b->net_mu);
+}
+
+static void net_down(struct sbx_backend *b, uint64_t seq)
+{
+	struct sbx_backend_net **pp, *e = NULL;
+
+	pthread_mutex_lock(&b->net_mu);
+	for (pp = &b->nets; *pp; pp = &(*pp)->next) {
+		if ((*pp)->seq == seq) {
+			e = *pp;
+			*pp = e->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&b->net_mu);
+	if (!e)
+		return;
+	sbx_netns_down(&e->ns);
+	free(e);
+}
+
 /* ---- dispatch ---- */
 
 static const struct sbx_backend_ops *const backends[] = {
@@ -357,6 +424,7 @@ int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *c
 		return -EINVAL;
 	b = xcalloc(1, sizeof(*b));
 	b->ops = ops;
+	pthread_mutex_init(&b->net_mu, NULL);
 	b->cgroup_root = xstrdup(cfg->cgroup_root ? cfg->cgroup_root : "sandboxd/default");
 	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe(b->cgroup_root);
 	b->cgroup_lock = -1;
@@ -388,6 +456,9 @@ void sbx_backend_free(struct sbx_backend **pb)
 	if (!pb || !*pb)
 		return;
 	b = *pb;
+	while (b->nets) /* commands never reaped: their pasta must not outlive us */
+		net_down(b, b->nets->seq);
+	pthread_mutex_destroy(&b->net_mu);
 	b->ops->fini(b);
 	/* The claiming backend (the one with the lock) cleans the root up; a
 	 * backend sharing it leaves it to that one. */
@@ -432,11 +503,30 @@ static void set_rlimits(struct sbx_launch *l, const struct sbx_limits *lim)
 	}
 }
 
+/* The request's std fds, /dev/null (opened once, into *devnull) for
+ * those it leaves at -1. */
+static int set_std_fds(struct sbx_launch *l, const struct sbx_spawn_req *req, int *devnull)
+{
+	const int req_fds[3] = {req->stdin_fd, req->stdout_fd, req->stderr_fd};
+
+	for (int i = 0; i < 3; i++) {
+		if (req_fds[i] >= 0) {
+			l->std_fds[i] = req_fds[i];
+			continue;
+		}
+		if (*devnull < 0)
+			*devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (*devnull < 0)
+			return -errno;
+		l->std_fds[i] = *devnull;
+	}
+	return 0;
+}
+
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
 {
 	struct sbx_launch l;
-	const int req_fds[3] = {req ? req->stdin_fd : -1, req ? req->stdout_fd : -1,
-				req ? req->stderr_fd : -1};
+	struct sbx_netns *net = NULL;
 	int devnull = -1;
 	bool cgroup_made = false;
 	int i, rc;
@@ -447,32 +537,18 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		rc = -EINVAL;
 		goto out;
 	}
-	if (req->net_allow) {
-		/* Network on request is built by sandbox/network (issue 16's
-		 * other half); until a backend has it, a command that asks for
-		 * the network does not run rather than run without it. */
-		log_msg("error", "command %" PRIu64 " refused: network on request is not available",
-			req->seq);
-		rc = -SBX_E_BACKEND;
+	rc = net_up(b, req, &net);
+	if (rc < 0)
 		goto out;
-	}
+	l.net = net;
+	l.netns_fd = sbx_netns_fd(net);
 	rc = b->ops->prepare(b, req, &l);
 	if (rc < 0)
 		goto out;
 
-	for (i = 0; i < 3; i++) {
-		if (req_fds[i] >= 0) {
-			l.std_fds[i] = req_fds[i];
-			continue;
-		}
-		if (devnull < 0)
-			devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (devnull < 0) {
-			rc = -errno;
-			goto out;
-		}
-		l.std_fds[i] = devnull;
-	}
+	rc = set_std_fds(&l, req, &devnull);
+	if (rc < 0)
+		goto out;
 	set_rlimits(&l, &req->limits);
 	l.drop_privs = req->drop_privs && geteuid() == 0;
 	l.uid = req->uid;
@@ -499,6 +575,8 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		if (l.exec_fail_is_backend && l.child_step == STEP_EXEC &&
 		    (rc == -ENOENT || rc == -EACCES || rc == -ENOEXEC))
 			rc = -SBX_E_BACKEND;
+		if (l.child_step == STEP_SETNS)
+			rc = -SBX_E_BACKEND; /* the command's network cannot be joined */
 		if (l.child_step == STEP_CGROUP) {
 			b->refused_limits++;
 			log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s",
@@ -507,8 +585,12 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		}
 		if (cgroup_made)
 			sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
+	} else if (net) {
+		net_keep(b, req->seq, net);
+		net = NULL;
 	}
 out:
+	sbx_netns_down(&net);
 	for (i = 0; i < l.n_cgroup_fds; i++)
 		close(l.cgroup_fds[i]);
 	if (devnull >= 0)
@@ -519,9 +601,12 @@ out:
 
 void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req)
 {
-	if (!b || !req || !b->cgroups)
+	if (!b || !req)
 		return;
-	sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
+	if (req->net_allow)
+		net_down(b, req->seq);
+	if (b->cgroups)
+		sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
 }
 
 int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
@@ -539,6 +624,17 @@ int sbx_backend_sweep(struct sbx_backend *b)
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b)
 {
 	return b ? b->refused_limits : 0;
+}
+
+int sbx_backend_net_health(struct sbx_backend *b, char *msg, size_t msgsz)
+{
+	if (!b)
+		return -EINVAL;
+	if (b->ops->net)
+		return sbx_net_health(msg, msgsz);
+	if (msg && msgsz)
+		snprintf(msg, msgsz, "unavailable: the %s backend cannot filter a network", b->ops->name);
+	return -SBX_E_BACKEND;
 }
 
 int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz)

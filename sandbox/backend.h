@@ -39,7 +39,8 @@ struct sbx_spawn_req {
 	gid_t gid;
 	bool drop_privs;
 	struct sbx_limits limits;
-	uint64_t seq; /* server-made command number (the runner's job id): names its cgroup */
+	uint64_t seq; /* server-made command number (the runner's job id): names its cgroup and
+			 network namespace; unique among running commands */
 	int stdin_fd, stdout_fd,
 	    stderr_fd; /* the child's ends (-1: /dev/null); the caller closes its copies */
 	/* The std fds are one pseudo-terminal's slave: the command runs under
@@ -76,12 +77,17 @@ const char *sbx_backend_name(const struct sbx_backend *b);
  * *pid is the process (group leader); *pidfd a pidfd for it (O_CLOEXEC).
  * When cgroups are in force and the command's group cannot be made or
  * joined, the command does not run (fail closed): -SBX_E_BACKEND, and
- * sbx_backend_refused_limits counts it.
+ * sbx_backend_refused_limits counts it. With req->net_allow the command
+ * runs in a network namespace of its own that reaches only the allowlist
+ * (sandbox/network.h); a backend that cannot enforce it (local), or bwrap
+ * when sbx_net_health fails, refuses with -SBX_E_BACKEND; a bad
+ * allowlist is -EINVAL.
  * Errors: -SBX_E_BACKEND when the backend cannot start anything, else
  * -errno. */
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
 
-/* Clean up after a command ended (remove its cgroup). */
+/* Clean up after a command ended (remove its cgroup; kill its pasta and
+ * free its network namespace). Call once per successful spawn. */
 void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req);
 
 /* At start: remove the cgroups (and kill the processes) an earlier run of
@@ -103,3 +109,8 @@ const char *sbx_backend_isolation(const struct sbx_backend *b);
 /* 0 when usable; fills msg with a one-line status either way, e.g.
  * "bwrap 0.8.0; cgroup memory+pids: v1; seccomp: on". */
 int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz);
+
+/* Whether this backend can run a command with net_allow here: 0, or
+ * -SBX_E_BACKEND; msg gets sbx_net_health's line, or why the backend
+ * cannot (local cannot filter). For /readyz. */
+int sbx_backend_net_health(struct sbx_backend *b, char *msg, size_t msgsz);

@@ -21,6 +21,7 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
+#include "sandbox/netplan.h"
 #include "sandbox/seccomp.h"
 
 #define BWRAP_DEFAULT_PATH "/usr/bin/bwrap"
@@ -195,6 +196,7 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 		goto fail;
 	build_head(&bw->head, "");
 	probe(bw);
+	sbx_net_health(NULL, 0); /* its one probe, now rather than in a command's turn */
 	b->priv = bw;
 	return 0;
 fail:
@@ -281,13 +283,16 @@ static void add_etc_bind(struct sbx_strv *args, const char *root, const char *na
  * they exist. */
 static int add_etc(struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid, const char *root)
 {
+	/* With network on request: localhost plus the allowlist's names as
+	 * the server resolved them; the sandbox has no resolver. */
+	const char *hosts = sbx_netns_hosts(l->net);
 	char passwd[256], group[128];
 	const struct {
 		const char *name, *text;
 	} files[] = {
 	    {"passwd", passwd},
 	    {"group", group},
-	    {"hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost\n"},
+	    {"hosts", hosts},
 	    {"resolv.conf", ""},
 	    {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"},
 	    {"hostname", "sandbox\n"},
@@ -401,6 +406,10 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 	else
 		for (i = 0; i < bw->head.n; i++)
 			sbx_strv_add(&args, bw->head.v[i]);
+	/* The namespace the dispatch made and filtered (l->netns_fd, joined
+	 * before bwrap runs) instead of a new one without any network. */
+	if (l->net)
+		sbx_strv_add(&args, "--share-net");
 	sbx_strv_add(&args, "--seccomp");
 	sbx_strv_addf(&args, "%d", fd);
 	rc = add_etc(l, &args, uid, gid, req->rootfs ? req->rootfs : "");
@@ -446,6 +455,7 @@ out:
 static int bw_health(struct sbx_backend *b, char *msg, size_t msgsz)
 {
 	struct bwrap *bw = b->priv;
+	char net[160];
 
 	if (access(bw->path, X_OK) < 0) {
 		snprintf(msg, msgsz, "bwrap missing at %s", bw->path);
@@ -456,7 +466,10 @@ static int bw_health(struct sbx_backend *b, char *msg, size_t msgsz)
 			 bw->version[0] ? bw->version : "(unknown version)");
 		return -SBX_E_BACKEND;
 	}
-	snprintf(msg, msgsz, "bwrap %s; seccomp on", bw->version);
+	/* bwrap works without it: it only says whether network-on-request
+	 * commands can run here */
+	sbx_net_health(net, sizeof(net));
+	snprintf(msg, msgsz, "bwrap %s; seccomp on; network on request: %s", bw->version, net);
 	return 0;
 }
 
@@ -469,4 +482,5 @@ const struct sbx_backend_ops sbx_backend_bwrap_ops = {
     .fini = bw_fini,
     .prepare = bw_prepare,
     .health = bw_health,
+    .net = true,
 };

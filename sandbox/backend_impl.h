@@ -2,12 +2,15 @@
 /* Internal to the backends: the vtable each backend fills in, and the one
  * child launcher they share (clone(CLONE_VM|CLONE_VFORK|CLONE_PIDFD) with a
  * small async-signal-safe child on its own stack; no fork()). */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "sandbox/backend.h"
+
+struct sbx_netns;
 
 /* A growable NULL-terminated array of owned strings (argv, envp). */
 struct sbx_strv {
@@ -47,6 +50,8 @@ struct sbx_launch {
 	int cgroup_fds[SBX_LAUNCH_MAX_CGROUPS]; /* cgroup.procs; the child writes "0\n" */
 	int n_cgroup_fds;
 	bool pdeathsig; /* PR_SET_PDEATHSIG SIGKILL after dropping privileges */
+	int netns_fd;	/* setns(CLONE_NEWNET) into it while still privileged (-1: stay); not owned */
+	const struct sbx_netns *net; /* the command's network (net_allow), or NULL; not owned */
 
 	/* written by the child on failure (shared memory, CLONE_VM) */
 	volatile int child_err;
@@ -76,10 +81,15 @@ struct sbx_backend_ops {
 	int (*prepare)(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l);
 	/* Backend-specific part of the health line; 0 or -SBX_E_BACKEND. */
 	int (*health)(struct sbx_backend *b, char *msg, size_t msgsz);
+	bool net; /* enforces sbx_spawn_req.net_allow: joins l->net's namespace */
 };
+
+struct sbx_backend_net; /* running commands' network namespaces, by seq */
 
 struct sbx_backend {
 	const struct sbx_backend_ops *ops;
+	pthread_mutex_t net_mu;
+	struct sbx_backend_net *nets;
 	bool cgroups; /* use_cgroups asked for and the host allows it */
 	char *cgroup_root;
 	int cgroup_lock; /* flock on the root: this server's alone (-1: no cgroups) */

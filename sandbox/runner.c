@@ -447,6 +447,7 @@ static int job_start(struct sbx_runner *r, struct job *j)
 		kill(-pid, SIGKILL);
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
+		sbx_backend_reap(j->req.backend, &j->req.spawn);
 		for (int k = 0; k < W_COUNT; k++)
 			unwatch(r, j, k);
 		j->pid = -1;
