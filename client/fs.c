@@ -138,6 +138,8 @@ int sbxc_stat(struct sbxc *h, const struct sbxc_call *c, const char *path, struc
 	int64_t t = sbxc__time(json_string_value(json_object_get(o, "mtime")));
 	st->has_mtime = t >= 0;
 	st->mtime = t >= 0 ? t : 0;
+	st->mtime_ms =
+	    t >= 0 ? t * 1000 + sbxc__time_frac_ms(json_string_value(json_object_get(o, "mtime"))) : 0;
 	st->mode = mode_of(o, &st->has_mode);
 	json_decref(o);
 	return 0;
@@ -167,6 +169,8 @@ static void dirent_from(json_t *e, struct sbxc_dirent *d)
 	int64_t t = sbxc__time(json_string_value(json_object_get(e, "mtime")));
 	d->has_mtime = t >= 0;
 	d->mtime = t >= 0 ? t : 0;
+	d->mtime_ms =
+	    t >= 0 ? t * 1000 + sbxc__time_frac_ms(json_string_value(json_object_get(e, "mtime"))) : 0;
 }
 
 int sbxc_readdir_page(struct sbxc *h, const struct sbxc_call *c, const char *path, bool detail,

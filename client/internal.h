@@ -114,6 +114,8 @@ bool sbxc__jbool(json_t *o, const char *key);
 void sbxc__result_from(json_t *o, struct sbxc_result *r);
 /* RFC 3339 (UTC, "Z" or an offset) to epoch seconds; -1 if unreadable. */
 int64_t sbxc__time(const char *s);
+/* The milliseconds of an RFC 3339 time's fraction ("...:05.123Z": 123). */
+int sbxc__time_frac_ms(const char *s);
 enum sbxc_type sbxc__type(const char *s);
 /* An exec id as the server accepts it: [A-Za-z0-9_-]{1,64} (it goes into
  * a URL path). */

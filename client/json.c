@@ -90,6 +90,17 @@ int64_t sbxc__time(const char *s)
 	return (int64_t)timegm(&tm) - off;
 }
 
+int sbxc__time_frac_ms(const char *s)
+{
+	const char *p = s ? strchr(s, '.') : NULL;
+	int ms = 0, digits = 0;
+	for (p = p ? p + 1 : NULL; p && *p >= '0' && *p <= '9' && digits < 3; p++, digits++)
+		ms = ms * 10 + (*p - '0');
+	for (; p && digits < 3; digits++)
+		ms *= 10;
+	return ms;
+}
+
 enum sbxc_type sbxc__type(const char *s)
 {
 	if (!s)

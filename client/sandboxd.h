@@ -152,8 +152,9 @@ struct sbxc_stat {
 	bool is_symlink;
 	bool has_size, has_mtime, has_mode; /* fields the server left out are false */
 	uint64_t size;
-	int64_t mtime; /* seconds since the epoch, UTC */
-	unsigned mode; /* permission bits, e.g. 0644 */
+	int64_t mtime;	  /* seconds since the epoch, UTC */
+	unsigned mode;	  /* permission bits, e.g. 0644 */
+	int64_t mtime_ms; /* mtime in milliseconds, as the server gave it */
 };
 /* stat: fills *st (free its strings with sbxc_stat_clear). */
 SBXC_API int sbxc_stat(struct sbxc *h, const struct sbxc_call *c, const char *path, struct sbxc_stat *st,
@@ -166,6 +167,7 @@ struct sbxc_dirent {
 	bool has_size, has_mtime;
 	uint64_t size;
 	int64_t mtime;
+	int64_t mtime_ms; /* mtime in milliseconds */
 };
 /* readdir: the names in the directory, sorted bytewise; detail asks for
  * type, size and mtime too. *out is an array of *n entries, freed with

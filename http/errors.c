@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "common/errors.h"
 
@@ -46,12 +47,12 @@ static const struct {
     {SBX_E_LANGUAGE, {422, "unsupported_language", "GET /readyz lists the languages this server runs"}},
     {SBX_E_NO_IMAGE, {422, "unknown_image", "name one of error.details.available, or none for the default"}},
     {SBX_E_TOO_MANY, {429, "too_many_requests", "retry after the interval in Retry-After"}},
-    {ENOSYS,
-     {503, "backend_unavailable", "the kernel lacks openat2 (Linux 5.6+); the operator must fix the host"}},
     {EAGAIN, {503, "backend_unavailable", "a transient state; retry after Retry-After"}},
     {SBX_E_BACKEND,
      {503, "backend_unavailable",
       "the isolation backend cannot start commands now; retry after Retry-After"}},
+    {ENOSYS,
+     {503, "backend_unavailable", "the kernel lacks openat2 (Linux 5.6+); the operator must fix the host"}},
     {SBX_E_STORE,
      {503, "store_unavailable", "the state store cannot record this now; retry after Retry-After"}},
     {ENOSPC, {507, "insufficient_storage", "free space in the workspace, or ask the operator for quota"}},
@@ -71,4 +72,14 @@ struct http_wire_error http_wire_error(int code)
 		if (table[i].err == e)
 			return table[i].w;
 	return (struct http_wire_error){500, "internal", NULL};
+}
+
+int http_errno_of_wire(const char *code)
+{
+	/* The first row of a code is its canonical errno (EAGAIN before
+	 * ENOSYS for backend_unavailable, EACCES for forbidden). */
+	for (size_t i = 0; code && i < sizeof table / sizeof table[0]; i++)
+		if (strcmp(table[i].w.code, code) == 0)
+			return -table[i].err;
+	return -EIO;
 }
