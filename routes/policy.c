@@ -19,7 +19,7 @@
 #define PATTERNS_MAX 64
 #define PATTERN_MAX 1024
 
-enum key_kind { PK_INT, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES };
+enum key_kind { PK_INT, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES, PK_STRING };
 
 static const struct policy_key {
 	const char *name;
@@ -41,6 +41,10 @@ static const struct policy_key {
     {"approval", PK_APPROVAL, 0, 0, 0},
     {"image", PK_IMAGE, 0, 0, 0},
     {"images", PK_IMAGES, 0, 0, 0},
+    /* backend remote (routes/remote.h): PK_STRING's off is the char * */
+    {"remote_url", PK_STRING, offsetof(struct route_policy, remote_url), 0, 0},
+    {"remote_token_file", PK_STRING, offsetof(struct route_policy, remote_token_file), 0, 0},
+    {"remote_tenant", PK_STRING, offsetof(struct route_policy, remote_tenant), 0, 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -159,6 +163,30 @@ static int set_image(struct route_policy *p, const struct policy_key *k, const c
 	return 0;
 }
 
+/* remote_url (http:// or https://), remote_token_file (an absolute
+ * path: the secret itself is never stored), remote_tenant; "" resets. */
+static int set_string(struct route_policy *p, const struct policy_key *k, const char *s, char *err,
+		      size_t errsz)
+{
+	if (!s || strlen(s) > 1024 || strpbrk(s, "\r\n")) {
+		snprintf(err, errsz, "%s: a string of at most 1024 bytes on one line", k->name);
+		return -EINVAL;
+	}
+	if (*s && strcmp(k->name, "remote_url") == 0 && strncmp(s, "http://", 7) != 0 &&
+	    strncmp(s, "https://", 8) != 0) {
+		snprintf(err, errsz, "remote_url: an http:// or https:// URL of the back sandboxd");
+		return -EINVAL;
+	}
+	if (*s && strcmp(k->name, "remote_token_file") == 0 && *s != '/') {
+		snprintf(err, errsz, "remote_token_file: an absolute path of a file holding the token");
+		return -EINVAL;
+	}
+	char **slot = (char **)((char *)p + k->off);
+	free(*slot);
+	*slot = *s ? xstrdup(s) : NULL;
+	return 0;
+}
+
 static int set_value(struct route_policy *p, const struct policy_key *k, const json_t *v, char *err,
 		     size_t errsz)
 {
@@ -175,8 +203,8 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 		return 0;
 	}
 	case PK_BACKEND:
-		if (!s || (strcmp(s, "bwrap") != 0 && strcmp(s, "local") != 0)) {
-			snprintf(err, errsz, "backend: \"bwrap\" or \"local\"");
+		if (!s || (strcmp(s, "bwrap") != 0 && strcmp(s, "local") != 0 && strcmp(s, "remote") != 0)) {
+			snprintf(err, errsz, "backend: \"bwrap\", \"local\" or \"remote\"");
 			return -EINVAL;
 		}
 		snprintf(p->backend, sizeof p->backend, "%s", s);
@@ -196,6 +224,8 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 	case PK_IMAGE:
 	case PK_IMAGES:
 		return set_image(p, k, s, err, errsz);
+	case PK_STRING:
+		return set_string(p, k, s, err, errsz);
 	}
 	return -EINVAL;
 }
@@ -256,6 +286,9 @@ void route_policy_clear(struct route_policy *p)
 		return;
 	free(p->network);
 	free(p->images);
+	free(p->remote_url);
+	free(p->remote_token_file);
+	free(p->remote_tenant);
 	patterns_free(p);
 	memset(p, 0, sizeof *p);
 }
@@ -273,6 +306,10 @@ static json_t *value_json(const struct route_policy *p, const struct policy_key 
 		return json_string(p->image[0] ? p->image : "none");
 	case PK_IMAGES:
 		return json_string(p->images ? p->images : "none");
+	case PK_STRING: {
+		const char *v = *(char *const *)((const char *)p + k->off);
+		return v ? json_string(v) : json_null();
+	}
 	case PK_APPROVAL:
 		if (p->approval != ROUTE_APPROVAL_PATTERNS)
 			return json_string(p->approval == ROUTE_APPROVAL_NEVER ? "never" : "always");

@@ -7,7 +7,7 @@
  * is store/policies.c's; the routes and the command line both use this.
  *
  * Keys (JSON name; the command line also takes '-' for '_'):
- *   backend                   "bwrap" or "local" (only those the server offers: `backends`)
+ *   backend                   "bwrap", "local" or "remote" (only those the server offers: `backends`)
  *   mem_limit_bytes           per command (RLIMIT_AS and cgroup); 0: none
  *   nproc_limit               per command (RLIMIT_NPROC and cgroup pids); 0: none
  *   fsize_limit_bytes         per file written (RLIMIT_FSIZE); 0: none
@@ -23,6 +23,10 @@
  *                             "none" (the host's /usr; the default, no configuration key)
  *   images                    the other images an exec's `image` may name: comma-separated
  *                             names, or "none" (the default)
+ *   remote_url                with backend remote: the back sandboxd ("https://host:port")
+ *   remote_token_file         with backend remote: absolute path of a file holding the bearer
+ *                             token for the back (read by sandboxd; the token is never stored)
+ *   remote_tenant             with backend remote: the tenant there (null: the token's claim)
  *
  * Threads: the functions keep no state; a struct route_policy belongs to
  * its caller. Errors: 0 or a negative errno; -EINVAL with a message in
@@ -49,6 +53,7 @@ struct route_policy {
 	enum route_approval approval;
 	char **patterns; /* owned, with ROUTE_APPROVAL_PATTERNS */
 	size_t npatterns;
+	char *remote_url, *remote_token_file, *remote_tenant; /* owned, or NULL */
 };
 
 /* The configuration's policy (what a tenant without overrides gets).
