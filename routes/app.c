@@ -15,6 +15,7 @@
 #include "http/metrics.h"
 #include "http/route.h"
 #include "routes/policy.h"
+#include "routes/remote.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/backend.h"
@@ -141,6 +142,7 @@ int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, c
 
 static void tenant_free(struct tenant *t)
 {
+	route_remote_free(&t->remote);
 	sbx_workspace_free(&t->ws);
 	free(t->keybuf);
 	free(t);
@@ -219,6 +221,28 @@ static int open_workspace(struct app *a, struct tenant *t)
 	return rc;
 }
 
+/* The tenant-level provider its policy names (routes/remote.h): NULL for
+ * bwrap and local. A policy that cannot be read leaves it local, as
+ * POST /exec then refuses its commands (store_unavailable). */
+static void load_provider(struct app *a, struct tenant *t)
+{
+	struct route_policy p;
+	if (route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL) < 0)
+		return;
+	if (strcmp(p.backend, "remote") == 0)
+		t->remote = route_remote_new(a, &p);
+	route_policy_clear(&p);
+}
+
+void route_tenant_expire(struct app *a, const char *name)
+{
+	pthread_mutex_lock(&a->tenants_lock);
+	for (size_t i = 0; i < a->ntenants; i++)
+		if (strcmp(a->tenants[i]->name, name) == 0)
+			a->tenants[i]->loaded_at_ms = -TENANT_TTL_MS; /* stale, not orphaned (-1) */
+	pthread_mutex_unlock(&a->tenants_lock);
+}
+
 /* Load a tenant from the store and open its workspace (unless the uid
  * mode cannot serve it: then t->unserved says why and ws stays NULL). */
 static int load(struct app *a, const char *name, struct tenant **out)
@@ -245,6 +269,7 @@ static int load(struct app *a, const char *name, struct tenant **out)
 		goto fail;
 	if (!t->unserved[0] && t->quota_rc == 0)
 		t->quota_rc = route_storage_apply_quota(a, t);
+	load_provider(a, t);
 	t->loaded_at_ms = now_ms();
 	store_tenant_clear(&st);
 	*out = t;

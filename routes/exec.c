@@ -27,6 +27,7 @@
 #include "routes/fs.h"
 #include "routes/policy.h"
 #include "routes/images.h"
+#include "routes/remote.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/rootimg.h"
@@ -59,15 +60,20 @@ void route_exec_init(struct app *a)
 	    .heartbeat_ms = (uint64_t)cfg->heartbeat_ms,
 	};
 	route_execs_new(&a->execs, a, &base);
+	route_jobs_new(&a->jobs);
 }
 
+/* Remote commands (cancelled when stopping) report their exits first. */
 void route_exec_drain(struct app *a)
 {
+	if (a->stopping)
+		route_jobs_free(&a->jobs);
 	route_execs_flush(a->execs);
 }
 
 void route_exec_fini(struct app *a)
 {
+	route_jobs_free(&a->jobs);
 	route_execs_free(&a->execs);
 }
 
@@ -170,6 +176,25 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 	return 0;
 }
 
+/* A remote tenant's command runs on the back server under its policy;
+ * what needs this server's workspace or runner is refused. */
+static int remote_checks(struct http_req *r, struct exec_request *q)
+{
+	const char *what = q->image		  ? "image"
+			   : q->x.track_changes ? "track_changes"
+			   : q->x.stdin_pipe  ? "stdin_pipe"
+			   : q->x.tty	      ? "tty"
+			   : q->network	      ? "network"
+					      : NULL;
+	if (what)
+		return http_fail(r, -SBX_E_FORBIDDEN,
+				 "%s is not relayed to a remote backend (tenant %s's commands run on another "
+				 "sandboxd)",
+				 what, r->tenant->name);
+	q->backend = r->app->backend; /* not used: the job runs on the back */
+	return route_remote_check(r);
+}
+
 /* Check: the tenant's policy, read now (a change applies to the next
  * command): its caps clamp timeout_s and max_output_bytes (and their
  * defaults), its backend must be offered here, and network: true needs
@@ -194,15 +219,17 @@ static int apply_policy(struct http_req *r, struct exec_request *q)
 		return http_fail(
 		    r, -SBX_E_FORBIDDEN,
 		    "network: true needs an egress allowlist in the tenant's policy (network is none)");
+	json_t *pj = route_policy_json(p);
+	q->policy_text = json_dumps(pj, JSON_COMPACT);
+	json_decref(pj);
+	if (r->tenant->remote)
+		return remote_checks(r, q);
 	q->backend = route_backend_find(a, p->backend);
 	if (!q->backend) {
 		r->retry_after_s = 60;
 		return http_fail(r, -SBX_E_BACKEND, "the tenant's backend %s is not offered by this server",
 				 p->backend);
 	}
-	json_t *pj = route_policy_json(p);
-	q->policy_text = json_dumps(pj, JSON_COMPACT);
-	json_decref(pj);
 	return 0;
 }
 
@@ -259,6 +286,9 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 	} else {
 		snprintf(q->cwd_rel, sizeof q->cwd_rel, "%s", r->session_rel);
 	}
+	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
+	if (r->tenant->remote)
+		return 0; /* the back checks it where it is */
 	int cwd_fd = sbx_ws_openat(r->tenant->ws, q->cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
 	if (cwd_fd < 0) {
 		rc = cwd_fd == -EXDEV || cwd_fd == -ENOTDIR || cwd_fd == -ELOOP ? cwd_fd : -ENOENT;
@@ -267,7 +297,6 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 					      : "is not a directory in the workspace");
 	}
 	close(cwd_fd);
-	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
 	return 0;
 }
 
@@ -386,7 +415,7 @@ int route_exec_post(struct http_req *r)
 	int rc = parse_request(r, &q);
 	if (rc == 0)
 		rc = check_cwd(r, &q);
-	if (rc == 0)
+	if (rc == 0 && !r->tenant->remote) /* a remote tenant's images are the back's */
 		rc = route_image_select(r, q.image, &q.policy, q.backend, &q.img, q.img_name);
 	if (rc == 0) {
 		http_set_target(r, q.command);
@@ -476,7 +505,7 @@ int route_exec_cancel(struct http_req *r)
 	 * second time. */
 	for (int look = 0; look < 2; look++) {
 		uint64_t handle = route_execs_handle(r->app->execs, r->tenant->name, id);
-		if ((handle && sbx_runner_cancel(r->app->runner, handle) == 0) ||
+		if ((handle && route_jobs_cancel(r->app, handle) == 0) ||
 		    route_execs_cancel_pending(r->app->execs, r->tenant->name, id))
 			return http_reply_json(r, 202,
 					       json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));

@@ -25,6 +25,7 @@
 #include "routes/code.h"
 #include "sandbox/changes.h"
 #include "sandbox/rootimg.h"
+#include "routes/remote.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -463,7 +464,7 @@ static bool session_running_locked(struct route_execs *e, const char *tenant, co
 			continue;
 		any = true;
 		if (kill && j->handle)
-			sbx_runner_kill(e->app->runner, j->handle);
+			route_jobs_kill(e->app, j->handle);
 	}
 	return any;
 }
@@ -515,7 +516,7 @@ static void on_hangup(void *ctx)
 		pthread_cond_signal(&j->app->execs->pend_wake);
 	}
 	if (j->handle)
-		sbx_runner_cancel(j->app->runner, j->handle);
+		route_jobs_cancel(j->app, j->handle);
 }
 
 /* A 200 with a ShellResult (stolen). */
@@ -915,14 +916,15 @@ static int start_approved(struct exec_job *j, const char *by)
 	/* It starts now, as its row says, not when it was asked for. */
 	http_hub_channel_set_start(a->hub, j->chan, "started_at", time_json(at));
 	pthread_mutex_lock(&e->mu);
-	rc = sbx_runner_submit(a->runner, &j->pend->run, on_event, j, &j->handle);
+	rc = route_jobs_submit(a, j->tenant->remote, j->session, j->session_len, &j->pend->run, on_event, j,
+			       &j->handle);
 	j->pend->run.rootimg = NULL; /* the runner's now, whatever it answered */
 	if (rc == 0)
 		http_metrics_exec_started(a->metrics);
 	bool hung_up = j->hung_up;
 	pthread_mutex_unlock(&e->mu);
 	if (rc == 0 && hung_up)
-		sbx_runner_cancel(a->runner, j->handle);
+		route_jobs_cancel(a, j->handle);
 	if (rc < 0) {
 		struct sbx_event ev = {.kind = SBX_EV_EXIT};
 		set_exit(j, &ev, rc);
@@ -991,7 +993,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	run->spawn.gid = j->tenant->gid;
 	run->id = j->id;
 	j->max_execs = o->max_execs;
-	if (strcmp(sbx_backend_name(run->backend), "local") == 0)
+	if (!j->tenant->remote && strcmp(sbx_backend_name(run->backend), "local") == 0)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)",
 			j->id, j->tenant->name);
 	if (o->approval)
@@ -1004,7 +1006,8 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	 * background exec is answered once it is queued. */
 	if (!o->background)
 		first_answer_locked(r, j, row, o);
-	rc = sbx_runner_submit(a->runner, run, on_event, j, &j->handle);
+	rc =
+	    route_jobs_submit(a, j->tenant->remote, j->session, j->session_len, run, on_event, j, &j->handle);
 	run->rootimg = NULL; /* the runner's now, whatever it answered */
 	if (rc == 0) {
 		http_metrics_exec_started(a->metrics);
@@ -1139,7 +1142,7 @@ static int64_t scan_locked(struct route_execs *e, struct exec_job **expired, str
 				continue;
 			}
 			if (j->handle)
-				sbx_runner_cancel(j->app->runner, j->handle);
+				route_jobs_cancel(j->app, j->handle);
 		}
 		if (j->pend->deciding || j->finished)
 			continue;

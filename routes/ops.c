@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/remote.h"
 #include "routes/policy.h"
 #include "routes/images.h"
 #include "routes/storage.h"
@@ -120,6 +121,17 @@ static json_t *backends_json(struct app *a, bool *ready)
 						      "isolation", sbx_backend_isolation(a->backends[i]),
 						      "default", a->backends[i] == a->backend, "network",
 						      "available", net_rc == 0, "detail", net));
+	}
+	if (route_policy_backend_offered(a->cfg, "remote")) {
+		/* Per tenant, elsewhere: a back that is down fails only its own
+		 * tenants' requests (503 backend_unavailable), never this server. */
+		char msg[512];
+		route_jobs_describe(a, msg, sizeof msg);
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:b}", "name", "remote", "status",
+						      "ok", "detail", msg, "isolation",
+						      "that of the back sandboxd's backend for the tenant "
+						      "(remote_url in its policy)",
+						      "default", false));
 	}
 	return list;
 }

@@ -43,6 +43,7 @@ int route_tenant_policy_put(struct http_req *r)
 		return http_fail(r, rc, "%s", err);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot store the policy of %s", name);
+	route_tenant_expire(r->app, name); /* its backend applies to the next request */
 	json_object_set_new(change, "tenant", json_string(name));
 	char *text = json_dumps(change, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(change);

@@ -22,6 +22,7 @@
 #include "routes/exec.h"
 #include "routes/exec_registry.h"
 #include "routes/policy.h"
+#include "routes/remote.h"
 #include "http/hub.h"
 #include "http/metrics.h"
 #include "http/pool.h"
@@ -120,7 +121,7 @@ static int prepare_workspaces(struct app *a)
 /* The hub cancels a streamed command whose client left. */
 static void cancel_job(void *ctx, uint64_t job)
 {
-	sbx_runner_cancel(ctx, job);
+	route_jobs_cancel(ctx, job);
 }
 
 /* Everything the server holds, released in reverse order by server_free. */
@@ -142,7 +143,8 @@ struct server {
 };
 
 /* `backend` (the default of tenant policies) must be one of `backends`
- * (every backend this server starts), each bwrap or local, and local only
+ * (every backend this server starts), each bwrap, local or remote (which
+ * starts nothing: it is per tenant), and local only
  * with allow-unsafe-local; the configured policy must be well formed. */
 static int check_backend_option(const struct sbx_config *cfg)
 {
@@ -152,8 +154,9 @@ static int check_backend_option(const struct sbx_config *cfg)
 		size_t len = strcspn(q, ", ");
 		if (len == 5 && strncmp(q, "local", 5) == 0)
 			local = true;
-		else if (len && !(len == 5 && strncmp(q, "bwrap", 5) == 0)) {
-			fprintf(stderr, "sandboxd: backends must list bwrap and/or local\n");
+		else if (len && !(len == 5 && strncmp(q, "bwrap", 5) == 0) &&
+			 !(len == 6 && strncmp(q, "remote", 6) == 0)) {
+			fprintf(stderr, "sandboxd: backends must list bwrap, local and/or remote\n");
 			return -EINVAL;
 		}
 		q += len;
@@ -317,7 +320,8 @@ static int start_backend(struct server *s)
 		char name[16];
 		snprintf(name, sizeof name, "%.*s", (int)len, q);
 		q += len;
-		bool started = !len;
+		/* remote is tenant-level (routes/remote.h): nothing to start. */
+		bool started = !len || strcmp(name, "remote") == 0;
 		for (size_t i = 0; i < s->nbackends; i++)
 			started |= strcmp(sbx_backend_name(s->backends[i]), name) == 0;
 		if (started)
@@ -386,7 +390,7 @@ static int start_app(struct server *s)
 	}
 	if ((rc = start_pool(s)) < 0)
 		return rc;
-	http_hub_new(&a->hub, a->metrics, a->watch, (size_t)s->cfg->events_replay, cancel_job, s->runner);
+	http_hub_new(&a->hub, a->metrics, a->watch, (size_t)s->cfg->events_replay, cancel_job, a);
 	route_exec_init(a);
 	if (prepare_workspaces(a) < 0)
 		return -EACCES;
@@ -432,6 +436,7 @@ static void shut_down(struct server *s)
 	s->app.stopping = true;
 	http_daemon_quiesce(s->http);
 	sbx_runner_cancel_all(s->runner);
+	route_jobs_cancel_all(&s->app);
 	route_execs_cancel_all_pending(s->app.execs);
 	http_hub_close_all(s->app.hub);
 	int64_t deadline = mono_ns() + s->cfg->shutdown_grace_s * 1000000000LL;

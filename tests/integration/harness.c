@@ -126,7 +126,8 @@ static int wait_healthy(struct it_server *s)
 
 static int spawn(struct it_server *s, const char *const *extra)
 {
-	s->port = free_port();
+	if (!s->keep_port || !s->port)
+		s->port = free_port();
 	snprintf(s->base, sizeof s->base, "%s://127.0.0.1:%d", s->tls ? "https" : "http", s->port);
 	char listen[64];
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);

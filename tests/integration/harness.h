@@ -18,6 +18,7 @@ struct it_server {
 	bool as_user;	   /* the server and the CLI run as as_uid:as_gid (it_start_as) */
 	uid_t as_uid;
 	gid_t as_gid;
+	bool keep_port; /* it_restart listens on the same port again (a back server behind a front) */
 };
 
 struct it_resp {

@@ -1,0 +1,366 @@
+/* The remote provider's handle and file routes (see remote.h). */
+#include "routes/remote.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/sandboxd.h"
+#include "common/config.h"
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "http/errors.h"
+#include "routes/app.h"
+#include "routes/fs.h"
+#include "routes/policy.h"
+#include "routes/remote_impl.h"
+#include "sandbox/fsops.h"
+#include "sandbox/workspace.h"
+
+#define TOKEN_MAX 16384
+#define CONNECT_TIMEOUT_MS 3000
+#define CALL_TIMEOUT_MS 60000
+#define DOWN_RETRY_AFTER_S 5
+
+/* The token file's content without surrounding white space, or NULL
+ * with why. */
+static char *read_token(const char *path, char *why, size_t whysz)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		snprintf(why, whysz, "cannot open remote_token_file %s: %s", path, sbx_strerror(-errno));
+		return NULL;
+	}
+	char *buf = xmalloc(TOKEN_MAX + 1);
+	size_t n = 0;
+	ssize_t got;
+	while (n < TOKEN_MAX && (got = read(fd, buf + n, TOKEN_MAX - n)) != 0) {
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			break;
+		n += (size_t)got;
+	}
+	close(fd);
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+		n--;
+	buf[n] = '\0';
+	if (n == 0 || n == TOKEN_MAX || strpbrk(buf, " \t\r\n")) {
+		snprintf(why, whysz, "remote_token_file %s must hold one token (at most %d bytes)", path,
+			 TOKEN_MAX - 1);
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+static void open_handle(struct route_remote *rr, const struct app *a, const struct route_policy *p)
+{
+	if (!route_policy_backend_offered(a->cfg, "remote")) {
+		snprintf(rr->why, sizeof rr->why,
+			 "backend remote is not offered by this server (backends: %s)", a->cfg->backends);
+		return;
+	}
+	if (!p->remote_url || !p->remote_token_file) {
+		snprintf(rr->why, sizeof rr->why,
+			 "backend remote needs remote_url and remote_token_file in the tenant's policy");
+		return;
+	}
+	char *token = read_token(p->remote_token_file, rr->why, sizeof rr->why);
+	if (!token)
+		return;
+	const struct sbxc_opts o = {.base_url = p->remote_url,
+				    .token = token,
+				    .tenant = p->remote_tenant,
+				    .connect_timeout_ms = CONNECT_TIMEOUT_MS,
+				    .timeout_ms = CALL_TIMEOUT_MS,
+				    .max_retries = -1,
+				    .max_body_bytes = (size_t)a->cfg->max_buffered_bytes + 65536,
+				    .user_agent = "sandboxd-remote/" SANDBOXD_VERSION};
+	if (sbxc_new(&rr->h, &o) < 0)
+		snprintf(rr->why, sizeof rr->why, "remote_url %s is not usable", p->remote_url);
+	memset(token, 0, strlen(token));
+	free(token);
+}
+
+struct route_remote *route_remote_new(const struct app *a, const struct route_policy *p)
+{
+	struct route_remote *rr = xcalloc(1, sizeof *rr);
+	snprintf(rr->url, sizeof rr->url, "%s", p->remote_url ? p->remote_url : "(none)");
+	open_handle(rr, a, p);
+	return rr;
+}
+
+void route_remote_free(struct route_remote **rr)
+{
+	if (!rr || !*rr)
+		return;
+	sbxc_free(&(*rr)->h);
+	free(*rr);
+	*rr = NULL;
+}
+
+int route_remote_refuse(struct http_req *r, const char *what)
+{
+	if (!r->tenant || !r->tenant->remote)
+		return 0;
+	return http_fail(r, -SBX_E_FORBIDDEN,
+			 "%s is not available for tenant %s: its files and commands are served by another "
+			 "sandboxd (backend remote); use that server for it",
+			 what, r->tenant->name);
+}
+
+int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const struct sbxc_err *e)
+{
+	bool refused_us = e->status == 401 || strcmp(e->code, "insufficient_scope") == 0;
+	if (e->status == 0 || refused_us || !e->code[0]) {
+		char text[700], what[1000];
+		r->retry_after_s = e->retry_after_s > 0 ? e->retry_after_s : DOWN_RETRY_AFTER_S;
+		snprintf(what, sizeof what, "%s %s", rr->url,
+			 refused_us ? "refused this server's token (check remote_token_file)"
+				    : sbxc_err_text(e, rc, text, sizeof text));
+		route_jobs_note_down(r->app, what);
+		return http_fail(r, -SBX_E_BACKEND, "the tenant's remote sandboxd %s", what);
+	}
+	if (e->retry_after_s > 0)
+		r->retry_after_s = e->retry_after_s;
+	return http_fail(r, http_errno_of_wire(e->code), "%s", e->message);
+}
+
+int route_remote_call(struct http_req *r, struct remote_call *rc)
+{
+	struct route_remote *rr = r->tenant->remote;
+	*rc = (struct remote_call){.h = rr->h};
+	if (!rr->h) {
+		r->retry_after_s = 60;
+		return http_fail(r, -SBX_E_BACKEND, "%s", rr->why);
+	}
+	size_t n = r->session_key_len < sizeof rc->session - 1 ? r->session_key_len : sizeof rc->session - 1;
+	memcpy(rc->session, r->session_key, n);
+	rc->session[n] = '\0';
+	rc->c.session = rc->session;
+	rc->c.request_id = r->request_id;
+	rc->c.max_retries = -1;
+	return 0;
+}
+
+int route_remote_check(struct http_req *r)
+{
+	struct remote_call k;
+	return route_remote_call(r, &k);
+}
+
+static void wire(const char *rel, char out[SBX_PATH_MAX + 16])
+{
+	sbx_path_wire(rel, out, SBX_PATH_MAX + 16);
+}
+
+#define REMOTE_BEGIN(r, rc)                                                                                  \
+	struct remote_call rc;                                                                               \
+	do {                                                                                                 \
+		int begin_rc_ = route_remote_call((r), &(rc));                                               \
+		if (begin_rc_ < 0)                                                                           \
+			return begin_rc_;                                                                    \
+	} while (0)
+
+#define REMOTE_FAIL(r, rc, err) route_remote_fail((r), (r)->tenant->remote, (rc), &(err).e)
+
+int route_remote_read(struct http_req *r, const char *rel)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	char *data = NULL;
+	size_t len = 0;
+	int rc = sbxc_read_file(k.h, &k.c, w, &data, &len, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+	r->bytes_out += (int64_t)len;
+	return http_reply_response(r, 200, resp);
+}
+
+/* Read bytes [*start, *end] (the request's Range against the size the
+ * back states, or the whole file) into a response. */
+int route_remote_read_buffer(struct http_req *r, const char *rel)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	const char *range = http_header(r, "Range");
+	uint64_t start = 0, end = 0, want = 0, fsize = 0;
+	int status = 200;
+	if (range) {
+		struct sbxc_stat st = {0};
+		int rc = sbxc_stat(k.h, &k.c, w, &st, &k.e);
+		uint64_t size = fsize = st.size;
+		sbxc_stat_clear(&st);
+		if (rc < 0)
+			return REMOTE_FAIL(r, rc, k);
+		rc = route_fs_parse_range(range, size, &start, &end);
+		if (rc == -ERANGE)
+			return http_fail_range(r, size);
+		if (rc == 0) {
+			status = 206;
+			want = size ? end - start + 1 : 0;
+			if (want == 0)
+				status = 200;
+		} else {
+			start = 0; /* a malformed Range is ignored, as locally */
+		}
+	}
+	char *data = NULL;
+	size_t len = 0;
+	int rc = sbxc_read_file_buffer(k.h, &k.c, w, start, want, &data, &len, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	if (status == 206 && len != want) {
+		free(data);
+		r->retry_after_s = 1;
+		return http_fail(r, -EAGAIN, "the file changed while it was read; read it again");
+	}
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	route_fs_range_headers(resp, status, start, end, fsize);
+	r->bytes_out += (int64_t)len;
+	return http_reply_response(r, status, resp);
+}
+
+int route_remote_write(struct http_req *r, const char *rel)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	uint64_t size = 0;
+	int rc = sbxc_write_file(k.h, &k.c, w, r->body.ptr ? r->body.ptr : "", r->body.len, &size, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	return http_reply_json(r, 200, json_pack("{s:s, s:I}", "path", w, "size", (json_int_t)size));
+}
+
+static const char *type_name(enum sbxc_type t)
+{
+	switch (t) {
+	case SBXC_FILE:
+		return "file";
+	case SBXC_DIR:
+		return "directory";
+	case SBXC_SYMLINK:
+		return "symlink";
+	default:
+		return "other";
+	}
+}
+
+static json_t *time_json(int64_t ms)
+{
+	char t[40];
+	rfc3339_ms(ms, t, sizeof t);
+	return json_string(t);
+}
+
+int route_remote_stat(struct http_req *r, const char *rel)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	struct sbxc_stat st = {0};
+	int rc = sbxc_stat(k.h, &k.c, w, &st, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	json_t *o = json_pack("{s:s, s:s, s:b}", "path", st.path ? st.path : w, "type", type_name(st.type),
+			      "is_symlink", st.is_symlink);
+	if (st.has_size)
+		json_object_set_new(o, "size", json_integer((json_int_t)st.size));
+	if (st.has_mtime)
+		json_object_set_new(o, "mtime", time_json(st.mtime_ms));
+	if (st.has_mode) {
+		char mode[8];
+		snprintf(mode, sizeof mode, "%04o", st.mode & 07777);
+		json_object_set_new(o, "mode", json_string(mode));
+	}
+	sbxc_stat_clear(&st);
+	return http_reply_json(r, 200, o);
+}
+
+int route_remote_readdir(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	struct sbxc_dirent *v = NULL;
+	size_t n = 0;
+	char *next = NULL;
+	int rc = sbxc_readdir_page(k.h, &k.c, w, detail, after, (int)limit, &v, &n, &next, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	json_t *entries = json_array();
+	for (size_t i = 0; i < n; i++) {
+		if (!detail) {
+			json_array_append_new(entries, json_string(v[i].name));
+			continue;
+		}
+		json_t *e = json_pack("{s:s, s:s, s:I}", "name", v[i].name, "type", type_name(v[i].type),
+				      "size", (json_int_t)v[i].size);
+		if (v[i].has_mtime)
+			json_object_set_new(e, "mtime", time_json(v[i].mtime_ms));
+		json_array_append_new(entries, e);
+	}
+	sbxc_dirents_free(v, n);
+	json_t *o = json_pack("{s:o, s:b, s:o}", "entries", entries, "more", next != NULL, "next",
+			      next ? json_string(next) : json_null());
+	free(next);
+	return http_reply_json(r, 200, o);
+}
+
+int route_remote_exists(struct http_req *r, const char *rel)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	bool yes = false;
+	int rc = sbxc_exists(k.h, &k.c, w, &yes, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	return http_reply_json(r, 200, json_pack("{s:b}", "exists", yes));
+}
+
+int route_remote_mkdir(struct http_req *r, const char *rel, bool recursive)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	int rc = sbxc_mkdir(k.h, &k.c, w, recursive, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	return http_reply_json(r, 201, json_pack("{s:s}", "path", w));
+}
+
+int route_remote_rm(struct http_req *r, const char *rel, bool recursive, bool force)
+{
+	REMOTE_BEGIN(r, k);
+	char w[SBX_PATH_MAX + 16];
+	wire(rel, w);
+	bool removed = false;
+	int rc = sbxc_rm(k.h, &k.c, w, recursive, force, &removed, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	return http_reply_json(r, 200, json_pack("{s:s, s:b}", "path", w, "removed", removed));
+}
+
+int route_remote_move(struct http_req *r, const char *from, const char *to, bool overwrite)
+{
+	REMOTE_BEGIN(r, k);
+	char wf[SBX_PATH_MAX + 16], wt[SBX_PATH_MAX + 16];
+	wire(from, wf);
+	wire(to, wt);
+	int rc = sbxc_move(k.h, &k.c, wf, wt, overwrite, &k.e);
+	if (rc < 0)
+		return REMOTE_FAIL(r, rc, k);
+	return http_reply_json(r, 200, json_pack("{s:s}", "path", wt));
+}

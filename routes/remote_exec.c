@@ -1,0 +1,389 @@
+/* Commands of remote tenants: one thread per command drives sbxc_exec on
+ * the back server and reports the runner's events (see remote.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "http/errors.h"
+#include "routes/app.h"
+#include "routes/remote.h"
+#include "routes/remote_impl.h"
+#include "sandbox/rootimg.h"
+#include "sandbox/workspace.h"
+
+#define REMOTE_BIT (1ULL << 63)
+#define GRACE_MS 30000	     /* beyond the command's own timeouts, for the answer */
+#define CANCEL_WAIT_MS 10000 /* for the back's record of a cancelled command */
+
+struct rjob {
+	struct route_jobs *owner;
+	uint64_t handle;
+	struct sbxc *h; /* the tenant's: the registry holds the tenant until the exit */
+	sbx_event_cb cb;
+	void *ctx;
+	struct sbxc_cancel *cancel;
+	_Atomic bool cancelled;
+	_Atomic bool started; /* the back accepted the command */
+	char id[72];
+	char *session, *command, *cwd;
+	char **envs; /* "NAME=value" copies; envv points into them */
+	struct sbxc_env *envv;
+	size_t nenv;
+	char *stdin_data;
+	size_t stdin_len;
+	long timeout_s, idle_s, max_output;
+	struct rjob *next;
+};
+
+struct route_jobs {
+	pthread_mutex_t mu;
+	pthread_cond_t gone;
+	struct rjob *jobs;
+	uint64_t next;
+	size_t running;	    /* threads not yet ended (they outlive their list entry) */
+	int64_t down_at_ms; /* the last time a back could not be reached (0: never) */
+	char down[400];	    /* what it was */
+};
+
+void route_jobs_note_down(struct app *a, const char *what)
+{
+	struct route_jobs *o = a->jobs;
+	if (!o)
+		return;
+	pthread_mutex_lock(&o->mu);
+	o->down_at_ms = now_ms();
+	snprintf(o->down, sizeof o->down, "%s", what);
+	pthread_mutex_unlock(&o->mu);
+}
+
+void route_jobs_describe(struct app *a, char *out, size_t outsz)
+{
+	struct route_jobs *o = a->jobs;
+	if (!o) {
+		snprintf(out, outsz, "stopping");
+		return;
+	}
+	pthread_mutex_lock(&o->mu);
+	size_t n = 0;
+	for (struct rjob *j = o->jobs; j; j = j->next)
+		n++;
+	char at[40] = "";
+	if (o->down_at_ms)
+		rfc3339_ms(o->down_at_ms, at, sizeof at);
+	snprintf(out, outsz, "%zu remote commands running; %s%s%s", n,
+		 o->down_at_ms ? "last back server unreachable at " : "no back server found unreachable", at,
+		 o->down_at_ms ? o->down : "");
+	pthread_mutex_unlock(&o->mu);
+}
+
+void route_jobs_new(struct route_jobs **out)
+{
+	struct route_jobs *j = xcalloc(1, sizeof *j);
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->gone, NULL);
+	*out = j;
+}
+
+static struct rjob *find_locked(struct route_jobs *o, uint64_t handle)
+{
+	for (struct rjob *j = o->jobs; j; j = j->next)
+		if (j->handle == handle)
+			return j;
+	return NULL;
+}
+
+static void fire_locked(struct rjob *j)
+{
+	j->cancelled = true;
+	sbxc_cancel_fire(j->cancel);
+}
+
+void route_jobs_free(struct route_jobs **pj)
+{
+	struct route_jobs *o = *pj;
+	if (!o)
+		return;
+	pthread_mutex_lock(&o->mu);
+	for (struct rjob *j = o->jobs; j; j = j->next)
+		fire_locked(j);
+	while (o->running)
+		pthread_cond_wait(&o->gone, &o->mu);
+	pthread_mutex_unlock(&o->mu);
+	pthread_mutex_destroy(&o->mu);
+	pthread_cond_destroy(&o->gone);
+	free(o);
+	*pj = NULL;
+}
+
+static void rjob_free(struct rjob *j)
+{
+	for (size_t i = 0; i < j->nenv; i++)
+		free(j->envs[i]);
+	free(j->envs);
+	free(j->envv);
+	free(j->session);
+	free(j->command);
+	free(j->cwd);
+	free(j->stdin_data);
+	sbxc_cancel_free(&j->cancel);
+	free(j);
+}
+
+static void on_started(void *arg, const char *id)
+{
+	(void)id;
+	struct rjob *j = arg;
+	j->started = true;
+	struct sbx_event ev = {.kind = SBX_EV_START, .job = j->handle, .at_ms = now_ms()};
+	j->cb(j->ctx, &ev, 0);
+}
+
+static int on_output(void *arg, int stream, const char *data, size_t len)
+{
+	struct rjob *j = arg;
+	struct sbx_event ev = {.kind = SBX_EV_OUTPUT,
+			       .job = j->handle,
+			       .at_ms = now_ms(),
+			       .stream = stream,
+			       .data = data,
+			       .len = len};
+	j->cb(j->ctx, &ev, 0);
+	return 0;
+}
+
+/* The streamed request was cut by a cancel: ask the back to cancel too
+ * (the cut alone makes it cancel, as a client's hang-up does) and wait
+ * for its record of the end. 0 with *res, or the error. */
+static int finish_cancel(struct rjob *j, struct sbxc_result *res)
+{
+	struct sbxc_call c = {.session = j->session, .timeout_ms = CANCEL_WAIT_MS, .max_retries = -1};
+	struct sbxc_err e;
+	int rc = sbxc_exec_cancel(j->h, &c, j->id, &e);
+	if (rc < 0 && rc != -EBUSY && rc != -ENOENT)
+		return rc;
+	int64_t until = mono_ms() + CANCEL_WAIT_MS;
+	for (long wait_ms = 20; mono_ms() < until; wait_ms = wait_ms < 500 ? wait_ms * 2 : 500) {
+		struct sbxc_exec_info x = {0};
+		c.timeout_ms = until - mono_ms() > 0 ? until - mono_ms() : 1;
+		rc = sbxc_exec_get(j->h, &c, j->id, &x, &e);
+		if (rc == 0 && x.has_result) {
+			*res = x.result;
+			x.has_result = false;
+			x.result = (struct sbxc_result){0};
+			sbxc_exec_info_clear(&x);
+			return 0;
+		}
+		sbxc_exec_info_clear(&x);
+		if (rc < 0 && rc != -ENOENT)
+			return rc;
+		struct timespec ts = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
+		nanosleep(&ts, NULL); /* polling the back's record, bounded above */
+	}
+	return -ETIMEDOUT;
+}
+
+static int64_t time_ms(const char *s, int64_t dflt)
+{
+	int64_t ms = 0;
+	return s && rfc3339_parse(s, &ms) == 0 ? ms : dflt;
+}
+
+/* The back's ShellResult as the runner's result; takes its strings. */
+static void to_result(struct sbxc_result *in, struct sbx_exec_result *out)
+{
+	int64_t now = now_ms();
+	*out = (struct sbx_exec_result){
+	    .exit_code = in->exit_code,
+	    .timed_out = in->timed_out,
+	    .idle = in->idle,
+	    .cancelled = in->cancelled,
+	    .truncated = in->truncated,
+	    .stdout_text = in->stdout_text,
+	    .stdout_len = in->stdout_text ? strlen(in->stdout_text) : 0,
+	    .stderr_text = in->stderr_text,
+	    .stderr_len = in->stderr_text ? strlen(in->stderr_text) : 0,
+	    .stdout_bytes = in->stdout_bytes,
+	    .stderr_bytes = in->stderr_bytes,
+	    .stdout_spill = in->stdout_spill,
+	    .stderr_spill = in->stderr_spill,
+	    .finished_at_ms = time_ms(in->finished_at, now),
+	};
+	out->started_at_ms = time_ms(in->started_at, out->finished_at_ms - in->duration_ms);
+	in->stdout_text = in->stderr_text = in->stdout_spill = in->stderr_spill = NULL;
+}
+
+/* The errno the registry answers with when the back gave no result. */
+static int spawn_error_of(int rc, const struct sbxc_err *e)
+{
+	if (e->status == 0 || e->status == 401 || strcmp(e->code, "insufficient_scope") == 0 || !e->code[0])
+		return rc == -ECANCELED ? -ECANCELED : -SBX_E_BACKEND;
+	return http_errno_of_wire(e->code);
+}
+
+static void *job_main(void *arg)
+{
+	struct rjob *j = arg;
+	struct sbxc_call c = {.session = j->session,
+			      .timeout_ms = (j->timeout_s + j->idle_s) * 1000 + GRACE_MS,
+			      .cancel = j->cancel,
+			      .max_retries = -1};
+	const struct sbxc_exec_req q = {.command = j->command,
+					.cwd = j->cwd,
+					.env = j->envv,
+					.nenv = j->nenv,
+					.timeout_s = j->timeout_s,
+					.idle_timeout_s = j->idle_s,
+					.stdin_data = j->stdin_data,
+					.stdin_len = j->stdin_len,
+					.max_output_bytes = j->max_output,
+					.id = j->id};
+	struct sbxc_result res = {0};
+	struct sbxc_err e = {0};
+	int rc = sbxc_exec(j->h, &c, &q, on_output, on_started, j, &res, &e);
+	if (rc == -ECANCELED && j->cancelled && !j->started) {
+		/* Cut before the back accepted it: if it did, the cut cancels it. */
+		e = (struct sbxc_err){0};
+	} else if (rc == -ECANCELED && j->cancelled) {
+		rc = finish_cancel(j, &res);
+		if (rc < 0)
+			log_msg("warn", "exec %s: the remote sandboxd did not confirm its cancel: %s", j->id,
+				sbx_strerror(rc));
+		e = (struct sbxc_err){0};
+	}
+	struct sbx_exec_result out;
+	struct sbx_event ev = {.kind = SBX_EV_EXIT, .job = j->handle, .at_ms = now_ms()};
+	if (rc == 0) {
+		to_result(&res, &out);
+		ev.result = &out;
+	} else if (e.status == 0) {
+		log_msg("warn", "exec %s: the remote sandboxd failed: %s", j->id, sbx_strerror(rc));
+	}
+	struct route_jobs *o = j->owner;
+	/* Leave the list first: after the exit the registry may free the tenant
+	 * and with it j->h, and a cancel must then find nothing. */
+	pthread_mutex_lock(&o->mu);
+	for (struct rjob **p = &o->jobs; *p; p = &(*p)->next)
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	pthread_mutex_unlock(&o->mu);
+	j->cb(j->ctx, &ev, rc == 0 ? 0 : spawn_error_of(rc, &e));
+	if (rc == 0)
+		sbx_exec_result_clear(&out);
+	sbxc_result_clear(&res);
+	rjob_free(j);
+	pthread_mutex_lock(&o->mu);
+	o->running--;
+	pthread_cond_broadcast(&o->gone);
+	pthread_mutex_unlock(&o->mu);
+	return NULL;
+}
+
+static struct rjob *rjob_new(struct route_remote *rr, const char *session, size_t session_len,
+			     const struct sbx_exec_req *req)
+{
+	struct rjob *j = xcalloc(1, sizeof *j);
+	j->h = rr->h;
+	snprintf(j->id, sizeof j->id, "%s", req->id);
+	j->session = xstrndup(session, session_len);
+	j->command = xstrdup(req->spawn.command);
+	char cwd[SBX_PATH_MAX + 16];
+	sbx_path_wire(req->spawn.cwd_rel, cwd, sizeof cwd);
+	j->cwd = xstrdup(cwd);
+	for (const char *const *e = req->spawn.env; e && *e; e++)
+		j->nenv++;
+	j->envs = xcalloc(j->nenv + 1, sizeof *j->envs);
+	j->envv = xcalloc(j->nenv + 1, sizeof *j->envv);
+	for (size_t i = 0; i < j->nenv; i++) {
+		j->envs[i] = xstrdup(req->spawn.env[i]);
+		char *eq = strchr(j->envs[i], '=');
+		if (eq)
+			*eq = '\0';
+		j->envv[i] = (struct sbxc_env){j->envs[i], eq ? eq + 1 : ""};
+	}
+	if (req->stdin_data) {
+		j->stdin_data = xmalloc(req->stdin_len + 1);
+		memcpy(j->stdin_data, req->stdin_data, req->stdin_len);
+		j->stdin_data[req->stdin_len] = '\0';
+		j->stdin_len = req->stdin_len;
+	}
+	j->timeout_s = (long)(req->timeout_ms / 1000);
+	j->idle_s = (long)(req->idle_timeout_ms / 1000);
+	j->max_output = (long)req->max_output_bytes;
+	sbxc_cancel_new(&j->cancel);
+	return j;
+}
+
+int route_jobs_submit(struct app *a, struct route_remote *rr, const char *session, size_t session_len,
+		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job)
+{
+	if (!rr)
+		return sbx_runner_submit(a->runner, req, cb, ctx, job);
+	struct sbx_rootimg_ref *img = req->rootimg; /* taken, as the runner does (none is chosen) */
+	sbx_rootimg_close(&img);
+	struct route_jobs *o = a->jobs;
+	if (!rr->h || !o)
+		return -SBX_E_BACKEND; /* unusable settings, or stopping */
+	struct rjob *j = rjob_new(rr, session, session_len, req);
+	j->owner = o;
+	j->cb = cb;
+	j->ctx = ctx;
+	pthread_mutex_lock(&o->mu);
+	j->handle = REMOTE_BIT | ++o->next;
+	j->next = o->jobs;
+	o->jobs = j;
+	*job = j->handle;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_t th;
+	int rc = -pthread_create(&th, &at, job_main, j);
+	pthread_attr_destroy(&at);
+	if (rc < 0) {
+		o->jobs = j->next;
+		rjob_free(j);
+	} else {
+		o->running++;
+	}
+	pthread_mutex_unlock(&o->mu);
+	return rc;
+}
+
+int route_jobs_cancel(struct app *a, uint64_t job)
+{
+	if (!(job & REMOTE_BIT))
+		return sbx_runner_cancel(a->runner, job);
+	struct route_jobs *o = a->jobs;
+	if (!o)
+		return -ESRCH;
+	pthread_mutex_lock(&o->mu);
+	struct rjob *j = find_locked(o, job);
+	if (j)
+		fire_locked(j);
+	pthread_mutex_unlock(&o->mu);
+	return j ? 0 : -ESRCH;
+}
+
+int route_jobs_kill(struct app *a, uint64_t job)
+{
+	return job & REMOTE_BIT ? route_jobs_cancel(a, job) : sbx_runner_kill(a->runner, job);
+}
+
+void route_jobs_cancel_all(struct app *a)
+{
+	struct route_jobs *o = a->jobs;
+	if (!o)
+		return;
+	pthread_mutex_lock(&o->mu);
+	for (struct rjob *j = o->jobs; j; j = j->next)
+		fire_locked(j);
+	pthread_mutex_unlock(&o->mu);
+}

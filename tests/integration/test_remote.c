@@ -1,0 +1,419 @@
+/* Backend remote (issue 18): tenant acme of a front server has its files
+ * and commands served by a back server through libsandboxd. Two real
+ * servers on loopback: what the front answers equals what the back
+ * answers for the same requests (files, errors, exec results, timeouts,
+ * cancel, events), the front audits its own requests, and a back that is
+ * killed mid-command or down gives 503 backend_unavailable with
+ * Retry-After promptly; the back restarted, the next call works. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/xmalloc.h"
+#include "harness.h"
+#include "it_exec.h"
+#include "it_policy.h"
+
+static struct it_server front, back;
+static char *tok_f, *tok_b, *tok_admin, *tok_globex_f, *tok_audit, *token_path;
+
+static int setup(void **state)
+{
+	(void)state;
+	const char *const extra[] = {"--set", "backends=bwrap,remote", NULL};
+	if (it_start(&back, NULL) < 0 || it_start(&front, extra) < 0)
+		return -1;
+	back.keep_port = true; /* the front's policy names its address */
+	tok_f = it_token(&front, "acme", NULL);
+	tok_b = it_token(&back, "acme", NULL);
+	tok_globex_f = it_token(&front, "globex", NULL);
+	tok_admin = it_token(&front, "ops", "admin");
+	tok_audit = it_token(&front, "acme", "audit:read");
+	if (!tok_audit || !tok_f || !tok_b || !tok_admin || !tok_globex_f)
+		return -1;
+	/* The back's token for the front, in a file (the policy holds its path). */
+	token_path = xasprintf("%s/back-token", front.dir);
+	if (it_write_file(token_path, tok_b, strlen(tok_b)) < 0)
+		return -1;
+	char *body = xasprintf("{\"backend\":\"remote\",\"remote_url\":\"%s\",\"remote_token_file\":\"%s\"}",
+			       back.base, token_path);
+	long st = pol_put(&front, tok_admin, "acme", body, NULL);
+	free(body);
+	return st == 200 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	int rc = it_finish(&front);
+	if (it_finish(&back) < 0)
+		rc = -1;
+	free(tok_f);
+	free(tok_b);
+	free(tok_admin);
+	free(tok_globex_f);
+	free(tok_audit);
+	free(token_path);
+	return rc;
+}
+
+/* One request to a server as acme; the response (free it). */
+static struct it_resp req(struct it_server *s, const char *method, const char *path, const char *body)
+{
+	struct it_resp r;
+	const char *const hdrs[] = {"Content-Type: application/json", "X-Session-Key: remote-suite", NULL};
+	const char *tok = s == &front ? tok_f : tok_b;
+	assert_int_equal(it_http(s, method, path, tok, hdrs, body, body ? strlen(body) : 0, &r), 0);
+	return r;
+}
+
+/* The same request to the front and to the back: same status, same body
+ * (JSON compared as values), same Content-Range. */
+static void same(const char *method, const char *path, const char *body, long status)
+{
+	struct it_resp f = req(&front, method, path, body);
+	struct it_resp b = req(&back, method, path, body);
+	if (f.status != status || b.status != status) {
+		it_show(&f);
+		it_show(&b);
+	}
+	assert_int_equal(f.status, status);
+	assert_int_equal(b.status, status);
+	json_t *jf = it_json(&f), *jb = it_json(&b);
+	if (jf || jb) {
+		assert_non_null(jf);
+		assert_non_null(jb);
+		if (!json_equal(jf, jb)) {
+			it_show(&f);
+			it_show(&b);
+		}
+		assert_true(json_equal(jf, jb));
+	} else {
+		assert_int_equal(f.len, b.len);
+		assert_memory_equal(f.body, b.body, f.len);
+	}
+	char *cf = it_header(&f, "Content-Range"), *cb = it_header(&b, "Content-Range");
+	assert_true((!cf && !cb) || (cf && cb && strcmp(cf, cb) == 0));
+	free(cf);
+	free(cb);
+	json_decref(jf);
+	json_decref(jb);
+	it_resp_free(&f);
+	it_resp_free(&b);
+}
+
+/* A request to the front only: its status, *out the JSON body. */
+static long front_json(const char *method, const char *path, const char *body, json_t **out)
+{
+	struct it_resp r = req(&front, method, path, body);
+	long st = r.status;
+	if (out)
+		*out = it_json(&r);
+	it_resp_free(&r);
+	return st;
+}
+
+static void test_files_equal(void **state)
+{
+	(void)state;
+	/* Written through the front, on the back. */
+	struct it_resp w = req(&front, "PUT", "/fs/write?path=docs/a.txt", "hello, back\n");
+	it_expect_status(&w, 200);
+	it_resp_free(&w);
+	struct it_resp r = req(&back, "GET", "/fs/read?path=docs/a.txt", NULL);
+	it_expect_status(&r, 200);
+	assert_string_equal(r.body, "hello, back\n");
+	it_resp_free(&r);
+
+	same("GET", "/fs/read?path=docs/a.txt", NULL, 200);
+	same("GET", "/fs/read_buffer?path=docs/a.txt", NULL, 200);
+	same("GET", "/fs/stat?path=docs/a.txt", NULL, 200);
+	same("GET", "/fs/stat?path=docs", NULL, 200);
+	same("GET", "/fs/exists?path=docs/a.txt", NULL, 200);
+	same("GET", "/fs/exists?path=docs/none", NULL, 200);
+	same("POST", "/fs/mkdir", "{\"path\":\"docs/sub/deep\",\"recursive\":true}", 201);
+	same("GET", "/fs/readdir?path=docs", NULL, 200);
+	same("GET", "/fs/readdir?path=docs&detail=true", NULL, 200);
+	same("GET", "/fs/readdir?path=docs&limit=1", NULL, 200);
+	/* Errors: the back's code and message. */
+	same("GET", "/fs/read?path=docs/none", NULL, 404);
+	same("GET", "/fs/read?path=docs", NULL, 409);
+	same("POST", "/fs/mkdir", "{\"path\":\"docs/x/y\"}", 404);
+	same("GET", "/fs/read?path=../../etc/passwd", NULL, 404); /* clamped at the root, as locally */
+	same("POST", "/fs/move", "{\"from\":\"docs/none\",\"to\":\"docs/b.txt\"}", 404);
+	same("POST", "/fs/rm", "{\"path\":\"docs/sub\"}", 409);
+	same("POST", "/fs/rm", "{\"path\":\"docs/none\",\"force\":true}", 200);
+	/* Changes through the front, seen on the back. */
+	assert_int_equal(
+	    front_json("POST", "/fs/move", "{\"from\":\"docs/a.txt\",\"to\":\"docs/b.txt\"}", NULL), 200);
+	same("GET", "/fs/exists?path=docs/a.txt", NULL, 200);
+	same("GET", "/fs/read?path=docs/b.txt", NULL, 200);
+	assert_int_equal(front_json("POST", "/fs/rm", "{\"path\":\"docs/sub\",\"recursive\":true}", NULL),
+			 200);
+	same("GET", "/fs/readdir?path=docs", NULL, 200);
+}
+
+static void test_ranges_equal(void **state)
+{
+	(void)state;
+	struct it_resp w = req(&front, "PUT", "/fs/write?path=r.bin", "0123456789");
+	it_expect_status(&w, 200);
+	it_resp_free(&w);
+	const char *ranges[] = {"Range: bytes=2-5", "Range: bytes=-3", "Range: bytes=7-"};
+	for (size_t i = 0; i < 3; i++) {
+		const char *const hdrs[] = {ranges[i], "X-Session-Key: remote-suite", NULL};
+		struct it_resp f, b;
+		assert_int_equal(
+		    it_http(&front, "GET", "/fs/read_buffer?path=r.bin", tok_f, hdrs, NULL, 0, &f), 0);
+		assert_int_equal(
+		    it_http(&back, "GET", "/fs/read_buffer?path=r.bin", tok_b, hdrs, NULL, 0, &b), 0);
+		it_expect_status(&f, 206);
+		it_expect_status(&b, 206);
+		assert_int_equal(f.len, b.len);
+		assert_memory_equal(f.body, b.body, f.len);
+		char *cf = it_header(&f, "Content-Range"), *cb = it_header(&b, "Content-Range");
+		assert_non_null(cf);
+		assert_string_equal(cf, cb);
+		free(cf);
+		free(cb);
+		it_resp_free(&f);
+		it_resp_free(&b);
+	}
+	const char *const bad[] = {"Range: bytes=20-", "X-Session-Key: remote-suite", NULL};
+	struct it_resp f;
+	assert_int_equal(it_http(&front, "GET", "/fs/read_buffer?path=r.bin", tok_f, bad, NULL, 0, &f), 0);
+	it_expect_error(&f, 416, "range_not_satisfiable");
+	it_resp_free(&f);
+}
+
+/* The front's ShellResult and the back's record of the same exec agree. */
+static json_t *exec_front(const char *body, long status)
+{
+	json_t *res = NULL;
+	long st = front_json("POST", "/exec", body, &res);
+	if (st != status)
+		fprintf(stderr, "POST /exec: %ld %s\n", st, res ? json_dumps(res, 0) : "");
+	assert_int_equal(st, status);
+	return res;
+}
+
+static void assert_back_agrees(json_t *res)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/exec/%s", jstr(res, "id"));
+	json_t *v = NULL;
+	struct it_resp r = req(&back, "GET", path, NULL);
+	it_expect_status(&r, 200);
+	v = it_json(&r);
+	it_resp_free(&r);
+	json_t *br = json_object_get(v, "result");
+	const char *keys[] = {"exit_code", "stdout",	   "stderr",	   "timed_out",	   "cancelled",
+			      "truncated", "stdout_bytes", "stderr_bytes", "started_at",   "finished_at",
+			      "idle",	   "duration_ms",  "stdout_spill", "stderr_spill", "id"};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		if (!json_equal(json_object_get(res, keys[i]), json_object_get(br, keys[i])))
+			fprintf(stderr, "%s differs: front %s back %s\n", keys[i],
+				json_dumps(res, JSON_ENCODE_ANY), json_dumps(br, JSON_ENCODE_ANY));
+		assert_true(json_equal(json_object_get(res, keys[i]), json_object_get(br, keys[i])));
+	}
+	json_decref(v);
+}
+
+static void test_exec_equal(void **state)
+{
+	(void)state;
+	json_t *res = exec_front("{\"command\":\"echo out; echo err >&2; cat; pwd; echo $GREETING; exit 3\","
+				 "\"stdin\":\"in\\n\",\"env\":{\"GREETING\":\"hi\"},\"timeout_s\":30}",
+				 200);
+	assert_int_equal(jint(res, "exit_code"), 3);
+	assert_string_equal(jstr(res, "stderr"), "err\n");
+	assert_non_null(strstr(jstr(res, "stdout"), "out\nin\n"));
+	assert_non_null(strstr(jstr(res, "stdout"), "\nhi\n"));
+	assert_back_agrees(res);
+	json_decref(res);
+
+	res = exec_front("{\"command\":\"sleep 20\",\"timeout_s\":1}", 200);
+	assert_true(jtrue(res, "timed_out"));
+	assert_back_agrees(res);
+	json_decref(res);
+
+	res = exec_front("{\"command\":\"head -c 5000 /dev/zero | tr '\\\\0' x\",\"max_output_bytes\":256}",
+			 200);
+	assert_true(jtrue(res, "truncated"));
+	assert_int_equal(jint(res, "stdout_bytes"), 5000);
+	assert_back_agrees(res);
+	json_decref(res);
+
+	/* The back refuses a cwd that is not there: so does the front. */
+	res = exec_front("{\"command\":\"true\",\"cwd\":\"no/such/dir\"}", 404);
+	json_decref(res);
+	/* What needs this server's workspace is refused, not done wrongly. */
+	res = exec_front("{\"command\":\"true\",\"track_changes\":true}", 403);
+	json_decref(res);
+	struct it_resp r = req(&front, "GET", "/sessions", NULL);
+	it_expect_error(&r, 403, "forbidden");
+	it_resp_free(&r);
+	/* The front's exec record and its audit. */
+	json_t *list = NULL;
+	assert_int_equal(front_json("GET", "/execs?limit=5", NULL, &list), 200);
+	assert_true(json_array_size(json_object_get(list, "execs")) >= 3);
+	json_decref(list);
+	struct it_resp a;
+	assert_int_equal(it_http(&front, "GET", "/audit?route=/exec&limit=50", tok_audit, NULL, NULL, 0, &a),
+			 0);
+	it_expect_status(&a, 200);
+	assert_non_null(strstr(a.body, "\"exit_code\":3"));
+	it_resp_free(&a);
+}
+
+static void test_cancel_and_events(void **state)
+{
+	(void)state;
+	json_t *v = exec_front("{\"command\":\"echo started; sleep 30\",\"background\":true}", 202);
+	char id[80];
+	snprintf(id, sizeof id, "%s", jstr(v, "id"));
+	json_decref(v);
+	/* Its output reaches the front (progress) and the back runs it. */
+	char path[160];
+	snprintf(path, sizeof path, "/exec/%s", id);
+	long until = it_now_ms() + 15000;
+	bool seen = false;
+	while (!seen && it_now_ms() < until) {
+		json_t *x = NULL;
+		const char *tail = NULL;
+		if (front_json("GET", path, NULL, &x) == 200)
+			tail = jstr(json_object_get(x, "progress"), "tail");
+		seen = tail && strstr(tail, "started");
+		json_decref(x);
+		if (!seen)
+			usleep(20000);
+	}
+	assert_true(seen);
+	snprintf(path, sizeof path, "/exec/%s/cancel", id);
+	assert_int_equal(front_json("POST", path, NULL, NULL), 202);
+	json_t *done = ex_wait_state(&front, tok_f, id, "cancelled", 15000);
+	assert_non_null(done);
+	assert_true(jtrue(json_object_get(done, "result"), "cancelled"));
+	json_decref(done);
+	done = ex_wait_state(&back, tok_b, id, "cancelled", 15000);
+	assert_non_null(done);
+	json_decref(done);
+	/* Events, followed on the front: the exec's stream ends with exit. */
+	snprintf(path, sizeof path, "/exec/%s/events", id);
+	struct it_resp e = req(&front, "GET", path, NULL);
+	it_expect_status(&e, 200);
+	assert_non_null(strstr(e.body, "event: exit"));
+	it_resp_free(&e);
+	/* A streamed exec: start, output and exit as events. */
+	struct it_resp s = req(&front, "POST", "/exec", "{\"command\":\"echo live\",\"stream\":true}");
+	it_expect_status(&s, 200);
+	assert_non_null(strstr(s.body, "event: start"));
+	assert_non_null(strstr(s.body, "event: output"));
+	assert_non_null(strstr(s.body, "live"));
+	assert_non_null(strstr(s.body, "event: exit"));
+	it_resp_free(&s);
+}
+
+static void *exec_long(void *arg)
+{
+	long *out = arg;
+	json_t *res = NULL;
+	long t0 = it_now_ms();
+	out[0] = front_json("POST", "/exec", "{\"command\":\"sleep 60\",\"id\":\"killed-mid-way\"}", &res);
+	out[1] = it_now_ms() - t0;
+	const char *code = json_string_value(json_object_get(json_object_get(res, "error"), "code"));
+	out[2] = code && strcmp(code, "backend_unavailable") == 0;
+	json_decref(res);
+	return NULL;
+}
+
+static void expect_unavailable(const char *method, const char *path, const char *body)
+{
+	long t0 = it_now_ms();
+	struct it_resp r = req(&front, method, path, body);
+	it_expect_error(&r, 503, "backend_unavailable");
+	char *ra = it_header(&r, "Retry-After");
+	assert_non_null(ra);
+	assert_true(atol(ra) >= 1);
+	free(ra);
+	assert_true(it_now_ms() - t0 < 5000);
+	it_resp_free(&r);
+}
+
+static void test_back_killed_and_restarted(void **state)
+{
+	(void)state;
+	long out[3] = {0};
+	pthread_t th;
+	pthread_create(&th, NULL, exec_long, out);
+	/* Running on the back... */
+	json_t *v = ex_wait_state(&back, tok_b, "killed-mid-way", "running", 15000);
+	assert_non_null(v);
+	json_decref(v);
+	long t_kill = it_now_ms();
+	it_stop(&back, SIGKILL);
+	pthread_join(th, NULL);
+	/* ... then the back is gone: the waiting client learns it promptly. */
+	assert_int_equal(out[0], 503);
+	assert_true(out[2]);
+	assert_true(it_now_ms() - t_kill < 10000);
+	/* Down: every route says so at once, with a retry hint. */
+	expect_unavailable("GET", "/fs/read?path=docs/b.txt", NULL);
+	expect_unavailable("POST", "/fs/mkdir", "{\"path\":\"x\"}");
+	expect_unavailable("POST", "/exec", "{\"command\":\"true\"}");
+	json_t *ready = NULL;
+	assert_int_equal(it_get_json(&front, NULL, "/readyz", &ready), 200);
+	char *bt = json_dumps(json_object_get(ready, "backends"), 0);
+	assert_non_null(strstr(bt, "unreachable at"));
+	free(bt);
+	json_decref(ready);
+	/* Other tenants of the front are not affected. */
+	json_t *g = ex_run(&front, tok_globex_f, "echo local");
+	assert_string_equal(ex_stdout_ok(g), "local\n");
+	json_decref(g);
+	/* Back again (same address): the next call works. */
+	assert_int_equal(it_restart(&back, NULL), 0);
+	struct it_resp w = req(&front, "PUT", "/fs/write?path=again.txt", "again");
+	it_expect_status(&w, 200);
+	it_resp_free(&w);
+	same("GET", "/fs/read?path=again.txt", NULL, 200);
+	json_t *res = exec_front("{\"command\":\"echo back\"}", 200);
+	assert_string_equal(jstr(res, "stdout"), "back\n");
+	json_decref(res);
+}
+
+static void test_settings_refused(void **state)
+{
+	(void)state;
+	json_t *out = NULL;
+	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"remote_url\":\"ftp://x\"}", &out), 400);
+	json_decref(out);
+	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"remote_token_file\":\"relative\"}", &out),
+			 400);
+	json_decref(out);
+	/* The policy shows the token file's path, never the token. */
+	struct it_resp r;
+	assert_int_equal(it_http(&front, "GET", "/tenants/acme/policy", tok_admin, NULL, NULL, 0, &r), 0);
+	it_expect_status(&r, 200);
+	assert_non_null(strstr(r.body, "back-token"));
+	assert_null(strstr(r.body, tok_b));
+	it_resp_free(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_files_equal),	     cmocka_unit_test(test_ranges_equal),
+	    cmocka_unit_test(test_exec_equal),	     cmocka_unit_test(test_cancel_and_events),
+	    cmocka_unit_test(test_settings_refused), cmocka_unit_test(test_back_killed_and_restarted),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
