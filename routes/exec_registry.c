@@ -533,11 +533,12 @@ static int exec_resume(struct http_req *r)
 	if (ew->error == -SBX_E_REJECTED)
 		return http_fail(r, ew->error, "%s", ew->reason ? ew->reason : "the command was rejected");
 	if (ew->error && ew->job->tenant->remote)
-		return http_fail(r, ew->error, "%s",
-				 ew->error == -SBX_E_BACKEND
-				     ? "the tenant's remote sandboxd cannot be reached, or went away while the "
-				       "command ran (what became of it there is unknown)"
-				     : "the tenant's remote sandboxd refused the command");
+		return http_fail(
+		    r, ew->error, "%s",
+		    ew->error == -SBX_E_BACKEND
+			? "the tenant's remote sandboxd cannot be reached, or went away while the "
+			  "command ran (what became of it there is unknown)"
+			: "the tenant's remote sandboxd refused the command");
 	if (ew->error)
 		return http_fail(r, ew->error,
 				 ew->error == -SBX_E_BACKEND
