@@ -76,9 +76,10 @@ struct exec_job {
 	char tail[TAIL_BYTES];
 	size_t tail_len;
 	/* Approval. */
-	struct pending *pend; /* non-NULL: it waited (or waits) for approval; owned */
-	char *requested_by;   /* the requesting token's sub; owned */
-	char *reason;	      /* with error -SBX_E_REJECTED: the message; owned */
+	struct pending *pend;  /* non-NULL: it waited (or waits) for approval; owned */
+	char *requested_by;    /* the requesting token's sub; owned */
+	char *reason;	       /* with error: the message (-SBX_E_REJECTED, or a remote's); owned */
+	int64_t retry_after_s; /* with error: a remote's Retry-After (0: none) */
 	int64_t max_execs;
 	bool holds_exec_slot;	       /* else it holds a pending slot */
 	_Atomic bool hung_up;	       /* the waiting client went away (the watch thread says) */
@@ -109,7 +110,8 @@ struct exec_wait {
 	struct exec_job *job;
 	json_t *result; /* set before the resume */
 	int error;	/* or this */
-	char *reason;	/* with -SBX_E_REJECTED */
+	char *reason;	/* with error: its message, when there is one */
+	int64_t retry_after_s;
 };
 
 static void pending_free(struct pending *p)
@@ -201,8 +203,8 @@ static void record_exit(struct app *a, struct exec_job *j)
 		http_metrics_exec_finished(a->metrics, "failed", 0);
 		struct http_wire_error w = http_wire_error(j->error);
 		json_t *err = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", w.code, "message",
-					"the command could not be started", "retry_hint",
-					w.retry_hint ? json_string(w.retry_hint) : json_null());
+					j->reason ? j->reason : "the command could not be started",
+					"retry_hint", w.retry_hint ? json_string(w.retry_hint) : json_null());
 		http_hub_channel_exit(a->hub, j->chan, NULL, err);
 		json_decref(err);
 	} else {
@@ -251,6 +253,7 @@ static void complete(struct exec_job *j)
 		ew->result = result ? json_incref(result) : NULL;
 		ew->error = error;
 		ew->reason = j->reason ? xstrdup(j->reason) : NULL;
+		ew->retry_after_s = j->retry_after_s;
 		http_resume(w->r);
 		free(w);
 	}
@@ -309,6 +312,8 @@ static void set_exit(struct exec_job *j, const struct sbx_event *ev, int spawn_e
 		j->duration_ms = res->finished_at_ms - res->started_at_ms;
 	} else {
 		j->error = spawn_error ? spawn_error : -SBX_E_BACKEND;
+		j->reason = ev->message ? xstrdup(ev->message) : NULL;
+		j->retry_after_s = ev->retry_after_s;
 	}
 }
 
@@ -532,6 +537,10 @@ static int exec_resume(struct http_req *r)
 	struct exec_wait *ew = r->hstate;
 	if (ew->error == -SBX_E_REJECTED)
 		return http_fail(r, ew->error, "%s", ew->reason ? ew->reason : "the command was rejected");
+	if (ew->error && ew->retry_after_s > 0)
+		r->retry_after_s = ew->retry_after_s;
+	if (ew->error && ew->reason)
+		return http_fail(r, ew->error, "%s", ew->reason);
 	if (ew->error && ew->job->tenant->remote)
 		return http_fail(
 		    r, ew->error, "%s",

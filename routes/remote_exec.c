@@ -275,7 +275,14 @@ static void *job_main(void *arg)
 			break;
 		}
 	pthread_mutex_unlock(&o->mu);
-	j->cb(j->ctx, &ev, rc == 0 ? 0 : spawn_error_of(rc, &e));
+	int err = rc == 0 ? 0 : spawn_error_of(rc, &e);
+	if (err && err != -SBX_E_BACKEND && err != -ECANCELED && e.message[0]) {
+		ev.message = e.message; /* the back's refusal, as it said it */
+		ev.retry_after_s = e.retry_after_s > 0 ? e.retry_after_s : 0;
+	} else if (err == -SBX_E_BACKEND) {
+		ev.retry_after_s = e.retry_after_s > 0 ? e.retry_after_s : 5;
+	}
+	j->cb(j->ctx, &ev, err);
 	if (rc == 0)
 		sbx_exec_result_clear(&out);
 	sbxc_result_clear(&res);

@@ -75,6 +75,11 @@ struct sbx_event {
 	const char *tail;	   /* last line, bounded, UTF-8, borrowed */
 	/* SBX_EV_EXIT */
 	struct sbx_exec_result *result; /* the callee may take its strings (set them NULL) */
+	/* SBX_EV_EXIT without result, from a provider that knows more than
+	 * an errno (routes/remote.h: the back server's message and
+	 * Retry-After); the runner leaves them NULL and 0. */
+	const char *message;
+	int64_t retry_after_s;
 };
 
 /* Called on the runner thread; must not block. After SBX_EV_EXIT the

@@ -252,9 +252,12 @@ static void test_exec_equal(void **state)
 	assert_back_agrees(res);
 	json_decref(res);
 
-	/* The back refuses a cwd that is not there: so does the front. */
-	res = exec_front("{\"command\":\"true\",\"cwd\":\"no/such/dir\"}", 404);
-	json_decref(res);
+	/* The back refuses a cwd that is not there: so does the front, in its
+	 * words (the front sent the path resolved: absolute). */
+	struct it_resp nf = req(&front, "POST", "/exec", "{\"command\":\"true\",\"cwd\":\"no/such/dir\"}");
+	it_expect_error(&nf, 404, "not_found");
+	assert_non_null(strstr(nf.body, "/no/such/dir is not a directory in the workspace"));
+	it_resp_free(&nf);
 	/* What needs this server's workspace is refused, not done wrongly. */
 	res = exec_front("{\"command\":\"true\",\"track_changes\":true}", 403);
 	json_decref(res);
@@ -320,6 +323,43 @@ static void test_cancel_and_events(void **state)
 	assert_non_null(strstr(s.body, "live"));
 	assert_non_null(strstr(s.body, "event: exit"));
 	it_resp_free(&s);
+}
+
+/* The back's 429 and its Retry-After reach the front's client as they are. */
+static void test_back_busy_passed_on(void **state)
+{
+	(void)state;
+	char *admin_b = it_token(&back, "ops", "admin");
+	assert_int_equal(pol_put(&back, admin_b, "acme", "{\"max_execs\":1}", NULL), 200);
+	struct it_resp b = req(&back, "POST", "/exec", "{\"command\":\"sleep 30\",\"background\":true}");
+	it_expect_status(&b, 202);
+	json_t *v = it_json(&b);
+	char cancel[160];
+	snprintf(cancel, sizeof cancel, "/exec/%s/cancel", jstr(v, "id"));
+	json_decref(v);
+	it_resp_free(&b);
+	struct it_resp direct = req(&back, "POST", "/exec", "{\"command\":\"true\"}");
+	struct it_resp f = req(&front, "POST", "/exec", "{\"command\":\"true\"}");
+	it_expect_error(&direct, 429, "too_many_requests");
+	it_expect_error(&f, 429, "too_many_requests");
+	char *ra_b = it_header(&direct, "Retry-After"), *ra_f = it_header(&f, "Retry-After");
+	assert_non_null(ra_b);
+	assert_non_null(ra_f);
+	assert_string_equal(ra_f, ra_b);
+	json_t *eb = it_json(&direct), *ef = it_json(&f);
+	assert_string_equal(jstr(json_object_get(ef, "error"), "message"),
+			    jstr(json_object_get(eb, "error"), "message"));
+	json_decref(eb);
+	json_decref(ef);
+	free(ra_b);
+	free(ra_f);
+	it_resp_free(&direct);
+	it_resp_free(&f);
+	struct it_resp c = req(&back, "POST", cancel, NULL);
+	it_expect_status(&c, 202);
+	it_resp_free(&c);
+	assert_int_equal(pol_put(&back, admin_b, "acme", "{\"max_execs\":null}", NULL), 200);
+	free(admin_b);
 }
 
 static void *exec_long(void *arg)
@@ -411,9 +451,13 @@ static void test_settings_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_files_equal),	     cmocka_unit_test(test_ranges_equal),
-	    cmocka_unit_test(test_exec_equal),	     cmocka_unit_test(test_cancel_and_events),
-	    cmocka_unit_test(test_settings_refused), cmocka_unit_test(test_back_killed_and_restarted),
+	    cmocka_unit_test(test_files_equal),
+	    cmocka_unit_test(test_ranges_equal),
+	    cmocka_unit_test(test_exec_equal),
+	    cmocka_unit_test(test_cancel_and_events),
+	    cmocka_unit_test(test_settings_refused),
+	    cmocka_unit_test(test_back_busy_passed_on),
+	    cmocka_unit_test(test_back_killed_and_restarted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
