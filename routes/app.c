@@ -222,16 +222,16 @@ static int open_workspace(struct app *a, struct tenant *t)
 }
 
 /* The tenant-level provider its policy names (routes/remote.h): NULL for
- * bwrap and local. A policy that cannot be read leaves it local, as
- * POST /exec then refuses its commands (store_unavailable). */
-static void load_provider(struct app *a, struct tenant *t)
+ * bwrap and local. A policy that cannot be read fails the load. */
+static int load_provider(struct app *a, struct tenant *t)
 {
 	struct route_policy p;
 	if (route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL) < 0)
-		return;
+		return -SBX_E_STORE; /* never a remote tenant's files served here */
 	if (strcmp(p.backend, "remote") == 0)
 		t->remote = route_remote_new(a, &p);
 	route_policy_clear(&p);
+	return 0;
 }
 
 void route_tenant_expire(struct app *a, const char *name)
@@ -265,17 +265,19 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	t->uid = (uid_t)(a->cfg->uid_base + st.slot);
 	t->gid = (gid_t)(a->cfg->uid_base + st.slot);
 	unserved_why(a, st.slot, t->unserved, sizeof t->unserved);
+	if ((rc = load_provider(a, t)) < 0)
+		goto fail;
 	if (!t->unserved[0] && (rc = open_workspace(a, t)) < 0)
 		goto fail;
 	if (!t->unserved[0] && t->quota_rc == 0)
 		t->quota_rc = route_storage_apply_quota(a, t);
-	load_provider(a, t);
 	t->loaded_at_ms = now_ms();
 	store_tenant_clear(&st);
 	*out = t;
 	return 0;
 fail:
 	store_tenant_clear(&st);
+	route_remote_free(&t->remote);
 	free(t->keybuf);
 	free(t);
 	return rc;

@@ -324,8 +324,13 @@ static json_t *value_json(const struct route_policy *p, const struct policy_key 
 json_t *route_policy_json(const struct route_policy *p)
 {
 	json_t *o = json_object();
-	for (size_t i = 0; i < NKEYS; i++)
-		json_object_set_new(o, keys[i].name, value_json(p, &keys[i]));
+	for (size_t i = 0; i < NKEYS; i++) {
+		json_t *v = value_json(p, &keys[i]);
+		if (json_is_null(v)) /* remote_* unset: left out, so other tenants' views stay as they were */
+			json_decref(v);
+		else
+			json_object_set_new(o, keys[i].name, v);
+	}
 	return o;
 }
 
@@ -460,6 +465,22 @@ static json_t *change_of(const struct sbx_config *cfg, json_t *before, json_t *a
 	return json_pack("{s:o, s:o}", "old", old, "new", new);
 }
 
+/* Backend remote needs its URL and token file: refused at once rather
+ * than failing every request later. */
+static int remote_complete(const struct sbx_config *cfg, json_t *overrides, char *err, size_t errsz)
+{
+	struct route_policy p;
+	if (route_policy_defaults(cfg, &p, err, errsz) < 0)
+		return -EINVAL;
+	int rc = apply(&p, overrides, err, errsz);
+	if (rc == 0 && strcmp(p.backend, "remote") == 0 && (!p.remote_url || !p.remote_token_file)) {
+		snprintf(err, errsz, "backend remote needs remote_url and remote_token_file");
+		rc = -EINVAL;
+	}
+	route_policy_clear(&p);
+	return rc;
+}
+
 int route_policy_update(struct store *s, const struct sbx_config *cfg, const char *tenant, json_t *changes,
 			json_t **change, char *err, size_t errsz)
 {
@@ -471,6 +492,8 @@ int route_policy_update(struct store *s, const struct sbx_config *cfg, const cha
 			return rc;
 		json_t *next = json_deep_copy(cur);
 		rc = merge(next, changes, cfg, err, errsz);
+		if (rc == 0)
+			rc = remote_complete(cfg, next, err, errsz);
 		char *next_text = rc == 0 ? json_dumps(next, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 		if (rc == 0)
 			rc = store_policy_replace(s, tenant, text, next_text, now_ms());

@@ -439,6 +439,9 @@ static void test_settings_refused(void **state)
 	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"remote_token_file\":\"relative\"}", &out),
 			 400);
 	json_decref(out);
+	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"backend\":\"remote\"}", &out), 400);
+	assert_non_null(strstr(jstr(json_object_get(out, "error"), "message"), "remote_url"));
+	json_decref(out);
 	/* The policy shows the token file's path, never the token. */
 	struct it_resp r;
 	assert_int_equal(it_http(&front, "GET", "/tenants/acme/policy", tok_admin, NULL, NULL, 0, &r), 0);
