@@ -180,12 +180,12 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
  * what needs this server's workspace or runner is refused. */
 static int remote_checks(struct http_req *r, struct exec_request *q)
 {
-	const char *what = q->image		  ? "image"
+	const char *what = q->image		? "image"
 			   : q->x.track_changes ? "track_changes"
-			   : q->x.stdin_pipe  ? "stdin_pipe"
-			   : q->x.tty	      ? "tty"
-			   : q->network	      ? "network"
-					      : NULL;
+			   : q->x.stdin_pipe	? "stdin_pipe"
+			   : q->x.tty		? "tty"
+			   : q->network		? "network"
+						: NULL;
 	if (what)
 		return http_fail(r, -SBX_E_FORBIDDEN,
 				 "%s is not relayed to a remote backend (tenant %s's commands run on another "
