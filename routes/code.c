@@ -328,6 +328,10 @@ int route_code_post(struct http_req *r)
 	json_t *code = NULL, *files = NULL, *args = NULL;
 	char snippet[SBX_PATH_MAX + 16];
 	int rc = take_fields(r, &l, &code, &files, &args);
+	/* Input files are writes: the scope that allows writes, as PUT
+	 * /fs/write asks (exec alone does not grant them). */
+	if (rc == 0 && json_array_size(files) > 0 && !(r->claims.scopes & AUTH_SCOPE_FS_WRITE))
+		rc = http_fail(r, -SBX_E_SCOPE, "input files need the scope fs:write");
 	if (rc == 0)
 		rc = route_session(r);
 	bool inputs = rc == 0 && !id_used(r);

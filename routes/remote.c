@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/sandboxd.h"
+#include "common/nowait.h"
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
@@ -31,9 +33,21 @@
  * with why. */
 static char *read_token(const char *path, char *why, size_t whysz)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		snprintf(why, whysz, "cannot open remote_token_file %s: %s", path, sbx_strerror(-errno));
+		return NULL;
+	}
+	/* A secret of its own, not any file root can read: an admin token
+	 * must not make the server send /etc/shadow or a service-account
+	 * token to a URL of its choosing (and a FIFO must not hold us). */
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) != 0 || st.st_uid != geteuid()) {
+		snprintf(why, whysz,
+			 "remote_token_file %s must be a regular file owned by the server's user and "
+			 "readable by it alone (mode 0600 or 0400)",
+			 path);
+		close(fd);
 		return NULL;
 	}
 	char *buf = xmalloc(TOKEN_MAX + 1);
@@ -136,6 +150,13 @@ int route_remote_call(struct http_req *r, struct remote_call *rc)
 {
 	struct route_remote *rr = r->tenant->remote;
 	*rc = (struct remote_call){.h = rr->h};
+	/* A call to another server waits on the network: never on an event
+	 * thread in no-wait mode (http/router.c sends the request to the
+	 * pool when this says it would wait). */
+	if (nowait_on()) {
+		nowait_blocked();
+		return -EAGAIN;
+	}
 	if (!rr->h) {
 		r->retry_after_s = 60;
 		return http_fail(r, -SBX_E_BACKEND, "%s", rr->why);

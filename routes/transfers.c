@@ -239,6 +239,10 @@ static int token_open(struct http_req *r, const char *direction, struct store_tr
 	if (rc < 0)
 		return rc == -ENOENT ? http_fail(r, rc, "unknown transfer token")
 				     : http_fail(r, rc, "cannot load the tenant");
+	/* Minted while the tenant was local: a remote tenant is never served
+	 * from this server's disk. */
+	if (r->tenant->remote)
+		return route_remote_refuse(r, "/fs/stream/{token}");
 	return 0;
 }
 

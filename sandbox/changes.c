@@ -39,6 +39,7 @@ struct sbx_snapshot {
 	char *dir_rel;
 	struct entry *v;
 	size_t n, cap, max;
+	size_t seen; /* directory entries looked at, of any type */
 	bool truncated;
 	struct timespec taken; /* CLOCK_REALTIME_COARSE, the file times' clock */
 	uint64_t racy_budget;
@@ -102,6 +103,12 @@ static int walk(struct sbx_snapshot *s, int dfd, const char *prefix, int depth)
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
+		/* Every entry costs a fstatat: links, FIFOs and directories
+		 * count against the walk's bound too, not only the files. */
+		if (++s->seen > s->max * SBX_CHANGES_ENTRIES_PER_FILE) {
+			s->truncated = true;
+			break;
+		}
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue; /* gone meanwhile */
 		if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))

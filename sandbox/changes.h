@@ -30,6 +30,11 @@
 #include <stdint.h>
 
 #define SBX_CHANGES_MAX_DEPTH 64
+/* A walk looks at no more than max_files times this many directory
+ * entries of any type (directories, links, FIFOs included), then says
+ * truncated: a tree of links or empty directories costs it no more than
+ * a tree of files. */
+#define SBX_CHANGES_ENTRIES_PER_FILE 4
 
 struct sbx_workspace;
 struct sbx_snapshot;

@@ -270,6 +270,17 @@ static void test_bad_requests(void **state)
 {
 	(void)state;
 	struct it_resp r;
+	/* Input files are writes: exec alone does not grant them. */
+	char *exec_only = it_token(&srv, "acme", "exec");
+	assert_non_null(exec_only);
+	assert_int_equal(ag_post(&srv, exec_only, NULL, "/code",
+				 json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "language", "sh", "code", "true",
+					   "files", "path", "Makefile", "content", "x"),
+				 NULL, &r),
+			 403);
+	it_expect_error(&r, 403, "insufficient_scope");
+	it_resp_free(&r);
+	free(exec_only);
 	assert_int_equal(ag_post(&srv, tok, NULL, "/code",
 				 json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "language", "sh", "code", "true",
 					   "files", "path", "../../../../etc/evil", "content", "x"),

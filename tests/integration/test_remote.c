@@ -6,6 +6,7 @@
  * killed mid-command or down gives 503 backend_unavailable with
  * Retry-After promptly; the back restarted, the next call works. */
 #include <setjmp.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
@@ -41,7 +42,7 @@ static int setup(void **state)
 		return -1;
 	/* The back's token for the front, in a file (the policy holds its path). */
 	token_path = xasprintf("%s/back-token", front.dir);
-	if (it_write_file(token_path, tok_b, strlen(tok_b)) < 0)
+	if (it_write_file(token_path, tok_b, strlen(tok_b)) < 0 || chmod(token_path, 0600) < 0)
 		return -1;
 	char *body = xasprintf("{\"backend\":\"remote\",\"remote_url\":\"%s\",\"remote_token_file\":\"%s\"}",
 			       back.base, token_path);
@@ -451,6 +452,68 @@ static void test_settings_refused(void **state)
 	it_resp_free(&r);
 }
 
+static long metric(const char *name)
+{
+	struct it_resp r;
+	assert_int_equal(it_http(&front, "GET", "/metrics", tok_audit, NULL, NULL, 0, &r), 0);
+	it_expect_status(&r, 200);
+	char key[128];
+	snprintf(key, sizeof key, "\n%s ", name);
+	const char *p = strstr(r.body, key);
+	long v = p ? strtol(p + strlen(key), NULL, 10) : -1;
+	it_resp_free(&r);
+	return v;
+}
+
+/* What a hostile operator or a policy change must not get: a remote read
+ * never runs on an event thread (it waits on the network: the pool runs
+ * it); a token file any user may read is not sent anywhere; a transfer
+ * token minted while the tenant was local does not serve local disk once
+ * it is remote. */
+static void test_remote_hazards(void **state)
+{
+	(void)state;
+	struct it_resp w = req(&front, "PUT", "/fs/write?path=hz.txt", "hazard");
+	it_expect_status(&w, 200);
+	it_resp_free(&w);
+	long inline0 = metric("sandboxd_pool_inline_total");
+	for (int i = 0; i < 2; i++) {
+		struct it_resp r = req(&front, "GET", "/fs/read?path=hz.txt", NULL);
+		it_expect_status(&r, 200);
+		it_resp_free(&r);
+	}
+	assert_int_equal(metric("sandboxd_pool_inline_total"), inline0);
+
+	/* globex, local for now, mints an upload... */
+	struct it_resp t;
+	const char *const hdrs[] = {"Content-Type: application/json", "X-Session-Key: hz", NULL};
+	const char *mint = "{\"direction\":\"write\",\"path\":\"up.txt\"}";
+	assert_int_equal(it_http(&front, "POST", "/fs/transfers", tok_globex_f, hdrs, mint, strlen(mint), &t),
+			 0);
+	it_expect_status(&t, 201);
+	json_t *tj = it_json(&t);
+	char *url = xasprintf("/fs/stream/%s", jstr(tj, "token"));
+	json_decref(tj);
+	it_resp_free(&t);
+	/* ...then becomes remote, with a token file others may read. */
+	char *open_path = xasprintf("%s/open-token", front.dir);
+	assert_int_equal(it_write_file(open_path, tok_b, strlen(tok_b)), 0);
+	assert_int_equal(chmod(open_path, 0644), 0);
+	char *body = xasprintf("{\"backend\":\"remote\",\"remote_url\":\"%s\",\"remote_token_file\":\"%s\"}",
+			       back.base, open_path);
+	assert_int_equal(pol_put(&front, tok_admin, "globex", body, NULL), 200);
+	free(body);
+	assert_int_equal(it_http(&front, "PUT", url, NULL, NULL, "x", 1, &t), 0);
+	it_expect_status(&t, 403);
+	it_resp_free(&t);
+	assert_int_equal(it_http(&front, "GET", "/fs/exists?path=x", tok_globex_f, hdrs, NULL, 0, &t), 0);
+	it_expect_error(&t, 503, "backend_unavailable");
+	assert_non_null(strstr(t.body, "readable by it alone"));
+	it_resp_free(&t);
+	free(url);
+	free(open_path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -461,6 +524,7 @@ int main(void)
 	    cmocka_unit_test(test_settings_refused),
 	    cmocka_unit_test(test_back_busy_passed_on),
 	    cmocka_unit_test(test_back_killed_and_restarted),
+	    cmocka_unit_test(test_remote_hazards),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -141,6 +141,34 @@ static void test_fifo_ignored(void **state)
 	sbx_snapshot_free(&before);
 }
 
+/* A tree of links (no regular file at all) is not walked without bound:
+ * every entry counts, and the walk says truncated. */
+static void test_links_count(void **state)
+{
+	struct host_ws *h = *state;
+	struct sbx_snapshot *before = NULL;
+	struct sbx_change *v = NULL;
+	size_t n = 0;
+	bool truncated = false;
+	char p[512];
+	const struct sbx_changes_limits small = {
+	    .max_files = 10, .max_reported = 10, .max_hash_bytes = 1 << 20};
+
+	host_mkdir(h->wsdir, "s/links");
+	for (int i = 0; i < 10 * SBX_CHANGES_ENTRIES_PER_FILE + 5; i++) {
+		char name[64];
+		snprintf(name, sizeof name, "s/links/l%d", i);
+		hpath(p, sizeof p, h->wsdir, name);
+		assert_int_equal(symlink("x", p), 0);
+	}
+	assert_int_equal(sbx_snapshot_take(h->ws, "s", 10, &before), 0);
+	diff(h, before, &small, &v, &n, &truncated);
+	assert_int_equal(n, 0);
+	assert_true(truncated);
+	sbx_changes_free(v, n);
+	sbx_snapshot_free(&before);
+}
+
 static void test_bounds(void **state)
 {
 	struct host_ws *h = *state;
@@ -207,8 +235,9 @@ static void test_missing_dir(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    UNIT_TEST_FX(test_kinds),  UNIT_TEST_FX(test_same_tick_rewrite), UNIT_TEST_FX(test_fifo_ignored),
-	    UNIT_TEST_FX(test_bounds), UNIT_TEST_FX(test_missing_dir),
+	    UNIT_TEST_FX(test_kinds),	     UNIT_TEST_FX(test_same_tick_rewrite),
+	    UNIT_TEST_FX(test_fifo_ignored), UNIT_TEST_FX(test_links_count),
+	    UNIT_TEST_FX(test_bounds),	     UNIT_TEST_FX(test_missing_dir),
 	};
 	return cmocka_run_group_tests_name("changes", tests, NULL, NULL);
 }
