@@ -127,11 +127,13 @@ static json_t *backends_json(struct app *a, bool *ready)
 		 * tenants' requests (503 backend_unavailable), never this server. */
 		char msg[512];
 		route_jobs_describe(a, msg, sizeof msg);
-		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:b}", "name", "remote", "status",
-						      "ok", "detail", msg, "isolation",
-						      "that of the back sandboxd's backend for the tenant "
-						      "(remote_url in its policy)",
-						      "default", false));
+		json_array_append_new(
+		    list,
+		    json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:b, s:s}}", "name", "remote", "status", "ok",
+			      "detail", msg, "isolation",
+			      "that of the back sandboxd's backend for the tenant (remote_url in its policy)",
+			      "default", false, "network", "available", false, "detail",
+			      "not relayed: a remote tenant's exec with network is refused (403)"));
 	}
 	return list;
 }
