@@ -585,7 +585,6 @@ static void report_exit(struct sbx_runner *r, struct job *j)
 
 	for (int k = 0; k < W_COUNT; k++)
 		unwatch(r, j, k);
-	sbx_backend_reap(j->req.backend, &j->req.spawn);
 	res.exit_code = j->timed_out ? 124 : j->status;
 	res.timed_out = j->timed_out;
 	res.idle = j->idle;
@@ -603,6 +602,12 @@ static void report_exit(struct sbx_runner *r, struct job *j)
 	res.finished_at_ms = now_ms();
 	emit(j, &ev, 0);
 	sbx_exec_result_clear(&res);
+	/* The command's groups (and whatever a detached process left in
+	 * them) go after its result is on its way, not before: the leader is
+	 * reaped and its output closed, and the rmdir of a v1 memory group
+	 * costs more than the rest of the exit (issue 15, P1). Nothing it
+	 * left survives this call. */
+	sbx_backend_reap(j->req.backend, &j->req.spawn);
 }
 
 /* Forget the job: out of r->all (cancel now answers -ESRCH), one less active. */
