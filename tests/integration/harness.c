@@ -244,6 +244,34 @@ int it_stop(struct it_server *s, int sig)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+static int vsh(bool quiet, const char *fmt, va_list ap)
+{
+	char *cmd = xvasprintf(fmt, ap);
+	char *run = quiet ? xasprintf("(%s) >/dev/null 2>&1", cmd) : xstrdup(cmd);
+	int st = system(run);
+	free(run);
+	free(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int it_sh(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int st = vsh(false, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+int it_sh_quiet(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int st = vsh(true, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
 static void exit_failed(void)
 {
 	fprintf(stderr, "harness: a suite's teardown failed: exit 1\n");

@@ -65,6 +65,11 @@ int it_stop(struct it_server *s, int sig);
  * failed group teardown (a sanitizer report in a server's log found at
  * the end), so the suite would pass. */
 void it_fail_at_exit(void);
+/* Run a shell command (fixtures only: mounts, users, files); its exit
+ * status (128 when it did not exit). it_sh_quiet sends its output to
+ * /dev/null. */
+int it_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int it_sh_quiet(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Remove the data directory. */
 void it_cleanup(struct it_server *s);
 /* Run `sandboxd <args> --data-dir DIR` and return its stdout (caller

@@ -38,23 +38,6 @@ static inline void free_tokens(void)
 	tok_a = tok_b = tok_ops = NULL;
 }
 
-/* Run a shell command quietly; its exit status. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *cmd = NULL;
-	if (vasprintf(&cmd, fmt, ap) < 0)
-		abort();
-	va_end(ap);
-	char *quiet = xasprintf("(%s) >/dev/null 2>&1", cmd);
-	int st = system(quiet);
-	free(quiet);
-	free(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static json_t *readyz(long *status)
 {
 	struct it_resp r;

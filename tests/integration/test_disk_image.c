@@ -357,7 +357,7 @@ static void test_existing_files_are_not_hidden(void **state)
 	free(it_cli(&srv, &st, "tenant add legacy"));
 	assert_int_equal(st, 0);
 	char *dir = xasprintf("%s/tenants/legacy/workspace", srv.dir);
-	assert_int_equal(sh("mkdir -p '%s' && echo old > '%s/old.txt'", dir, dir), 0);
+	assert_int_equal(it_sh_quiet("mkdir -p '%s' && echo old > '%s/old.txt'", dir, dir), 0);
 	char *tok = it_token(&srv, "legacy", NULL);
 	struct it_resp w;
 	assert_int_equal(it_http(&srv, "GET", "/fs/exists?path=old.txt", tok, NULL, NULL, 0, &w), 0);
@@ -374,7 +374,8 @@ static void test_existing_files_are_not_hidden(void **state)
 
 int main(void)
 {
-	if (geteuid() != 0 || access("/dev/loop-control", F_OK) != 0 || sh("command -v mkfs.ext4") != 0) {
+	if (geteuid() != 0 || access("/dev/loop-control", F_OK) != 0 ||
+	    it_sh_quiet("command -v mkfs.ext4") != 0) {
 		fprintf(stderr, "test_disk_image: needs root, loop devices and mkfs.ext4; skipped\n");
 		return 77;
 	}

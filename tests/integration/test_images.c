@@ -39,21 +39,6 @@ static long uid_base;
 static char cache_tar[512];
 static char work[256]; /* scratch directory of this run */
 
-/* A shell command (fixtures only); its exit status. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *cmd = NULL;
-	if (vasprintf(&cmd, fmt, ap) < 0)
-		abort();
-	va_end(ap);
-	int st = system(cmd);
-	free(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 /* The first line a shell command prints (static buffer). */
 static const char *sh_line(const char *cmd)
 {
@@ -122,7 +107,7 @@ static int prepare_cache(void)
 		"/etc/apt/sources.list.d/*.sources 2>/dev/null | awk '$1 == \"URIs:\" { print $2; exit } "
 		"$1 == \"deb\" { for (i = 2; i <= NF; i++) if (index($i, \"://\")) { print $i; exit } }'"),
 	    rel);
-	if (url[0] == '/' || sh("curl -sfI --max-time 20 '%s' >/dev/null", url) != 0) {
+	if (url[0] == '/' || it_sh("curl -sfI --max-time 20 '%s' >/dev/null", url) != 0) {
 		fprintf(stderr,
 			"test_images: SKIPPED: the Debian archive is unreachable (%s) and no image is "
 			"cached at %s\n",
@@ -139,9 +124,9 @@ static int prepare_cache(void)
 		return 1;
 	}
 	free(out);
-	rc = sh("mkdir -p '%s' && tar -C '%s/images/base/rootfs' -cf '%s.tmp' . && mv '%s.tmp' '%s'", cache,
-		dir, cache_tar, cache_tar, cache_tar);
-	sh("rm -rf '%s'", dir);
+	rc = it_sh("mkdir -p '%s' && tar -C '%s/images/base/rootfs' -cf '%s.tmp' . && mv '%s.tmp' '%s'",
+		   cache, dir, cache_tar, cache_tar, cache_tar);
+	it_sh("rm -rf '%s'", dir);
 	free(dir);
 	return rc == 0 ? 0 : 1;
 }
@@ -365,36 +350,36 @@ static void test_selection(void **state)
  * directory, made with tar and sha256sum. */
 static void make_oci(const char *dir)
 {
-	int rc =
-	    sh("set -e; d='%s'; rm -rf \"$d\" \"$d.src\"; mkdir -p \"$d/blobs/sha256\" \"$d.src/l1/etc\" "
-	       "\"$d.src/l1/opt/keep\" \"$d.src/l1/opt/opq\" \"$d.src/l2/etc\" \"$d.src/l2/opt/opq\"; "
-	       "echo old > \"$d.src/l1/etc/old.conf\"; echo kept > \"$d.src/l1/etc/kept.conf\"; "
-	       "echo k > \"$d.src/l1/opt/keep/a\"; echo lower > \"$d.src/l1/opt/opq/lower\"; "
-	       "touch \"$d.src/l2/etc/.wh.old.conf\" \"$d.src/l2/opt/opq/.wh..wh..opq\"; "
-	       "echo upper > \"$d.src/l2/opt/opq/upper\"; chmod 4777 \"$d.src/l1/opt/keep/a\"; "
-	       "blob() { s=$(sha256sum \"$1\" | cut -d' ' -f1); mv \"$1\" \"$d/blobs/sha256/$s\"; "
-	       "echo \"$s $(stat -c %%s \"$d/blobs/sha256/$s\")\"; }; "
-	       "tar -C \"$d.src/l1\" -czf \"$d/l1\" .; set -- $(blob \"$d/l1\"); L1=$1; S1=$2; "
-	       "tar -C \"$d.src/l2\" -cf \"$d/l2\" .; set -- $(blob \"$d/l2\"); L2=$1; S2=$2; "
-	       "echo '{\"architecture\":\"amd64\",\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\"}}' > "
-	       "\"$d/c\"; "
-	       "set -- $(blob \"$d/c\"); C=$1; CS=$2; "
-	       "printf '{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
-	       "\"config\":{\"mediaType\":\"application/"
-	       "vnd.oci.image.config.v1+json\",\"digest\":\"sha256:%%s\","
-	       "\"size\":%%s},\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\","
-	       "\"digest\":\"sha256:%%s\",\"size\":%%s},{\"mediaType\":\"application/"
-	       "vnd.oci.image.layer.v1.tar\","
-	       "\"digest\":\"sha256:%%s\",\"size\":%%s}]}' $C $CS $L1 $S1 $L2 $S2 > \"$d/m\"; "
-	       "set -- $(blob \"$d/m\"); "
-	       "printf "
-	       "'{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/"
-	       "vnd.oci.image.manifest.v1+json\","
-	       "\"digest\":\"sha256:%%s\",\"size\":%%s,\"platform\":{\"os\":\"linux\",\"architecture\":\"%%"
-	       "s\"}}]}' "
-	       "$1 $2 \"$(dpkg --print-architecture)\" > \"$d/index.json\"; "
-	       "echo '{\"imageLayoutVersion\":\"1.0.0\"}' > \"$d/oci-layout\"; rm -rf \"$d.src\"",
-	       dir);
+	int rc = it_sh(
+	    "set -e; d='%s'; rm -rf \"$d\" \"$d.src\"; mkdir -p \"$d/blobs/sha256\" \"$d.src/l1/etc\" "
+	    "\"$d.src/l1/opt/keep\" \"$d.src/l1/opt/opq\" \"$d.src/l2/etc\" \"$d.src/l2/opt/opq\"; "
+	    "echo old > \"$d.src/l1/etc/old.conf\"; echo kept > \"$d.src/l1/etc/kept.conf\"; "
+	    "echo k > \"$d.src/l1/opt/keep/a\"; echo lower > \"$d.src/l1/opt/opq/lower\"; "
+	    "touch \"$d.src/l2/etc/.wh.old.conf\" \"$d.src/l2/opt/opq/.wh..wh..opq\"; "
+	    "echo upper > \"$d.src/l2/opt/opq/upper\"; chmod 4777 \"$d.src/l1/opt/keep/a\"; "
+	    "blob() { s=$(sha256sum \"$1\" | cut -d' ' -f1); mv \"$1\" \"$d/blobs/sha256/$s\"; "
+	    "echo \"$s $(stat -c %%s \"$d/blobs/sha256/$s\")\"; }; "
+	    "tar -C \"$d.src/l1\" -czf \"$d/l1\" .; set -- $(blob \"$d/l1\"); L1=$1; S1=$2; "
+	    "tar -C \"$d.src/l2\" -cf \"$d/l2\" .; set -- $(blob \"$d/l2\"); L2=$1; S2=$2; "
+	    "echo '{\"architecture\":\"amd64\",\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\"}}' > "
+	    "\"$d/c\"; "
+	    "set -- $(blob \"$d/c\"); C=$1; CS=$2; "
+	    "printf '{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+	    "\"config\":{\"mediaType\":\"application/"
+	    "vnd.oci.image.config.v1+json\",\"digest\":\"sha256:%%s\","
+	    "\"size\":%%s},\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\","
+	    "\"digest\":\"sha256:%%s\",\"size\":%%s},{\"mediaType\":\"application/"
+	    "vnd.oci.image.layer.v1.tar\","
+	    "\"digest\":\"sha256:%%s\",\"size\":%%s}]}' $C $CS $L1 $S1 $L2 $S2 > \"$d/m\"; "
+	    "set -- $(blob \"$d/m\"); "
+	    "printf "
+	    "'{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/"
+	    "vnd.oci.image.manifest.v1+json\","
+	    "\"digest\":\"sha256:%%s\",\"size\":%%s,\"platform\":{\"os\":\"linux\",\"architecture\":\"%%"
+	    "s\"}}]}' "
+	    "$1 $2 \"$(dpkg --print-architecture)\" > \"$d/index.json\"; "
+	    "echo '{\"imageLayoutVersion\":\"1.0.0\"}' > \"$d/oci-layout\"; rm -rf \"$d.src\"",
+	    dir);
 	assert_int_equal(rc, 0);
 }
 
@@ -433,15 +418,15 @@ static void test_import_oci(void **state)
 	free(p);
 	/* a blob that does not match its digest is refused, whichever it is */
 	for (int i = 1; i <= 4; i++) {
-		assert_int_equal(sh("cd '%s/blobs/sha256' && f=$(ls | sed -n %dp) && cp $f $f.orig && "
-				    "echo tampered >> $f",
-				    layout, i),
+		assert_int_equal(it_sh("cd '%s/blobs/sha256' && f=$(ls | sed -n %dp) && cp $f $f.orig && "
+				       "echo tampered >> $f",
+				       layout, i),
 				 0);
 		assert_int_not_equal(cli(srv.dir, &out, "image import tampered --oci '%s'", layout), 0);
 		assert_non_null(strstr(out, "does not match its digest"));
 		free(out);
 		assert_int_equal(
-		    sh("cd '%s/blobs/sha256' && for o in *.orig; do mv $o ${o%%.orig}; done", layout), 0);
+		    it_sh("cd '%s/blobs/sha256' && for o in *.orig; do mv $o ${o%%.orig}; done", layout), 0);
 	}
 	/* it has no /bin/sh: listed, and /readyz says it is not usable */
 	json_t *ready = NULL;
@@ -469,25 +454,25 @@ static void test_import_hostile(void **state)
 {
 	(void)state;
 	char *victim = xasprintf("%s/victim", work);
-	assert_int_equal(sh("mkdir -p '%s'", victim), 0);
+	assert_int_equal(it_sh("mkdir -p '%s'", victim), 0);
 	static const char *const kinds[] = {"dotdot", "absolute", "symlink", "hardlink"};
-	int rc = sh("python3 - '%s' '%s' <<'EOF'\n"
-		    "import io, sys, tarfile\n"
-		    "work, victim = sys.argv[1], sys.argv[2]\n"
-		    "def f(t, name, data=b'x'):\n"
-		    "    i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))\n"
-		    "def l(t, name, target, kind=tarfile.SYMTYPE):\n"
-		    "    i = tarfile.TarInfo(name); i.type = kind; i.linkname = target; t.addfile(i)\n"
-		    "with tarfile.open(work + '/dotdot.tar', 'w') as t:\n"
-		    "    f(t, 'usr/ok'); f(t, '../../../..' + victim + '/dotdot')\n"
-		    "with tarfile.open(work + '/absolute.tar', 'w') as t:\n"
-		    "    f(t, 'usr/ok'); f(t, victim + '/absolute')\n"
-		    "with tarfile.open(work + '/symlink.tar', 'w') as t:\n"
-		    "    l(t, 'escape', victim); f(t, 'escape/symlink')\n"
-		    "with tarfile.open(work + '/hardlink.tar', 'w') as t:\n"
-		    "    l(t, 'passwd', '/etc/passwd', tarfile.LNKTYPE)\n"
-		    "EOF",
-		    work, victim);
+	int rc = it_sh("python3 - '%s' '%s' <<'EOF'\n"
+		       "import io, sys, tarfile\n"
+		       "work, victim = sys.argv[1], sys.argv[2]\n"
+		       "def f(t, name, data=b'x'):\n"
+		       "    i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))\n"
+		       "def l(t, name, target, kind=tarfile.SYMTYPE):\n"
+		       "    i = tarfile.TarInfo(name); i.type = kind; i.linkname = target; t.addfile(i)\n"
+		       "with tarfile.open(work + '/dotdot.tar', 'w') as t:\n"
+		       "    f(t, 'usr/ok'); f(t, '../../../..' + victim + '/dotdot')\n"
+		       "with tarfile.open(work + '/absolute.tar', 'w') as t:\n"
+		       "    f(t, 'usr/ok'); f(t, victim + '/absolute')\n"
+		       "with tarfile.open(work + '/symlink.tar', 'w') as t:\n"
+		       "    l(t, 'escape', victim); f(t, 'escape/symlink')\n"
+		       "with tarfile.open(work + '/hardlink.tar', 'w') as t:\n"
+		       "    l(t, 'passwd', '/etc/passwd', tarfile.LNKTYPE)\n"
+		       "EOF",
+		       work, victim);
 	assert_int_equal(rc, 0);
 	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
 		char *out = NULL;
@@ -507,7 +492,7 @@ static void test_import_hostile(void **state)
 		free(p);
 	}
 	/* no staging directory left behind */
-	assert_int_equal(sh("ls -A '%s/images' | grep -q '^\\.tmp-'", srv.dir), 1);
+	assert_int_equal(it_sh("ls -A '%s/images' | grep -q '^\\.tmp-'", srv.dir), 1);
 	free(victim);
 }
 
@@ -560,13 +545,13 @@ int main(void)
 		fprintf(stderr, "test_images: SKIPPED: images are root's; run as root\n");
 		return 77;
 	}
-	if (sh("command -v mmdebstrap >/dev/null") != 0) {
+	if (it_sh("command -v mmdebstrap >/dev/null") != 0) {
 		fprintf(stderr,
 			"test_images: SKIPPED: mmdebstrap is not installed (scripts/deps installs it)\n");
 		return 77;
 	}
 	snprintf(work, sizeof work, "/tmp/sandboxd-it-images-%d", (int)getpid());
-	if (sh("mkdir -p '%s'", work) != 0)
+	if (it_sh("mkdir -p '%s'", work) != 0)
 		return 1;
 	int rc = prepare_cache();
 	if (rc == 0) {
@@ -581,6 +566,6 @@ int main(void)
 		};
 		rc = cmocka_run_group_tests_name("images", tests, setup, teardown);
 	}
-	sh("rm -rf '%s'", work);
+	it_sh("rm -rf '%s'", work);
 	return rc;
 }

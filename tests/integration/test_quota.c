@@ -41,14 +41,14 @@ static bool mounted, have_quota;
 static void fs_down(void)
 {
 	if (mounted) {
-		for (int i = 0; i < 50 && sh("umount '%s'", mnt) != 0; i++)
+		for (int i = 0; i < 50 && it_sh_quiet("umount '%s'", mnt) != 0; i++)
 			usleep(100000); /* a server process just exiting may still hold it */
-		if (sh("mountpoint -q '%s'", mnt) == 0)
-			sh("umount -l '%s'", mnt);
+		if (it_sh_quiet("mountpoint -q '%s'", mnt) == 0)
+			it_sh_quiet("umount -l '%s'", mnt);
 		mounted = false;
 	}
 	if (loopdev[0]) {
-		sh("losetup -d '%s'", loopdev);
+		it_sh_quiet("losetup -d '%s'", loopdev);
 		loopdev[0] = '\0';
 	}
 	if (img[0])
@@ -69,8 +69,9 @@ static void all_down(void)
 /* Make the image (with project quotas or without), attach, mount. */
 static bool fs_up(bool quota)
 {
-	if (sh("truncate -s %u '%s'", FS_BYTES, img) != 0 ||
-	    sh("mkfs.ext4 -q -F %s '%s'", quota ? "-O quota,project -E quotatype=prjquota" : "", img) != 0)
+	if (it_sh_quiet("truncate -s %u '%s'", FS_BYTES, img) != 0 ||
+	    it_sh_quiet("mkfs.ext4 -q -F %s '%s'", quota ? "-O quota,project -E quotatype=prjquota" : "",
+			img) != 0)
 		return false;
 	char *cmd = xasprintf("losetup -f --show '%s'", img);
 	FILE *p = popen(cmd, "r");
@@ -83,7 +84,7 @@ static bool fs_up(bool quota)
 	loopdev[strcspn(loopdev, "\n")] = '\0';
 	if (!loopdev[0])
 		return false;
-	if (sh("mount %s '%s' '%s'", quota ? "-o prjquota" : "", loopdev, mnt) != 0)
+	if (it_sh_quiet("mount %s '%s' '%s'", quota ? "-o prjquota" : "", loopdev, mnt) != 0)
 		return false;
 	mounted = true;
 	chmod(mnt, 0755);
@@ -280,7 +281,7 @@ static void test_full_disk_keeps_the_store(void **state)
 	assert_int_equal(statvfs(mnt, &v), 0);
 	unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;
 	char *ballast = xasprintf("%s/ballast", mnt);
-	assert_int_equal(sh("fallocate -l %llu '%s'", avail - (1u << 20), ballast), 0);
+	assert_int_equal(it_sh_quiet("fallocate -l %llu '%s'", avail - (1u << 20), ballast), 0);
 
 	/* It gets ENOSPC (it does not run as root: no reserved blocks), and
 	 * its result is recorded all the same. */
@@ -342,12 +343,12 @@ static void test_unwritable_store_is_unready(void **state)
 	(void)state;
 	char *wal = xasprintf("%s/sandboxd.db-wal", srv.dir);
 	assert_int_equal(access(wal, F_OK), 0);
-	assert_int_equal(sh("chattr +i '%s'", wal), 0);
+	assert_int_equal(it_sh_quiet("chattr +i '%s'", wal), 0);
 	struct it_resp w;
 	long st = ex_post(&srv, tok_b, NULL, json_pack("{s:s}", "command", "echo no"), NULL, &w);
 	it_resp_free(&w);
 	json_t *j = readyz_until(503);
-	sh("chattr -i '%s'", wal);
+	it_sh_quiet("chattr -i '%s'", wal);
 	assert_int_equal(st, 503); /* fail closed: no exec row, no command */
 	assert_string_equal(sub(j, "store", "status"), "unavailable");
 	fprintf(stderr, "store: %s\n", sub(j, "store", "detail"));
@@ -381,7 +382,8 @@ static void test_unavailable_said_plainly(void **state)
 
 int main(void)
 {
-	if (geteuid() != 0 || access("/dev/loop-control", F_OK) != 0 || sh("command -v mkfs.ext4") != 0) {
+	if (geteuid() != 0 || access("/dev/loop-control", F_OK) != 0 ||
+	    it_sh_quiet("command -v mkfs.ext4") != 0) {
 		fprintf(stderr, "test_quota: needs root, loop devices and mkfs.ext4; skipped\n");
 		return 77;
 	}

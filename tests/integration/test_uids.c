@@ -52,25 +52,12 @@ static struct bg_req bg_fill, bg_a, bg_g;
 
 /* ---- the throwaway user and its range ---- */
 
-/* Run a shell command (as root); its exit status. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *cmd = xvasprintf(fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	free(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 /* shadow's tools refuse while another holds /etc/passwd's lock: retry. */
 static int sh_retry(const char *cmd)
 {
 	long until = it_now_ms() + DEADLINE_MS;
 	int st;
-	while ((st = sh("%s", cmd)) != 0 && it_now_ms() < until)
+	while ((st = it_sh("%s", cmd)) != 0 && it_now_ms() < until)
 		usleep(200000);
 	return st;
 }
@@ -180,7 +167,7 @@ static void remove_dirs(void)
 		char *p = xasprintf("/tmp/%s", e->d_name);
 		if (strncmp(e->d_name, "sandboxd-it-", 12) == 0 && lstat(p, &st) == 0 &&
 		    S_ISDIR(st.st_mode) && st.st_uid == uid)
-			sh("rm -rf '%s' '%s.log'", p, p);
+			it_sh("rm -rf '%s' '%s.log'", p, p);
 		free(p);
 	}
 	if (d)
@@ -382,18 +369,18 @@ static void test_newuidmap_direct(void **state)
 	char *as_user =
 	    xasprintf("setpriv --reuid=%u --regid=%u --clear-groups --", (unsigned)uid, (unsigned)gid);
 	/* Outside the user's range: refused, nothing written. */
-	assert_int_not_equal(sh("%s newuidmap %d 0 %u 1 %u %u 2 2>/dev/null", as_user, (int)pid,
-				(unsigned)uid, range + RANGE_N - 1, range + RANGE_N - 1),
+	assert_int_not_equal(it_sh("%s newuidmap %d 0 %u 1 %u %u 2 2>/dev/null", as_user, (int)pid,
+				   (unsigned)uid, range + RANGE_N - 1, range + RANGE_N - 1),
 			     0);
 	char *m = map_of(pid, "uid_map");
 	assert_string_equal(m, "");
 	free(m);
 	/* Its own uid as 0 and the range one to one, as the server asks. */
 	assert_int_equal(
-	    sh("%s newuidmap %d 0 %u 1 %u %u %d", as_user, (int)pid, (unsigned)uid, range, range, RANGE_N),
+	    it_sh("%s newuidmap %d 0 %u 1 %u %u %d", as_user, (int)pid, (unsigned)uid, range, range, RANGE_N),
 	    0);
 	assert_int_equal(
-	    sh("%s newgidmap %d 0 %u 1 %u %u %d", as_user, (int)pid, (unsigned)gid, range, range, RANGE_N),
+	    it_sh("%s newgidmap %d 0 %u 1 %u %u %d", as_user, (int)pid, (unsigned)gid, range, range, RANGE_N),
 	    0);
 	char got[256], want[256];
 	const char *files[2] = {"uid_map", "gid_map"};
