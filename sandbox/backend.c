@@ -111,6 +111,8 @@ void sbx_strv_free(struct sbx_strv *sv)
 	sv->n = sv->cap = 0;
 }
 
+_Static_assert(SBX_LAUNCH_MAX_CGROUPS == SBX_CGROUP_MAX, "a command joins every hierarchy in use");
+
 /* ---- launcher ---- */
 
 void sbx_launch_init(struct sbx_launch *l)
@@ -616,6 +618,22 @@ int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_byt
 	return sbx_cgroup_tenant_usage(b->cgroup_root, uid, mem_bytes, nproc);
 }
 
+int sbx_backend_tenant_cpu(struct sbx_backend *b, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns)
+{
+	if (!b || !b->cgroups)
+		return -ENOTSUP;
+	return sbx_cgroup_tenant_cpu(b->cgroup_root, uid, usage_ns, throttled_ns);
+}
+
+bool sbx_backend_cpu(const struct sbx_backend *b, bool *usage)
+{
+	const char *acct = NULL;
+	bool on = b && b->cgroups && sbx_cgroup_cpu(&acct);
+	if (usage)
+		*usage = b && b->cgroups && acct;
+	return on;
+}
+
 int sbx_backend_sweep(struct sbx_backend *b)
 {
 	return b && b->cgroups ? sbx_cgroup_sweep(b->cgroup_root) : 0;
@@ -646,7 +664,7 @@ int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz)
 		return -EINVAL;
 	rc = b->ops->health(b, part, sizeof(part));
 	if (msg && msgsz)
-		snprintf(msg, msgsz, "%s; cgroup %s; rlimits on", part,
-			 b->cgroups ? "memory+pids v1" : "none");
+		snprintf(msg, msgsz, "%s; cgroup %s%s; rlimits on", part,
+			 b->cgroups ? "memory+pids v1" : "none", sbx_backend_cpu(b, NULL) ? ", cpu v1" : "");
 	return rc;
 }

@@ -15,9 +15,11 @@ struct sbx_limits {
 	uint64_t nofile;      /* RLIMIT_NOFILE (0: keep) */
 	uint64_t tmp_bytes;   /* size of the private /tmp (bwrap) */
 	/* The tenant's budget: all its commands together (its cgroup parent
-	 * u<uid>); 0: none. Where cgroups are in force only. */
+	 * u<uid>); 0: none. Where cgroups are in force only (the CPU budget
+	 * where the v1 cpu hierarchy is too). */
 	uint64_t tenant_mem_bytes;
 	uint64_t tenant_nproc;
+	uint64_t tenant_cpu_millicores; /* CFS quota: 1000 = one core's time */
 };
 
 struct sbx_spawn_req {
@@ -51,7 +53,7 @@ struct sbx_spawn_req {
 
 struct sbx_backend_config {
 	const char *name; /* "bwrap" or "local" */
-	bool use_cgroups; /* cgroup v1 memory and pids limits where the host allows them */
+	bool use_cgroups; /* cgroup v1 memory, pids (and cpu) limits where the host allows them */
 	const char
 	    *cgroup_root; /* the server's own group, e.g. "sandboxd/<uid-base>" (NULL: "sandboxd/default") */
 	const char *bwrap_path; /* NULL: /usr/bin/bwrap */
@@ -99,6 +101,15 @@ int sbx_backend_sweep(struct sbx_backend *b);
  * in bytes and processes. -ENOENT when none has run yet, -ENOTSUP
  * without cgroups. */
 int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc);
+
+/* The CPU time of a tenant's commands together (its cgroup parent), in
+ * ns since its group was made, and how long its budget held them back.
+ * -ENOENT when none has run yet, -ENOTSUP without cgroups or cpuacct. */
+int sbx_backend_tenant_cpu(struct sbx_backend *b, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns);
+
+/* Whether tenants' CPU budgets are in force (cgroups and the v1 cpu
+ * hierarchy); *usage (optional) whether their usage can be read. */
+bool sbx_backend_cpu(const struct sbx_backend *b, bool *usage);
 
 /* Commands refused because their limits could not be applied. */
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);

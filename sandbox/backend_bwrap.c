@@ -477,7 +477,7 @@ const struct sbx_backend_ops sbx_backend_bwrap_ops = {
     .name = "bwrap",
     .isolation = "user, pid, network, ipc, uts and mount namespaces; no capabilities; seccomp; read-only "
 		 "system; only the workspace writable; an unprivileged uid per tenant (as root); rlimits; "
-		 "cgroup memory and pids where the host allows",
+		 "cgroup memory, pids and CPU budgets where the host allows",
     .init = bw_init,
     .fini = bw_fini,
     .prepare = bw_prepare,

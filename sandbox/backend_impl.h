@@ -22,7 +22,7 @@ void sbx_strv_addf(struct sbx_strv *sv, const char *fmt, ...) __attribute__((for
 void sbx_strv_free(struct sbx_strv *sv);
 
 #define SBX_LAUNCH_MAX_RLIMITS 5
-#define SBX_LAUNCH_MAX_CGROUPS 2
+#define SBX_LAUNCH_MAX_CGROUPS 4 /* SBX_CGROUP_MAX (sandbox/cgroup.h) */
 #define SBX_LAUNCH_MAX_KEEP 12
 
 /* Everything the child does between clone and execve, decided in the

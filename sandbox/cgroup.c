@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <stddef.h>
 
 #include "common/xmalloc.h"
 #include "sandbox/backend.h"
@@ -21,13 +22,37 @@
 #define CG_ROOT "/sys/fs/cgroup"
 #define CG_NAME_MAX 200
 
-static const struct {
-	const char *hier;
-	const char *limit_file; /* NULL: none */
-} ctrls[2] = {
-    {"memory", "memory.limit_in_bytes"},
-    {"pids", "pids.max"},
+/* The hierarchies, in the order their cgroup.procs fds are returned.
+ * memory and pids are required (sbx_cgroup_probe fails without them); cpu
+ * (the tenant's CFS quota and shares) and cpuacct (its usage) are used
+ * where the host has them as v1 hierarchies, mounted apart ("cpu",
+ * "cpuacct") or together ("cpu,cpuacct", the usual systemd layout, with
+ * "cpu" and "cpuacct" links to it): together, one group serves both. */
+enum { H_MEMORY, H_PIDS, H_CPU, H_CPUACCT, H_N };
+static const struct ctrl {
+	const char *mounts[3];	/* directory names under CG_ROOT to try, in order */
+	const char *probe_file; /* a file only this v1 controller has */
+	const char *limit_file; /* a command's own limit (NULL: none) */
+} ctrls[H_N] = {
+    {{"memory"}, "memory.limit_in_bytes", "memory.limit_in_bytes"},
+    {{"pids"}, "pids.max", "pids.max"},
+    {{"cpu", "cpu,cpuacct", "cpuacct,cpu"}, "cpu.cfs_quota_us", NULL},
+    {{"cpuacct", "cpu,cpuacct", "cpuacct,cpu"}, "cpuacct.usage", NULL},
 };
+
+/* The host's layout, found by sbx_cgroup_probe (the same for every root
+ * and backend of the process): each hierarchy's directory under CG_ROOT,
+ * "" when not used. cpuacct's is "" when it shares cpu's (then
+ * cpuacct.usage is read there). Written by the probe before any command,
+ * read afterwards: a mutex for the writes, the runner reads after start. */
+static struct {
+	char dir[H_N][16];
+	const char *acct_dir; /* where cpuacct.usage is: dir[H_CPUACCT], dir[H_CPU] or NULL */
+} layout = {.dir = {"memory", "pids", "", ""}};
+static pthread_mutex_t layout_mu = PTHREAD_MUTEX_INITIALIZER;
+
+#define CPU_PERIOD_US 100000 /* the kernel's default CFS period, written explicitly */
+#define CPU_SHARES "1024"    /* every tenant the same: equal shares under contention */
 
 static int write_file(const char *path, const char *s)
 {
@@ -167,19 +192,36 @@ static int group_path(char *out, size_t outsz, const char *hier, const char *roo
 	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
 }
 
-/* The tenant's budget on its parent group; 0 means none ("max", or -1
- * for memory v1). Written when it changes (ensure_parent): a changed
- * policy takes effect at the tenant's next command. */
-static int set_budget(const char *hier, const char *rel, const char *limit_file, uint64_t budget)
+/* The tenant's budget on its parent group in hierarchy i; 0 means none
+ * ("max" for pids, -1 for memory and the CFS quota). cpu also gets its
+ * period and the tenants' equal shares; cpuacct has nothing to set.
+ * Written when it changes (ensure_parent): a changed policy takes effect
+ * at the tenant's next command. A value the kernel refuses (a quota above
+ * one set on an ancestor, say) fails the command. */
+static int set_budget(size_t i, const char *rel, uint64_t budget)
 {
-	char file[600], val[32];
+	char dir[600], file[640], val[32];
+	int rc;
 
-	snprintf(file, sizeof(file), CG_ROOT "/%s/%s/%s", hier, rel, limit_file);
-	if (budget)
+	snprintf(dir, sizeof(dir), CG_ROOT "/%s/%s", layout.dir[i], rel);
+	switch (i) {
+	case H_CPU:
+		snprintf(file, sizeof(file), "%s/cpu.shares", dir);
+		rc = write_file(file, CPU_SHARES);
+		snprintf(file, sizeof(file), "%s/cpu.cfs_period_us", dir);
+		snprintf(val, sizeof(val), "%d", CPU_PERIOD_US);
+		if (rc == 0)
+			rc = write_file(file, val);
+		snprintf(file, sizeof(file), "%s/cpu.cfs_quota_us", dir);
+		snprintf(val, sizeof(val), "%" PRIu64, budget * (CPU_PERIOD_US / 1000));
+		return rc < 0 ? rc : write_file(file, budget ? val : "-1");
+	case H_CPUACCT:
+		return 0;
+	default:
+		snprintf(file, sizeof(file), "%s/%s", dir, ctrls[i].limit_file);
 		snprintf(val, sizeof(val), "%" PRIu64, budget);
-	else
-		snprintf(val, sizeof(val), "%s", strcmp(hier, "pids") == 0 ? "max" : "-1");
-	return write_file(file, val);
+		return write_file(file, budget ? val : i == H_PIDS ? "max" : "-1");
+	}
 }
 
 /* The tenants' parent groups this process made, with the budget it wrote
@@ -193,8 +235,8 @@ static int set_budget(const char *hier, const char *rel, const char *limit_file,
 static struct parent_memo {
 	char root[64];
 	uid_t uid;
-	bool known[2];
-	uint64_t budget[2];
+	bool known[H_N];
+	uint64_t budget[H_N];
 } parents[PARENT_SLOTS];
 static pthread_mutex_t parents_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -235,9 +277,9 @@ static int ensure_parent(size_t i, const char *root, const char *rel, uid_t uid,
 {
 	if (parent_known(root, uid, i, budget))
 		return 0;
-	int rc = mkdir_p(ctrls[i].hier, rel);
+	int rc = mkdir_p(layout.dir[i], rel);
 	if (rc == 0)
-		rc = set_budget(ctrls[i].hier, rel, ctrls[i].limit_file, budget);
+		rc = set_budget(i, rel, budget);
 	parent_set(root, uid, i, rc == 0, budget);
 	return rc;
 }
@@ -256,21 +298,30 @@ static int make_leaf(const char *path)
 	return mkdir(path, 0755) < 0 ? -errno : 0;
 }
 
-static int read_u64(const char *path, uint64_t *out)
+/* A small control file whole into buf (NUL-terminated). */
+static int read_text(const char *path, char *buf, size_t bufsz)
 {
-	char buf[64];
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
+	n = read(fd, buf, bufsz - 1);
 	close(fd);
 	if (n <= 0)
 		return n < 0 ? -errno : -EIO;
 	buf[n] = '\0';
-	*out = strtoull(buf, NULL, 10);
 	return 0;
+}
+
+static int read_u64(const char *path, uint64_t *out)
+{
+	char buf[64];
+	int rc = read_text(path, buf, sizeof buf);
+
+	if (rc == 0)
+		*out = strtoull(buf, NULL, 10);
+	return rc;
 }
 
 int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
@@ -288,86 +339,168 @@ int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, ui
 	return read_u64(path, nproc);
 }
 
-bool sbx_cgroup_probe(const char *root)
+/* "throttled_time N" of a v1 cpu.stat (nanoseconds). */
+static int read_throttled(const char *path, uint64_t *out)
 {
-	char path[512];
-	size_t i;
+	char buf[512];
+	int rc = read_text(path, buf, sizeof buf);
+	const char *p = rc == 0 ? strstr(buf, "throttled_time ") : NULL;
 
-	if (!name_ok(root))
-		return false;
-	for (i = 0; i < 2; i++) {
-		snprintf(path, sizeof(path), CG_ROOT "/%s/cgroup.procs", ctrls[i].hier);
-		if (access(path, W_OK) < 0)
-			return false;
-		if (mkdir_p(ctrls[i].hier, root) < 0)
-			return false;
-		/* v1 only: the controller's own files sit in every group. */
-		snprintf(path, sizeof(path), CG_ROOT "/%s/%s/%s", ctrls[i].hier, root, ctrls[i].limit_file);
-		if (access(path, W_OK) < 0)
-			return false;
-	}
-	return true;
+	if (rc == 0 && !p)
+		rc = -EIO;
+	if (rc == 0)
+		*out = strtoull(p + strlen("throttled_time "), NULL, 10);
+	return rc;
 }
 
-int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim, int fds[2])
+int sbx_cgroup_tenant_cpu(const char *root, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns)
 {
-	char rel[300], path[600], val[32];
-	size_t i, made = 0;
+	char path[600];
 	int rc;
 
-	fds[0] = fds[1] = -1;
+	if (!name_ok(root))
+		return -EINVAL;
+	if (!layout.acct_dir)
+		return -ENOTSUP;
+	snprintf(path, sizeof(path), CG_ROOT "/%s/%s/u%u/cpuacct.usage", layout.acct_dir, root,
+		 (unsigned)uid);
+	rc = read_u64(path, usage_ns);
+	*throttled_ns = 0;
+	if (rc < 0 || !layout.dir[H_CPU][0])
+		return rc;
+	snprintf(path, sizeof(path), CG_ROOT "/%s/%s/u%u/cpu.stat", layout.dir[H_CPU], root, (unsigned)uid);
+	return read_throttled(path, throttled_ns);
+}
+
+/* Hierarchy i usable for root: a v1 hierarchy root may write, <root>
+ * made in it, the controller's own file there (v1 only: the controller's
+ * files sit in every group). */
+static bool hier_ok(const char *dir, size_t i, const char *root)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), CG_ROOT "/%s/cgroup.procs", dir);
+	if (access(path, W_OK) < 0 || mkdir_p(dir, root) < 0)
+		return false;
+	snprintf(path, sizeof(path), CG_ROOT "/%s/%s/%s", dir, root, ctrls[i].probe_file);
+	return access(path, i == H_CPUACCT ? R_OK : W_OK) == 0;
+}
+
+/* cpu's and cpuacct's directories: the first of their mount names that
+ * works; cpuacct's dropped (usage read in cpu's) when both name one
+ * hierarchy. Neither is required: without cpu there is no CPU budget,
+ * without cpuacct no usage. */
+static void probe_cpu(const char *root)
+{
+	struct stat st[2];
+	bool same;
+
+	for (size_t i = H_CPU; i <= H_CPUACCT; i++) {
+		layout.dir[i][0] = '\0';
+		for (size_t k = 0; k < 3 && ctrls[i].mounts[k]; k++) {
+			if (hier_ok(ctrls[i].mounts[k], i, root)) {
+				snprintf(layout.dir[i], sizeof layout.dir[i], "%s", ctrls[i].mounts[k]);
+				break;
+			}
+		}
+	}
+	same = layout.dir[H_CPU][0] && layout.dir[H_CPUACCT][0];
+	if (same) {
+		char a[64], b[64];
+		snprintf(a, sizeof a, CG_ROOT "/%s", layout.dir[H_CPU]);
+		snprintf(b, sizeof b, CG_ROOT "/%s", layout.dir[H_CPUACCT]);
+		same = stat(a, &st[0]) == 0 && stat(b, &st[1]) == 0 && st[0].st_dev == st[1].st_dev &&
+		       st[0].st_ino == st[1].st_ino;
+	}
+	if (same)
+		layout.dir[H_CPUACCT][0] = '\0';
+	layout.acct_dir = layout.dir[H_CPUACCT][0] ? layout.dir[H_CPUACCT] : same ? layout.dir[H_CPU] : NULL;
+}
+
+bool sbx_cgroup_probe(const char *root)
+{
+	bool ok = name_ok(root);
+
+	pthread_mutex_lock(&layout_mu);
+	for (size_t i = H_MEMORY; ok && i <= H_PIDS; i++)
+		ok = hier_ok(layout.dir[i], i, root);
+	if (ok)
+		probe_cpu(root);
+	pthread_mutex_unlock(&layout_mu);
+	return ok;
+}
+
+bool sbx_cgroup_cpu(const char **acct)
+{
+	if (acct)
+		*acct = layout.acct_dir;
+	return layout.dir[H_CPU][0] != '\0';
+}
+
+/* The command's group in hierarchy i, its limit set and its cgroup.procs
+ * opened into *fd; *made is set once the group exists. */
+static int prepare_one(size_t i, const char *root, const char *rel, uid_t uid, uint64_t seq,
+		       const struct sbx_limits *lim, int *fd, bool *made)
+{
+	static const size_t budget_off[H_N] = {offsetof(struct sbx_limits, tenant_mem_bytes),
+					       offsetof(struct sbx_limits, tenant_nproc),
+					       offsetof(struct sbx_limits, tenant_cpu_millicores), 0};
+	uint64_t v = i == H_MEMORY ? lim->mem_bytes : i == H_PIDS ? lim->nproc : 0;
+	uint64_t budget = i == H_CPUACCT ? 0 : *(const uint64_t *)((const char *)lim + budget_off[i]);
+	char path[600], file[640], val[32];
+	int rc = ensure_parent(i, root, rel, uid, budget);
+
+	if (rc == 0)
+		rc = group_path(path, sizeof(path), layout.dir[i], root, uid, seq);
+	if (rc == 0)
+		rc = make_leaf(path);
+	if (rc == -ENOENT) { /* the parent vanished behind the memo */
+		parent_set(root, uid, i, false, 0);
+		rc = ensure_parent(i, root, rel, uid, budget);
+		if (rc == 0)
+			rc = make_leaf(path);
+	}
+	if (rc < 0)
+		return rc;
+	*made = true;
+	if (v && ctrls[i].limit_file) {
+		snprintf(file, sizeof(file), "%s/%s", path, ctrls[i].limit_file);
+		snprintf(val, sizeof(val), "%" PRIu64, v);
+		rc = write_file(file, val);
+		if (rc < 0)
+			return rc;
+	}
+	snprintf(file, sizeof(file), "%s/cgroup.procs", path);
+	*fd = open(file, O_WRONLY | O_CLOEXEC);
+	return *fd < 0 ? -errno : 0;
+}
+
+int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+		       int fds[SBX_CGROUP_MAX])
+{
+	char rel[300], path[600];
+	bool made[H_N] = {false};
+	size_t i;
+	int n = 0, rc = 0;
+
+	for (i = 0; i < SBX_CGROUP_MAX; i++)
+		fds[i] = -1;
 	if (!name_ok(root))
 		return -EINVAL;
 	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
-	for (i = 0; i < 2; i++) {
-		uint64_t v = i == 0 ? lim->mem_bytes : lim->nproc;
-		uint64_t budget = i == 0 ? lim->tenant_mem_bytes : lim->tenant_nproc;
-
-		rc = ensure_parent(i, root, rel, uid, budget);
-		if (rc < 0)
-			goto fail;
-		rc = group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq);
-		if (rc < 0)
-			goto fail;
-		rc = make_leaf(path);
-		if (rc == -ENOENT) { /* the parent vanished behind the memo */
-			parent_set(root, uid, i, false, 0);
-			rc = ensure_parent(i, root, rel, uid, budget);
-			if (rc == 0)
-				rc = make_leaf(path);
-		}
-		if (rc < 0)
-			goto fail;
-		made++;
-		if (v) {
-			char file[640];
-
-			snprintf(file, sizeof(file), "%s/%s", path, ctrls[i].limit_file);
-			snprintf(val, sizeof(val), "%" PRIu64, v);
-			rc = write_file(file, val);
-			if (rc < 0)
-				goto fail;
-		}
-		{
-			char file[640];
-
-			snprintf(file, sizeof(file), "%s/cgroup.procs", path);
-			fds[i] = open(file, O_WRONLY | O_CLOEXEC);
-		}
-		if (fds[i] < 0) {
-			rc = -errno;
-			goto fail;
-		}
+	for (i = 0; i < H_N && rc == 0; i++) {
+		if (layout.dir[i][0])
+			rc = prepare_one(i, root, rel, uid, seq, lim, &fds[n++], &made[i]);
 	}
-	return 2;
-fail:
-	for (i = 0; i < 2; i++) {
+	if (rc == 0)
+		return n;
+	for (i = 0; i < SBX_CGROUP_MAX; i++) {
 		if (fds[i] >= 0)
 			close(fds[i]);
 		fds[i] = -1;
 	}
-	for (i = 0; i < made; i++) {
-		if (group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq) == 0)
+	for (i = 0; i < H_N; i++) {
+		if (made[i] && group_path(path, sizeof(path), layout.dir[i], root, uid, seq) == 0)
 			rmdir_group(path);
 	}
 	return rc;
@@ -379,8 +512,8 @@ void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq)
 
 	if (!name_ok(root))
 		return;
-	for (size_t i = 0; i < 2; i++) {
-		if (group_path(path, sizeof(path), ctrls[i].hier, root, uid, seq) == 0)
+	for (size_t i = 0; i < H_N; i++) {
+		if (layout.dir[i][0] && group_path(path, sizeof(path), layout.dir[i], root, uid, seq) == 0)
 			rmdir_group(path);
 	}
 }
@@ -440,8 +573,10 @@ int sbx_cgroup_sweep(const char *root)
 	if (!name_ok(root))
 		return 0;
 	parents_forget_root(root);
-	for (size_t i = 0; i < 2; i++) {
-		snprintf(path, sizeof(path), CG_ROOT "/%s/%s", ctrls[i].hier, root);
+	for (size_t i = 0; i < H_N; i++) {
+		if (!layout.dir[i][0])
+			continue;
+		snprintf(path, sizeof(path), CG_ROOT "/%s/%s", layout.dir[i], root);
 		removed += sweep_dir(path, 0);
 	}
 	return removed;
@@ -453,8 +588,10 @@ void sbx_cgroup_release(const char *root, int lock_fd)
 
 	if (name_ok(root)) {
 		sbx_cgroup_sweep(root);
-		for (size_t i = 0; i < 2; i++) {
-			snprintf(path, sizeof(path), CG_ROOT "/%s/%s", ctrls[i].hier, root);
+		for (size_t i = 0; i < H_N; i++) {
+			if (!layout.dir[i][0])
+				continue;
+			snprintf(path, sizeof(path), CG_ROOT "/%s/%s", layout.dir[i], root);
 			rmdir_group(path);
 		}
 	}

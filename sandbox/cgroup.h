@@ -1,9 +1,12 @@
 #pragma once
-/* cgroup v1 memory and pids limits (the hierarchies this kind of host
- * gives root; the v2 mount has no controllers). Every name here is made by
- * the server, never taken from a client (security.md item 8):
+/* cgroup v1 memory and pids limits, and the CPU budget where the host
+ * has the v1 cpu (and cpuacct) hierarchies (the hierarchies this kind of
+ * host gives root; the v2 mount has no controllers). Every name here is
+ * made by the server, never taken from a client (security.md item 8):
  *
- *     /sys/fs/cgroup/{memory,pids}/<root>/u<uid>/j<seq>
+ *     /sys/fs/cgroup/{memory,pids,cpu,cpuacct}/<root>/u<uid>/j<seq>
+ *
+ * (cpu and cpuacct mounted together, "cpu,cpuacct", are one hierarchy.)
  *
  * root is the server's own ("sandboxd/<uid-base>": distinct per server on
  * a host), u<uid> the tenant's parent (its budget: every command of the
@@ -15,20 +18,40 @@
 
 struct sbx_limits;
 
+#define SBX_CGROUP_MAX 4 /* hierarchies a command joins at most */
+
 /* true when /sys/fs/cgroup/{memory,pids} are v1 hierarchies we can write;
- * creates <root> in both. root: "a/b" of [A-Za-z0-9_.-] components. */
+ * creates <root> in both, and in cpu and cpuacct where those are v1
+ * hierarchies we can write (optional: sbx_cgroup_cpu says). The layout
+ * found is the process's (every root and backend). root: "a/b" of
+ * [A-Za-z0-9_.-] components. Call before any command starts. */
 bool sbx_cgroup_probe(const char *root);
 
-/* Create the command's group in memory and pids, set the tenant's budget
- * on its parent u<uid> (lim->tenant_mem_bytes, lim->tenant_nproc; "max"
- * when 0), set memory.limit_in_bytes and pids.max from lim (when non-zero) and open each cgroup.procs
- * (O_WRONLY|O_CLOEXEC) into fds[0..1]. Returns 2, or -errno with nothing
- * left open and nothing left behind: the command must then not run. */
-int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim, int fds[2]);
+/* After a successful probe: whether the CPU budget is in force (the v1 cpu
+ * hierarchy); *acct (optional) the directory under /sys/fs/cgroup whose
+ * cpuacct.usage is read ("cpuacct", "cpu,cpuacct", ...; NULL: no usage). */
+bool sbx_cgroup_cpu(const char **acct);
+
+/* Create the command's group in every hierarchy in use, set the tenant's
+ * budget on its parent u<uid> where it changed (lim->tenant_mem_bytes,
+ * lim->tenant_nproc; "max" when 0; with cpu: cpu.cfs_quota_us of
+ * lim->tenant_cpu_millicores per 100 ms cpu.cfs_period_us, -1 when 0, and
+ * cpu.shares 1024), set memory.limit_in_bytes and pids.max from lim (when
+ * non-zero) and open each cgroup.procs (O_WRONLY|O_CLOEXEC) into fds.
+ * Returns how many (2 to SBX_CGROUP_MAX), or -errno with nothing left open
+ * and nothing left behind: the command must then not run. */
+int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+		       int fds[SBX_CGROUP_MAX]);
 
 /* The tenant's current use: memory.usage_in_bytes and pids.current of
  * u<uid>. 0, -ENOENT (no group yet), other -errno. */
 int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc);
+
+/* The tenant's CPU time: cpuacct.usage of u<uid> (ns, all its commands
+ * since its group was made), and throttled_time of its cpu.stat (ns its
+ * commands waited because of its budget; 0 without the cpu hierarchy).
+ * 0, -ENOENT (no group yet), -ENOTSUP (no cpuacct), other -errno. */
+int sbx_cgroup_tenant_cpu(const char *root, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns);
 
 /* Kill whatever is left in the command's groups and rmdir them. */
 void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq);
