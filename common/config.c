@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,10 @@
 #include "common/xmalloc.h"
 
 /* K_JSON: a JSON value in the file, its text on the command line; kept as
- * compact JSON text. */
-enum kind { K_STR, K_INT, K_BOOL, K_JSON };
+ * compact JSON text. K_MILLICORES: a CPU share in thousandths of a core,
+ * 0 (none) or at least 10 (the kernel's 1 ms of quota per 100 ms
+ * period), or "auto" (cfg_cpu_auto). */
+enum kind { K_STR, K_INT, K_BOOL, K_JSON, K_MILLICORES };
 
 struct option_spec {
 	const char *name; /* long option name, '-' separated */
@@ -36,6 +39,11 @@ struct option_spec {
 #define B(n, f, d)                                                                                           \
 	{                                                                                                    \
 		n, K_BOOL, offsetof(struct sbx_config, f), d, 0, 0, NULL                                     \
+	}
+
+#define M(n, f, d)                                                                                           \
+	{                                                                                                    \
+		n, K_MILLICORES, offsetof(struct sbx_config, f), d, 0, 1000000, NULL                         \
 	}
 
 #define SC(n, f, d, check)                                                                                   \
@@ -106,6 +114,7 @@ static const struct option_spec specs[] = {
     I("nproc-limit", nproc_limit, "256", 0, 1000000),
     I("tenant-mem-budget-bytes", tenant_mem_budget_bytes, "4294967296", 0, INT64_MAX),
     I("tenant-nproc-budget", tenant_nproc_budget, "512", 0, 1000000),
+    M("tenant-cpu-budget-millicores", tenant_cpu_budget_millicores, "auto"),
     I("tenant-disk-quota-bytes", tenant_disk_quota_bytes, "10737418240", 0, INT64_MAX),
     I("tenant-disk-quota-inodes", tenant_disk_quota_inodes, "1000000", 0, UINT32_MAX),
     S("disk-quota", disk_quota, "auto"),
@@ -161,13 +170,17 @@ static int set_text(struct sbx_config *c, const struct option_spec *s, const cha
 		*p = v ? xstrdup(v) : NULL;
 		return 0;
 	}
-	case K_INT: {
+	case K_INT:
+	case K_MILLICORES: {
 		char *end = NULL;
 		errno = 0;
-		long long x = strtoll(v, &end, 10);
-		if (errno || end == v || *end || x < s->min || x > s->max) {
-			snprintf(err, errsz, "%s: expected an integer in [%lld, %lld], got '%s'", s->name,
-				 (long long)s->min, (long long)s->max, v);
+		bool mc = s->kind == K_MILLICORES, automatic = mc && strcmp(v, "auto") == 0;
+		long long x = automatic ? cfg_cpu_auto() : strtoll(v, &end, 10);
+		if (!automatic &&
+		    (errno || end == v || *end || x < s->min || x > s->max || (mc && x > 0 && x < 10))) {
+			snprintf(err, errsz, "%s: expected %s in [%lld, %lld], got '%s'", s->name,
+				 mc ? "\"auto\", 0 (none) or millicores" : "an integer",
+				 mc ? 10LL : (long long)s->min, (long long)s->max, v);
 			return -EINVAL;
 		}
 		*(int64_t *)(base + s->off) = x;
@@ -185,6 +198,14 @@ static int set_text(struct sbx_config *c, const struct option_spec *s, const cha
 		return 0;
 	}
 	return -EINVAL;
+}
+
+int64_t cfg_cpu_auto(void)
+{
+	cpu_set_t set;
+	long n =
+	    sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 2 ? (int64_t)(n - 1) * 1000 : 1000;
 }
 
 void cfg_defaults(struct sbx_config *c)
@@ -237,7 +258,10 @@ int cfg_load_file(struct sbx_config *c, const char *path, char *err, size_t errs
 		else if (s->kind == K_JSON)
 			text = dumped =
 			    json_is_null(v) ? NULL : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		else if (s->kind == K_INT && json_is_integer(v)) {
+		else if (s->kind == K_MILLICORES && json_is_string(v) &&
+			 strcmp(json_string_value(v), "auto") == 0)
+			text = "auto";
+		else if ((s->kind == K_INT || s->kind == K_MILLICORES) && json_is_integer(v)) {
 			snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
 			text = num;
 		} else if (s->kind == K_BOOL && json_is_boolean(v))
@@ -303,7 +327,7 @@ void cfg_dump(const struct sbx_config *c, FILE *f)
 			fputs(t, f);
 			free(t);
 			json_decref(j);
-		} else if (s->kind == K_INT)
+		} else if (s->kind == K_INT || s->kind == K_MILLICORES)
 			fprintf(f, "%lld", (long long)*(const int64_t *)(base + s->off));
 		else
 			fputs(*(const bool *)(base + s->off) ? "true" : "false", f);

@@ -42,7 +42,8 @@ struct sbx_config {
 	int64_t tenant_max_transfers;
 	int64_t transfer_ttl_default_s, transfer_ttl_max_s;
 	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes, nofile_limit, tmp_size_bytes;
-	int64_t tenant_mem_budget_bytes, tenant_nproc_budget;	   /* all of a tenant's commands together */
+	int64_t tenant_mem_budget_bytes, tenant_nproc_budget; /* all of a tenant's commands together */
+	int64_t tenant_cpu_budget_millicores; /* ... their CPU time: 1000 = one core (0: none) */
 	int64_t tenant_disk_quota_bytes, tenant_disk_quota_inodes; /* disk quota per tenant (0: none) */
 	char *disk_quota;	     /* how it is enforced: "auto", "project", "image" or "none" */
 	int64_t store_reserve_bytes; /* free space kept for the store: tenant work refused below it */
@@ -79,5 +80,8 @@ int cfg_set(struct sbx_config *c, const char *name, const char *value, char *err
 /* Derived defaults (db_path from data_dir). */
 void cfg_finish(struct sbx_config *c);
 void cfg_free(struct sbx_config *c);
+/* The default CPU budget of a tenant ("auto"): every core this process may
+ * run on but one, at least one core, in millicores. */
+int64_t cfg_cpu_auto(void);
 /* Print every key and its current value as JSON to f. */
 void cfg_dump(const struct sbx_config *c, FILE *f);

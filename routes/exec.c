@@ -53,7 +53,8 @@ void route_exec_init(struct app *a)
 			       .nofile = (uint64_t)cfg->nofile_limit,
 			       .tmp_bytes = (uint64_t)cfg->tmp_size_bytes,
 			       .tenant_mem_bytes = (uint64_t)cfg->tenant_mem_budget_bytes,
-			       .tenant_nproc = (uint64_t)cfg->tenant_nproc_budget},
+			       .tenant_nproc = (uint64_t)cfg->tenant_nproc_budget,
+			       .tenant_cpu_millicores = (uint64_t)cfg->tenant_cpu_budget_millicores},
 		},
 	    .kill_grace_ms = (uint64_t)cfg->exec_kill_grace_ms,
 	    .spill_cap = (uint64_t)cfg->spill_cap_bytes,
@@ -377,6 +378,7 @@ static int start(struct http_req *r, struct exec_request *q)
 	run.spawn.limits.fsize_bytes = (uint64_t)p->fsize_limit_bytes;
 	run.spawn.limits.tenant_mem_bytes = (uint64_t)p->tenant_mem_budget_bytes;
 	run.spawn.limits.tenant_nproc = (uint64_t)p->tenant_nproc_budget;
+	run.spawn.limits.tenant_cpu_millicores = (uint64_t)p->tenant_cpu_budget_millicores;
 	run.spawn.net_allow = q->network ? p->network : NULL;
 	run.spawn.command = q->command;
 	run.spawn.cwd_rel = q->cwd_rel;

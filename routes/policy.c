@@ -19,12 +19,14 @@
 #define PATTERNS_MAX 64
 #define PATTERN_MAX 1024
 
-enum key_kind { PK_INT, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES, PK_STRING };
+/* PK_MILLICORES: a PK_INT that is 0 (none) or at least 10, the kernel's
+ * least CFS quota (1 ms per 100 ms period). */
+enum key_kind { PK_INT, PK_MILLICORES, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES, PK_STRING };
 
 static const struct policy_key {
 	const char *name;
 	enum key_kind kind;
-	size_t off; /* PK_INT: the int64_t in struct route_policy */
+	size_t off; /* PK_INT, PK_MILLICORES: the int64_t in struct route_policy */
 	int64_t min, max;
 } keys[] = {
     {"backend", PK_BACKEND, 0, 0, 0},
@@ -35,6 +37,8 @@ static const struct policy_key {
     {"max_output_bytes_cap", PK_INT, offsetof(struct route_policy, max_output_bytes_cap), 256, 1073741824},
     {"tenant_mem_budget_bytes", PK_INT, offsetof(struct route_policy, tenant_mem_budget_bytes), 0, INT64_MAX},
     {"tenant_nproc_budget", PK_INT, offsetof(struct route_policy, tenant_nproc_budget), 0, 1000000},
+    {"tenant_cpu_budget_millicores", PK_MILLICORES,
+     offsetof(struct route_policy, tenant_cpu_budget_millicores), 0, 1000000},
     {"max_execs", PK_INT, offsetof(struct route_policy, max_execs), 1, 100000},
     {"max_transfers", PK_INT, offsetof(struct route_policy, max_transfers), 1, 100000},
     {"network", PK_NETWORK, 0, 0, 0},
@@ -192,10 +196,12 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 {
 	const char *s = json_string_value(v);
 	switch (k->kind) {
-	case PK_INT: {
-		json_int_t x = json_integer_value(v);
-		if (!json_is_integer(v) || x < k->min || x > k->max) {
-			snprintf(err, errsz, "%s: an integer in [%lld, %lld]", k->name, (long long)k->min,
+	case PK_INT:
+	case PK_MILLICORES: {
+		json_int_t x = json_integer_value(v), lo = k->kind == PK_MILLICORES ? 10 : k->min;
+		if (!json_is_integer(v) || x < k->min || x > k->max || (x != 0 && x < lo)) {
+			snprintf(err, errsz, "%s: %san integer in [%lld, %lld]", k->name,
+				 k->kind == PK_MILLICORES ? "0 (none) or " : "", (long long)lo,
 				 (long long)k->max);
 			return -EINVAL;
 		}
@@ -268,6 +274,7 @@ int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, 
 	p->max_output_bytes_cap = cfg->max_output_bytes_cap;
 	p->tenant_mem_budget_bytes = cfg->tenant_mem_budget_bytes;
 	p->tenant_nproc_budget = cfg->tenant_nproc_budget;
+	p->tenant_cpu_budget_millicores = cfg->tenant_cpu_budget_millicores;
 	p->max_execs = cfg->tenant_max_execs;
 	p->max_transfers = cfg->tenant_max_transfers;
 	json_t *net = json_string(cfg->network ? cfg->network : "none");
@@ -297,6 +304,7 @@ static json_t *value_json(const struct route_policy *p, const struct policy_key 
 {
 	switch (k->kind) {
 	case PK_INT:
+	case PK_MILLICORES:
 		return json_integer(*(const int64_t *)((const char *)p + k->off));
 	case PK_BACKEND:
 		return json_string(p->backend);
@@ -528,7 +536,7 @@ int route_policy_kv(const char *kv, json_t *changes, char *err, size_t errsz)
 	json_t *v = NULL;
 	if (strcmp(val, "default") == 0) {
 		v = json_null();
-	} else if (k->kind == PK_INT) {
+	} else if (k->kind == PK_INT || k->kind == PK_MILLICORES) {
 		char *end = NULL;
 		errno = 0;
 		long long x = strtoll(val, &end, 10);

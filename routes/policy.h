@@ -15,6 +15,7 @@
  *   max_output_bytes_cap      cap of max_output_bytes (and of its default)
  *   tenant_mem_budget_bytes   all the tenant's commands together; 0: none
  *   tenant_nproc_budget       all the tenant's commands together; 0: none
+ *   tenant_cpu_budget_millicores  their CPU time together (1000: one core); 0: none, else >= 10
  *   max_execs, max_transfers  concurrent commands / streaming transfers
  *   network                   "none", or an egress allowlist (sandbox/backend.h's grammar)
  *   approval                  "never", "always", or an array of fnmatch(3) patterns matched
@@ -45,7 +46,7 @@ struct route_policy {
 	char backend[16];
 	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes;
 	int64_t timeout_max_s, max_output_bytes_cap;
-	int64_t tenant_mem_budget_bytes, tenant_nproc_budget;
+	int64_t tenant_mem_budget_bytes, tenant_nproc_budget, tenant_cpu_budget_millicores;
 	int64_t max_execs, max_transfers;
 	char *network;	/* owned; NULL: no network */
 	char image[64]; /* "": the host's /usr */

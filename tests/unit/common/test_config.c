@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,57 @@ static void test_bad_input(void **state)
 	cfg_free(&c);
 }
 
+/* The tenants' CPU budget: millicores, "auto" (every core this process
+ * may use but one, at least one), 0 for none; 1..9 is below the kernel's
+ * least quota and refused, as are fractions, negatives and other words. */
+static void test_cpu_budget(void **state)
+{
+	(void)state;
+	struct sbx_config c;
+	char err[256];
+	cfg_defaults(&c);
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+	int64_t cpus = CPU_COUNT(&set), want = cpus > 2 ? (cpus - 1) * 1000 : 1000;
+	assert_int_equal(cfg_cpu_auto(), want);
+	assert_int_equal(c.tenant_cpu_budget_millicores, want);
+	assert_int_equal(cfg_set(&c, "tenant-cpu-budget-millicores", "1500", err, sizeof err), 0);
+	assert_int_equal(c.tenant_cpu_budget_millicores, 1500);
+	assert_int_equal(cfg_set(&c, "tenant_cpu_budget_millicores", "0", err, sizeof err), 0);
+	assert_int_equal(c.tenant_cpu_budget_millicores, 0);
+	assert_int_equal(cfg_set(&c, "tenant-cpu-budget-millicores", "10", err, sizeof err), 0);
+	assert_int_equal(c.tenant_cpu_budget_millicores, 10);
+	assert_int_equal(cfg_set(&c, "tenant-cpu-budget-millicores", "auto", err, sizeof err), 0);
+	assert_int_equal(c.tenant_cpu_budget_millicores, want);
+	static const char *const bad[] = {"9", "1", "-1000", "1.5", "", "1000m", "AUTO", "1000001", "0x10"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		c.tenant_cpu_budget_millicores = 777;
+		if (cfg_set(&c, "tenant-cpu-budget-millicores", bad[i], err, sizeof err) != -EINVAL)
+			fail_msg("accepted tenant-cpu-budget-millicores=\"%s\"", bad[i]);
+		assert_non_null(strstr(err, "tenant-cpu-budget-millicores"));
+		assert_int_equal(c.tenant_cpu_budget_millicores, 777);
+	}
+	/* The file takes a number or "auto", nothing else. */
+	char *path = write_tmp("{\"tenant-cpu-budget-millicores\": 2500}");
+	assert_int_equal(cfg_load_file(&c, path, err, sizeof err), 0);
+	unlink(path);
+	assert_int_equal(c.tenant_cpu_budget_millicores, 2500);
+	path = write_tmp("{\"tenant_cpu_budget_millicores\": \"auto\"}");
+	assert_int_equal(cfg_load_file(&c, path, err, sizeof err), 0);
+	unlink(path);
+	assert_int_equal(c.tenant_cpu_budget_millicores, want);
+	static const char *const bad_files[] = {
+	    "{\"tenant-cpu-budget-millicores\": 1.5}", "{\"tenant-cpu-budget-millicores\": 5}",
+	    "{\"tenant-cpu-budget-millicores\": true}", "{\"tenant-cpu-budget-millicores\": \"1500\"}"};
+	for (size_t i = 0; i < sizeof bad_files / sizeof bad_files[0]; i++) {
+		path = write_tmp(bad_files[i]);
+		if (cfg_load_file(&c, path, err, sizeof err) != -EINVAL)
+			fail_msg("accepted the file %s", bad_files[i]);
+		unlink(path);
+	}
+	cfg_free(&c);
+}
+
 static void test_rfc3339(void **state)
 {
 	(void)state;
@@ -118,9 +170,8 @@ static void test_rfc3339(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_defaults),
-	    cmocka_unit_test(test_file_then_flags),
-	    cmocka_unit_test(test_bad_input),
+	    cmocka_unit_test(test_defaults),  cmocka_unit_test(test_file_then_flags),
+	    cmocka_unit_test(test_bad_input), cmocka_unit_test(test_cpu_budget),
 	    cmocka_unit_test(test_rfc3339),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);

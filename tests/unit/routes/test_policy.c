@@ -57,6 +57,7 @@ static void test_defaults_follow_the_configuration(void **state)
 	assert_int_equal(p.mem_limit_bytes, cfg.mem_limit_bytes);
 	assert_int_equal(p.timeout_max_s, cfg.exec_timeout_max_s);
 	assert_int_equal(p.max_execs, cfg.tenant_max_execs);
+	assert_int_equal(p.tenant_cpu_budget_millicores, cfg.tenant_cpu_budget_millicores);
 	assert_null(p.network);
 	assert_int_equal(p.approval, ROUTE_APPROVAL_NEVER);
 	json_t *j = route_policy_json(&p);
@@ -64,7 +65,9 @@ static void test_defaults_follow_the_configuration(void **state)
 	assert_string_equal(json_string_value(json_object_get(j, "approval")), "never");
 	assert_string_equal(json_string_value(json_object_get(j, "image")), "none");
 	assert_string_equal(json_string_value(json_object_get(j, "images")), "none");
-	assert_int_equal(json_object_size(j), 14);
+	assert_int_equal(json_integer_value(json_object_get(j, "tenant_cpu_budget_millicores")),
+			 cfg.tenant_cpu_budget_millicores);
+	assert_int_equal(json_object_size(j), 15);
 	json_decref(j);
 	route_policy_clear(&p);
 }
@@ -124,6 +127,9 @@ static void test_kv_typing(void **state)
 	json_t *c = json_object();
 	assert_int_equal(route_policy_kv("mem-limit-bytes=1048576", c, err, sizeof err), 0);
 	assert_int_equal(json_integer_value(json_object_get(c, "mem_limit_bytes")), 1048576);
+	assert_int_equal(route_policy_kv("tenant-cpu-budget-millicores=500", c, err, sizeof err), 0);
+	assert_int_equal(json_integer_value(json_object_get(c, "tenant_cpu_budget_millicores")), 500);
+	assert_int_equal(route_policy_kv("tenant_cpu_budget_millicores=0.5", c, err, sizeof err), -EINVAL);
 	assert_int_equal(route_policy_kv("approval=[\"rm *\"]", c, err, sizeof err), 0);
 	assert_true(json_is_array(json_object_get(c, "approval")));
 	assert_int_equal(route_policy_kv("approval=always", c, err, sizeof err), 0);
