@@ -103,6 +103,29 @@ static bool readyz_uids(struct app *a, json_t *body)
 	return ok;
 }
 
+/* CPU budgets (cgroup cpu.cfs_quota_us over a 100 ms period), in force
+ * or not: tenants' budgets are configuration, never a reason to be
+ * unready. No tenant is named here (/readyz needs no token): each one's
+ * usage and budget are in /metrics. */
+static void readyz_cpu(struct app *a, json_t *body)
+{
+	bool usage = false;
+	bool on = a->backend && sbx_backend_cpu(a->backend, &usage);
+	long long m = (long long)a->cfg->tenant_cpu_budget_millicores;
+	char *detail =
+	    on ? xasprintf("cgroup v1 cpu: each tenant's commands together get at most their budget "
+			   "(cpu.cfs_quota_us per 100 ms period; default %lld.%03lld cores%s), tenants equal "
+			   "cpu.shares under contention; usage %s",
+			   m / 1000, m % 1000, m ? "" : ": none",
+			   usage ? "from cpuacct in /metrics" : "unavailable")
+	       : xasprintf("unavailable (no writable cgroup v1 cpu hierarchy, or cgroups off): a tenant's "
+			   "CPU time is bounded only by its commands' timeouts");
+	json_object_set_new(body, "cpu",
+			    json_pack("{s:s, s:s, s:I}", "status", on ? "enforced" : "unavailable", "detail",
+				      detail, "default_budget_millicores", (json_int_t)m));
+	free(detail);
+}
+
 /* Every backend offered, for the tenants whose policy names it: what it
  * isolates, and whether it can start commands now (*ready is cleared when
  * one cannot). */
@@ -158,6 +181,7 @@ int route_readyz(struct http_req *r)
 	ready = readyz_runner(a, body) && ready;
 	ready = readyz_disk(a, body) && ready;
 	ready = readyz_uids(a, body) && ready;
+	readyz_cpu(a, body);
 	json_object_set_new(body, "backends", backends_json(a, &ready));
 	/* An unusable image fails only the commands that use it. */
 	json_object_set_new(body, "images", route_images_health(a));
@@ -172,28 +196,64 @@ int route_readyz(struct http_req *r)
 /* Each tenant's budgets, from its policy. */
 static void tenant_budgets(struct app *a, const struct store_tenant *v, size_t n, struct buf *out)
 {
-	int64_t(*b)[2] = xcalloc(n + 1, sizeof *b);
+	int64_t(*b)[3] = xcalloc(n + 1, sizeof *b);
 	for (size_t i = 0; i < n; i++) {
 		struct route_policy p;
 		b[i][0] = a->cfg->tenant_mem_budget_bytes;
 		b[i][1] = a->cfg->tenant_nproc_budget;
+		b[i][2] = a->cfg->tenant_cpu_budget_millicores;
 		if (route_policy_load(a->store, a->cfg, v[i].name, &p, NULL, NULL) == 0) {
 			b[i][0] = p.tenant_mem_budget_bytes;
 			b[i][1] = p.tenant_nproc_budget;
+			b[i][2] = p.tenant_cpu_budget_millicores;
 			route_policy_clear(&p);
 		}
 	}
-	static const char *const family[2][2] = {
+	static const char *const family[3][2] = {
 	    {"sandboxd_tenant_memory_budget_bytes", "Each tenant's memory budget (its policy; 0: none)."},
 	    {"sandboxd_tenant_processes_budget", "Each tenant's process budget (its policy; 0: none)."},
+	    {"sandboxd_tenant_cpu_budget_cores", "Each tenant's CPU budget in cores (its policy; 0: none)."},
 	};
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", family[k][0], family[k][1], family[k][0]);
-		for (size_t i = 0; i < n; i++)
-			buf_appendf(out, "%s{tenant=\"%s\"} %lld\n", family[k][0], v[i].name,
-				    (long long)b[i][k]);
+		for (size_t i = 0; i < n; i++) {
+			if (k == 2) /* millicores as cores, exactly */
+				buf_appendf(out, "%s{tenant=\"%s\"} %lld.%03lld\n", family[k][0], v[i].name,
+					    (long long)b[i][k] / 1000, (long long)b[i][k] % 1000);
+			else
+				buf_appendf(out, "%s{tenant=\"%s\"} %lld\n", family[k][0], v[i].name,
+					    (long long)b[i][k]);
+		}
 	}
 	free(b);
+}
+
+/* Each tenant's CPU time (cpuacct.usage of its group) and the time its
+ * budget held its commands back (cpu.stat throttled_time), in seconds. */
+static void tenant_cpu(struct app *a, const struct store_tenant *v, size_t n, struct buf *out)
+{
+	uint64_t(*t)[2] = xcalloc(n + 1, sizeof *t);
+	bool *have = xcalloc(n + 1, sizeof *have), usage = false;
+	sbx_backend_cpu(a->backend, &usage);
+	for (size_t i = 0; usage && i < n; i++)
+		have[i] = sbx_backend_tenant_cpu(a->backend, (uid_t)(a->cfg->uid_base + v[i].slot), &t[i][0],
+						 &t[i][1]) == 0;
+	static const char *const family[2][2] = {
+	    {"sandboxd_tenant_cpu_seconds_total", "CPU time of a tenant's commands together (cpuacct)."},
+	    {"sandboxd_tenant_cpu_throttled_seconds_total",
+	     "Time a tenant's commands waited because of its CPU budget."},
+	};
+	for (int k = 0; usage && k < 2; k++) {
+		buf_appendf(out, "# HELP %s %s\n# TYPE %s counter\n", family[k][0], family[k][1],
+			    family[k][0]);
+		for (size_t i = 0; i < n; i++)
+			if (have[i])
+				buf_appendf(out, "%s{tenant=\"%s\"} %llu.%09llu\n", family[k][0], v[i].name,
+					    (unsigned long long)(t[i][k] / 1000000000u),
+					    (unsigned long long)(t[i][k] % 1000000000u));
+	}
+	free(t);
+	free(have);
 }
 
 /* Each tenant's commands together against its budget (cgroups only). */
@@ -219,6 +279,7 @@ static void tenant_usage(struct app *a, struct buf *out)
 				buf_appendf(out, "%s{tenant=\"%s\"} %llu\n", family[k][0], v[i].name,
 					    (unsigned long long)use[i][k]);
 	}
+	tenant_cpu(a, v, n, out);
 	tenant_budgets(a, v, n, out);
 	free(use);
 	free(have);
