@@ -260,6 +260,23 @@ static inline int host_procs_wait_gone(uid_t uid, const char *comm, const char *
 	return n;
 }
 
+/* How many of the cgroup hierarchies hier[0..n) still hold the groups of
+ * the server whose uid-base is base (/sys/fs/cgroup/<hier>/sandboxd/<base>),
+ * each named on stderr: a server stopped cleanly leaves none. */
+static inline int it_cgroups_left(long base, const char *const *hier, size_t n)
+{
+	int left = 0;
+	for (size_t i = 0; i < n; i++) {
+		char path[128];
+		snprintf(path, sizeof path, "/sys/fs/cgroup/%s/sandboxd/%ld", hier[i], base);
+		if (access(path, F_OK) == 0) {
+			fprintf(stderr, "left behind after a clean stop: %s\n", path);
+			left++;
+		}
+	}
+	return left;
+}
+
 /* Fail if the server log holds a sanitizer report. */
 static inline void assert_log_clean(struct it_server *s)
 {

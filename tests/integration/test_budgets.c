@@ -45,30 +45,16 @@ static int setup(void **state)
 	return tok && tok_globex && tok_ops ? 0 : -1;
 }
 
-/* A server stopped cleanly leaves no cgroup behind: its tenants' parent
- * groups and its root are gone from both hierarchies. */
-static int groups_left(void)
-{
-	long base = 0;
-	it_uid_base_arg(&base);
-	int left = 0;
-	const char *const hier[] = {"memory", "pids"};
-	for (size_t i = 0; i < 2; i++) {
-		char path[128];
-		snprintf(path, sizeof path, "/sys/fs/cgroup/%s/sandboxd/%ld", hier[i], base);
-		if (access(path, F_OK) == 0) {
-			fprintf(stderr, "left behind after a clean stop: %s\n", path);
-			left++;
-		}
-	}
-	return left;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
 	int rc = it_finish(&srv);
-	if (rc == 0 && groups_left() != 0) {
+	/* A server stopped cleanly leaves no cgroup behind: its tenants'
+	 * parent groups and its root are gone from both hierarchies. */
+	long base = 0;
+	it_uid_base_arg(&base);
+	static const char *const hier[] = {"memory", "pids"};
+	if (rc == 0 && it_cgroups_left(base, hier, 2) != 0) {
 		it_fail_at_exit();
 		rc = -1;
 	}
