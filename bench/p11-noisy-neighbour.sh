@@ -38,9 +38,11 @@ TB="Bearer $("$SANDBOXD" token --tenant globex --scope "fs:read fs:write exec" -
 TA=$SBX_AUTH
 head -c 4096 /dev/zero | tr '\0' 'b' | curl -sf -o /dev/null -X PUT -H "Authorization: $TB" --data-binary @- \
 	"$SBX_URL/fs/write?path=/workspace/f4k.txt" || die "B's PUT /fs/write failed"
-MODE=$(curl -s "$SBX_URL/readyz" | sed -n 's/.*"disk_quota":{[^}]*"mode":"\([a-z]*\)".*/\1/p')
-log "disk quotas: ${MODE:-?}"
-note "disk quotas in force: ${MODE:-unknown} (disk-quota=auto); tenant budgets: memory $MEMB bytes, disk $QUOTA bytes"
+READY=$(curl -s "$SBX_URL/readyz")
+MODE=$(sed -n 's/.*"disk_quota":{[^}]*"mode":"\([a-z]*\)".*/\1/p' <<<"$READY")
+CPU=$(sed -n 's/.*"cpu":{"status":"\([a-z]*\)"[^}]*"default_budget_millicores":\([0-9]*\).*/\1, \2 millicores/p' <<<"$READY")
+log "disk quotas: ${MODE:-?}; CPU budget: ${CPU:-?}"
+note "disk quotas in force: ${MODE:-unknown} (disk-quota=auto); tenant budgets: memory $MEMB bytes, disk $QUOTA bytes, CPU ${CPU:-not reported} (tenant-cpu-budget-millicores default)"
 mktmp W
 
 # p99_of VAR PHASE WHAT LOADGEN-LINE: its p99 in ms into VAR; when no
