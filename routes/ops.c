@@ -112,12 +112,14 @@ static void readyz_cpu(struct app *a, json_t *body)
 	bool usage = false;
 	bool on = a->backend && sbx_backend_cpu(a->backend, &usage);
 	long long m = (long long)a->cfg->tenant_cpu_budget_millicores;
+	char dflt[64] = "no default budget (0): equal shares only";
+	if (m)
+		snprintf(dflt, sizeof dflt, "default %lld.%03lld cores", m / 1000, m % 1000);
 	char *detail =
 	    on ? xasprintf("cgroup v1 cpu: each tenant's commands together get at most their budget "
-			   "(cpu.cfs_quota_us per 100 ms period; default %lld.%03lld cores%s), tenants equal "
-			   "cpu.shares under contention; usage %s",
-			   m / 1000, m % 1000, m ? "" : ": none",
-			   usage ? "from cpuacct in /metrics" : "unavailable")
+			   "(cpu.cfs_quota_us per 100 ms period; %s), tenants equal cpu.shares under "
+			   "contention; usage %s",
+			   dflt, usage ? "from cpuacct in /metrics" : "unavailable")
 	       : xasprintf("unavailable (no writable cgroup v1 cpu hierarchy, or cgroups off): a tenant's "
 			   "CPU time is bounded only by its commands' timeouts");
 	json_object_set_new(body, "cpu",
