@@ -286,10 +286,31 @@ void it_fail_at_exit(void)
 	registered = true;
 }
 
+/* A killed server leaves its cgroups behind (its next start would sweep
+ * them): remove the groups of the uid-base the harness gave it, in every
+ * v1 hierarchy sandboxd uses, bottom up, once its commands (killed with
+ * it) are gone: up to 5 s. */
+static void remove_cgroups(const struct it_server *s)
+{
+	const char *base = s->uid_base + strlen("uid-base=");
+	if (!s->uid_base[0] || s->as_user || geteuid() != 0)
+		return;
+	for (int i = 0; i < 50; i++) {
+		if (it_sh_quiet(
+			"for h in memory pids cpu cpuacct; do d=/sys/fs/cgroup/$h/sandboxd/%s; "
+			"if [ -d $d ]; then find $d -depth -type d -exec rmdir {} + || exit 1; fi; done",
+			base) == 0)
+			return;
+		usleep(100000);
+	}
+}
+
 void it_cleanup(struct it_server *s)
 {
-	if (s->pid > 0)
+	if (s->pid > 0) {
 		it_stop(s, SIGKILL);
+		remove_cgroups(s);
+	}
 	if (!*s->dir)
 		return;
 	if (getenv("IT_KEEP")) {
