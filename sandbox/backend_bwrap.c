@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -29,16 +30,135 @@
 #define SBX_ARGS_MAX (8u << 20)	  /* bwrap's options incl. the environment: far above any request's bound */
 #define SBX_SHM_MAX (64ULL << 20) /* /dev/shm: Docker's default size */
 #define SBX_TMP_DEFAULT (256ULL << 20) /* /tmp when no size is configured: never unbounded */
+#define SBX_BWRAP_IDS_CACHE 16	       /* uid:gid whose passwd and group memfds are kept */
+
+/* Bytes bwrap reads from an fd (--seccomp, --file): made once into a
+ * sealed memfd that nothing can change, and handed to each spawn as a
+ * fresh read-only open file description of it (blob_keep), so that
+ * concurrent spawns never share a file offset. */
+struct blob {
+	int fd; /* sealed memfd, or -1: a fresh copy per spawn */
+	char *data;
+	size_t len;
+};
+
+/* passwd and group of one sandbox uid:gid, kept for the next spawns */
+struct ids_etc {
+	uid_t uid;
+	gid_t gid;
+	uint64_t used; /* 0: empty slot */
+	struct blob passwd, group;
+};
+
+enum { ETC_HOSTS, ETC_RESOLV, ETC_NSSWITCH, ETC_HOSTNAME, ETC_FIXED };
 
 struct bwrap {
 	char *path;
 	char version[32];
 	bool runs;	 /* the probe sandbox started */
 	uid_t probe_uid; /* what the probe runs as when root */
-	void *bpf;
-	size_t bpf_len;
-	struct sbx_strv head; /* the fixed front of every command line */
+	struct blob seccomp;
+	struct blob etc[ETC_FIXED]; /* the same in every sandbox (hosts: without network) */
+	struct sbx_strv head;	    /* the fixed front of every command line */
+	pthread_mutex_t ids_mu;	    /* guards ids, ids_tick and the fds in ids */
+	struct ids_etc ids[SBX_BWRAP_IDS_CACHE];
+	uint64_t ids_tick;
 };
+
+static const char *const etc_fixed_name[ETC_FIXED] = {"hosts", "resolv.conf", "nsswitch.conf", "hostname"};
+
+/* The text of the /etc files every sandbox shares (hosts: the one of a
+ * sandbox without network). */
+static const char *etc_fixed_text(size_t i)
+{
+	static const char *const text[ETC_FIXED] = {
+	    [ETC_RESOLV] = "",
+	    [ETC_NSSWITCH] = "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n",
+	    [ETC_HOSTNAME] = "sandbox\n",
+	};
+
+	return i == ETC_HOSTS ? sbx_netns_hosts(NULL) : text[i];
+}
+
+/* Write len bytes at offset 0 of fd, leaving its offset at 0 (pwrite):
+ * bwrap reads from there. 0 or -errno. */
+static int write_at0(int fd, const void *data, size_t len)
+{
+	size_t off = 0;
+
+	while (off < len) {
+		ssize_t n = pwrite(fd, (const char *)data + off, len - off, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+/* A new memfd (O_CLOEXEC) holding the bytes, positioned at 0; its fd or
+ * -errno. */
+static int fresh_memfd(const char *name, const void *data, size_t len, unsigned flags)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | flags);
+	int rc;
+
+	if (fd < 0)
+		return -errno;
+	rc = write_at0(fd, data, len);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* b holds a copy of the bytes and, where memfd sealing works, a sealed
+ * memfd of them (no write, grow, shrink or further seals). */
+static void blob_make(struct blob *b, const char *name, const void *data, size_t len)
+{
+	b->data = xmalloc(len + 1);
+	memcpy(b->data, data, len);
+	b->len = len;
+	b->fd = fresh_memfd(name, data, len, MFD_ALLOW_SEALING);
+	if (b->fd >= 0 &&
+	    fcntl(b->fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0) {
+		close(b->fd);
+		b->fd = -1;
+	}
+}
+
+static void blob_free(struct blob *b)
+{
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b->data);
+	b->fd = -1;
+	b->data = NULL;
+}
+
+/* Hand b to the child: a read-only open file description of its own
+ * (offset 0, so concurrent and later spawns never see each other's
+ * reads), opened again through /proc/self/fd; a fresh memfd copy where
+ * that is not possible (no /proc, no sealing). Its number in the child,
+ * or -errno. */
+static int blob_keep(struct sbx_launch *l, const struct blob *b, const char *name)
+{
+	char proc[32];
+	int fd = -1;
+
+	if (b->fd >= 0) {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", b->fd);
+		fd = open(proc, O_RDONLY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		fd = fresh_memfd(name, b->data, b->len, 0);
+	if (fd < 0)
+		return fd;
+	return sbx_launch_keep(l, fd);
+}
 
 /* The system of the sandbox: root's /usr read-only, and its merged-/usr
  * layout (/bin -> usr/bin becomes a symlink in the sandbox, a real
@@ -184,6 +304,8 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 {
 	const char *path = cfg->bwrap_path ? cfg->bwrap_path : BWRAP_DEFAULT_PATH;
 	struct bwrap *bw;
+	void *bpf = NULL;
+	size_t bpf_len = 0, i;
 	int rc;
 
 	if (access(path, X_OK) < 0)
@@ -191,16 +313,23 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 	bw = xcalloc(1, sizeof(*bw));
 	bw->path = xstrdup(path);
 	bw->probe_uid = cfg->probe_uid ? cfg->probe_uid : PROBE_UID;
-	rc = sbx_seccomp_build(&bw->bpf, &bw->bpf_len);
+	rc = sbx_seccomp_build(&bpf, &bpf_len);
 	if (rc < 0)
 		goto fail;
+	blob_make(&bw->seccomp, "sbx-seccomp", bpf, bpf_len);
+	free(bpf);
+	for (i = 0; i < ETC_FIXED; i++) {
+		const char *text = etc_fixed_text(i);
+
+		blob_make(&bw->etc[i], etc_fixed_name[i], text, strlen(text));
+	}
+	pthread_mutex_init(&bw->ids_mu, NULL);
 	build_head(&bw->head, "");
 	probe(bw);
 	sbx_net_health(NULL, 0); /* its one probe, now rather than in a command's turn */
 	b->priv = bw;
 	return 0;
 fail:
-	free(bw->bpf);
 	free(bw->path);
 	free(bw);
 	return rc;
@@ -209,10 +338,20 @@ fail:
 static void bw_fini(struct sbx_backend *b)
 {
 	struct bwrap *bw = b->priv;
+	size_t i;
 
 	if (!bw)
 		return;
-	free(bw->bpf);
+	blob_free(&bw->seccomp);
+	for (i = 0; i < ETC_FIXED; i++)
+		blob_free(&bw->etc[i]);
+	for (i = 0; i < SBX_BWRAP_IDS_CACHE; i++) {
+		if (bw->ids[i].used) {
+			blob_free(&bw->ids[i].passwd);
+			blob_free(&bw->ids[i].group);
+		}
+	}
+	pthread_mutex_destroy(&bw->ids_mu);
 	free(bw->path);
 	sbx_strv_free(&bw->head);
 	free(bw);
@@ -227,37 +366,6 @@ static void setenv_arg(struct sbx_strv *args, const char *name, size_t name_len,
 	sbx_strv_add(args, n);
 	sbx_strv_add(args, value);
 	free(n);
-}
-
-/* A memfd holding len bytes, positioned at 0, handed to the child; its
- * number there, or -errno. */
-static int keep_data(struct sbx_launch *l, const char *name, const void *data, size_t len)
-{
-	int fd = memfd_create(name, MFD_CLOEXEC);
-	size_t off = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (off < len) {
-		ssize_t n = write(fd, (const char *)data + off, len - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int rc = n < 0 ? -errno : -EIO;
-
-			close(fd);
-			return rc;
-		}
-		off += (size_t)n;
-	}
-	if (lseek(fd, 0, SEEK_SET) < 0) {
-		int rc = -errno;
-
-		close(fd);
-		return rc;
-	}
-	return sbx_launch_keep(l, fd);
 }
 
 /* /etc/<name> of root bound read-only where it exists; of an image only
@@ -276,46 +384,96 @@ static void add_etc_bind(struct sbx_strv *args, const char *root, const char *na
 	sbx_strv_addf(args, "/etc/%s", name);
 }
 
+/* e becomes the passwd and group of uid:gid. */
+static void ids_fill(struct ids_etc *e, uid_t uid, gid_t gid)
+{
+	char passwd[256], group[128];
+	int n;
+
+	if (e->used) {
+		blob_free(&e->passwd);
+		blob_free(&e->group);
+	}
+	n = snprintf(passwd, sizeof(passwd),
+		     "root:x:0:0:root:/root:/bin/sh\n"
+		     "sandbox:x:%u:%u:sandbox:/workspace:/bin/sh\n"
+		     "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		     (unsigned)uid, (unsigned)gid);
+	blob_make(&e->passwd, "passwd", passwd, (size_t)n);
+	n = snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)gid);
+	blob_make(&e->group, "group", group, (size_t)n);
+	e->uid = uid;
+	e->gid = gid;
+}
+
+/* passwd and group of uid:gid handed to the child (their numbers there in
+ * fds[0] and fds[1]), from the cache of the last SBX_BWRAP_IDS_CACHE
+ * uid:gid pairs (least recently used one replaced). 0 or -errno. */
+static int keep_ids(struct bwrap *bw, struct sbx_launch *l, uid_t uid, gid_t gid, int fds[2])
+{
+	struct ids_etc *e = NULL, *victim = &bw->ids[0];
+	size_t i;
+
+	pthread_mutex_lock(&bw->ids_mu);
+	for (i = 0; i < SBX_BWRAP_IDS_CACHE && !e; i++) {
+		struct ids_etc *c = &bw->ids[i];
+
+		if (c->used && c->uid == uid && c->gid == gid)
+			e = c;
+		else if (c->used < victim->used)
+			victim = c;
+	}
+	if (!e) {
+		e = victim;
+		ids_fill(e, uid, gid);
+	}
+	e->used = ++bw->ids_tick;
+	fds[0] = blob_keep(l, &e->passwd, "passwd");
+	fds[1] = fds[0] < 0 ? fds[0] : blob_keep(l, &e->group, "group");
+	pthread_mutex_unlock(&bw->ids_mu);
+	return fds[1] < 0 ? fds[1] : 0;
+}
+
 /* The minimal /etc, written by bwrap into the sandbox's own root (then
  * read-only) from memfds: nothing is bound from a host path, so no host
  * path shows in the sandbox's mount table. ld.so.cache and alternatives
  * are the system's (the host's or the image's), bound read-only where
- * they exist. */
-static int add_etc(struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid, const char *root)
+ * they exist. The memfds are made once (per uid:gid for passwd and
+ * group) and sealed; only a command with network gets a hosts of its
+ * own. */
+static int add_etc(struct bwrap *bw, struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid,
+		   const char *root)
 {
-	/* With network on request: localhost plus the allowlist's names as
-	 * the server resolved them; the sandbox has no resolver. */
-	const char *hosts = sbx_netns_hosts(l->net);
-	char passwd[256], group[128];
-	const struct {
-		const char *name, *text;
-	} files[] = {
-	    {"passwd", passwd},
-	    {"group", group},
-	    {"hosts", hosts},
-	    {"resolv.conf", ""},
-	    {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"},
-	    {"hostname", "sandbox\n"},
-	};
+	static const char *const names[2 + ETC_FIXED] = {"passwd",	"group",	 "hosts",
+							 "resolv.conf", "nsswitch.conf", "hostname"};
+	int fds[2 + ETC_FIXED];
+	size_t i;
+	int rc;
 
-	snprintf(passwd, sizeof(passwd),
-		 "root:x:0:0:root:/root:/bin/sh\n"
-		 "sandbox:x:%u:%u:sandbox:/workspace:/bin/sh\n"
-		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		 (unsigned)uid, (unsigned)gid);
-	snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)gid);
-	sbx_strv_add(args, "--dir");
-	sbx_strv_add(args, "/etc");
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		int fd = keep_data(l, files[i].name, files[i].text, strlen(files[i].text));
+	rc = keep_ids(bw, l, uid, gid, fds);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < ETC_FIXED; i++) {
+		/* With network on request: localhost plus the allowlist's
+		 * names as the server resolved them; the sandbox has no
+		 * resolver. */
+		const char *hosts = i == ETC_HOSTS && l->net ? sbx_netns_hosts(l->net) : NULL;
+		int fd = hosts ? fresh_memfd("hosts", hosts, strlen(hosts), 0) : 0;
 
 		if (fd < 0)
 			return fd;
+		fds[2 + i] = hosts ? sbx_launch_keep(l, fd) : blob_keep(l, &bw->etc[i], etc_fixed_name[i]);
+		if (fds[2 + i] < 0)
+			return fds[2 + i];
+	}
+	sbx_strv_add(args, "--dir");
+	sbx_strv_add(args, "/etc");
+	for (i = 0; i < 2 + ETC_FIXED; i++) {
 		sbx_strv_add(args, "--perms");
 		sbx_strv_add(args, "0644");
 		sbx_strv_add(args, "--file");
-		sbx_strv_addf(args, "%d", fd);
-		sbx_strv_addf(args, "/etc/%s", files[i].name);
+		sbx_strv_addf(args, "%d", fds[i]);
+		sbx_strv_addf(args, "/etc/%s", names[i]);
 	}
 	add_etc_bind(args, root, "ld.so.cache", S_IFREG);
 	add_etc_bind(args, root, "alternatives", S_IFDIR);
@@ -369,9 +527,9 @@ static int keep_args(struct sbx_launch *l, const struct sbx_strv *args)
 			return -E2BIG;
 		}
 	}
-	rc = keep_data(l, "bwrap-args", b.ptr, b.len);
+	rc = fresh_memfd("bwrap-args", b.ptr, b.len, 0);
 	buf_free(&b);
-	return rc;
+	return rc < 0 ? rc : sbx_launch_keep(l, rc);
 }
 
 static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l)
@@ -393,10 +551,7 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 
 	l->path = bw->path;
 	l->exec_fail_is_backend = true;
-	rc = sbx_seccomp_memfd(bw->bpf, bw->bpf_len);
-	if (rc < 0)
-		goto out;
-	fd = sbx_launch_keep(l, rc);
+	fd = blob_keep(l, &bw->seccomp, "sbx-seccomp");
 	if (fd < 0) {
 		rc = fd;
 		goto out;
@@ -412,7 +567,7 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 		sbx_strv_add(&args, "--share-net");
 	sbx_strv_add(&args, "--seccomp");
 	sbx_strv_addf(&args, "%d", fd);
-	rc = add_etc(l, &args, uid, gid, req->rootfs ? req->rootfs : "");
+	rc = add_etc(bw, l, &args, uid, gid, req->rootfs ? req->rootfs : "");
 	if (rc < 0)
 		goto out;
 	add_mounts(&args, req, rel);

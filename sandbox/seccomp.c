@@ -132,34 +132,3 @@ out:
 	seccomp_release(ctx);
 	return rc;
 }
-
-int sbx_seccomp_memfd(const void *bpf, size_t len)
-{
-	const char *p = bpf;
-	size_t off = 0;
-	int fd;
-
-	fd = memfd_create("sbx-seccomp", MFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	while (off < len) {
-		ssize_t n = write(fd, p + off, len - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int err = n < 0 ? errno : EIO;
-
-			close(fd);
-			return -err;
-		}
-		off += (size_t)n;
-	}
-	if (lseek(fd, 0, SEEK_SET) < 0) {
-		int err = errno;
-
-		close(fd);
-		return -err;
-	}
-	return fd;
-}

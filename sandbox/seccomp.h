@@ -4,9 +4,6 @@
 #include <stddef.h>
 
 /* Build the filter with libseccomp and export it as cBPF. *bpf is an
- * xmalloc'd copy of the program the caller frees. Errors: -errno. */
+ * xmalloc'd copy of the program the caller frees. Once per backend: the
+ * program does not depend on the command. Errors: -errno. */
 int sbx_seccomp_build(void **bpf, size_t *len);
-
-/* A fresh memfd (O_CLOEXEC) holding the program, positioned at 0: bwrap
- * reads it to EOF, so every spawn needs its own. Errors: -errno. */
-int sbx_seccomp_memfd(const void *bpf, size_t len);

@@ -563,6 +563,50 @@ static void test_containment(void **state)
 	assert_true(fds <= baseline_fds + 2);
 }
 
+/* ---- the generated /etc, made once and handed to every command ---- */
+
+/* The backend keeps /etc and the seccomp program in sealed memfds and
+ * gives each command its own open file description of them: every
+ * command, concurrent or later, of either tenant reads them whole. */
+static void test_etc_every_command(void **state)
+{
+	(void)state;
+	enum { N = 6 };
+	const char *cmd = "cat /etc/passwd /etc/group /etc/hostname /etc/nsswitch.conf /etc/hosts; id -u; "
+			  "unshare -U true 2>/dev/null || echo unshare-refused";
+	struct bg_req b[N];
+	pthread_barrier_t bar;
+	int round, i;
+
+	pthread_barrier_init(&bar, NULL, N);
+	for (round = 0; round < 2; round++) {
+		for (i = 0; i < N; i++)
+			bg_exec(&b[i], &srv, i % 2 ? tok_globex : tok, json_pack("{s:s}", "command", cmd),
+				&bar);
+		for (i = 0; i < N; i++) {
+			json_t *r = bg_join(&b[i]);
+			uid_t uid = i % 2 ? globex_uid : acme_uid;
+			char want[96];
+
+			assert_non_null(r);
+			const char *out = ex_stdout_ok(r);
+			snprintf(want, sizeof want, "sandbox:x:%u:%u:sandbox:/workspace:/bin/sh\n",
+				 (unsigned)uid, (unsigned)uid);
+			assert_non_null(strstr(out, want));
+			snprintf(want, sizeof want, "\nsandbox:x:%u:\n", (unsigned)uid);
+			assert_non_null(strstr(out, want));
+			assert_non_null(strstr(out, "nogroup:x:65534:\nsandbox\npasswd: files\n"));
+			assert_non_null(strstr(out, "networks: files\n"));
+			assert_non_null(strstr(out, "localhost"));
+			snprintf(want, sizeof want, "\n%u\nunshare-refused\n", (unsigned)uid);
+			assert_non_null(strstr(out, want));
+			json_decref(r);
+			it_resp_free(&b[i].resp);
+		}
+	}
+	pthread_barrier_destroy(&bar);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -572,6 +616,7 @@ int main(void)
 	    cmocka_unit_test(test_readonly_system_and_no_secrets),
 	    cmocka_unit_test(test_no_inherited_fds),
 	    cmocka_unit_test(test_other_tenant_invisible),
+	    cmocka_unit_test(test_etc_every_command),
 	    cmocka_unit_test(test_setuid_inside_is_not_root_outside),
 	    cmocka_unit_test(test_files_shared_with_routes),
 	    cmocka_unit_test(test_containment),
