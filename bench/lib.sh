@@ -23,6 +23,7 @@ BENCH_BUILD=${BENCH_BUILD:-$REPO/build-bench}
 SANDBOXD=$BENCH_BUILD/sandboxd
 LOADGEN=$BENCH_BUILD/loadgen
 SPAWNCEIL=$BENCH_BUILD/spawnceil
+FDSPAWN=$BENCH_BUILD/fdspawn
 SMOKE=${BENCH_SMOKE:-0}
 for a in "$@"; do
 	case $a in
@@ -118,8 +119,9 @@ build_all() {
 			{ grep -m5 error "$BENCH_BUILD.build.log" >&2; die "build failed"; }
 		cc -O2 -Wall -Wextra -o "$LOADGEN" "$BENCH_DIR/loadgen.c" -lpthread
 		cc -O2 -Wall -Wextra -o "$SPAWNCEIL" "$BENCH_DIR/spawnceil.c" -lpthread
+		cc -O2 -Wall -Wextra -o "$FDSPAWN" "$BENCH_DIR/fdspawn.c"
 	fi
-	[ -x "$SANDBOXD" ] && [ -x "$LOADGEN" ] && [ -x "$SPAWNCEIL" ] || die "binaries missing"
+	[ -x "$SANDBOXD" ] && [ -x "$LOADGEN" ] && [ -x "$SPAWNCEIL" ] && [ -x "$FDSPAWN" ] || die "binaries missing"
 }
 
 # ---- ports, processes, /proc ----------------------------------------------

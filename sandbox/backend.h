@@ -71,6 +71,13 @@ struct sbx_backend;
 int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *cfg);
 void sbx_backend_free(struct sbx_backend **b);
 const char *sbx_backend_name(const struct sbx_backend *b);
+/* Debugging and benchmarks (sandboxd debug bwrap-argv): what b would
+ * start for req (its prepare step only: no cgroup, rlimit or uid of the
+ * dispatch), written into the existing directory dir as new files:
+ * "path" (the program), "argv" (NUL-separated) and "fd-N" for every fd
+ * the program gets (its contents from offset 0; N its number there).
+ * Starts nothing. Errors: -errno (-EEXIST: dir is not empty). */
+int sbx_backend_dump(struct sbx_backend *b, const struct sbx_spawn_req *req, const char *dir);
 
 /* Start the command in a new process group (or session) without fork()
  * (posix_spawn, vfork or clone(CLONE_VM|CLONE_VFORK)). Must be called from
