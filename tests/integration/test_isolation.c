@@ -607,6 +607,96 @@ static void test_etc_every_command(void **state)
 	pthread_barrier_destroy(&bar);
 }
 
+/* `sandboxd debug bwrap-argv` (the P2 benchmark's bare line) writes the
+ * backend's own line: every isolation flag, the filter and the /etc
+ * files, and started from those files it is a working sandbox. */
+static bool has_arg(const char *opts, size_t len, const char *seq, size_t seqlen)
+{
+	bool found = memmem(opts, len, seq, seqlen) != NULL;
+
+	if (!found)
+		fprintf(stderr, "bwrap options lack %s\n", seq[0] ? seq : seq + 1);
+	return found;
+}
+
+static void test_debug_bwrap_argv(void **state)
+{
+	(void)state;
+	char *dir = xasprintf("%s/debug-line", srv.dir), *ws = xasprintf("%s/debug-ws", srv.dir);
+	char *args = xasprintf("debug bwrap-argv '%s' '%s' %u %u 'id -u; unshare -U true || echo refused'",
+			       dir, ws, (unsigned)acme_uid, (unsigned)acme_uid);
+	char *p, *out;
+	size_t len, olen;
+	int st;
+
+	assert_int_equal(mkdir(dir, 0755), 0);
+	assert_int_equal(mkdir(ws, 0700), 0);
+	assert_int_equal(chown(ws, acme_uid, acme_uid), 0);
+	free(it_cli(&srv, &st, args));
+	assert_int_equal(st, 0);
+	p = xasprintf("%s/argv", dir);
+	out = it_read_file(p, &len);
+	free(p);
+	static const char want[] = "bwrap\0--args\00010\0/bin/sh\0-c\0id -u; unshare -U true || echo refused";
+	assert_int_equal(len, sizeof want);
+	assert_memory_equal(out, want, sizeof want);
+	free(out);
+	p = xasprintf("%s/fd-10", dir);
+	char *opts = it_read_file(p, &olen);
+	free(p);
+#define ARGSEQ(s)                                                                                            \
+	{                                                                                                    \
+		s, sizeof(s) - 1                                                                             \
+	}
+	static const struct {
+		const char *seq;
+		size_t len;
+	} flags[] = {
+	    ARGSEQ("--unshare-all\0--unshare-user\0--disable-userns\0--die-with-parent\0--new-session\0--cap-"
+		   "drop\0ALL\0--clearenv\0"),
+	    ARGSEQ("\0--seccomp\0003\0"),
+	    ARGSEQ("\0--file\0004\0/etc/passwd\0"),
+	    ARGSEQ("\0--tmpfs\0/dev/shm\0"),
+	    ARGSEQ("\0--remount-ro\0/dev\0"),
+	    ARGSEQ("\0--remount-ro\0/\0"),
+	};
+#undef ARGSEQ
+	for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+		assert_true(has_arg(opts, olen, flags[i].seq, flags[i].len));
+	free(opts);
+	/* started from the files, as the benchmark does: the tenant's uid,
+	 * user namespaces refused */
+	p = xasprintf("%s/run.sh", dir);
+	FILE *f = fopen(p, "w");
+	assert_non_null(f);
+	fprintf(f,
+		"cd '%s' && exec setpriv --reuid=%u --regid=%u --clear-groups env -i \"$(cat path)\" --args "
+		"10 /bin/sh -c "
+		"'id -u; unshare -U true || echo refused' 3<fd-3 4<fd-4 5<fd-5 6<fd-6 7<fd-7 8<fd-8 9<fd-9 "
+		"10<fd-10 "
+		">out 2>/dev/null\n",
+		dir, (unsigned)acme_uid, (unsigned)acme_uid);
+	fclose(f);
+	assert_int_equal(it_sh("bash '%s'", p), 0);
+	free(p);
+	p = xasprintf("%s/out", dir);
+	out = it_read_file(p, &len);
+	free(p);
+	char expect[64];
+	snprintf(expect, sizeof expect, "%u\nrefused\n", (unsigned)acme_uid);
+	assert_string_equal(out, expect);
+	free(out);
+	/* never over existing files; bad arguments are usage errors */
+	free(it_cli(&srv, &st, args));
+	assert_int_equal(st, 1);
+	free(it_cli(&srv, &st, "debug bwrap-argv /nonexistent ws x 1"));
+	assert_int_equal(st, 2);
+	it_sh_quiet("rm -rf '%s' '%s'", dir, ws);
+	free(args);
+	free(dir);
+	free(ws);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -617,6 +707,7 @@ int main(void)
 	    cmocka_unit_test(test_no_inherited_fds),
 	    cmocka_unit_test(test_other_tenant_invisible),
 	    cmocka_unit_test(test_etc_every_command),
+	    cmocka_unit_test(test_debug_bwrap_argv),
 	    cmocka_unit_test(test_setuid_inside_is_not_root_outside),
 	    cmocka_unit_test(test_files_shared_with_routes),
 	    cmocka_unit_test(test_containment),
