@@ -348,13 +348,12 @@ static void feed_stdin(struct lane *r, struct job *j)
 	pthread_mutex_unlock(&r->mu);
 }
 
+/* Our ends of the pipes and the terminal's master carry no status flag
+ * F_SETFL would keep (O_APPEND, O_ASYNC, O_DIRECT, O_NOATIME), so one
+ * call sets O_NONBLOCK without reading the flags first. */
 static int set_nonblock(int fd)
 {
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -errno;
-	return 0;
+	return fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ? -errno : 0;
 }
 
 static void new_collector(struct job *j, struct sbx_collector **c, const char *suffix)
