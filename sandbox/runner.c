@@ -232,6 +232,11 @@ static void emit(struct job *j, struct sbx_event *ev, int spawn_error)
 	j->cb(j->ctx, ev, spawn_error);
 }
 
+/* EPOLL_CTL_DEL before the close, never the close alone: a registration
+ * lives as long as the open file, and a command another runner thread is
+ * spawning holds copies of every fd of the process until its close_range
+ * (clone without CLONE_FILES), so a closed fd could still report events
+ * for a freed job. */
 static void unwatch(struct lane *r, struct job *j, int k)
 {
 	if (j->fd[k] < 0)
