@@ -6,6 +6,7 @@
 #   bench/syscalls.sh p7   # one 64 MiB PUT /fs/write_stream
 #   bench/syscalls.sh p1   # 100 local execs of true: the server's own syscalls
 #   bench/syscalls.sh p2   # 100 bwrap execs of true: the server's own syscalls
+#   bench/syscalls.sh p3   # 3,200 local execs of true at c64: server CPU per exec (perf stat)
 #   bench/syscalls.sh p5 --set connection-memory-bytes=32768   # server options
 # strace slows the server; only the counts mean anything, not the times.
 GOAL=SYS
@@ -74,6 +75,24 @@ p1 | p2)
 	echo "== 100 POST /exec true, $BK backend, c1: server-thread syscall calls per exec (strace -w: wall time in each)"
 	head -22 "$W/p2"
 	per "$W/p2" 100
+	;;
+p3)
+	# Server threads only (perf stat --no-inherit: the commands are not
+	# counted): CPU and context switches per exec at c64, all threads and
+	# the runner threads (named runner-N) apart, with a tenant limit that
+	# admits all 64 (no 429s in the count); then the runner's gauges.
+	need perf linux-perf
+	start_sandboxd --backend local --set tenant-max-execs=64 ${SETS[@]+"${SETS[@]}"}
+	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 64 -n 5 >/dev/null
+	perf stat --no-inherit --per-thread -x, -e task-clock,context-switches -o "$W/p3" -p "$SBX_PID" &
+	st=$!; sleep 1
+	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 64 -n 50
+	kill -INT "$st"; wait "$st" 2>/dev/null || true
+	echo "== 3,200 POST /exec true, local backend, c64: server threads per exec (task-clock in ms)"
+	awk -F, '$2 ~ /^[0-9.]+$/ { all[$4] += $2; if ($1 ~ /^runner/) run[$4] += $2 }
+	END { for (e in all) printf "%-18s all threads %8.4f  runner threads %8.4f\n", e, all[e] / 3200, run[e] / 3200 }' "$W/p3"
+	sort -t, -k2 -g -r "$W/p3" | grep task-clock | head -8
+	sbx_curl "$SBX_URL/metrics" | grep '^sandboxd_runner_' || true
 	;;
 p7)
 	start_sandboxd --backend local ${SETS[@]+"${SETS[@]}"}

@@ -89,6 +89,7 @@ static const struct option_spec specs[] = {
     I("leeway-s", leeway_s, "30", 0, 3600),
     I("threads", threads, "0", 0, 256),
     I("fs-threads", fs_threads, "0", 0, 1024),
+    I("runner-threads", runner_threads, "0", 0, 64),
     I("fs-threads-per-tenant", fs_threads_per_tenant, "0", 0, 1024),
     I("fs-queue-per-tenant", fs_queue_per_tenant, "256", 1, 1000000),
     I("connection-timeout-s", connection_timeout_s, "60", 1, 86400),

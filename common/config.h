@@ -25,6 +25,7 @@ struct sbx_config {
 	 * of them one tenant's at once (0: all but a quarter, at least one
 	 * left), and one tenant's waiting requests (429 beyond). */
 	int64_t fs_threads, fs_threads_per_tenant, fs_queue_per_tenant;
+	int64_t runner_threads; /* threads that start and own commands (0: one per core) */
 	int64_t connection_timeout_s;
 	int64_t max_connections;
 	int64_t max_connections_per_ip;

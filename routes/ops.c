@@ -73,21 +73,83 @@ static bool readyz_disk(struct app *a, json_t *body)
 }
 
 /* The watchdog: a runner turn never waits on a tenant, so one that lasts
- * seconds means no command starts, ends or times out. */
+ * seconds means that thread's commands do not start, end or time out.
+ * Every thread is watched; the worst one decides, and each is listed. */
 static bool readyz_runner(struct app *a, json_t *body)
 {
-	const char *step = "";
-	int64_t busy_ms = a->runner ? sbx_runner_busy_ms(a->runner, &step) : 0;
-	bool runner_ok = busy_ms < RUNNER_STALL_MS;
-	char runner_msg[128];
-	if (runner_ok)
-		snprintf(runner_msg, sizeof runner_msg, "turning");
-	else
-		snprintf(runner_msg, sizeof runner_msg, "stalled for %lld ms (%s)", (long long)busy_ms, step);
-	json_object_set_new(
-	    body, "runner",
-	    json_pack("{s:s, s:s}", "status", runner_ok ? "ok" : "unavailable", "detail", runner_msg));
-	return runner_ok;
+	size_t n = sbx_runner_threads(a->runner), stalled = 0, worst = 0;
+	int64_t worst_ms = -1;
+	const char *worst_step = "";
+	json_t *threads = json_array();
+	for (size_t i = 0; i < n; i++) {
+		struct sbx_runner_thread_stats st;
+		sbx_runner_thread_stats(a->runner, i, &st);
+		bool ok = st.busy_ms < RUNNER_STALL_MS;
+		char *detail = ok ? xasprintf("turning")
+				  : xasprintf("stalled for %lld ms (%s)", (long long)st.busy_ms, st.step);
+		stalled += !ok;
+		if (st.busy_ms > worst_ms) {
+			worst_ms = st.busy_ms;
+			worst = i;
+			worst_step = st.step;
+		}
+		json_array_append_new(threads,
+				      json_pack("{s:s, s:s, s:I, s:I}", "status", ok ? "ok" : "unavailable",
+						"detail", detail, "commands", (json_int_t)st.jobs, "queued",
+						(json_int_t)st.queued));
+		free(detail);
+	}
+	char *msg = stalled ? xasprintf("thread %zu of %zu stalled for %lld ms (%s)", worst, n,
+					(long long)worst_ms, worst_step)
+			    : xasprintf("turning (%zu thread%s)", n, n == 1 ? "" : "s");
+	json_object_set_new(body, "runner",
+			    json_pack("{s:s, s:s, s:o}", "status", stalled ? "unavailable" : "ok", "detail",
+				      msg, "threads", threads));
+	free(msg);
+	return !stalled;
+}
+
+/* The runner threads' figures: commands owned and waiting to start per
+ * thread, the starts and the time they held their thread, and how much
+ * starts overlapped across threads (a count, not a time). */
+static void runner_metrics(struct app *a, struct buf *out)
+{
+	size_t n = sbx_runner_threads(a->runner);
+	uint64_t ov[SBX_RUNNER_MAX_THREADS];
+	struct sbx_runner_thread_stats st[SBX_RUNNER_MAX_THREADS];
+	for (size_t i = 0; i < n; i++)
+		sbx_runner_thread_stats(a->runner, i, &st[i]);
+	buf_appendf(out,
+		    "# HELP sandboxd_runner_threads Threads that start and own commands (runner-threads).\n"
+		    "# TYPE sandboxd_runner_threads gauge\nsandboxd_runner_threads %zu\n"
+		    "# HELP sandboxd_runner_commands Commands a runner thread owns (queued or running).\n"
+		    "# TYPE sandboxd_runner_commands gauge\n",
+		    n);
+	for (size_t i = 0; i < n; i++)
+		buf_appendf(out, "sandboxd_runner_commands{thread=\"%zu\"} %zu\n", i, st[i].jobs);
+	buf_appendf(out,
+		    "# HELP sandboxd_runner_queued Commands handed to a runner thread, not started yet.\n"
+		    "# TYPE sandboxd_runner_queued gauge\n");
+	for (size_t i = 0; i < n; i++)
+		buf_appendf(out, "sandboxd_runner_queued{thread=\"%zu\"} %zu\n", i, st[i].queued);
+	buf_appendf(out,
+		    "# HELP sandboxd_runner_spawns_total Commands a runner thread started (spawn calls).\n"
+		    "# TYPE sandboxd_runner_spawns_total counter\n");
+	for (size_t i = 0; i < n; i++)
+		buf_appendf(out, "sandboxd_runner_spawns_total{thread=\"%zu\"} %llu\n", i,
+			    (unsigned long long)st[i].spawns);
+	buf_appendf(out, "# HELP sandboxd_runner_spawn_seconds_total Time spawns held their runner thread.\n"
+			 "# TYPE sandboxd_runner_spawn_seconds_total counter\n");
+	for (size_t i = 0; i < n; i++)
+		buf_appendf(out, "sandboxd_runner_spawn_seconds_total{thread=\"%zu\"} %.6f\n", i,
+			    (double)st[i].spawn_ns / 1e9);
+	sbx_runner_spawn_overlap(a->runner, ov, n ? n : 1);
+	buf_appendf(out, "# HELP sandboxd_runner_spawn_overlap_total Spawns by how many other runner threads "
+			 "were inside a spawn when it began.\n"
+			 "# TYPE sandboxd_runner_spawn_overlap_total counter\n");
+	for (size_t k = 0; k < n; k++)
+		buf_appendf(out, "sandboxd_runner_spawn_overlap_total{others=\"%zu\"} %llu\n", k,
+			    (unsigned long long)ov[k]);
 }
 
 /* How tenants get uids; several sharing one without the operator's
@@ -328,6 +390,8 @@ int route_metrics(struct http_req *r)
 	    "(cgroup) could not be applied.\n"
 	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
+	if (r->app->runner)
+		runner_metrics(r->app, &out);
 	tenant_usage(r->app, &out);
 	tenant_disk(r->app, &out);
 	if (r->app->http.pool)

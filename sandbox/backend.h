@@ -81,7 +81,9 @@ int sbx_backend_dump(struct sbx_backend *b, const struct sbx_spawn_req *req, con
 
 /* Start the command in a new process group (or session) without fork()
  * (posix_spawn, vfork or clone(CLONE_VM|CLONE_VFORK)). Must be called from
- * the long-lived runner thread (bwrap's --die-with-parent is per thread).
+ * a long-lived runner thread that outlives the command (bwrap's
+ * --die-with-parent and PR_SET_PDEATHSIG follow the spawning thread);
+ * several runner threads may call it at once (sandbox/runner.h).
  * Every fd above 2 is closed in the child except what bwrap must read.
  * *pid is the process (group leader); *pidfd a pidfd for it (O_CLOEXEC).
  * When cgroups are in force and the command's group cannot be made or

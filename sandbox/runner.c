@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,14 +88,19 @@ struct job {
 	bool pipe_grown[W_COUNT];
 };
 
-struct sbx_runner {
+/* One runner thread and the jobs it owns. */
+struct lane {
+	struct sbx_runner *owner;
+	size_t idx;
 	pthread_mutex_t mu;
 	struct job *all;
 	struct job *pending, *pending_tail;
 	bool cancel_dirty;
 	bool stop;
-	size_t active;
-	uint64_t next_id;
+	/* atomic: read without mu by the dispatcher and the figures */
+	_Atomic size_t active; /* owned: queued or running */
+	_Atomic size_t queued; /* not started yet */
+	_Atomic uint64_t spawns, spawn_ns;
 
 	/* the watchdog's view, written by the runner thread */
 	_Atomic int64_t busy_since; /* mono ms the turn began, 0 when waiting */
@@ -103,6 +109,7 @@ struct sbx_runner {
 	pthread_cond_t done_cv;
 	bool done; /* under done_mu: the thread has left its loop */
 	bool joined;
+	bool started; /* the thread was created */
 
 	/* runner thread only */
 	pthread_t thread;
@@ -111,6 +118,15 @@ struct sbx_runner {
 	struct job *running;
 	char *buf;
 	char efd_tag, tfd_tag;
+};
+
+struct sbx_runner {
+	size_t n;
+	struct lane *lanes;
+	_Atomic uint64_t next_seq; /* job handle = seq * n + lane */
+	_Atomic size_t rr;	   /* where the dispatcher's scan starts */
+	_Atomic unsigned spawning; /* threads inside sbx_backend_spawn now */
+	_Atomic uint64_t overlap[SBX_RUNNER_MAX_THREADS];
 };
 
 static int64_t add_ms(int64_t t, uint64_t ms)
@@ -216,7 +232,12 @@ static void emit(struct job *j, struct sbx_event *ev, int spawn_error)
 	j->cb(j->ctx, ev, spawn_error);
 }
 
-static void unwatch(struct sbx_runner *r, struct job *j, int k)
+/* EPOLL_CTL_DEL before the close, never the close alone: a registration
+ * lives as long as the open file, and a command another runner thread is
+ * spawning holds copies of every fd of the process until its close_range
+ * (clone without CLONE_FILES), so a closed fd could still report events
+ * for a freed job. */
+static void unwatch(struct lane *r, struct job *j, int k)
 {
 	if (j->fd[k] < 0)
 		return;
@@ -225,7 +246,7 @@ static void unwatch(struct sbx_runner *r, struct job *j, int k)
 	j->fd[k] = -1;
 }
 
-static int watch(struct sbx_runner *r, struct job *j, int k, uint32_t events)
+static int watch(struct lane *r, struct job *j, int k, uint32_t events)
 {
 	struct epoll_event ev = {.events = events, .data.ptr = &j->w[k]};
 
@@ -259,7 +280,7 @@ static void stop_job(struct job *j, int64_t now)
 /* Watch stdin for room only while something waits to be written (a
  * level-triggered EPOLLOUT on an idle pipe would spin); with no events
  * epoll still reports EPOLLERR, the command closing its end. */
-static void arm_stdin(struct sbx_runner *r, struct job *j, bool want)
+static void arm_stdin(struct lane *r, struct job *j, bool want)
 {
 	struct epoll_event ev = {.events = want ? EPOLLOUT : 0, .data.ptr = &j->w[W_STDIN]};
 
@@ -270,7 +291,7 @@ static void arm_stdin(struct sbx_runner *r, struct job *j, bool want)
 }
 
 /* Close stdin for good (under r->mu): what waits is dropped. */
-static void close_stdin_locked(struct sbx_runner *r, struct job *j)
+static void close_stdin_locked(struct lane *r, struct job *j)
 {
 	unwatch(r, j, W_STDIN);
 	j->in_closed = true;
@@ -282,7 +303,7 @@ static void close_stdin_locked(struct sbx_runner *r, struct job *j)
  * command). SIGPIPE is blocked around the write (and a pending one
  * consumed) so a child that closed its stdin gives EPIPE instead of
  * killing the server. */
-static void feed_stdin_locked(struct sbx_runner *r, struct job *j)
+static void feed_stdin_locked(struct lane *r, struct job *j)
 {
 	sigset_t pipe_set, old, pending;
 	bool was_pending, failed = false;
@@ -325,20 +346,19 @@ static void feed_stdin_locked(struct sbx_runner *r, struct job *j)
 		arm_stdin(r, j, j->in_len > 0);
 }
 
-static void feed_stdin(struct sbx_runner *r, struct job *j)
+static void feed_stdin(struct lane *r, struct job *j)
 {
 	pthread_mutex_lock(&r->mu);
 	feed_stdin_locked(r, j);
 	pthread_mutex_unlock(&r->mu);
 }
 
+/* Our ends of the pipes and the terminal's master carry no status flag
+ * F_SETFL would keep (O_APPEND, O_ASYNC, O_DIRECT, O_NOATIME), so one
+ * call sets O_NONBLOCK without reading the flags first. */
 static int set_nonblock(int fd)
 {
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -errno;
-	return 0;
+	return fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ? -errno : 0;
 }
 
 static void new_collector(struct job *j, struct sbx_collector **c, const char *suffix)
@@ -405,8 +425,26 @@ static int make_std_fds(struct job *j, int in[2], int out[2], int err[2])
 	return 0;
 }
 
-/* Pipes, spawn on this (the long-lived) thread, epoll registration. */
-static int job_start(struct sbx_runner *r, struct job *j)
+/* sbx_backend_spawn, counted: how long it held this thread, and how many
+ * other threads were inside one when it began (sbx_runner_spawn_overlap). */
+static int spawn_counted(struct lane *r, struct job *j, pid_t *pid, int *pidfd)
+{
+	struct sbx_runner *rn = r->owner;
+	unsigned others = atomic_fetch_add(&rn->spawning, 1);
+	int64_t t0 = mono_ns();
+	int rc = sbx_backend_spawn(j->req.backend, &j->req.spawn, pid, pidfd);
+
+	atomic_fetch_sub(&rn->spawning, 1);
+	r->spawn_ns += (uint64_t)(mono_ns() - t0);
+	r->spawns++;
+	rn->overlap[others < SBX_RUNNER_MAX_THREADS ? others : SBX_RUNNER_MAX_THREADS - 1]++;
+	return rc;
+}
+
+/* Pipes, spawn on this (the long-lived) thread, which owns the command
+ * from now on (its PR_SET_PDEATHSIG follows this thread), epoll
+ * registration. */
+static int job_start(struct lane *r, struct job *j)
 {
 	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
 	int pidfd = -1, rc;
@@ -421,7 +459,7 @@ static int job_start(struct sbx_runner *r, struct job *j)
 		goto out;
 	j->start_mono = mono_ms();
 	j->started_at = now_ms();
-	rc = sbx_backend_spawn(j->req.backend, &j->req.spawn, &pid, &pidfd);
+	rc = spawn_counted(r, j, &pid, &pidfd);
 	j->req.spawn.stdin_fd = j->req.spawn.stdout_fd = j->req.spawn.stderr_fd = -1;
 	if (rc)
 		goto out;
@@ -476,7 +514,7 @@ out:
 	return rc;
 }
 
-static void read_stream(struct sbx_runner *r, struct job *j, int k)
+static void read_stream(struct lane *r, struct job *j, int k)
 {
 	struct sbx_collector *c = k == W_STDOUT ? j->out : j->err;
 
@@ -517,7 +555,7 @@ static void read_stream(struct sbx_runner *r, struct job *j, int k)
 	}
 }
 
-static void reap(struct sbx_runner *r, struct job *j)
+static void reap(struct lane *r, struct job *j)
 {
 	int st = 0;
 	pid_t w;
@@ -548,7 +586,7 @@ static void reap(struct sbx_runner *r, struct job *j)
 	j->drain_until = add_ms(mono_ms(), DRAIN_MS);
 }
 
-static void handle_event(struct sbx_runner *r, struct watch *w, uint32_t events)
+static void handle_event(struct lane *r, struct watch *w, uint32_t events)
 {
 	struct job *j = w->job;
 
@@ -577,7 +615,7 @@ static void handle_event(struct sbx_runner *r, struct watch *w, uint32_t events)
 	}
 }
 
-static void report_exit(struct sbx_runner *r, struct job *j)
+static void report_exit(struct lane *r, struct job *j)
 {
 	struct sbx_exec_result res = {0};
 	struct sbx_event ev = {.kind = SBX_EV_EXIT, .result = &res};
@@ -611,7 +649,7 @@ static void report_exit(struct sbx_runner *r, struct job *j)
 }
 
 /* Forget the job: out of r->all (cancel now answers -ESRCH), one less active. */
-static void unregister(struct sbx_runner *r, struct job *j)
+static void unregister(struct lane *r, struct job *j)
 {
 	pthread_mutex_lock(&r->mu);
 	for (struct job **p = &r->all; *p; p = &(*p)->next_all) {
@@ -648,7 +686,7 @@ static int64_t idle_at(const struct job *j)
 }
 
 /* Fire what is due; returns the job's next deadline. */
-static int64_t job_due(struct sbx_runner *r, struct job *j, int64_t now)
+static int64_t job_due(struct lane *r, struct job *j, int64_t now)
 {
 	int64_t next = NO_DEADLINE, t;
 
@@ -709,7 +747,7 @@ static void apply_kill(struct job *j)
 }
 
 /* What HTTP threads asked of a started job (under r->mu). */
-static void apply_control_locked(struct sbx_runner *r, struct job *j, int64_t now)
+static void apply_control_locked(struct lane *r, struct job *j, int64_t now)
 {
 	if (j->kill_req) {
 		j->kill_req = j->cancel_req = false;
@@ -730,7 +768,7 @@ static void apply_control_locked(struct sbx_runner *r, struct job *j, int64_t no
 }
 
 /* New jobs and cancel requests from other threads. */
-static void take_control(struct sbx_runner *r)
+static void take_control(struct lane *r)
 {
 	struct job *q, *next;
 	uint64_t v;
@@ -753,6 +791,7 @@ static void take_control(struct sbx_runner *r)
 		pthread_mutex_unlock(&r->mu);
 		if (!rc)
 			rc = job_start(r, q);
+		r->queued--;
 		if (rc) {
 			struct sbx_event ev = {.kind = SBX_EV_EXIT};
 
@@ -780,7 +819,7 @@ static void take_control(struct sbx_runner *r)
 	pthread_mutex_unlock(&r->mu);
 }
 
-static void arm_timer(struct sbx_runner *r, int64_t at, int64_t now)
+static void arm_timer(struct lane *r, int64_t at, int64_t now)
 {
 	struct itimerspec its = {0};
 
@@ -795,7 +834,7 @@ static void arm_timer(struct sbx_runner *r, int64_t at, int64_t now)
 	r->armed = at;
 }
 
-static bool should_stop(struct sbx_runner *r)
+static bool should_stop(struct lane *r)
 {
 	bool stop;
 
@@ -807,14 +846,14 @@ static bool should_stop(struct sbx_runner *r)
 	return stop;
 }
 
-static void set_step(struct sbx_runner *r, const char *step)
+static void set_step(struct lane *r, const char *step)
 {
 	r->step = step;
 }
 
 static void *runner_main(void *arg)
 {
-	struct sbx_runner *r = arg;
+	struct lane *r = arg;
 	struct epoll_event evs[64];
 
 	for (;;) {
@@ -876,8 +915,8 @@ static void *runner_main(void *arg)
 	return NULL;
 }
 
-/* What sbx_runner_new made, once its thread is gone (or never started). */
-static void release(struct sbx_runner *r)
+/* What lane_init made, once its thread is gone (or never started). */
+static void lane_release(struct lane *r)
 {
 	if (r->epfd >= 0)
 		close(r->epfd);
@@ -889,58 +928,54 @@ static void release(struct sbx_runner *r)
 	pthread_mutex_destroy(&r->done_mu);
 	pthread_cond_destroy(&r->done_cv);
 	free(r->buf);
-	free(r);
 }
 
-int sbx_runner_new(struct sbx_runner **out)
+/* The lane's fds and locks; its thread is started by lane_start. */
+static int lane_init(struct lane *r, struct sbx_runner *owner, size_t idx)
 {
-	struct sbx_runner *r = xcalloc(1, sizeof(*r));
 	struct epoll_event ev = {.events = EPOLLIN};
-	int rc;
+	pthread_condattr_t ca;
 
+	r->owner = owner;
+	r->idx = idx;
 	r->epfd = r->efd = r->tfd = -1;
 	r->armed = NO_DEADLINE;
-	r->next_id = 1;
 	r->step = "waiting";
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_mutex_init(&r->done_mu, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&r->done_cv, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->done_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	r->buf = xmalloc(READ_BUF);
 	r->epfd = epoll_create1(EPOLL_CLOEXEC);
 	r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (r->epfd < 0 || r->efd < 0 || r->tfd < 0) {
-		rc = -errno;
-		goto fail;
-	}
+	if (r->epfd < 0 || r->efd < 0 || r->tfd < 0)
+		return -errno;
 	ev.data.ptr = &r->efd_tag;
-	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->efd, &ev) < 0) {
-		rc = -errno;
-		goto fail;
-	}
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->efd, &ev) < 0)
+		return -errno;
 	ev.data.ptr = &r->tfd_tag;
-	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->tfd, &ev) < 0) {
-		rc = -errno;
-		goto fail;
-	}
-	rc = -pthread_create(&r->thread, NULL, runner_main, r);
-	if (rc)
-		goto fail;
-	*out = r;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->tfd, &ev) < 0)
+		return -errno;
 	return 0;
-fail:
-	release(r);
-	return rc;
 }
 
-static void wake(struct sbx_runner *r)
+static int lane_start(struct lane *r)
+{
+	char name[16];
+	int rc = -pthread_create(&r->thread, NULL, runner_main, r);
+
+	if (rc)
+		return rc;
+	r->started = true;
+	snprintf(name, sizeof(name), "runner-%zu", r->idx);
+	(void)pthread_setname_np(r->thread, name); /* for ps, top and perf */
+	return 0;
+}
+
+static void wake(struct lane *r)
 {
 	uint64_t one = 1;
 
@@ -948,17 +983,87 @@ static void wake(struct sbx_runner *r)
 		;
 }
 
-int sbx_runner_stop_within(struct sbx_runner *r, int64_t timeout_ms)
+/* Refuse new jobs, cancel every job (shutdown). */
+static void lane_cancel_all(struct lane *r, bool stop)
 {
-	struct timespec until;
+	pthread_mutex_lock(&r->mu);
+	if (stop)
+		r->stop = true;
+	for (struct job *j = r->all; j; j = j->next_all)
+		j->cancel_req = true;
+	r->cancel_dirty = true;
+	pthread_mutex_unlock(&r->mu);
+	wake(r);
+}
+
+/* Wait until the lane's thread has left its loop (or until, absolute
+ * CLOCK_MONOTONIC), and join it once; whether it has. */
+static bool lane_wait_done(struct lane *r, const struct timespec *until)
+{
+	int rc = 0;
+	bool done, join;
+
+	pthread_mutex_lock(&r->done_mu);
+	while (!r->done && r->started && rc == 0)
+		rc = until ? pthread_cond_timedwait(&r->done_cv, &r->done_mu, until)
+			   : pthread_cond_wait(&r->done_cv, &r->done_mu);
+	done = r->done || !r->started;
+	join = r->done && r->started && !r->joined;
+	if (join)
+		r->joined = true;
+	pthread_mutex_unlock(&r->done_mu);
+	if (join)
+		pthread_join(r->thread, NULL);
+	return done;
+}
+
+static void runner_release(struct sbx_runner *rn)
+{
+	for (size_t i = 0; i < rn->n; i++)
+		lane_release(&rn->lanes[i]);
+	free(rn->lanes);
+	free(rn);
+}
+
+int sbx_runner_new(struct sbx_runner **out, size_t threads)
+{
+	struct sbx_runner *rn;
+	size_t made = 0;
 	int rc = 0;
 
-	if (!r)
+	if (!out || threads < 1 || threads > SBX_RUNNER_MAX_THREADS)
+		return -EINVAL;
+	rn = xcalloc(1, sizeof(*rn));
+	rn->lanes = xcalloc(threads, sizeof(*rn->lanes));
+	rn->next_seq = 1;
+	for (; made < threads && rc == 0; made++)
+		rc = lane_init(&rn->lanes[made], rn, made);
+	rn->n = made;
+	for (size_t i = 0; i < rn->n && rc == 0; i++)
+		rc = lane_start(&rn->lanes[i]);
+	if (rc) {
+		/* The threads already running own nothing yet: stop them. */
+		for (size_t i = 0; i < rn->n; i++)
+			if (rn->lanes[i].started)
+				lane_cancel_all(&rn->lanes[i], true);
+		for (size_t i = 0; i < rn->n; i++)
+			lane_wait_done(&rn->lanes[i], NULL);
+		runner_release(rn);
+		return rc;
+	}
+	*out = rn;
+	return 0;
+}
+
+int sbx_runner_stop_within(struct sbx_runner *rn, int64_t timeout_ms)
+{
+	struct timespec until;
+	bool all_done = true;
+
+	if (!rn)
 		return 0;
-	pthread_mutex_lock(&r->mu);
-	r->stop = true;
-	pthread_mutex_unlock(&r->mu);
-	sbx_runner_cancel_all(r);
+	for (size_t i = 0; i < rn->n; i++)
+		lane_cancel_all(&rn->lanes[i], true);
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += timeout_ms / 1000;
 	until.tv_nsec += (timeout_ms % 1000) * 1000000;
@@ -966,16 +1071,10 @@ int sbx_runner_stop_within(struct sbx_runner *r, int64_t timeout_ms)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000;
 	}
-	pthread_mutex_lock(&r->done_mu);
-	while (!r->done && rc == 0)
-		rc = pthread_cond_timedwait(&r->done_cv, &r->done_mu, &until);
-	bool done = r->done, join = done && !r->joined;
-	if (join)
-		r->joined = true;
-	pthread_mutex_unlock(&r->done_mu);
-	if (join)
-		pthread_join(r->thread, NULL);
-	return done ? 0 : -ETIMEDOUT;
+	/* One deadline for all: each thread was told at once. */
+	for (size_t i = 0; i < rn->n; i++)
+		all_done = lane_wait_done(&rn->lanes[i], &until) && all_done;
+	return all_done ? 0 : -ETIMEDOUT;
 }
 
 void sbx_runner_stop(struct sbx_runner *r)
@@ -984,34 +1083,74 @@ void sbx_runner_stop(struct sbx_runner *r)
 		;
 }
 
-int64_t sbx_runner_busy_ms(struct sbx_runner *r, const char **step)
+static int64_t lane_busy_ms(struct lane *r, const char **step)
 {
-	int64_t since = r ? r->busy_since : 0;
+	int64_t since = r->busy_since;
 	int64_t now = mono_ms();
 
 	if (step)
-		*step = r ? r->step : "stopped";
+		*step = r->step;
 	return since && now > since ? now - since : 0;
+}
+
+int64_t sbx_runner_busy_ms(struct sbx_runner *rn, const char **step)
+{
+	int64_t worst = -1;
+
+	if (step)
+		*step = "stopped";
+	for (size_t i = 0; rn && i < rn->n; i++) {
+		const char *s;
+		int64_t b = lane_busy_ms(&rn->lanes[i], &s);
+
+		if (b > worst) {
+			worst = b;
+			if (step)
+				*step = s;
+		}
+	}
+	return worst > 0 ? worst : 0;
 }
 
 void sbx_runner_free(struct sbx_runner **pr)
 {
-	struct sbx_runner *r;
-
 	if (!pr || !*pr)
 		return;
-	r = *pr;
-	sbx_runner_stop(r);
-	release(r);
+	sbx_runner_stop(*pr);
+	runner_release(*pr);
 	*pr = NULL;
 }
 
-int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx,
+/* The lane to take a new job: fewest waiting to start (a spawn blocks its
+ * thread, and a stuck thread's queue only grows), then fewest owned; the
+ * scan starts at a rotating lane, so ties go round. */
+static struct lane *pick_lane(struct sbx_runner *rn)
+{
+	size_t start = atomic_fetch_add(&rn->rr, 1) % rn->n, best = start;
+
+	for (size_t k = 1; k < rn->n; k++) {
+		size_t i = (start + k) % rn->n;
+		const struct lane *a = &rn->lanes[i], *b = &rn->lanes[best];
+
+		if (a->queued < b->queued || (a->queued == b->queued && a->active < b->active))
+			best = i;
+	}
+	return &rn->lanes[best];
+}
+
+/* The lane owning job handle h, or NULL for a handle no lane made. */
+static struct lane *lane_of(struct sbx_runner *rn, uint64_t h)
+{
+	return rn && h ? &rn->lanes[h % rn->n] : NULL;
+}
+
+int sbx_runner_submit(struct sbx_runner *rn, const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx,
 		      uint64_t *job)
 {
+	struct lane *r;
 	struct job *j;
 
-	if (!r || !req || !cb || !req->backend || !req->spawn.command) {
+	if (!rn || !req || !cb || !req->backend || !req->spawn.command) {
 		struct sbx_rootimg_ref *img = req ? req->rootimg : NULL;
 		sbx_rootimg_close(&img);
 		return -EINVAL;
@@ -1019,13 +1158,14 @@ int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_
 	j = job_copy(req);
 	j->cb = cb;
 	j->ctx = ctx;
+	r = pick_lane(rn);
 	pthread_mutex_lock(&r->mu);
 	if (r->stop) {
 		pthread_mutex_unlock(&r->mu);
 		job_free(j);
 		return -ESHUTDOWN;
 	}
-	j->id = r->next_id++;
+	j->id = atomic_fetch_add(&rn->next_seq, 1) * rn->n + r->idx;
 	j->req.spawn.seq = j->id; /* the server's name for its cgroup */
 	j->next_all = r->all;
 	r->all = j;
@@ -1035,6 +1175,7 @@ int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_
 		r->pending = j;
 	r->pending_tail = j;
 	r->active++;
+	r->queued++;
 	if (job)
 		*job = j->id;
 	pthread_mutex_unlock(&r->mu);
@@ -1042,28 +1183,7 @@ int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_
 	return 0;
 }
 
-int sbx_runner_cancel(struct sbx_runner *r, uint64_t job)
-{
-	int rc = -ESRCH;
-
-	if (!r)
-		return -EINVAL;
-	pthread_mutex_lock(&r->mu);
-	for (struct job *j = r->all; j; j = j->next_all) {
-		if (j->id == job) {
-			j->cancel_req = true;
-			r->cancel_dirty = true;
-			rc = 0;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&r->mu);
-	if (!rc)
-		wake(r);
-	return rc;
-}
-
-static struct job *find_locked(struct sbx_runner *r, uint64_t job)
+static struct job *find_locked(struct lane *r, uint64_t job)
 {
 	for (struct job *j = r->all; j; j = j->next_all)
 		if (j->id == job)
@@ -1071,12 +1191,34 @@ static struct job *find_locked(struct sbx_runner *r, uint64_t job)
 	return NULL;
 }
 
-int sbx_runner_kill(struct sbx_runner *r, uint64_t job)
+int sbx_runner_cancel(struct sbx_runner *rn, uint64_t job)
 {
+	struct lane *r = lane_of(rn, job);
 	struct job *j;
 
-	if (!r)
+	if (!rn)
 		return -EINVAL;
+	if (!r)
+		return -ESRCH;
+	pthread_mutex_lock(&r->mu);
+	j = find_locked(r, job);
+	if (j)
+		j->cancel_req = r->cancel_dirty = true;
+	pthread_mutex_unlock(&r->mu);
+	if (j)
+		wake(r);
+	return j ? 0 : -ESRCH;
+}
+
+int sbx_runner_kill(struct sbx_runner *rn, uint64_t job)
+{
+	struct lane *r = lane_of(rn, job);
+	struct job *j;
+
+	if (!rn)
+		return -EINVAL;
+	if (!r)
+		return -ESRCH;
 	pthread_mutex_lock(&r->mu);
 	j = find_locked(r, job);
 	if (j)
@@ -1118,13 +1260,16 @@ static int queue_stdin_locked(struct job *j, const void *p, size_t n, bool eof)
 	return 0;
 }
 
-int sbx_runner_stdin(struct sbx_runner *r, uint64_t job, const void *p, size_t n, bool eof, size_t *pending)
+int sbx_runner_stdin(struct sbx_runner *rn, uint64_t job, const void *p, size_t n, bool eof, size_t *pending)
 {
+	struct lane *r = lane_of(rn, job);
 	struct job *j;
 	int rc = -ESRCH;
 
-	if (!r)
+	if (!rn)
 		return -EINVAL;
+	if (!r)
+		return -ESRCH;
 	pthread_mutex_lock(&r->mu);
 	j = find_locked(r, job);
 	if (j) {
@@ -1140,13 +1285,16 @@ int sbx_runner_stdin(struct sbx_runner *r, uint64_t job, const void *p, size_t n
 	return rc;
 }
 
-int sbx_runner_resize(struct sbx_runner *r, uint64_t job, unsigned short cols, unsigned short rows)
+int sbx_runner_resize(struct sbx_runner *rn, uint64_t job, unsigned short cols, unsigned short rows)
 {
+	struct lane *r = lane_of(rn, job);
 	struct job *j;
 	int rc = -ESRCH;
 
-	if (!r)
+	if (!rn)
 		return -EINVAL;
+	if (!r)
+		return -ESRCH;
 	pthread_mutex_lock(&r->mu);
 	j = find_locked(r, job);
 	if (j && !j->req.tty) {
@@ -1163,26 +1311,45 @@ int sbx_runner_resize(struct sbx_runner *r, uint64_t job, unsigned short cols, u
 	return rc;
 }
 
-void sbx_runner_cancel_all(struct sbx_runner *r)
+void sbx_runner_cancel_all(struct sbx_runner *rn)
 {
-	if (!r)
-		return;
-	pthread_mutex_lock(&r->mu);
-	for (struct job *j = r->all; j; j = j->next_all)
-		j->cancel_req = true;
-	r->cancel_dirty = true;
-	pthread_mutex_unlock(&r->mu);
-	wake(r);
+	for (size_t i = 0; rn && i < rn->n; i++)
+		lane_cancel_all(&rn->lanes[i], false);
 }
 
-size_t sbx_runner_active(struct sbx_runner *r)
+size_t sbx_runner_active(struct sbx_runner *rn)
 {
-	size_t n;
+	size_t n = 0;
 
-	if (!r)
-		return 0;
-	pthread_mutex_lock(&r->mu);
-	n = r->active;
-	pthread_mutex_unlock(&r->mu);
+	for (size_t i = 0; rn && i < rn->n; i++)
+		n += rn->lanes[i].active;
 	return n;
+}
+
+size_t sbx_runner_threads(const struct sbx_runner *rn)
+{
+	return rn ? rn->n : 0;
+}
+
+int sbx_runner_thread_stats(struct sbx_runner *rn, size_t i, struct sbx_runner_thread_stats *st)
+{
+	struct lane *r;
+
+	if (!rn || !st || i >= rn->n)
+		return -EINVAL;
+	r = &rn->lanes[i];
+	st->busy_ms = lane_busy_ms(r, &st->step);
+	st->jobs = r->active;
+	st->queued = r->queued;
+	st->spawns = r->spawns;
+	st->spawn_ns = r->spawn_ns;
+	return 0;
+}
+
+void sbx_runner_spawn_overlap(struct sbx_runner *rn, uint64_t *counts, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		counts[k] = 0;
+	for (size_t k = 0; rn && n && k < SBX_RUNNER_MAX_THREADS; k++)
+		counts[k < n ? k : n - 1] += rn->overlap[k];
 }

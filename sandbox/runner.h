@@ -1,8 +1,16 @@
 #pragma once
-/* One long-lived thread owns every child process: it spawns through the
- * backend, waits on pipes, pidfds and one timer with epoll, feeds the
- * collectors, fires timeouts and idle timeouts, cancels, throttles
- * heartbeats and reports events through a callback. No HTTP here. */
+/* A few long-lived runner threads own the child processes. Each command
+ * belongs to the thread that spawned it for its whole life (bwrap's
+ * --die-with-parent is PR_SET_PDEATHSIG, which follows the spawning
+ * *thread*): that thread spawns it through the backend, waits on its
+ * pipes, pidfd and its timer with epoll, feeds the collectors, fires
+ * timeouts and idle timeouts, writes its stdin, cancels, reaps, throttles
+ * heartbeats and reports events through a callback. A submission goes to
+ * the least-loaded thread (fewest commands waiting to start, then fewest
+ * owned); the job handle names its thread, so cancel, kill, stdin and
+ * resize reach the owner without a shared table. A spawn blocks only its
+ * own thread (clone with CLONE_VFORK waits for the child's execve), so
+ * starts on different threads overlap. No HTTP here. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -82,24 +90,31 @@ struct sbx_event {
 	int64_t retry_after_s;
 };
 
-/* Called on the runner thread; must not block. After SBX_EV_EXIT the
+/* Called on the job's runner thread (jobs on different threads call
+ * concurrently; one job's events never overlap); must not block. After SBX_EV_EXIT the
  * runner forgets the job and never calls again for it. Submit only queues:
  * a job that cannot start is reported as SBX_EV_EXIT with result == NULL
  * and spawn_error set (negative errno, or -SBX_E_BACKEND); otherwise
  * spawn_error is 0. */
 typedef void (*sbx_event_cb)(void *ctx, const struct sbx_event *ev, int spawn_error);
 
-int sbx_runner_new(struct sbx_runner **out);
+#define SBX_RUNNER_MAX_THREADS 64
+
+/* threads: 1..SBX_RUNNER_MAX_THREADS (else -EINVAL), each started at
+ * once and named runner-<i>. */
+int sbx_runner_new(struct sbx_runner **out, size_t threads);
 /* Refuse new jobs (submit: -ESHUTDOWN), cancel every running job, wait
- * until each is reaped and reported, and stop the thread. Afterwards the
+ * until each is reaped and reported, and stop the threads. Afterwards the
  * runner stays valid memory: cancel answers -ESRCH. Idempotent. Never call
  * it from an event callback (it waits for the thread running it). */
 void sbx_runner_stop(struct sbx_runner *r);
 /* sbx_runner_stop, then free. */
 void sbx_runner_free(struct sbx_runner **r);
 
-/* Queue a job; the runner thread spawns it. The request is deep-copied.
- * *job receives a handle (never 0). cb/ctx receive every event. */
+/* Queue a job on the least-loaded thread, which spawns it. The request
+ * is deep-copied. *job receives a handle (never 0, increasing in the
+ * order of submission, below 2^63; its thread is handle % threads). It is
+ * also the spawn's seq. cb/ctx receive every event. */
 int sbx_runner_submit(struct sbx_runner *r, const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx,
 		      uint64_t *job);
 /* Ask a job to stop as a cancel (SIGTERM to the group, SIGKILL after the
@@ -122,15 +137,33 @@ int sbx_runner_stdin(struct sbx_runner *r, uint64_t job, const void *p, size_t n
 int sbx_runner_resize(struct sbx_runner *r, uint64_t job, unsigned short cols, unsigned short rows);
 /* Cancel every job (shutdown). */
 void sbx_runner_cancel_all(struct sbx_runner *r);
-/* The watchdog's view: how long the runner thread has been busy in its
- * current turn (0 while it waits in epoll, as an idle runner does), and
- * what it is doing (a static string, e.g. "spawning"). A turn never waits
- * on anything a tenant controls, so a long one is a defect: /readyz turns
- * 503 past a few seconds. Any thread may call it. */
+/* The watchdog's view of the worst thread: how long it has been busy in
+ * its current turn (0 while it waits in epoll, as an idle runner does),
+ * and what it is doing (a static string, e.g. "starting commands"). A turn
+ * never waits on anything a tenant controls, so a long one is a defect:
+ * /readyz turns 503 past a few seconds. Any thread may call it. */
 int64_t sbx_runner_busy_ms(struct sbx_runner *r, const char **step);
-/* sbx_runner_stop with a bound: -ETIMEDOUT when the thread has not ended
+/* sbx_runner_stop with a bound: -ETIMEDOUT when a thread has not ended
  * within timeout_ms (it is then left running; the caller exits the
  * process), else 0. */
 int sbx_runner_stop_within(struct sbx_runner *r, int64_t timeout_ms);
-/* Number of jobs running or queued. */
+/* Number of jobs running or queued, all threads. */
 size_t sbx_runner_active(struct sbx_runner *r);
+
+/* One thread's figures (any thread may ask; each is read atomically, the
+ * set is not a snapshot). */
+struct sbx_runner_thread_stats {
+	int64_t busy_ms;   /* as sbx_runner_busy_ms, this thread */
+	const char *step;  /* static */
+	size_t jobs;	   /* owned: queued or running */
+	size_t queued;	   /* submitted, not started yet (a start in progress included) */
+	uint64_t spawns;   /* sbx_backend_spawn calls made */
+	uint64_t spawn_ns; /* time inside them (CLONE_VFORK: until the child's execve) */
+};
+size_t sbx_runner_threads(const struct sbx_runner *r);
+/* -EINVAL when i >= sbx_runner_threads. */
+int sbx_runner_thread_stats(struct sbx_runner *r, size_t i, struct sbx_runner_thread_stats *st);
+/* How much starts overlapped: counts[k] = spawns that began while k other
+ * threads were inside a spawn (k < n; the last slot takes the rest). A
+ * count, not a time: it does not depend on the machine's load. */
+void sbx_runner_spawn_overlap(struct sbx_runner *r, uint64_t *counts, size_t n);

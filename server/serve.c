@@ -336,7 +336,12 @@ static int start_backend(struct server *s)
 		log_msg("error",
 			"openat2 is unavailable (kernel older than 5.6, or running under a tool that "
 			"does not know it): every file route will answer 503 and /readyz is unavailable");
-	int rc = sbx_runner_new(&s->runner);
+	/* Runner threads: one per core by default (a start blocks its thread
+	 * until the child's execve, so starts overlap across threads). */
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t nrun =
+	    s->cfg->runner_threads > 0 ? (size_t)s->cfg->runner_threads : (size_t)(ncpu > 0 ? ncpu : 1);
+	int rc = sbx_runner_new(&s->runner, nrun < SBX_RUNNER_MAX_THREADS ? nrun : SBX_RUNNER_MAX_THREADS);
 	if (rc < 0)
 		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", sbx_strerror(rc));
 	return rc;

@@ -686,7 +686,7 @@ static void test_runner_timeout_cancel(void **state)
 
 	need_net(f);
 	assert_int_equal(sbx_workspace_open(&ws, f->ws, &owner), 0);
-	assert_int_equal(sbx_runner_new(&r), 0);
+	assert_int_equal(sbx_runner_new(&r, 1), 0);
 	allow = xasprintf("127.0.0.1:%d", f->a.port);
 	for (int i = 0; i < 6; i++) {
 		/* the timeout counts from before the network's setup: ample, so

@@ -24,6 +24,10 @@
 
 #define MAX_HB 64
 
+/* Runner threads of the fixture's runner: every fixture test runs with
+ * one, then again with three (handles, routing and figures per thread). */
+static size_t g_threads = 1;
+
 struct rec {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -142,7 +146,7 @@ static int setup(void **state)
 		return -1;
 	if (sbx_backend_new(&f->backend, &cfg))
 		return -1;
-	if (sbx_runner_new(&f->runner))
+	if (sbx_runner_new(&f->runner, g_threads))
 		return -1;
 	*state = f;
 	return 0;
@@ -723,37 +727,50 @@ static void on_event_stall(void *ctx, const struct sbx_event *ev, int spawn_erro
 		;
 }
 
-static void test_watchdog(void **state)
+/* A runner of n threads with one of them stuck in a callback (st), the
+ * stuck job's handle in *job: the watchdog sees the turn, growing, with
+ * the step it is stuck in. */
+static struct sbx_runner *stuck_runner(struct fixture *f, size_t n, struct stall *st, uint64_t *job)
 {
-	struct fixture *f = *state;
 	struct sbx_runner *r = NULL;
-	struct stall st = {.entered = false};
 	struct sbx_exec_req req = base_req(f, "true");
 	const char *step = NULL;
-	uint64_t job;
 	int64_t busy = 0;
 
-	assert_int_equal(pipe(st.fds), 0);
-	assert_int_equal(sbx_runner_new(&r), 0);
+	assert_int_equal(pipe(st->fds), 0);
+	assert_int_equal(sbx_runner_new(&r, n), 0);
 	assert_int_equal(sbx_runner_busy_ms(r, &step), 0); /* idle is not stalled */
-	assert_int_equal(sbx_runner_submit(r, &req, on_event_stall, &st, &job), 0);
-	/* The stuck turn shows, growing, with the step it is stuck in. */
+	assert_int_equal(sbx_runner_submit(r, &req, on_event_stall, st, job), 0);
 	for (int i = 0; i < 1000 && busy < 300; i++) {
 		usleep(10000);
 		busy = sbx_runner_busy_ms(r, &step);
 	}
-	assert_true(st.entered);
+	assert_true(st->entered);
 	assert_true(busy >= 300);
 	assert_string_equal(step, "starting commands");
-	/* Stopping is bounded: the caller learns that the thread is stuck. */
-	assert_int_equal(sbx_runner_stop_within(r, 100), -ETIMEDOUT);
-	/* Let it go: it finishes, and the stop completes. */
-	assert_int_equal(write(st.fds[1], "x", 1), 1);
-	assert_int_equal(sbx_runner_stop_within(r, 60000), 0);
-	assert_int_equal(sbx_runner_busy_ms(r, NULL), 0);
-	sbx_runner_free(&r);
-	close(st.fds[0]);
-	close(st.fds[1]);
+	return r;
+}
+
+/* Stopping is bounded: the caller learns that a thread is stuck; let it
+ * go, and the stop completes. */
+static void stop_stuck(struct sbx_runner **r, struct stall *st)
+{
+	assert_int_equal(sbx_runner_stop_within(*r, 100), -ETIMEDOUT);
+	assert_int_equal(write(st->fds[1], "x", 1), 1);
+	assert_int_equal(sbx_runner_stop_within(*r, 60000), 0);
+	assert_int_equal(sbx_runner_busy_ms(*r, NULL), 0);
+	sbx_runner_free(r);
+	close(st->fds[0]);
+	close(st->fds[1]);
+}
+
+static void test_watchdog(void **state)
+{
+	struct stall st = {.entered = false};
+	uint64_t job;
+	struct sbx_runner *r = stuck_runner(*state, 1, &st, &job);
+
+	stop_stuck(&r, &st);
 }
 
 static void test_concurrent(void **state)
@@ -816,6 +833,218 @@ static void test_free_cancels_running(void **state)
 	rec_fini(&queued);
 }
 
+/* Wait (bounded) until stream 1's output events hold want. */
+static bool rec_wait_output(struct rec *r, const char *want, int seconds)
+{
+	for (int64_t until = mono_ms() + seconds * 1000; mono_ms() < until; usleep(10000)) {
+		pthread_mutex_lock(&r->mu);
+		bool seen = r->ev_out[1] && strstr(r->ev_out[1], want);
+		pthread_mutex_unlock(&r->mu);
+		if (seen)
+			return true;
+	}
+	return false;
+}
+
+static size_t jobs_on(struct sbx_runner *rn, size_t i)
+{
+	struct sbx_runner_thread_stats st;
+
+	assert_int_equal(sbx_runner_thread_stats(rn, i, &st), 0);
+	return st.jobs;
+}
+
+/* Two threads: two commands running at once land on different threads
+ * (least loaded), each thread owns its own; stdin, resize and cancel
+ * reach each through its handle; the figures add up. */
+static void test_threads_own_their_jobs(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_runner *rn = NULL;
+	struct sbx_exec_req req = base_req(f, "read l; echo got-$l; exec sleep 100");
+	struct rec a, b;
+	struct sbx_runner_thread_stats st;
+	uint64_t ov[SBX_RUNNER_MAX_THREADS], spawns = 0, sum = 0;
+
+	assert_int_equal(sbx_runner_new(&rn, 0), -EINVAL);
+	assert_int_equal(sbx_runner_new(&rn, SBX_RUNNER_MAX_THREADS + 1), -EINVAL);
+	assert_int_equal(sbx_runner_new(&rn, 2), 0);
+	assert_int_equal(sbx_runner_threads(rn), 2);
+	assert_int_equal(sbx_runner_thread_stats(rn, 2, &st), -EINVAL);
+	req.stdin_pipe = true;
+	req.want_output_events = true;
+	req.id = NULL;
+	rec_init(&a);
+	rec_init(&b);
+	assert_int_equal(sbx_runner_submit(rn, &req, on_event, &a, &a.job), 0);
+	assert_int_equal(sbx_runner_submit(rn, &req, on_event, &b, &b.job), 0);
+	assert_true(b.job > a.job);
+	assert_int_not_equal(a.job % 2, b.job % 2); /* the handle names the thread */
+	assert_true(rec_wait(&a, true, 10) && a.started);
+	assert_true(rec_wait(&b, true, 10) && b.started);
+	assert_int_equal(jobs_on(rn, a.job % 2), 1);
+	assert_int_equal(jobs_on(rn, b.job % 2), 1);
+	/* each command's stdin reaches it from this (another) thread */
+	assert_int_equal(sbx_runner_stdin(rn, b.job, "bee\n", 4, false, NULL), 0);
+	assert_int_equal(sbx_runner_stdin(rn, a.job, "ay\n", 3, false, NULL), 0);
+	assert_true(rec_wait_output(&a, "got-ay\n", 10));
+	assert_true(rec_wait_output(&b, "got-bee\n", 10));
+	assert_int_equal(sbx_runner_resize(rn, a.job, 80, 24), -ENOTTY); /* found, on its thread */
+	/* a handle no thread made, or of the other thread's numbering */
+	assert_int_equal(sbx_runner_cancel(rn, 0), -ESRCH);
+	assert_int_equal(sbx_runner_cancel(rn, a.job + 2 * 1000), -ESRCH);
+	assert_int_equal(sbx_runner_cancel(rn, b.job), 0);
+	assert_int_equal(sbx_runner_cancel(rn, a.job), 0);
+	assert_true(rec_wait(&a, false, 10) && rec_wait(&b, false, 10));
+	assert_true(a.res.cancelled && b.res.cancelled);
+	assert_int_equal(a.res.exit_code, 128 + SIGTERM);
+	assert_int_equal(b.res.exit_code, 128 + SIGTERM);
+	assert_int_equal(sbx_runner_active(rn), 0);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(sbx_runner_thread_stats(rn, i, &st), 0);
+		assert_int_equal(st.jobs, 0);
+		assert_int_equal(st.queued, 0);
+		assert_int_equal(st.spawns, 1);
+		assert_true(st.spawn_ns > 0);
+		spawns += st.spawns;
+	}
+	sbx_runner_spawn_overlap(rn, ov, SBX_RUNNER_MAX_THREADS);
+	for (size_t k = 0; k < SBX_RUNNER_MAX_THREADS; k++)
+		sum += ov[k];
+	assert_int_equal(sum, spawns);
+	sbx_runner_free(&rn);
+	rec_fini(&a);
+	rec_fini(&b);
+}
+
+/* Timeouts and idle timeouts fire on every thread, for every command. */
+static void test_timeouts_on_every_thread(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_runner *rn = NULL;
+	struct rec rs[6];
+	bool on[3] = {false, false, false};
+
+	assert_int_equal(sbx_runner_new(&rn, 3), 0);
+	for (int i = 0; i < 6; i++) {
+		struct sbx_exec_req req = base_req(f, "exec sleep 100");
+
+		req.id = NULL;
+		if (i % 2)
+			req.idle_timeout_ms = 300;
+		else
+			req.timeout_ms = 300;
+		rec_init(&rs[i]);
+		assert_int_equal(sbx_runner_submit(rn, &req, on_event, &rs[i], &rs[i].job), 0);
+		on[rs[i].job % 3] = true;
+	}
+	assert_true(on[0] && on[1] && on[2]);
+	for (int i = 0; i < 6; i++) {
+		assert_true(rec_wait(&rs[i], false, 20));
+		assert_true(rs[i].res.timed_out);
+		assert_int_equal(rs[i].res.idle, i % 2 == 1);
+		assert_int_equal(rs[i].res.exit_code, 124);
+		rec_fini(&rs[i]);
+	}
+	sbx_runner_free(&rn);
+}
+
+/* One thread stuck: the watchdog names it, the other thread still starts
+ * and ends commands, and stopping is bounded. */
+static void test_watchdog_one_of_two(void **state)
+{
+	struct fixture *f = *state;
+	struct stall st = {.entered = false};
+	struct sbx_exec_req req = base_req(f, "echo other");
+	struct sbx_runner_thread_stats ts;
+	uint64_t stuck;
+	struct rec r;
+	struct sbx_runner *rn = stuck_runner(f, 2, &st, &stuck);
+
+	assert_int_equal(sbx_runner_thread_stats(rn, stuck % 2, &ts), 0);
+	assert_true(ts.busy_ms >= 300);
+	assert_string_equal(ts.step, "starting commands");
+	assert_int_equal(sbx_runner_thread_stats(rn, (stuck + 1) % 2, &ts), 0);
+	assert_true(ts.busy_ms < 300);
+	/* the other thread takes the next command and finishes it */
+	rec_init(&r);
+	assert_int_equal(sbx_runner_submit(rn, &req, on_event, &r, &r.job), 0);
+	assert_int_not_equal(r.job % 2, stuck % 2);
+	assert_true(rec_wait(&r, false, 10));
+	assert_string_equal(r.res.stdout_text, "other\n");
+	rec_fini(&r);
+	stop_stuck(&rn, &st);
+}
+
+static void on_event_pid(void *ctx, const struct sbx_event *ev, int spawn_error)
+{
+	int fd = *(int *)ctx;
+
+	(void)spawn_error;
+	if (ev->kind == SBX_EV_START && write(fd, &ev->pid, sizeof(ev->pid)) != sizeof(ev->pid))
+		abort();
+}
+
+/* Whether pid is gone (or a zombie nobody has reaped yet). */
+static bool pid_dead(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *fp;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fp = fopen(path, "r");
+	if (!fp)
+		return true;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* A process whose runner has two threads, each owning a command, dies:
+ * both commands die with it (PR_SET_PDEATHSIG is set per spawning
+ * thread, and every thread goes with the process). */
+static void test_commands_die_with_process(void **state)
+{
+	struct fixture *f = *state;
+	int fds[2];
+	pid_t child, pids[2];
+
+	assert_int_equal(pipe(fds), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		struct sbx_runner *rn = NULL;
+		struct sbx_exec_req req = base_req(f, "exec sleep 1000");
+		uint64_t job[2];
+
+		close(fds[0]);
+		req.id = NULL;
+		if (sbx_runner_new(&rn, 2) < 0 ||
+		    sbx_runner_submit(rn, &req, on_event_pid, &fds[1], &job[0]) < 0 ||
+		    sbx_runner_submit(rn, &req, on_event_pid, &fds[1], &job[1]) < 0 ||
+		    job[0] % 2 == job[1] % 2)
+			_exit(2);
+		for (;;)
+			pause(); /* killed by the test */
+	}
+	close(fds[1]);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(read(fds[0], &pids[i], sizeof(pids[i])), sizeof(pids[i]));
+	close(fds[0]);
+	assert_false(pid_dead(pids[0]));
+	assert_false(pid_dead(pids[1]));
+	assert_int_equal(kill(child, SIGKILL), 0);
+	assert_int_equal(waitpid(child, NULL, 0), child);
+	for (int64_t until = mono_ms() + 10000; mono_ms() < until; usleep(20000))
+		if (pid_dead(pids[0]) && pid_dead(pids[1]))
+			break;
+	assert_true(pid_dead(pids[0]));
+	assert_true(pid_dead(pids[1]));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -840,6 +1069,16 @@ int main(void)
 	    UNIT_TEST_FX(test_watchdog),
 	    UNIT_TEST_FX(test_free_cancels_running),
 	};
+	const struct CMUnitTest threads[] = {
+	    UNIT_TEST_FX(test_threads_own_their_jobs),
+	    UNIT_TEST_FX(test_timeouts_on_every_thread),
+	    UNIT_TEST_FX(test_watchdog_one_of_two),
+	    UNIT_TEST_FX(test_commands_die_with_process),
+	};
+	int failed = cmocka_run_group_tests_name("runner, one thread", tests, NULL, NULL);
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	g_threads = 3;
+	failed += cmocka_run_group_tests_name("runner, three threads", tests, NULL, NULL);
+	failed += cmocka_run_group_tests_name("runner threads", threads, NULL, NULL);
+	return failed;
 }
