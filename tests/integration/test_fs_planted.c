@@ -88,6 +88,17 @@ static void reads_refused(const char *rel, long status, const char *code)
 	}
 }
 
+/* GET /fs/read?path=rel answers 200 with exactly want. */
+static void read_is(const char *rel, const char *want)
+{
+	struct it_resp r;
+	get("read", rel, &r);
+	it_expect_status(&r, 200);
+	assert_int_equal(r.len, strlen(want));
+	assert_memory_equal(r.body ? r.body : "", want, r.len);
+	it_resp_free(&r);
+}
+
 /* The server still serves: another tenant's read and a fresh file of acme. */
 static void still_served(void)
 {
@@ -235,12 +246,7 @@ static void test_fifo_many_readers(void **state)
 	memset(rd, 0, sizeof rd);
 	for (int i = 0; i < N; i++)
 		pthread_create(&rd[i].th, NULL, fifo_reader_main, &rd[i]);
-	struct it_resp r;
-	get("read", "r4", &r);
-	it_expect_status(&r, 200);
-	assert_int_equal(r.len, 7);
-	assert_memory_equal(r.body, "regular", 7);
-	it_resp_free(&r);
+	read_is("r4", "regular");
 	for (int i = 0; i < N; i++) {
 		pthread_join(rd[i].th, NULL);
 		assert_int_equal(rd[i].refused, 5);
@@ -284,11 +290,7 @@ static void test_devices_from_a_command(void **state)
 	 * namespace: the server sees the empty file. */
 	host_lstat("bound", &st);
 	assert_true(S_ISREG(st.st_mode));
-	struct it_resp r;
-	get("read", "bound", &r);
-	it_expect_status(&r, 200);
-	assert_int_equal(r.len, 0);
-	it_resp_free(&r);
+	read_is("bound", "");
 	char *w = xasprintf("%s/w", sess);
 	if (lstat(w, &st) == 0) {
 		assert_true(S_ISCHR(st.st_mode));
@@ -343,12 +345,7 @@ static void test_links(void **state)
 	reads_refused("lp", 403, "forbidden");
 	reads_refused("dangling", 404, "not_found");
 	reads_refused("loop", 400, "bad_request");
-	struct it_resp r;
-	get("read", "llt", &r);
-	it_expect_status(&r, 200);
-	assert_int_equal(r.len, 6);
-	assert_memory_equal(r.body, "inside", 6);
-	it_resp_free(&r);
+	read_is("llt", "inside");
 	still_served();
 }
 
