@@ -16,6 +16,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "auth/cache.h"
 #include "common/xmalloc.h"
 
 #define DEFAULT_MAX_TOKEN_BYTES 8192
@@ -368,13 +369,29 @@ static int check_aud(const json_t *aud, const char *want, const char **why)
 	return 0;
 }
 
-static int check_claims(const json_t *pl, const struct auth_config *cfg, int64_t leeway, int64_t now,
-			int64_t *exp, const char **why)
+/* exp and nbf of an accepted token against now (again at every use of a
+ * remembered one). */
+static int check_times(const struct auth_verified *v, int64_t leeway, int64_t now, const char **why)
 {
-	int64_t v = 0;
+	if (beyond(now, v->exp, leeway)) {
+		*why = "expired";
+		return -EACCES;
+	}
+	if (v->has_nbf && beyond(v->nbf, now, leeway)) {
+		*why = "not yet valid";
+		return -EACCES;
+	}
+	return 0;
+}
+
+/* The time claims and aud, checked; exp and nbf into v. */
+static int check_claims(const json_t *pl, const struct auth_config *cfg, int64_t leeway, int64_t now,
+			struct auth_verified *v, const char **why)
+{
+	int64_t iat = 0;
 	int rc;
 
-	rc = int_claim(pl, "exp", exp);
+	rc = int_claim(pl, "exp", &v->exp);
 	if (rc == -ENOENT) {
 		*why = "missing exp";
 		return -EACCES;
@@ -383,20 +400,15 @@ static int check_claims(const json_t *pl, const struct auth_config *cfg, int64_t
 		*why = "bad exp";
 		return -EACCES;
 	}
-	if (beyond(now, *exp, leeway)) {
-		*why = "expired";
-		return -EACCES;
-	}
-	rc = int_claim(pl, "nbf", &v);
-	if (rc == -EINVAL) {
+	rc = int_claim(pl, "nbf", &v->nbf);
+	if (rc == -EINVAL && !beyond(now, v->exp, leeway)) {
 		*why = "bad nbf";
 		return -EACCES;
 	}
-	if (rc == 0 && beyond(v, now, leeway)) {
-		*why = "not yet valid";
+	v->has_nbf = rc == 0;
+	if (check_times(v, leeway, now, why) < 0)
 		return -EACCES;
-	}
-	if (int_claim(pl, "iat", &v) == -EINVAL) {
+	if (int_claim(pl, "iat", &iat) == -EINVAL) {
 		*why = "bad iat";
 		return -EACCES;
 	}
@@ -423,6 +435,136 @@ static int sub_claim(const json_t *j, char out[AUTH_SUB_MAX])
 	return 0;
 }
 
+/* The tenant claim into out. */
+static int tenant_claim(const json_t *pl, char out[AUTH_TENANT_MAX], const char **why)
+{
+	const json_t *j = json_object_get(pl, "tenant");
+	if (!json_is_string(j) || !tenant_name_ok(json_string_value(j), json_string_length(j))) {
+		*why = "bad tenant";
+		return -EACCES;
+	}
+	size_t n = json_string_length(j);
+	memcpy(out, json_string_value(j), n);
+	out[n] = '\0';
+	return 0;
+}
+
+/* The tenant's key: 0, -EACCES for an unknown tenant, or the look-up's
+ * failure passed on (the store is down: 503 rather than 401). */
+static int find_key(auth_key_lookup lookup, void *ctx, const char *tenant, struct auth_key *key,
+		    const char **why)
+{
+	int rc = lookup(ctx, tenant, key);
+	if (rc < 0 && rc != -ENOENT) {
+		*why = "key lookup failed";
+		return rc;
+	}
+	if (rc != 0) {
+		*why = "unknown tenant";
+		return -EACCES;
+	}
+	return 0;
+}
+
+/* The key fits the header, and the signature verifies with it. */
+static int check_signature(const char *token, size_t len, const struct parts *p, const json_t *hdr,
+			   const struct auth_key *key, const char **why)
+{
+	if (!auth_alg_name(key->alg)) {
+		*why = "bad key";
+		return -EACCES;
+	}
+	/* Never verify with an empty key: libjwt treats it as "no check". */
+	if (!key->key || key->key_len == 0 || key->key_len > INT_MAX) {
+		*why = "no key";
+		return -EACCES;
+	}
+	if (check_header(hdr, key->alg, why) < 0)
+		return -EACCES;
+	if ((key->alg == AUTH_ALG_ES256 && check_es256_shape(p) < 0) ||
+	    (key->alg == AUTH_ALG_HS256 ? verify_hs256(token, p, key) < 0
+					: verify_pem(token, len, key) < 0)) {
+		*why = "bad signature";
+		return -EACCES;
+	}
+	return 0;
+}
+
+/* One verification under way: the tenant's key, once looked up (the
+ * look-up takes a reference for the caller's request: at most once). */
+struct attempt {
+	struct auth_key key;
+	bool have_key;
+	struct auth_verified v;
+};
+
+/* Everything checked from the token's bytes (the key looked up unless
+ * a->have_key): 0 and a->v, -EACCES (why), or a look-up failure. */
+static int verify_full(const char *token, size_t len, const struct auth_config *cfg, int64_t leeway,
+		       int64_t now, auth_key_lookup lookup, void *ctx, struct attempt *a, const char **why)
+{
+	char known[AUTH_TENANT_MAX];
+	json_t *hdr = NULL, *pl = NULL;
+	struct parts p;
+	int rc = -EACCES;
+
+	memcpy(known, a->v.tenant, sizeof known);
+	*why = "malformed";
+	if (split_token(token, len, &p) < 0)
+		goto out;
+	hdr = decode_json_part(p.hdr, p.hdr_len);
+	pl = decode_json_part(p.pl, p.pl_len);
+	if (!hdr || !pl || !b64url_valid(p.sig, p.sig_len))
+		goto out;
+	if ((rc = tenant_claim(pl, a->v.tenant, why)) < 0)
+		goto out;
+	if (a->have_key && strcmp(known, a->v.tenant) != 0) { /* never: the same bytes */
+		*why = "bad tenant";
+		rc = -EACCES;
+		goto out;
+	}
+	if (!a->have_key && (rc = find_key(lookup, ctx, a->v.tenant, &a->key, why)) < 0)
+		goto out;
+	a->have_key = true;
+	if ((rc = check_signature(token, len, &p, hdr, &a->key, why)) < 0 ||
+	    (rc = check_claims(pl, cfg, leeway, now, &a->v, why)) < 0)
+		goto out;
+	rc = -EACCES;
+	const json_t *j = json_object_get(pl, "scope");
+	if (j && !json_is_string(j)) {
+		*why = "bad scope";
+		goto out;
+	}
+	a->v.scopes = j ? auth_scopes_parse(json_string_value(j)) : AUTH_SCOPE_DEFAULT;
+	if (sub_claim(json_object_get(pl, "sub"), a->v.sub) < 0) {
+		*why = "bad sub";
+		goto out;
+	}
+	rc = 0;
+out:
+	json_decref(hdr);
+	json_decref(pl);
+	return rc;
+}
+
+/* A token accepted before: 0 when it is still good (the tenant's key the
+ * same, exp and nbf holding), < 0 refused, 1 when it must be verified
+ * again (not remembered, or the key changed: a->key is the new one). */
+static int verify_cached(struct auth_cache *c, const char *token, size_t len, int64_t leeway, int64_t now,
+			 auth_key_lookup lookup, void *ctx, struct attempt *a, const char **why)
+{
+	struct auth_cache_ref ref;
+	if (!auth_cache_get(c, token, len, &a->v, &ref))
+		return 1;
+	int rc = find_key(lookup, ctx, a->v.tenant, &a->key, why);
+	if (rc < 0)
+		return rc;
+	a->have_key = true;
+	if (!auth_cache_key_is(c, &ref, &a->key))
+		return 1;
+	return check_times(&a->v, leeway, now, why);
+}
+
 /* Errors: -EACCES for a refused token; -EINVAL for a caller's mistake; a
  * lookup failure other than -ENOENT (the store is down) is passed on, so
  * the dispatcher can answer 503 rather than 401. A NULL cfg means all
@@ -432,15 +574,10 @@ int auth_verify(const char *token, size_t len, const struct auth_config *cfg, in
 {
 	size_t max = cfg && cfg->max_token_bytes ? cfg->max_token_bytes : DEFAULT_MAX_TOKEN_BYTES;
 	int64_t leeway = cfg && cfg->leeway_s >= 0 ? cfg->leeway_s : DEFAULT_LEEWAY_S;
+	struct auth_cache *cache =
+	    cfg && cfg->cache && auth_cache_serves(cfg->cache, cfg->audience) ? cfg->cache : NULL;
 	const char *reason = "malformed";
-	char tenant[AUTH_TENANT_MAX] = {0};
-	struct auth_key key = {0};
-	json_t *hdr = NULL, *pl = NULL;
-	const json_t *j;
-	struct parts p;
-	unsigned scopes;
-	int64_t exp = 0;
-	size_t n;
+	struct attempt a = {0};
 	int rc = -EACCES;
 
 	if (out)
@@ -454,85 +591,26 @@ int auth_verify(const char *token, size_t len, const struct auth_config *cfg, in
 		reason = "token too large";
 		goto out;
 	}
-	if (split_token(token, len, &p) < 0)
-		goto out;
-	hdr = decode_json_part(p.hdr, p.hdr_len);
-	pl = decode_json_part(p.pl, p.pl_len);
-	if (!hdr || !pl)
-		goto out;
-	if (!b64url_valid(p.sig, p.sig_len))
-		goto out;
-
-	j = json_object_get(pl, "tenant");
-	if (!json_is_string(j) || !tenant_name_ok(json_string_value(j), json_string_length(j))) {
-		reason = "bad tenant";
-		goto out;
+	rc = cache ? verify_cached(cache, token, len, leeway, now, lookup, lookup_ctx, &a, &reason) : 1;
+	if (rc == 1) {
+		rc = verify_full(token, len, cfg, leeway, now, lookup, lookup_ctx, &a, &reason);
+		if (rc == 0 && cache)
+			auth_cache_put(cache, token, len, &a.v, &a.key);
 	}
-	n = json_string_length(j);
-	memcpy(tenant, json_string_value(j), n);
-	tenant[n] = '\0';
-
-	rc = lookup(lookup_ctx, tenant, &key);
-	if (rc < 0 && rc != -ENOENT) {
-		reason = "key lookup failed";
+	if (rc < 0)
 		goto out;
-	}
-	if (rc != 0) {
-		reason = "unknown tenant";
-		rc = -EACCES;
-		goto out;
-	}
-	rc = -EACCES;
-	if (!auth_alg_name(key.alg)) {
-		reason = "bad key";
-		goto out;
-	}
-	/* Never verify with an empty key: libjwt treats it as "no check". */
-	if (!key.key || key.key_len == 0 || key.key_len > INT_MAX) {
-		reason = "no key";
-		goto out;
-	}
-	if (check_header(hdr, key.alg, &reason) < 0)
-		goto out;
-	if (key.alg == AUTH_ALG_ES256 && check_es256_shape(&p) < 0) {
-		reason = "bad signature";
-		goto out;
-	}
-	if (key.alg == AUTH_ALG_HS256 ? verify_hs256(token, &p, &key) < 0
-				      : verify_pem(token, len, &key) < 0) {
-		reason = "bad signature";
-		goto out;
-	}
-	if (check_claims(pl, cfg, leeway, now, &exp, &reason) < 0)
-		goto out;
-
-	j = json_object_get(pl, "scope");
-	if (!j) {
-		scopes = AUTH_SCOPE_DEFAULT;
-	} else if (json_is_string(j)) {
-		scopes = auth_scopes_parse(json_string_value(j));
-	} else {
-		reason = "bad scope";
-		goto out;
-	}
-	if (sub_claim(json_object_get(pl, "sub"), out->sub) < 0) {
-		reason = "bad sub";
-		goto out;
-	}
-	if ((scopes & AUTH_SCOPE_ADMIN) && !key.operator_tenant) {
-		scopes &= ~(unsigned)AUTH_SCOPE_ADMIN;
+	out->scopes = a.v.scopes;
+	if ((out->scopes & AUTH_SCOPE_ADMIN) && !a.key.operator_tenant) {
+		out->scopes &= ~(unsigned)AUTH_SCOPE_ADMIN;
 		out->admin_refused = true;
 	}
-	memcpy(out->tenant, tenant, sizeof tenant);
-	out->exp = exp;
-	out->scopes = scopes;
+	memcpy(out->tenant, a.v.tenant, sizeof out->tenant);
+	memcpy(out->sub, a.v.sub, sizeof out->sub);
+	out->exp = a.v.exp;
 	reason = NULL;
-	rc = 0;
 out:
 	if (rc < 0 && out)
 		memset(out, 0, sizeof *out);
-	json_decref(hdr);
-	json_decref(pl);
 	if (why)
 		*why = reason;
 	return rc;

@@ -38,10 +38,22 @@ struct auth_key {
  * verify call returns), or -ENOENT for an unknown tenant. */
 typedef int (*auth_key_lookup)(void *ctx, const char *tenant, struct auth_key *key);
 
+/* A memo of accepted tokens (auth/cache.c): a token seen before is not
+ * decoded, parsed and signature-checked again while its tenant's key is
+ * the same one; exp and nbf are checked at every use, the tenant is looked
+ * up as always (an unknown tenant is refused, its operator flag read
+ * anew). Made for one audience (NULL: none): auth_verify uses it only
+ * under that audience. Thread-safe; bounded (512 tokens of up to 4 KiB).
+ * auth_cache_free wipes the tokens and keys it holds and accepts NULL. */
+struct auth_cache;
+void auth_cache_new(struct auth_cache **out, const char *audience);
+void auth_cache_free(struct auth_cache **c);
+
 struct auth_config {
-	const char *audience;	/* required aud when non-NULL */
-	int64_t leeway_s;	/* applies to exp and nbf; default 30 */
-	size_t max_token_bytes; /* default 8192 */
+	const char *audience;	  /* required aud when non-NULL */
+	int64_t leeway_s;	  /* applies to exp and nbf; default 30 */
+	size_t max_token_bytes;	  /* default 8192 */
+	struct auth_cache *cache; /* optional: remembered tokens (see above) */
 };
 
 #define AUTH_TENANT_MAX 64

@@ -1,5 +1,6 @@
 #include "common/utf8.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "common/xmalloc.h"
@@ -129,6 +130,17 @@ bool utf8_valid(const char *p, size_t n)
 	while (i < n) {
 		size_t k, sub;
 
+		/* ASCII eight bytes at a time (most text is): a byte >= 0x80
+		 * has its top bit set. */
+		while (i + 8 <= n) {
+			uint64_t w;
+			memcpy(&w, s + i, 8);
+			if (w & 0x8080808080808080ULL)
+				break;
+			i += 8;
+		}
+		if (i >= n)
+			break;
 		if (s[i] < 0x80) {
 			i++;
 			continue;

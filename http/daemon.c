@@ -272,6 +272,7 @@ int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err,
 		return rc;
 	struct http_daemon *h = xcalloc(1, sizeof *h);
 	h->env = env;
+	auth_cache_new(&env->auth_cache, cfg->audience);
 	unsigned flags =
 	    MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 	if (ss.ss_family == AF_INET6)
@@ -322,6 +323,7 @@ int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err,
 	*out = h;
 	return 0;
 fail:
+	auth_cache_free(&env->auth_cache);
 	free(h->cert);
 	free(h->key);
 	free(h);
@@ -346,6 +348,7 @@ void http_daemon_stop(struct http_daemon **hp)
 		return;
 	if (h->d)
 		MHD_stop_daemon(h->d);
+	auth_cache_free(&h->env->auth_cache);
 	free(h->cert);
 	free(h->key);
 	free(h);

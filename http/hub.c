@@ -65,7 +65,8 @@ struct sub {
 	int64_t last_write_ms;
 	int64_t watch;
 	uint64_t cancel_handle; /* a runner job to cancel when the client hangs up */
-	struct sub *next;
+	struct sub *next;	/* every subscriber (hub->subs) */
+	struct sub *gnext;	/* its group: its channel's (chan->subs) or the feeds' (hub->feed_subs) */
 };
 
 /* A bounded replay buffer of formatted events, oldest first, ids rising. */
@@ -86,6 +87,10 @@ struct http_hub_channel {
 	/* Subscribers that asked for output (changed under the hub lock; read
 	 * without it by the runner, which formats no chunk while it is 0). */
 	atomic_int output_subs;
+	/* Its subscribers: an event of this exec visits them only, not every
+	 * stream of the server (a thousand watchers of other execs must not
+	 * cost each exec's start and exit a walk of a thousand). */
+	struct sub *subs;
 	struct http_hub_channel *next;
 };
 
@@ -108,7 +113,8 @@ struct http_hub {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct http_hub_channel *channels;
-	struct sub *subs;
+	struct sub *subs;      /* all, for keepalives and shutdown */
+	struct sub *feed_subs; /* the tenant feeds' (GET /events) */
 	struct tenant_feed *feeds;
 	size_t feed_replay;  /* events kept per tenant */
 	int64_t id_base;     /* first id of every feed in this run */
@@ -304,7 +310,13 @@ static void sub_unlink(struct http_hub *h, struct sub *s)
 	for (struct sub **p = &h->subs; *p; p = &(*p)->next)
 		if (*p == s) {
 			*p = s->next;
-			return;
+			break;
+		}
+	struct sub **g = s->chan ? &s->chan->subs : s->feed ? &h->feed_subs : NULL;
+	for (; g && *g; g = &(*g)->gnext)
+		if (*g == s) {
+			*g = s->gnext;
+			break;
 		}
 }
 
@@ -619,9 +631,7 @@ static void publish_feed(struct http_hub *h, const char *tenant, const char *eve
 	struct msg *ma = msg_event(h->all_next_id++, event, data, kind);
 	ring_add(&f->ring, mt);
 	ring_add(&h->all, ma);
-	for (struct sub *s = h->subs; s; s = s->next) {
-		if (!s->feed)
-			continue;
+	for (struct sub *s = h->feed_subs; s; s = s->gnext) {
 		if (!*s->tenant)
 			enqueue(s, ma);
 		else if (strcmp(s->tenant, tenant) == 0)
@@ -638,9 +648,8 @@ static struct msg *publish(struct http_hub *h, struct http_hub_channel *c, const
 {
 	struct msg *m = msg_event(++c->seq, event, data, kind);
 	ring_add(&c->ring, m);
-	for (struct sub *s = h->subs; s; s = s->next)
-		if (s->chan == c)
-			enqueue(s, m);
+	for (struct sub *s = c->subs; s; s = s->gnext)
+		enqueue(s, m);
 	msg_put(m); /* the ring keeps it */
 	if (feed_data)
 		publish_feed(h, c->tenant, event, kind, feed_data);
@@ -719,8 +728,8 @@ void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int
 	pthread_mutex_lock(&h->mu);
 	/* Format the chunk only when an owner has room for it. */
 	bool wanted = false;
-	for (struct sub *s = h->subs; s; s = s->next)
-		if (s->chan == c && s->output && !s->closing && !s->dead) {
+	for (struct sub *s = c->subs; s; s = s->gnext)
+		if (s->output && !s->closing && !s->dead) {
 			if (s->qbytes < s->qmax)
 				wanted = true;
 			else
@@ -733,8 +742,8 @@ void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int
 		json_t *d =
 		    json_pack("{s:s, s:s%}", "stream", stream == 2 ? "stderr" : "stdout", "data", text, len);
 		struct msg *m = msg_event(++c->seq, "output", d, MSG_OUTPUT);
-		for (struct sub *s = h->subs; s; s = s->next)
-			if (s->chan == c && s->output)
+		for (struct sub *s = c->subs; s; s = s->gnext)
+			if (s->output)
 				enqueue(s, m);
 		msg_put(m);
 		json_decref(d);
@@ -753,8 +762,8 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
 		/* The owner's request (POST /exec with stream: true) is audited
 		 * with the exit code, like any other exec. */
 		json_t *code = json_object_get(result, "exit_code");
-		for (struct sub *s = h->subs; s; s = s->next)
-			if (s->chan == c && s->cancel_handle && !s->req_gone && json_is_integer(code)) {
+		for (struct sub *s = c->subs; s; s = s->gnext)
+			if (s->cancel_handle && !s->req_gone && json_is_integer(code)) {
 				s->r->has_exit_code = true;
 				s->r->exit_code = (int)json_integer_value(code);
 			}
@@ -763,9 +772,8 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
 		publish(h, c, "exec_error", MSG_FINAL, error, NULL);
 	}
 	c->ended = true;
-	for (struct sub *s = h->subs; s; s = s->next)
-		if (s->chan == c)
-			end_stream(s);
+	for (struct sub *s = c->subs; s; s = s->gnext)
+		end_stream(s);
 	/* Out of the live list: late subscribers read the store. */
 	for (struct http_hub_channel **p = &h->channels; *p; p = &(*p)->next)
 		if (*p == c) {
@@ -793,6 +801,8 @@ int http_hub_subscribe_exec(struct http_hub *h, struct http_req *r, const char *
 	}
 	struct sub *s = sub_new_locked(h, r, output);
 	s->chan = c;
+	s->gnext = c->subs;
+	c->subs = s;
 	c->refs++;
 	if (output)
 		atomic_fetch_add(&c->output_subs, 1);
@@ -819,6 +829,8 @@ int http_hub_subscribe_feed(struct http_hub *h, struct http_req *r, const char *
 	pthread_mutex_lock(&h->mu);
 	struct sub *s = sub_new_locked(h, r, false);
 	s->feed = true;
+	s->gnext = h->feed_subs;
+	h->feed_subs = s;
 	snprintf(s->tenant, sizeof s->tenant, "%s", tenant ? tenant : "");
 	if (last_id > 0) {
 		if (tenant) {

@@ -75,7 +75,8 @@ struct http_env {
 	struct http_audit_gate *audit_gate;
 	struct http_pool *pool; /* runs RF_POOL handlers; NULL: they run inline */
 	struct http_hooks hooks;
-	struct app *app; /* handed to handlers as r->app; opaque here */
+	struct app *app;	       /* handed to handlers as r->app; opaque here */
+	struct auth_cache *auth_cache; /* tokens verified before; made and freed by http_daemon_start/stop */
 };
 
 /* server/http.c entry points. */

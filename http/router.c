@@ -86,8 +86,10 @@ static int authenticate(struct http_req *r)
 		return http_fail(r, -SBX_E_UNAUTHORIZED, "missing bearer token");
 
 	const struct sbx_config *cfg = r->env->cfg;
-	struct auth_config ac = {
-	    .audience = cfg->audience, .leeway_s = cfg->leeway_s, .max_token_bytes = 8192};
+	struct auth_config ac = {.audience = cfg->audience,
+				 .leeway_s = cfg->leeway_s,
+				 .max_token_bytes = 8192,
+				 .cache = r->env->auth_cache};
 	const char *why = NULL;
 	int rc = auth_verify(token, strlen(token), &ac, now_ms() / 1000, key_lookup, r, &r->claims, &why);
 	if (rc < 0) {

@@ -24,7 +24,6 @@
 #define TMP_LEAF_MAX (SBX_NAME_MAX - TMP_PREFIX_LEN - 1 - TMP_RAND_HEX)
 /* Deepest directory nesting a recursive walk descends (one fd per level). */
 #define WALK_DEPTH_MAX 256
-#define REOPEN_RETRIES 4
 
 const char *sbx_ftype_name(enum sbx_ftype t)
 {
@@ -192,68 +191,45 @@ out:
 	return r;
 }
 
-/* One attempt: O_PATH open and fstat (never opens a FIFO or device), then
- * the real open, which must be the same regular file. 1 = swapped, retry. */
-static int open_read_once(const struct sbx_workspace *ws, const char *rel, int *fdp, uint64_t *size)
+/* One open, then the type of what was opened: the fd read is the object
+ * checked, so nothing can be swapped in between. Every open beneath the
+ * workspace is O_NONBLOCK|O_NOCTTY (sbx_ws_openat), so a FIFO opens at
+ * once without waiting for a writer (and is closed unread: its bytes stay
+ * for the tenant's own reader), a socket fails with ENXIO, a directory
+ * opens and is refused here. Devices: a command in the sandbox can make
+ * only the whiteout (0:0), which no driver opens (ENXIO); a device with a
+ * driver behind it can only be put in a workspace by someone who could
+ * open it directly (root on the host, or a command of the unisolated local
+ * backend), so opening it here gives nobody anything new, and workspaces
+ * on a tenant's disk image are mounted nodev anyway (EACCES). This is what
+ * nginx does too (open O_NONBLOCK, then fstat); it replaced an O_PATH
+ * look-up and fstat before the open, three system calls a read (issue 15;
+ * tests/integration/test_fs_planted.c plants each kind). */
+int sbx_fs_open_read(const struct sbx_workspace *ws, const char *rel, int *fdp, uint64_t *size)
 {
-	struct stat pst, st;
-	int pfd = -1, fd = -1, r;
+	struct stat st;
+	int fd, r;
 
-	pfd = sbx_ws_openat(ws, rel, O_PATH, 0);
-	if (pfd < 0)
-		return pfd;
-	if (fstat(pfd, &pst) < 0) {
-		r = -errno;
-		goto out;
-	}
-	if (S_ISDIR(pst.st_mode)) {
-		r = -EISDIR;
-		goto out;
-	}
-	if (!S_ISREG(pst.st_mode)) {
-		r = -SBX_E_SPECIAL;
-		goto out;
-	}
-	/* Non-blocking (as every workspace open): should a FIFO have been
-	 * swapped in, the open does not wait for a writer; the fstat below
-	 * then refuses it. */
 	fd = sbx_ws_openat(ws, rel, O_RDONLY, 0);
-	if (fd < 0) {
-		r = fd;
-		goto out;
-	}
+	if (fd == -ENXIO || fd == -ENODEV)
+		return -SBX_E_SPECIAL;
+	if (fd < 0)
+		return fd;
 	if (fstat(fd, &st) < 0) {
 		r = -errno;
-		goto out;
+		goto fail;
 	}
 	if (!S_ISREG(st.st_mode)) {
 		r = S_ISDIR(st.st_mode) ? -EISDIR : -SBX_E_SPECIAL;
-		goto out;
-	}
-	if (!same_inode(&st, &pst)) {
-		r = 1;
-		goto out;
+		goto fail;
 	}
 	/* O_NONBLOCK stays: it means nothing for a regular file. */
 	*fdp = fd;
 	*size = (uint64_t)st.st_size;
-	fd = -1;
-	r = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	close(pfd);
+	return 0;
+fail:
+	close(fd);
 	return r;
-}
-
-int sbx_fs_open_read(const struct sbx_workspace *ws, const char *rel, int *fd, uint64_t *size)
-{
-	for (int i = 0; i < REOPEN_RETRIES; i++) {
-		int r = open_read_once(ws, rel, fd, size);
-		if (r <= 0)
-			return r;
-	}
-	return -EAGAIN;
 }
 
 static int cmp_dirents(const void *a, const void *b)
@@ -634,7 +610,13 @@ int sbx_fs_read_all(const struct sbx_workspace *ws, const char *rel, size_t max,
 		r = -EFBIG;
 		goto out;
 	}
-	/* One read of the size found, and one more byte to see it grow. */
+	/* One read of the size found and one byte more. Coming back short of
+	 * that byte with exactly the size fstat gave, the read met the end of
+	 * the file: no second read to confirm it. A file that grew meanwhile
+	 * fills the extra byte, and is read on to its new end (up to max); one
+	 * that shrank comes back shorter and is read until a read gives 0. So
+	 * the answer is the file as it was at some instant of the read, and
+	 * its Content-Length (the buffer's) is always the bytes sent. */
 	cap = (size_t)found + 1;
 	p = xmalloc(cap + 1);
 	for (;;) {
@@ -649,6 +631,8 @@ int sbx_fs_read_all(const struct sbx_workspace *ws, const char *rel, size_t max,
 		if (n == 0)
 			break;
 		got += (size_t)n;
+		if (got == found && got < cap)
+			break;
 		if (got == cap) {
 			if (got > max) {
 				r = -EFBIG;

@@ -27,9 +27,10 @@ struct sbx_stat {
  * followed false). Errors: -ENOENT, -EXDEV (a parent escapes), ... */
 int sbx_fs_stat(const struct sbx_workspace *ws, const char *rel, struct sbx_stat *out);
 
-/* Open a regular file for reading (O_RDONLY|O_CLOEXEC) into *fd, its size in
- * *size. Never opens a FIFO, socket or device (checked through an O_PATH fd
- * first): -SBX_E_SPECIAL. Directory: -EISDIR. -ENOENT, -EXDEV. */
+/* Open a regular file for reading (O_RDONLY|O_NONBLOCK|O_CLOEXEC) into *fd,
+ * its size in *size. Anything else is refused after one non-blocking open
+ * (never waited on, never read): a FIFO, socket or device -SBX_E_SPECIAL, a
+ * directory -EISDIR. -ENOENT, -EXDEV, -ELOOP; in no-wait mode -EAGAIN. */
 int sbx_fs_open_read(const struct sbx_workspace *ws, const char *rel, int *fd, uint64_t *size);
 
 struct sbx_dirent {

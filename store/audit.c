@@ -109,27 +109,89 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 	return 0;
 }
 
-static int bind_rec(sqlite3_stmt *st, const struct store_audit *a)
+#define AUDIT_COLS 15
+/* Records per multi-row INSERT: one statement for AUDIT_ROWS records costs
+ * a third less per row than one each (the statement's setup, halt and
+ * reset are per statement). A group holding a bad record is written again
+ * one record at a time, so that record fails alone. */
+#define AUDIT_ROWS 16
+#define AUDIT_INSERT                                                                                         \
+	"INSERT INTO audit (at, tenant, session, request_id, method, route, target, status, outcome, "       \
+	"exit_code, bytes_in, bytes_out, duration_ms, client, sub) VALUES "
+#define AUDIT_VALUES "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+static char insert_many_sql[sizeof AUDIT_INSERT + AUDIT_ROWS * sizeof AUDIT_VALUES];
+
+static void build_insert_many(void)
+{
+	size_t o = (size_t)snprintf(insert_many_sql, sizeof insert_many_sql, "%s", AUDIT_INSERT);
+	for (int i = 0; i < AUDIT_ROWS; i++)
+		o += (size_t)snprintf(insert_many_sql + o, sizeof insert_many_sql - o, "%s" AUDIT_VALUES,
+				      i ? "," : "");
+}
+
+/* Text and blobs bound SQLITE_STATIC: the records stay until their batch
+ * is written, and every statement's bindings are cleared before they go. */
+static int bind_str(sqlite3_stmt *st, int i, const char *str)
+{
+	return str ? sqlite3_bind_text(st, i, str, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
+}
+
+/* a as the values base+1 .. base+AUDIT_COLS of st. */
+static int bind_rec(sqlite3_stmt *st, int base, const struct store_audit *a)
 {
 	int rc = SQLITE_OK;
 
-	rc |= sqlite3_bind_int64(st, 1, a->at);
-	rc |= store_bind_text(st, 2, a->tenant);
-	rc |= store_bind_blob(st, 3, a->session, a->session_len);
-	rc |= store_bind_text(st, 4, a->request_id);
-	rc |= store_bind_text(st, 5, a->method);
-	rc |= store_bind_text(st, 6, a->route);
-	rc |= store_bind_text(st, 7, a->target);
-	rc |= sqlite3_bind_int(st, 8, a->status);
-	rc |= store_bind_text(st, 9, a->outcome);
+	rc |= sqlite3_bind_int64(st, base + 1, a->at);
+	rc |= bind_str(st, base + 2, a->tenant);
+	if (a->session)
+		rc |= sqlite3_bind_blob64(st, base + 3, a->session, a->session_len, SQLITE_STATIC);
+	rc |= bind_str(st, base + 4, a->request_id);
+	rc |= bind_str(st, base + 5, a->method);
+	rc |= bind_str(st, base + 6, a->route);
+	rc |= bind_str(st, base + 7, a->target);
+	rc |= sqlite3_bind_int(st, base + 8, a->status);
+	rc |= bind_str(st, base + 9, a->outcome);
 	if (a->has_exit_code)
-		rc |= sqlite3_bind_int(st, 10, a->exit_code);
-	rc |= sqlite3_bind_int64(st, 11, a->bytes_in);
-	rc |= sqlite3_bind_int64(st, 12, a->bytes_out);
-	rc |= sqlite3_bind_double(st, 13, a->duration_ms);
-	rc |= store_bind_text(st, 14, a->client);
-	rc |= store_bind_text(st, 15, a->sub);
+		rc |= sqlite3_bind_int(st, base + 10, a->exit_code);
+	rc |= sqlite3_bind_int64(st, base + 11, a->bytes_in);
+	rc |= sqlite3_bind_int64(st, base + 12, a->bytes_out);
+	rc |= sqlite3_bind_double(st, base + 13, a->duration_ms);
+	rc |= bind_str(st, base + 14, a->client);
+	rc |= bind_str(st, base + 15, a->sub);
 	return rc == SQLITE_OK ? 0 : -SBX_E_STORE;
+}
+
+/* AUDIT_ROWS records in one statement: 0, or an error after which none
+ * of them is written (the statement is undone, the transaction goes on). */
+static int insert_many(struct store *s, struct audit_rec **b)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, build_insert_many);
+	sqlite3_stmt *st = store_stmt(s, ST_AUDIT_INSERT_MANY, insert_many_sql);
+	if (!st)
+		return -SBX_E_STORE;
+	for (int i = 0; i < AUDIT_ROWS; i++)
+		if (bind_rec(st, i * AUDIT_COLS, &b[i]->a) < 0)
+			return -SBX_E_STORE;
+	int r = store_step_done(st);
+	sqlite3_clear_bindings(st);
+	return r;
+}
+
+/* One record; a failure is noted for the store's health. */
+static int insert_one(struct store *s, struct audit_rec *rec)
+{
+	sqlite3_stmt *st = store_stmt(s, ST_AUDIT_INSERT, AUDIT_INSERT AUDIT_VALUES);
+	if (!st)
+		return -SBX_E_STORE;
+	int sr = 0, r = bind_rec(st, 0, &rec->a);
+	if (r == 0 && (sr = store_step_done(st)) != 0) {
+		store_note_write(s, sr);
+		r = sr;
+	}
+	sqlite3_clear_bindings(st);
+	return r;
 }
 
 /* Write one batch in one transaction. Returns the number of records not
@@ -138,7 +200,6 @@ static size_t write_batch(struct store *s, struct audit_rec **b, size_t n, uint6
 {
 	size_t failed = 0;
 	uint64_t worst = 0;
-	sqlite3_stmt *st;
 	int r;
 
 	pthread_mutex_lock(&s->lock);
@@ -147,25 +208,18 @@ static size_t write_batch(struct store *s, struct audit_rec **b, size_t n, uint6
 		store_note_write(s, r);
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		st = store_stmt(
-		    s, ST_AUDIT_INSERT,
-		    "INSERT INTO audit (at, tenant, session, request_id, method, route, target, status, "
-		    "outcome, exit_code, bytes_in, bytes_out, duration_ms, client, sub) "
-		    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
-		if (!st) {
-			r = -SBX_E_STORE;
-			goto out;
+	for (size_t i = 0; i < n;) {
+		if (n - i >= AUDIT_ROWS && insert_many(s, b + i) == 0) {
+			i += AUDIT_ROWS;
+			continue;
 		}
-		/* A bad record (e.g. an outcome outside the CHECK) fails alone:
-		 * SQLite rolls back that statement, not the transaction. */
-		int sr = 0;
-		if (bind_rec(st, &b[i]->a) || (sr = store_step_done(st))) {
-			if (sr)
-				store_note_write(s, sr);
-			failed++;
-			worst = b[i]->seq;
-		}
+		/* The tail, or a group that failed: one by one, so that a bad
+		 * record (e.g. an outcome outside the CHECK) fails alone. */
+		for (size_t end = n - i >= AUDIT_ROWS ? i + AUDIT_ROWS : n; i < end; i++)
+			if (insert_one(s, b[i]) < 0) {
+				failed++;
+				worst = b[i]->seq;
+			}
 	}
 	r = store_tx_commit(s);
 out:
@@ -193,6 +247,7 @@ static void *writer_main(void *arg)
 	struct audit_rec **b = NULL;
 	size_t bcap = 0;
 
+	pthread_setname_np(pthread_self(), "sbx-audit"); /* for top -H and perf */
 	pthread_mutex_lock(&s->alock);
 	for (;;) {
 		struct audit_rec **tq;

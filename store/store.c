@@ -474,8 +474,19 @@ static int open_conn(sqlite3 **out, const char *path, int flags, char *err, size
 	return 0;
 }
 
+/* SQLite's memory statistics take a global mutex around every malloc and
+ * free of every connection (the audit writer makes several per row);
+ * nothing here reads them. Must precede SQLite's initialisation (the
+ * first open); later it is refused, harmlessly. */
+static void sqlite_config_once(void)
+{
+	(void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 int store_open(struct store **out, const char *path, bool migrate, char *err, size_t errsz)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, sqlite_config_once);
 	struct store *s = xcalloc(1, sizeof *s);
 	pthread_condattr_t ca;
 	int known = store_known_version();

@@ -1143,6 +1143,76 @@ static void test_many_watchers(void **state)
 	assert_true(hbs >= 4 && hbs <= 8);
 }
 
+/* Watchers of two execs at once, and a feed: each stream gets its own
+ * exec's events only, every one of them, in order, whoever else listens;
+ * watchers of one leaving early do not disturb those of the other (the
+ * hub keeps each exec's subscribers apart from the others'). */
+#define MIX 8
+static void check_mix_stream(struct sse *w, const char *id)
+{
+	char want[48];
+	snprintf(want, sizeof want, "\"id\":\"%s\"", id);
+	bool ok = w->rc == CURLE_OK && w->status == 200 && w->n >= 3 &&
+		  strcmp(w->ev[0].event, "start") == 0 && strcmp(w->ev[w->n - 1].event, "exit") == 0;
+	for (int i = 0; ok && i < w->n; i++) {
+		ok =
+		    w->ev[i].data && strstr(w->ev[i].data, want) && (i == 0 || w->ev[i].id > w->ev[i - 1].id);
+		ok = ok && (i == 0 || i == w->n - 1 || strcmp(w->ev[i].event, "heartbeat") == 0);
+	}
+	if (!ok)
+		sse_dump(w);
+	assert_true(ok);
+}
+
+static void test_watchers_of_several_execs(void **state)
+{
+	(void)state;
+	struct sse feed, early[MIX], wa[MIX], wb[MIX];
+	sse_init(&feed, "/events", tok_acme);
+	sse_start(&feed);
+	sse_wait_connected(&feed);
+	struct bg_req ba, bb;
+	bg_running(&ba, tok_acme, "sleep 2.5", "mix-a");
+	bg_running(&bb, tok_acme, "sleep 2.5", "mix-b");
+	for (int i = 0; i < MIX; i++) {
+		sse_init(&wa[i], "/exec/mix-a/events", tok_acme);
+		sse_init(&wb[i], "/exec/mix-b/events", tok_acme);
+		sse_init(&early[i], i % 2 ? "/exec/mix-a/events" : "/exec/mix-b/events", tok_acme);
+		early[i].stop_after = 1; /* hangs up after start */
+		sse_start(&wa[i]);
+		sse_start(&early[i]);
+		sse_start(&wb[i]);
+	}
+	for (int i = 0; i < MIX; i++) {
+		sse_join(&wa[i]);
+		sse_join(&wb[i]);
+		sse_join(&early[i]);
+		check_mix_stream(&wa[i], "mix-a");
+		check_mix_stream(&wb[i], "mix-b");
+		assert_true(early[i].n >= 1);
+		sse_free(&wa[i]);
+		sse_free(&wb[i]);
+		sse_free(&early[i]);
+	}
+	json_decref(bg_join(&ba));
+	json_decref(bg_join(&bb));
+	it_resp_free(&ba.resp);
+	it_resp_free(&bb.resp);
+	assert_true(sse_wait_event(&feed, "exit", 3000));
+	long until = it_now_ms() + 3000;
+	struct feed_ids fa, fb;
+	do {
+		fa = feed_count(&feed, "mix-a", "acme");
+		fb = feed_count(&feed, "mix-b", "acme");
+	} while ((fa.exits < 1 || fb.exits < 1) && it_now_ms() < until && usleep(20000) == 0);
+	feed.stop = true;
+	sse_join(&feed);
+	assert_true(fa.starts == 1 && fa.exits == 1 && fa.heartbeats >= 1);
+	assert_true(fb.starts == 1 && fb.exits == 1 && fb.heartbeats >= 1);
+	sse_free(&feed);
+	assert_int_equal(metric("sandboxd_sse_subscribers"), 0);
+}
+
 static int raw_connect(void)
 {
 	int fd = it_connect(&srv);
@@ -1368,6 +1438,7 @@ int main(void)
 	};
 	const struct CMUnitTest memory_tests[] = {
 	    cmocka_unit_test(test_many_watchers),
+	    cmocka_unit_test(test_watchers_of_several_execs),
 	    cmocka_unit_test(test_slow_owner_bounded),
 	};
 	if (getenv("IT_FILTER"))

@@ -40,9 +40,12 @@ struct tenant {
 };
 static struct tenant tenants[5];
 
+static int lookups; /* look-ups made: one per verification at most */
+
 static int lookup(void *ctx, const char *name, struct auth_key *key)
 {
 	(void)ctx;
+	lookups++;
 	for (size_t i = 0; i < sizeof tenants / sizeof tenants[0]; i++) {
 		if (tenants[i].name && strcmp(tenants[i].name, name) == 0) {
 			*key = tenants[i].key;
@@ -219,9 +222,61 @@ static char *pem_token(jwt_alg_t alg, const char *priv, const char *pl)
 
 /* ---- verifying ---- */
 
+/* The suite runs twice (main): the second time every verification is
+ * made again through a cache of accepted tokens (auth_cache), twice, so
+ * the second is answered from the cache whenever the first accepted; each
+ * answer must be the one without a cache. One cache per audience, as the
+ * server has one for its configured audience. */
+static bool with_cache;
+#define NCACHES 4
+static struct auth_cache *caches[NCACHES];
+static char *cache_aud[NCACHES];
+
+static struct auth_cache *cache_for(const char *aud)
+{
+	for (size_t i = 0; i < NCACHES; i++) {
+		if (!caches[i]) {
+			auth_cache_new(&caches[i], aud);
+			cache_aud[i] = aud ? xstrdup(aud) : NULL;
+			return caches[i];
+		}
+		if ((!aud && !cache_aud[i]) || (aud && cache_aud[i] && strcmp(aud, cache_aud[i]) == 0))
+			return caches[i];
+	}
+	fail_msg("more audiences than caches");
+	return NULL;
+}
+
+static void caches_free(void)
+{
+	for (size_t i = 0; i < NCACHES; i++) {
+		auth_cache_free(&caches[i]);
+		free(cache_aud[i]);
+		cache_aud[i] = NULL;
+	}
+}
+
 static int verify_cfg(const char *tok, const struct auth_config *cfg, struct auth_claims *c, const char **why)
 {
-	return auth_verify(tok, strlen(tok), cfg, NOW, lookup, NULL, c, why);
+	int rc = auth_verify(tok, strlen(tok), cfg, NOW, lookup, NULL, c, why);
+	if (!with_cache)
+		return rc;
+	struct auth_config cc = cfg ? *cfg : (struct auth_config){.leeway_s = -1};
+	cc.cache = cache_for(cc.audience);
+	for (int i = 0; i < 2; i++) {
+		struct auth_claims c2;
+		const char *why2 = "unset";
+		int before = lookups;
+		memset(&c2, 0x5a, sizeof c2);
+		assert_int_equal(auth_verify(tok, strlen(tok), &cc, NOW, lookup, NULL, &c2, &why2), rc);
+		assert_true(lookups - before <= 1);
+		if (!*why || !why2)
+			assert_ptr_equal(*why, why2);
+		else
+			assert_string_equal(*why, why2);
+		assert_memory_equal(c, &c2, sizeof c2);
+	}
+	return rc;
 }
 
 static void expect_ok(const char *tok, const struct auth_config *cfg, struct auth_claims *c)
@@ -732,6 +787,88 @@ static void test_lookup_failure_passed_on(void **state)
 	(void)state;
 }
 
+/* ---- the cache of accepted tokens ---- */
+
+/* A token answered from the cache is refused as soon as its tenant's key
+ * is another (and accepted again with the key back), its tenant gone, its
+ * time over; the operator flag is read anew; one changed byte misses. */
+static void test_cache_follows_the_tenant(void **state)
+{
+	struct auth_cache *cache = NULL;
+	auth_cache_new(&cache, NULL);
+	struct auth_config cfg = {.leeway_s = 0, .cache = cache};
+	char *pl = payload("ops", NOW + 60, ",\"scope\":\"admin\"");
+	char *tok = hs256_token(HDR_HS256, pl, ops_secret, SECRET_LEN);
+	struct auth_claims c;
+	const char *why = NULL;
+	size_t n = strlen(tok);
+
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(auth_verify(tok, n, &cfg, NOW, lookup, NULL, &c, &why), 0);
+		assert_int_equal(c.scopes, AUTH_SCOPE_ADMIN);
+	}
+	/* The key changed: refused, though the same bytes were accepted. */
+	tenants[1].key.key = secret;
+	assert_int_equal(auth_verify(tok, n, &cfg, NOW, lookup, NULL, &c, &why), -EACCES);
+	assert_string_equal(why, "bad signature");
+	tenants[1].key.key = ops_secret;
+	assert_int_equal(auth_verify(tok, n, &cfg, NOW, lookup, NULL, &c, &why), 0);
+	/* No longer an operator: admin cleared at once. */
+	tenants[1].key.operator_tenant = false;
+	assert_int_equal(auth_verify(tok, n, &cfg, NOW, lookup, NULL, &c, &why), 0);
+	assert_int_equal(c.scopes, 0);
+	assert_true(c.admin_refused);
+	tenants[1].key.operator_tenant = true;
+	/* The tenant gone. */
+	tenants[1].name = "ops-removed";
+	assert_int_equal(auth_verify(tok, n, &cfg, NOW, lookup, NULL, &c, &why), -EACCES);
+	assert_string_equal(why, "unknown tenant");
+	tenants[1].name = "ops";
+	/* Time passes. */
+	assert_int_equal(auth_verify(tok, n, &cfg, NOW + 60, lookup, NULL, &c, &why), 0);
+	assert_int_equal(auth_verify(tok, n, &cfg, NOW + 61, lookup, NULL, &c, &why), -EACCES);
+	assert_string_equal(why, "expired");
+	assert_string_equal(c.tenant, "");
+	/* One byte of the signature changed, at its end and at its start. */
+	char *bad = xstrdup(tok);
+	bad[n - 1] = bad[n - 1] == 'A' ? 'B' : 'A';
+	assert_int_equal(auth_verify(bad, n, &cfg, NOW, lookup, NULL, &c, &why), -EACCES);
+	bad[n - 1] = tok[n - 1];
+	char *dot = strrchr(bad, '.');
+	dot[1] = dot[1] == 'A' ? 'B' : 'A';
+	assert_int_equal(auth_verify(bad, n, &cfg, NOW, lookup, NULL, &c, &why), -EACCES);
+	/* A prefix is no hit either. */
+	assert_int_equal(auth_verify(tok, n - 1, &cfg, NOW, lookup, NULL, &c, &why), -EACCES);
+	free(bad);
+	free(tok);
+	free(pl);
+	auth_cache_free(&cache);
+	auth_cache_free(&cache); /* NULL is fine */
+	(void)state;
+}
+
+/* A cache made for one audience answers nothing under another. */
+static void test_cache_of_another_audience_unused(void **state)
+{
+	struct auth_cache *cache = NULL;
+	auth_cache_new(&cache, "gw-a");
+	char *pl = payload("acme", NOW + 60, ",\"aud\":\"gw-a\"");
+	char *tok = acme(pl);
+	struct auth_config a = {.audience = "gw-a", .leeway_s = 30, .cache = cache};
+	struct auth_config b = {.audience = "gw-b", .leeway_s = 30, .cache = cache};
+	struct auth_claims c;
+	const char *why = NULL;
+
+	assert_int_equal(auth_verify(tok, strlen(tok), &a, NOW, lookup, NULL, &c, &why), 0);
+	assert_int_equal(auth_verify(tok, strlen(tok), &a, NOW, lookup, NULL, &c, &why), 0);
+	assert_int_equal(auth_verify(tok, strlen(tok), &b, NOW, lookup, NULL, &c, &why), -EACCES);
+	assert_string_equal(why, "wrong aud");
+	free(tok);
+	free(pl);
+	auth_cache_free(&cache);
+	(void)state;
+}
+
 /* ---- audience ---- */
 
 static void test_wrong_aud_refused(void **state)
@@ -993,7 +1130,13 @@ int main(void)
 	    cmocka_unit_test(test_scopes_format_round_trip),
 	    cmocka_unit_test(test_alg_names),
 	    cmocka_unit_test(test_random),
+	    cmocka_unit_test(test_cache_follows_the_tenant),
+	    cmocka_unit_test(test_cache_of_another_audience_unused),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	int failed = cmocka_run_group_tests_name("auth", tests, group_setup, group_teardown);
+	with_cache = true;
+	failed += cmocka_run_group_tests_name("auth through a cache", tests, group_setup, group_teardown);
+	caches_free();
+	return failed;
 }

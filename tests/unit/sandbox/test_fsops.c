@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "common/errors.h"
+#include "common/nowait.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 #include "host.h"
@@ -560,6 +561,113 @@ static void t_open_read_special(void **state)
 	assert_int_equal(sbx_fs_open_read(fx->h.ws, "dangle", &fd, &size), -ENOENT);
 	assert_int_equal(sbx_fs_open_read(fx->h.ws, "loop", &fd, &size), -ELOOP);
 	alarm(0);
+}
+
+/* ---- read_all: the whole file, ended by a short read ---- */
+
+#define GROW_MAX (1u << 20)
+#define GROW_STEP 100
+
+/* Byte i of a file the grower writes: a pattern that shows a misplaced
+ * or cut piece. */
+static char grow_byte(size_t i)
+{
+	return (char)('a' + i % 26);
+}
+
+struct grower {
+	int fd;
+	atomic_bool stop;
+};
+
+/* Appends the pattern GROW_STEP bytes at a time up to GROW_MAX, then
+ * truncates to 0 and starts over, until stopped (no asserts here: not the
+ * test's thread). */
+static void *grow_main(void *arg)
+{
+	struct grower *g = arg;
+	char buf[GROW_STEP];
+	size_t at = 0;
+	while (!atomic_load(&g->stop)) {
+		if (at >= GROW_MAX) { /* O_APPEND: the next write goes to 0 */
+			if (ftruncate(g->fd, 0) < 0)
+				break;
+			at = 0;
+		}
+		for (size_t i = 0; i < GROW_STEP; i++)
+			buf[i] = grow_byte(at + i);
+		if (write(g->fd, buf, GROW_STEP) != GROW_STEP)
+			break;
+		at += GROW_STEP;
+	}
+	return NULL;
+}
+
+/* One read_all of "grow" while it grows (or is cut back to 0): every byte
+ * is where the pattern says, and the answer is never shorter than the
+ * file was when the call began, unless it was cut back meanwhile. */
+static void read_growing_once(struct fx *fx, const char *host, bool nowait)
+{
+	struct stat before;
+	char *data = NULL;
+	size_t len = 0;
+	assert_int_equal(stat(host, &before), 0);
+	if (nowait)
+		nowait_begin();
+	int rc = sbx_fs_read_all(fx->h.ws, "grow", 16u << 20, &data, &len, NULL);
+	bool blocked = nowait ? nowait_end() : false;
+	if (blocked) { /* the page cache did not hold it: the caller retries on a pool */
+		assert_int_equal(rc, -EAGAIN);
+		return;
+	}
+	assert_int_equal(rc, 0);
+	struct stat after;
+	assert_int_equal(stat(host, &after), 0);
+	if (after.st_size >= before.st_size)
+		assert_true(len >= (size_t)before.st_size);
+	for (size_t i = 0; i < len; i++)
+		if (data[i] != grow_byte(i))
+			fail_msg("byte %zu of %zu is %d", i, len, data[i]);
+	assert_int_equal(data[len], '\0');
+	free(data);
+}
+
+static void t_read_all(void **state)
+{
+	struct fx *fx = *state;
+	char *data = NULL;
+	size_t len = 0;
+	uint64_t size = 0;
+	char p[512];
+
+	host_write(fx->h.wsdir, "r.txt", "twelve bytes");
+	assert_int_equal(sbx_fs_read_all(fx->h.ws, "r.txt", 100, &data, &len, &size), 0);
+	assert_int_equal(len, 12);
+	assert_int_equal(size, 12);
+	assert_string_equal(data, "twelve bytes");
+	free(data);
+	host_write(fx->h.wsdir, "empty", "");
+	assert_int_equal(sbx_fs_read_all(fx->h.ws, "empty", 100, &data, &len, NULL), 0);
+	assert_int_equal(len, 0);
+	assert_string_equal(data, "");
+	free(data);
+	assert_int_equal(sbx_fs_read_all(fx->h.ws, "r.txt", 11, &data, &len, &size), -EFBIG);
+	assert_int_equal(size, 12);
+	assert_int_equal(sbx_fs_read_all(fx->h.ws, "r.txt", 12, &data, &len, NULL), 0);
+	free(data);
+
+	/* A file written while it is read, in both modes. */
+	hpath(p, sizeof p, fx->h.wsdir, "grow");
+	struct grower g = {.fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644)};
+	assert_true(g.fd >= 0);
+	atomic_init(&g.stop, false);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, grow_main, &g), 0);
+	for (int i = 0; i < 400; i++)
+		read_growing_once(fx, p, i % 2);
+	atomic_store(&g.stop, true);
+	pthread_join(th, NULL);
+	close(g.fd);
 }
 
 static void t_open_read_escapes(void **state)
@@ -1235,6 +1343,7 @@ int main(void)
 	    UNIT_TEST_FX(t_upload_parent_swapped),
 	    UNIT_TEST_FX(t_open_read_special),
 	    UNIT_TEST_FX(t_open_read_escapes),
+	    UNIT_TEST_FX(t_read_all),
 	    UNIT_TEST_FX(t_stat),
 	    UNIT_TEST_FX(t_exists),
 	    UNIT_TEST_FX(t_readdir),

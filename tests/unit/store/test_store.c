@@ -1052,6 +1052,57 @@ static void test_audit_bad_record(void **state)
 	assert_int_equal(store_audit_flush(s), 0);
 }
 
+/* Records are written sixteen to a statement: every field lands in its
+ * own row (an exit code or session of one row is never another's), and a
+ * bad record inside a group fails alone. */
+static int check_group_row(void *ctx, const struct store_audit *a)
+{
+	int *n = ctx;
+	char want[32];
+	snprintf(want, sizeof want, "req-%d", *n);
+	assert_string_equal(a->request_id, want);
+	assert_int_equal(a->at, 100 + *n);
+	assert_int_equal(a->bytes_out, 1000 + *n);
+	assert_int_equal(a->has_exit_code, *n % 3 == 0);
+	if (*n % 3 == 0)
+		assert_int_equal(a->exit_code, *n);
+	assert_int_equal(a->session != NULL, *n % 2 == 0);
+	if (a->session)
+		assert_int_equal(a->session_len, *n % 4 == 0 ? 0 : 3);
+	assert_string_equal(a->target ? a->target : "(none)", *n % 5 == 0 ? "(none)" : "/workspace/t");
+	(*n)++;
+	if (*n == 21)
+		(*n)++; /* the bad one */
+	return 0;
+}
+
+static void test_audit_groups(void **state)
+{
+	struct fx *f = *state;
+	struct store *s = open_ok(f);
+	struct store_audit_filter all = {0};
+	char rid[45][32];
+
+	for (int i = 0; i < 45; i++) {
+		struct store_audit a = mk_audit(100 + i, "alice", "/v1/exec", i == 21 ? "weird" : "ok");
+		snprintf(rid[i], sizeof rid[i], "req-%d", i);
+		a.request_id = rid[i];
+		a.bytes_out = 1000 + i;
+		a.has_exit_code = i % 3 == 0;
+		a.exit_code = i;
+		a.session = i % 2 == 0 ? "s\0s" : NULL;
+		a.session_len = i % 4 == 0 ? 0 : 3;
+		a.target = i % 5 == 0 ? NULL : "/workspace/t";
+		assert_int_equal(store_audit_append(s, &a), 0);
+	}
+	assert_int_equal(store_audit_flush(s), -SBX_E_STORE);
+	assert_int_equal(store_audit_failures(s), 1);
+	int n = 0;
+	assert_int_equal(store_audit_query(s, &all, check_group_row, &n, NULL), 0);
+	assert_int_equal(n, 45);
+	assert_int_equal(count_audit(s, &all), 44);
+}
+
 struct audit_writer {
 	struct store *s;
 	int n;
@@ -1114,6 +1165,7 @@ int main(void)
 	    UNIT_TEST_FX(test_audit_query_plan),
 	    UNIT_TEST_FX(test_audit_close_flushes),
 	    UNIT_TEST_FX(test_audit_bad_record),
+	    UNIT_TEST_FX(test_audit_groups),
 	    UNIT_TEST_FX(test_audit_threads),
 	};
 
