@@ -15,7 +15,7 @@
 #include "http/metrics.h"
 #include "http/route.h"
 #include "routes/policy.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/backend.h"
@@ -142,7 +142,7 @@ int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, c
 
 static void tenant_free(struct tenant *t)
 {
-	route_remote_free(&t->remote);
+	route_provider_free(&t->provider);
 	sbx_workspace_free(&t->ws);
 	free(t->keybuf);
 	free(t);
@@ -221,15 +221,14 @@ static int open_workspace(struct app *a, struct tenant *t)
 	return rc;
 }
 
-/* The tenant-level provider its policy names (routes/remote.h): NULL for
+/* The tenant-level provider its policy names (routes/provider.h): NULL for
  * bwrap and local. A policy that cannot be read fails the load. */
 static int load_provider(struct app *a, struct tenant *t)
 {
 	struct route_policy p;
 	if (route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL) < 0)
 		return -SBX_E_STORE; /* never a remote tenant's files served here */
-	if (strcmp(p.backend, "remote") == 0)
-		t->remote = route_remote_new(a, &p);
+	t->provider = route_provider_new(a, t->name, &p);
 	route_policy_clear(&p);
 	return 0;
 }
@@ -277,7 +276,7 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	return 0;
 fail:
 	store_tenant_clear(&st);
-	route_remote_free(&t->remote);
+	route_provider_free(&t->provider);
 	free(t->keybuf);
 	free(t);
 	return rc;

@@ -39,12 +39,12 @@ struct tenant {
 	uid_t uid;
 	gid_t gid;
 	int64_t loaded_at_ms;
-	int refs;		     /* under app->tenants_lock */
-	struct tenant_load *load;    /* shared by every cached generation of this tenant */
-	int quota_rc;		     /* its disk quota could not be applied: -errno (routes/storage.c) */
-	char unserved[192];	     /* why the uid mode cannot serve it ("": served; then ws is NULL) */
-	char quota_why[256];	     /* why quota_rc (image mode) */
-	struct route_remote *remote; /* backend remote: files and commands elsewhere (routes/remote.h) */
+	int refs;			 /* under app->tenants_lock */
+	struct tenant_load *load;	 /* shared by every cached generation of this tenant */
+	int quota_rc;			 /* its disk quota could not be applied: -errno (routes/storage.c) */
+	char unserved[192];		 /* why the uid mode cannot serve it ("": served; then ws is NULL) */
+	char quota_why[256];		 /* why quota_rc (image mode) */
+	struct route_provider *provider; /* remote, ssh: files and commands elsewhere (routes/provider.h) */
 };
 
 /* Work a tenant has running now; lives as long as the app, so that a
@@ -68,7 +68,7 @@ struct app {
 	struct http_hub *hub;		    /* live events */
 	struct http_watch *watch;	    /* disconnect watcher for suspended requests */
 	struct route_execs *execs;	    /* commands running now (routes/exec.c) */
-	struct route_jobs *jobs;	    /* commands of remote tenants (routes/remote.h) */
+	struct route_jobs *jobs;	    /* commands of provider tenants (routes/provider.h) */
 	struct http_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
 	struct http_env http;		    /* what the HTTP layer reaches: cfg, table, metrics, hooks */
 	struct sbx_nodes nodes;		    /* cfg->nodes parsed: the cluster's other nodes */

@@ -24,7 +24,7 @@
 #include "common/xmalloc.h"
 #include "http/errors.h"
 #include "routes/app.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "routes/exec_registry.h"
 #include "routes/fs.h"
 #include "routes/routes.h"
@@ -322,8 +322,8 @@ static bool id_used(struct http_req *r)
 
 int route_code_post(struct http_req *r)
 {
-	if (r->tenant && r->tenant->remote)
-		return route_remote_refuse(r, "POST /code");
+	if (r->tenant && r->tenant->provider)
+		return route_provider_refuse(r, "POST /code");
 	const struct language *l = NULL;
 	json_t *code = NULL, *files = NULL, *args = NULL;
 	char snippet[SBX_PATH_MAX + 16];

@@ -27,7 +27,7 @@
 #include "routes/fs.h"
 #include "routes/policy.h"
 #include "routes/images.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/rootimg.h"
@@ -193,7 +193,7 @@ static int remote_checks(struct http_req *r, struct exec_request *q)
 				 "sandboxd)",
 				 what, r->tenant->name);
 	q->backend = r->app->backend; /* not used: the job runs on the back */
-	return route_remote_check(r);
+	return r->tenant->provider->ops->check(r);
 }
 
 /* Check: the tenant's policy, read now (a change applies to the next
@@ -223,7 +223,7 @@ static int apply_policy(struct http_req *r, struct exec_request *q)
 	json_t *pj = route_policy_json(p);
 	q->policy_text = json_dumps(pj, JSON_COMPACT);
 	json_decref(pj);
-	if (r->tenant->remote)
+	if (r->tenant->provider)
 		return remote_checks(r, q);
 	q->backend = route_backend_find(a, p->backend);
 	if (!q->backend) {
@@ -288,7 +288,7 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 		snprintf(q->cwd_rel, sizeof q->cwd_rel, "%s", r->session_rel);
 	}
 	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
-	if (r->tenant->remote)
+	if (r->tenant->provider)
 		return 0; /* the back checks it where it is */
 	int cwd_fd = sbx_ws_openat(r->tenant->ws, q->cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
 	if (cwd_fd < 0) {
@@ -417,7 +417,7 @@ int route_exec_post(struct http_req *r)
 	int rc = parse_request(r, &q);
 	if (rc == 0)
 		rc = check_cwd(r, &q);
-	if (rc == 0 && !r->tenant->remote) /* a remote tenant's images are the back's */
+	if (rc == 0 && !r->tenant->provider) /* a remote tenant's images are the back's */
 		rc = route_image_select(r, q.image, &q.policy, q.backend, &q.img, q.img_name);
 	if (rc == 0) {
 		http_set_target(r, q.command);

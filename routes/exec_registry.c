@@ -25,7 +25,7 @@
 #include "routes/code.h"
 #include "sandbox/changes.h"
 #include "sandbox/rootimg.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -541,13 +541,10 @@ static int exec_resume(struct http_req *r)
 		r->retry_after_s = ew->retry_after_s;
 	if (ew->error && ew->reason)
 		return http_fail(r, ew->error, "%s", ew->reason);
-	if (ew->error && ew->job->tenant->remote)
-		return http_fail(
-		    r, ew->error, "%s",
-		    ew->error == -SBX_E_BACKEND
-			? "the tenant's remote sandboxd cannot be reached, or went away while the "
-			  "command ran (what became of it there is unknown)"
-			: "the tenant's remote sandboxd refused the command");
+	if (ew->error && ew->job->tenant->provider)
+		return http_fail(r, ew->error, "%s",
+				 ew->error == -SBX_E_BACKEND ? ew->job->tenant->provider->ops->down
+							     : "the tenant's backend refused the command");
 	if (ew->error)
 		return http_fail(r, ew->error,
 				 ew->error == -SBX_E_BACKEND
@@ -932,7 +929,7 @@ static int start_approved(struct exec_job *j, const char *by)
 	/* It starts now, as its row says, not when it was asked for. */
 	http_hub_channel_set_start(a->hub, j->chan, "started_at", time_json(at));
 	pthread_mutex_lock(&e->mu);
-	rc = route_jobs_submit(a, j->tenant->remote, j->session, j->session_len, &j->pend->run, on_event, j,
+	rc = route_jobs_submit(a, j->tenant->provider, j->session, j->session_len, &j->pend->run, on_event, j,
 			       &j->handle);
 	j->pend->run.rootimg = NULL; /* the runner's now, whatever it answered */
 	if (rc == 0)
@@ -1009,7 +1006,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	run->spawn.gid = j->tenant->gid;
 	run->id = j->id;
 	j->max_execs = o->max_execs;
-	if (!j->tenant->remote && strcmp(sbx_backend_name(run->backend), "local") == 0)
+	if (!j->tenant->provider && strcmp(sbx_backend_name(run->backend), "local") == 0)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)",
 			j->id, j->tenant->name);
 	if (o->approval)
@@ -1022,8 +1019,8 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	 * background exec is answered once it is queued. */
 	if (!o->background)
 		first_answer_locked(r, j, row, o);
-	rc =
-	    route_jobs_submit(a, j->tenant->remote, j->session, j->session_len, run, on_event, j, &j->handle);
+	rc = route_jobs_submit(a, j->tenant->provider, j->session, j->session_len, run, on_event, j,
+			       &j->handle);
 	run->rootimg = NULL; /* the runner's now, whatever it answered */
 	if (rc == 0) {
 		http_metrics_exec_started(a->metrics);

@@ -18,7 +18,7 @@
 #include "routes/app.h"
 #include "http/fields.h"
 #include "routes/fs.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/fsops.h"
@@ -116,8 +116,8 @@ int route_fs_read(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	if (r->tenant->remote)
-		return route_remote_read(r, rel);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->read(r, rel);
 	if ((rc = read_whole(r, rel, &data, &len)) < 0)
 		return rc;
 	if (!utf8_valid(data, len)) {
@@ -242,8 +242,8 @@ int route_fs_read_buffer(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	if (r->tenant->remote)
-		return route_remote_read_buffer(r, rel);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->read_buffer(r, rel);
 	int fd = -1;
 	uint64_t size = 0;
 	if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
@@ -257,8 +257,8 @@ int route_fs_write(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	if (r->tenant->remote)
-		return route_remote_write(r, rel);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->write(r, rel);
 	if ((rc = route_storage_guard(r)) < 0)
 		return rc;
 	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
@@ -281,8 +281,8 @@ int route_fs_stat(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	if (r->tenant->remote)
-		return route_remote_stat(r, rel);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->stat(r, rel);
 	struct sbx_stat st;
 	if ((rc = sbx_fs_stat(r->tenant->ws, rel, &st)) < 0)
 		return route_fail_path(r, rc, "stat", rel);
@@ -332,8 +332,8 @@ int route_fs_readdir(struct http_req *r)
 		return rc;
 	const char *after = http_query(r, "after");
 	bool detail = http_query_bool(r, "detail");
-	if (r->tenant->remote)
-		return route_remote_readdir(r, rel, after, limit, detail);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->readdir(r, rel, after, limit, detail);
 	struct sbx_dir_page page;
 	rc = sbx_fs_readdir_page(r->tenant->ws, rel, after, (size_t)limit, detail, &page);
 	if (rc == -EBADMSG)
@@ -356,8 +356,8 @@ int route_fs_exists(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	if (r->tenant->remote)
-		return route_remote_exists(r, rel);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->exists(r, rel);
 	bool exists = false;
 	if ((rc = sbx_fs_exists(r->tenant->ws, rel, &exists)) < 0)
 		return route_fail_path(r, rc, "look up", rel);
@@ -385,8 +385,8 @@ int route_fs_mkdir(struct http_req *r)
 	char rel[SBX_PATH_MAX];
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
-	if (r->tenant->remote)
-		return route_remote_mkdir(r, rel, recursive);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->mkdir(r, rel, recursive);
 	if ((rc = route_storage_guard(r)) < 0)
 		return rc;
 	if ((rc = sbx_fs_mkdir(r->tenant->ws, rel, recursive)) < 0)
@@ -410,8 +410,8 @@ int route_fs_rm(struct http_req *r)
 	char rel[SBX_PATH_MAX];
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
-	if (r->tenant->remote)
-		return route_remote_rm(r, rel, recursive, force);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->rm(r, rel, recursive, force);
 	bool removed = false;
 	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
 		return route_fail_path(r, rc, "remove", rel);
@@ -442,8 +442,8 @@ int route_fs_move(struct http_req *r)
 	sbx_path_wire(rto, wt, sizeof wt);
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
 	http_set_target(r, target);
-	if (r->tenant->remote)
-		return route_remote_move(r, rfrom, rto, overwrite);
+	if (r->tenant->provider)
+		return r->tenant->provider->ops->move(r, rfrom, rto, overwrite);
 	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
 		return route_fail_path(r, rc, "move",
 				       rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);

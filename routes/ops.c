@@ -6,7 +6,7 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "routes/policy.h"
 #include "routes/images.h"
 #include "routes/storage.h"
@@ -213,7 +213,7 @@ static json_t *backends_json(struct app *a, bool *ready)
 		/* Per tenant, elsewhere: a back that is down fails only its own
 		 * tenants' requests (503 backend_unavailable), never this server. */
 		char msg[512];
-		route_jobs_describe(a, msg, sizeof msg);
+		route_jobs_describe(a, "remote", msg, sizeof msg);
 		json_array_append_new(
 		    list,
 		    json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:b, s:s}}", "name", "remote", "status", "ok",

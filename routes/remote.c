@@ -102,31 +102,22 @@ static void open_handle(struct route_remote *rr, const struct app *a, const stru
 	free(token);
 }
 
-struct route_remote *route_remote_new(const struct app *a, const struct route_policy *p)
+static void remote_free(struct route_provider *p)
+{
+	struct route_remote *rr = (struct route_remote *)p;
+	sbxc_free(&rr->h);
+	free(rr);
+}
+
+static const struct route_provider_ops remote_ops;
+
+struct route_provider *route_remote_new(const struct app *a, const struct route_policy *p)
 {
 	struct route_remote *rr = xcalloc(1, sizeof *rr);
+	rr->base.ops = &remote_ops;
 	snprintf(rr->url, sizeof rr->url, "%s", p->remote_url ? p->remote_url : "(none)");
 	open_handle(rr, a, p);
-	return rr;
-}
-
-void route_remote_free(struct route_remote **rr)
-{
-	if (!rr || !*rr)
-		return;
-	sbxc_free(&(*rr)->h);
-	free(*rr);
-	*rr = NULL;
-}
-
-int route_remote_refuse(struct http_req *r, const char *what)
-{
-	if (!r->tenant || !r->tenant->remote)
-		return 0;
-	return http_fail(r, -SBX_E_FORBIDDEN,
-			 "%s is not available for tenant %s: its files and commands are served by another "
-			 "sandboxd (backend remote); use that server for it",
-			 what, r->tenant->name);
+	return &rr->base;
 }
 
 int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const struct sbxc_err *e)
@@ -138,7 +129,7 @@ int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const
 		snprintf(what, sizeof what, "%s %s", rr->url,
 			 refused_us ? "refused this server's token (check remote_token_file)"
 				    : sbxc_err_text(e, rc, text, sizeof text));
-		route_jobs_note_down(r->app, what);
+		route_jobs_note_down(r->app, "remote", what);
 		return http_fail(r, -SBX_E_BACKEND, "the tenant's remote sandboxd %s", what);
 	}
 	if (e->retry_after_s > 0)
@@ -148,7 +139,7 @@ int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const
 
 int route_remote_call(struct http_req *r, struct remote_call *rc)
 {
-	struct route_remote *rr = r->tenant->remote;
+	struct route_remote *rr = (struct route_remote *)r->tenant->provider;
 	*rc = (struct remote_call){.h = rr->h};
 	/* A call to another server waits on the network: never on an event
 	 * thread in no-wait mode (http/router.c sends the request to the
@@ -170,7 +161,7 @@ int route_remote_call(struct http_req *r, struct remote_call *rc)
 	return 0;
 }
 
-int route_remote_check(struct http_req *r)
+static int remote_check(struct http_req *r)
 {
 	struct remote_call k;
 	return route_remote_call(r, &k);
@@ -189,9 +180,10 @@ static void wire(const char *rel, char out[SBX_PATH_MAX + 16])
 			return begin_rc_;                                                                    \
 	} while (0)
 
-#define REMOTE_FAIL(r, rc, err) route_remote_fail((r), (r)->tenant->remote, (rc), &(err).e)
+#define REMOTE_FAIL(r, rc, err)                                                                              \
+	route_remote_fail((r), (struct route_remote *)(r)->tenant->provider, (rc), &(err).e)
 
-int route_remote_read(struct http_req *r, const char *rel)
+static int remote_read(struct http_req *r, const char *rel)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -209,7 +201,7 @@ int route_remote_read(struct http_req *r, const char *rel)
 
 /* Read bytes [*start, *end] (the request's Range against the size the
  * back states, or the whole file) into a response. */
-int route_remote_read_buffer(struct http_req *r, const char *rel)
+static int remote_read_buffer(struct http_req *r, const char *rel)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -252,7 +244,7 @@ int route_remote_read_buffer(struct http_req *r, const char *rel)
 	return http_reply_response(r, status, resp);
 }
 
-int route_remote_write(struct http_req *r, const char *rel)
+static int remote_write(struct http_req *r, const char *rel)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -285,7 +277,7 @@ static json_t *time_json(int64_t ms)
 	return json_string(t);
 }
 
-int route_remote_stat(struct http_req *r, const char *rel)
+static int remote_stat(struct http_req *r, const char *rel)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -309,7 +301,7 @@ int route_remote_stat(struct http_req *r, const char *rel)
 	return http_reply_json(r, 200, o);
 }
 
-int route_remote_readdir(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
+static int remote_readdir(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -339,7 +331,7 @@ int route_remote_readdir(struct http_req *r, const char *rel, const char *after,
 	return http_reply_json(r, 200, o);
 }
 
-int route_remote_exists(struct http_req *r, const char *rel)
+static int remote_exists(struct http_req *r, const char *rel)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -351,7 +343,7 @@ int route_remote_exists(struct http_req *r, const char *rel)
 	return http_reply_json(r, 200, json_pack("{s:b}", "exists", yes));
 }
 
-int route_remote_mkdir(struct http_req *r, const char *rel, bool recursive)
+static int remote_mkdir(struct http_req *r, const char *rel, bool recursive)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -362,7 +354,7 @@ int route_remote_mkdir(struct http_req *r, const char *rel, bool recursive)
 	return http_reply_json(r, 201, json_pack("{s:s}", "path", w));
 }
 
-int route_remote_rm(struct http_req *r, const char *rel, bool recursive, bool force)
+static int remote_rm(struct http_req *r, const char *rel, bool recursive, bool force)
 {
 	REMOTE_BEGIN(r, k);
 	char w[SBX_PATH_MAX + 16];
@@ -374,7 +366,7 @@ int route_remote_rm(struct http_req *r, const char *rel, bool recursive, bool fo
 	return http_reply_json(r, 200, json_pack("{s:s, s:b}", "path", w, "removed", removed));
 }
 
-int route_remote_move(struct http_req *r, const char *from, const char *to, bool overwrite)
+static int remote_move(struct http_req *r, const char *from, const char *to, bool overwrite)
 {
 	REMOTE_BEGIN(r, k);
 	char wf[SBX_PATH_MAX + 16], wt[SBX_PATH_MAX + 16];
@@ -385,3 +377,22 @@ int route_remote_move(struct http_req *r, const char *from, const char *to, bool
 		return REMOTE_FAIL(r, rc, k);
 	return http_reply_json(r, 200, json_pack("{s:s}", "path", wt));
 }
+
+static const struct route_provider_ops remote_ops = {
+    .name = "remote",
+    .where = "by another sandboxd (backend remote); use that server for it",
+    .down = "the tenant's remote sandboxd cannot be reached, or went away while the command ran (what "
+	    "became of it there is unknown)",
+    .check = remote_check,
+    .read = remote_read,
+    .read_buffer = remote_read_buffer,
+    .write = remote_write,
+    .stat = remote_stat,
+    .readdir = remote_readdir,
+    .exists = remote_exists,
+    .mkdir = remote_mkdir,
+    .rm = remote_rm,
+    .move = remote_move,
+    .submit = route_remote_submit,
+    .free = remote_free,
+};

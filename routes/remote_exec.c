@@ -18,14 +18,12 @@
 #include "sandbox/rootimg.h"
 #include "sandbox/workspace.h"
 
-#define REMOTE_BIT (1ULL << 63)
 #define GRACE_MS 30000	     /* beyond the command's own timeouts, for the answer */
 #define CANCEL_WAIT_MS 10000 /* for the back's record of a cancelled command */
 
 struct rjob {
-	struct route_jobs *owner;
-	uint64_t handle;
-	struct sbxc *h; /* the tenant's: the registry holds the tenant until the exit */
+	struct route_job base; /* first: routes/jobs.c's */
+	struct sbxc *h;	       /* the tenant's: the registry holds the tenant until the exit */
 	sbx_event_cb cb;
 	void *ctx;
 	struct sbxc_cancel *cancel;
@@ -39,87 +37,14 @@ struct rjob {
 	char *stdin_data;
 	size_t stdin_len;
 	long timeout_s, idle_s, max_output;
-	struct rjob *next;
 };
 
-struct route_jobs {
-	pthread_mutex_t mu;
-	pthread_cond_t gone;
-	struct rjob *jobs;
-	uint64_t next;
-	size_t running;	    /* threads not yet ended (they outlive their list entry) */
-	int64_t down_at_ms; /* the last time a back could not be reached (0: never) */
-	char down[400];	    /* what it was */
-};
-
-void route_jobs_note_down(struct app *a, const char *what)
+/* Under the job list's lock: never blocks. */
+static void rjob_fire(struct route_job *base)
 {
-	struct route_jobs *o = a->jobs;
-	if (!o)
-		return;
-	pthread_mutex_lock(&o->mu);
-	o->down_at_ms = now_ms();
-	snprintf(o->down, sizeof o->down, "%s", what);
-	pthread_mutex_unlock(&o->mu);
-}
-
-void route_jobs_describe(struct app *a, char *out, size_t outsz)
-{
-	struct route_jobs *o = a->jobs;
-	if (!o) {
-		snprintf(out, outsz, "stopping");
-		return;
-	}
-	pthread_mutex_lock(&o->mu);
-	size_t n = 0;
-	for (struct rjob *j = o->jobs; j; j = j->next)
-		n++;
-	char at[40] = "";
-	if (o->down_at_ms)
-		rfc3339_ms(o->down_at_ms, at, sizeof at);
-	snprintf(out, outsz, "%zu remote commands running; %s%s%s", n,
-		 o->down_at_ms ? "last back server unreachable at " : "no back server found unreachable", at,
-		 o->down_at_ms ? o->down : "");
-	pthread_mutex_unlock(&o->mu);
-}
-
-void route_jobs_new(struct route_jobs **out)
-{
-	struct route_jobs *j = xcalloc(1, sizeof *j);
-	pthread_mutex_init(&j->mu, NULL);
-	pthread_cond_init(&j->gone, NULL);
-	*out = j;
-}
-
-static struct rjob *find_locked(struct route_jobs *o, uint64_t handle)
-{
-	for (struct rjob *j = o->jobs; j; j = j->next)
-		if (j->handle == handle)
-			return j;
-	return NULL;
-}
-
-static void fire_locked(struct rjob *j)
-{
+	struct rjob *j = (struct rjob *)base;
 	j->cancelled = true;
 	sbxc_cancel_fire(j->cancel);
-}
-
-void route_jobs_free(struct route_jobs **pj)
-{
-	struct route_jobs *o = *pj;
-	if (!o)
-		return;
-	pthread_mutex_lock(&o->mu);
-	for (struct rjob *j = o->jobs; j; j = j->next)
-		fire_locked(j);
-	while (o->running)
-		pthread_cond_wait(&o->gone, &o->mu);
-	pthread_mutex_unlock(&o->mu);
-	pthread_mutex_destroy(&o->mu);
-	pthread_cond_destroy(&o->gone);
-	free(o);
-	*pj = NULL;
 }
 
 static void rjob_free(struct rjob *j)
@@ -141,7 +66,7 @@ static void on_started(void *arg, const char *id)
 	(void)id;
 	struct rjob *j = arg;
 	j->started = true;
-	struct sbx_event ev = {.kind = SBX_EV_START, .job = j->handle, .at_ms = now_ms()};
+	struct sbx_event ev = {.kind = SBX_EV_START, .job = j->base.handle, .at_ms = now_ms()};
 	j->cb(j->ctx, &ev, 0);
 }
 
@@ -149,7 +74,7 @@ static int on_output(void *arg, int stream, const char *data, size_t len)
 {
 	struct rjob *j = arg;
 	struct sbx_event ev = {.kind = SBX_EV_OUTPUT,
-			       .job = j->handle,
+			       .job = j->base.handle,
 			       .at_ms = now_ms(),
 			       .stream = stream,
 			       .data = data,
@@ -258,23 +183,17 @@ static void *job_main(void *arg)
 		e = (struct sbxc_err){0};
 	}
 	struct sbx_exec_result out;
-	struct sbx_event ev = {.kind = SBX_EV_EXIT, .job = j->handle, .at_ms = now_ms()};
+	struct sbx_event ev = {.kind = SBX_EV_EXIT, .job = j->base.handle, .at_ms = now_ms()};
 	if (rc == 0) {
 		to_result(&res, &out);
 		ev.result = &out;
 	} else if (e.status == 0) {
 		log_msg("warn", "exec %s: the remote sandboxd failed: %s", j->id, sbx_strerror(rc));
 	}
-	struct route_jobs *o = j->owner;
+	struct route_jobs *o = j->base.owner;
 	/* Leave the list first: after the exit the registry may free the tenant
 	 * and with it j->h, and a cancel must then find nothing. */
-	pthread_mutex_lock(&o->mu);
-	for (struct rjob **p = &o->jobs; *p; p = &(*p)->next)
-		if (*p == j) {
-			*p = j->next;
-			break;
-		}
-	pthread_mutex_unlock(&o->mu);
+	route_job_leave(&j->base);
 	int err = rc == 0 ? 0 : spawn_error_of(rc, &e);
 	if (err && err != -SBX_E_BACKEND && err != -ECANCELED && e.message[0]) {
 		ev.message = e.message; /* the back's refusal, as it said it */
@@ -287,10 +206,7 @@ static void *job_main(void *arg)
 		sbx_exec_result_clear(&out);
 	sbxc_result_clear(&res);
 	rjob_free(j);
-	pthread_mutex_lock(&o->mu);
-	o->running--;
-	pthread_cond_broadcast(&o->gone);
-	pthread_mutex_unlock(&o->mu);
+	route_job_ended(o);
 	return NULL;
 }
 
@@ -329,68 +245,18 @@ static struct rjob *rjob_new(struct route_remote *rr, const char *session, size_
 	return j;
 }
 
-int route_jobs_submit(struct app *a, struct route_remote *rr, const char *session, size_t session_len,
-		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job)
+int route_remote_submit(struct app *a, struct route_provider *p, const char *session, size_t session_len,
+			const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job)
 {
-	if (!rr)
-		return sbx_runner_submit(a->runner, req, cb, ctx, job);
-	struct sbx_rootimg_ref *img = req->rootimg; /* taken, as the runner does (none is chosen) */
-	sbx_rootimg_close(&img);
-	struct route_jobs *o = a->jobs;
-	if (!rr->h || !o)
-		return -SBX_E_BACKEND; /* unusable settings, or stopping */
+	struct route_remote *rr = (struct route_remote *)p;
+	if (!rr->h)
+		return -SBX_E_BACKEND; /* unusable settings */
 	struct rjob *j = rjob_new(rr, session, session_len, req);
-	j->owner = o;
+	j->base.fire = rjob_fire;
 	j->cb = cb;
 	j->ctx = ctx;
-	pthread_mutex_lock(&o->mu);
-	j->handle = REMOTE_BIT | ++o->next;
-	j->next = o->jobs;
-	o->jobs = j;
-	*job = j->handle;
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_t th;
-	int rc = -pthread_create(&th, &at, job_main, j);
-	pthread_attr_destroy(&at);
-	if (rc < 0) {
-		o->jobs = j->next;
+	int rc = route_job_start(a, &j->base, job_main, job);
+	if (rc < 0)
 		rjob_free(j);
-	} else {
-		o->running++;
-	}
-	pthread_mutex_unlock(&o->mu);
 	return rc;
-}
-
-int route_jobs_cancel(struct app *a, uint64_t job)
-{
-	if (!(job & REMOTE_BIT))
-		return sbx_runner_cancel(a->runner, job);
-	struct route_jobs *o = a->jobs;
-	if (!o)
-		return -ESRCH;
-	pthread_mutex_lock(&o->mu);
-	struct rjob *j = find_locked(o, job);
-	if (j)
-		fire_locked(j);
-	pthread_mutex_unlock(&o->mu);
-	return j ? 0 : -ESRCH;
-}
-
-int route_jobs_kill(struct app *a, uint64_t job)
-{
-	return job & REMOTE_BIT ? route_jobs_cancel(a, job) : sbx_runner_kill(a->runner, job);
-}
-
-void route_jobs_cancel_all(struct app *a)
-{
-	struct route_jobs *o = a->jobs;
-	if (!o)
-		return;
-	pthread_mutex_lock(&o->mu);
-	for (struct rjob *j = o->jobs; j; j = j->next)
-		fire_locked(j);
-	pthread_mutex_unlock(&o->mu);
 }

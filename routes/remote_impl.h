@@ -1,10 +1,12 @@
 #pragma once
 /* Shared by routes/remote.c and remote_exec.c only. */
 #include "client/sandboxd.h"
+#include "routes/provider.h"
 
 struct http_req;
 
 struct route_remote {
+	struct route_provider base;
 	struct sbxc *h; /* NULL: unusable, why says */
 	char why[320];
 	char url[256]; /* remote_url, for messages */
@@ -24,3 +26,6 @@ struct remote_call {
 int route_remote_call(struct http_req *r, struct remote_call *rc);
 /* Answer r with a failed call's error (see remote.h); returns the code. */
 int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const struct sbxc_err *e);
+/* The provider's command start (routes/provider.h's submit). */
+int route_remote_submit(struct app *a, struct route_provider *p, const char *session, size_t session_len,
+			const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);

@@ -12,7 +12,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "routes/exec_registry.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
@@ -78,8 +78,8 @@ static json_t *session_json(const struct store_session *s)
 
 int route_sessions_list(struct http_req *r)
 {
-	if (r->tenant && r->tenant->remote)
-		return route_remote_refuse(r, "GET /sessions");
+	if (r->tenant && r->tenant->provider)
+		return route_provider_refuse(r, "GET /sessions");
 	int64_t limit = 0;
 	int rc = http_query_int(r, "limit", SESSIONS_LIMIT_DEFAULT, 1, SESSIONS_LIMIT_MAX, &limit);
 	if (rc < 0)
@@ -98,8 +98,8 @@ int route_sessions_list(struct http_req *r)
 
 int route_session_delete(struct http_req *r)
 {
-	if (r->tenant && r->tenant->remote)
-		return route_remote_refuse(r, "DELETE /session");
+	if (r->tenant && r->tenant->provider)
+		return route_provider_refuse(r, "DELETE /session");
 	char segment[64];
 	int rc =
 	    store_session_find(r->app->store, r->tenant->name, r->session_key, r->session_key_len, segment);

@@ -84,7 +84,7 @@ struct sbx_event {
 	/* SBX_EV_EXIT */
 	struct sbx_exec_result *result; /* the callee may take its strings (set them NULL) */
 	/* SBX_EV_EXIT without result, from a provider that knows more than
-	 * an errno (routes/remote.h: the back server's message and
+	 * an errno (routes/provider.h: the back server's message and
 	 * Retry-After); the runner leaves them NULL and 0. */
 	const char *message;
 	int64_t retry_after_s;

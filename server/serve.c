@@ -22,7 +22,7 @@
 #include "routes/exec.h"
 #include "routes/exec_registry.h"
 #include "routes/policy.h"
-#include "routes/remote.h"
+#include "routes/provider.h"
 #include "http/hub.h"
 #include "http/metrics.h"
 #include "http/pool.h"
@@ -320,7 +320,7 @@ static int start_backend(struct server *s)
 		char name[16];
 		snprintf(name, sizeof name, "%.*s", (int)len, q);
 		q += len;
-		/* remote is tenant-level (routes/remote.h): nothing to start. */
+		/* remote is tenant-level (routes/provider.h): nothing to start. */
 		bool started = !len || strcmp(name, "remote") == 0;
 		for (size_t i = 0; i < s->nbackends; i++)
 			started |= strcmp(sbx_backend_name(s->backends[i]), name) == 0;

@@ -1,0 +1,124 @@
+#pragma once
+/* The tenant-level seam. A tenant's files and commands are served either
+ * here (the local provider: sandbox/workspace.c and fsops.c for files,
+ * the runner and a spawn-level struct sbx_backend, bwrap or local, for
+ * commands) or by a provider elsewhere: another sandboxd (backend
+ * `remote`, routes/remote.c) or a host reached over SSH (backend `ssh`,
+ * routes/ssh.c). The `backend` key of the tenant's policy chooses, when
+ * the tenant is loaded (routes/app.c; so a policy change applies within
+ * the tenant cache's few seconds, or at once when made through PUT
+ * /tenants/{name}/policy).
+ *
+ * struct tenant's `provider` is NULL for a local tenant; the file routes
+ * (routes/fs.c) and POST /exec call its ops instead of sandbox/ when it
+ * is set, and routes that only make sense on a local workspace
+ * (streaming transfers, sessions, /code, stdin and terminals) refuse such
+ * a tenant with route_provider_refuse.
+ *
+ * Every op answers r (rendered exactly as the local routes render theirs)
+ * and returns 0 or the error code. rel is the resolved path as route_path
+ * gives it. A provider that cannot be reached answers 503
+ * backend_unavailable with Retry-After. The file ops block on the network
+ * and run on the file pool (RF_POOL), never on an HTTP event thread (they
+ * return -EAGAIN after nowait_blocked() in no-wait mode).
+ *
+ * Threads: a provider is immutable after it is made (what it shares, such
+ * as connections, it locks itself) and is used by any number of threads;
+ * it is freed with its tenant, when no request and no job uses it. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sandbox/runner.h"
+
+struct app;
+struct http_req;
+struct route_policy;
+struct route_provider;
+
+struct route_provider_ops {
+	const char *name;  /* the policy's backend: "remote", "ssh" */
+	const char *where; /* for refusals: "on another sandboxd (backend remote)" */
+	const char *down;  /* an exec's error when the provider went away mid-command */
+	int (*check)(struct http_req *r);
+	int (*read)(struct http_req *r, const char *rel);
+	int (*read_buffer)(struct http_req *r, const char *rel);
+	int (*write)(struct http_req *r, const char *rel);
+	int (*stat)(struct http_req *r, const char *rel);
+	int (*readdir)(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail);
+	int (*exists)(struct http_req *r, const char *rel);
+	int (*mkdir)(struct http_req *r, const char *rel, bool recursive);
+	int (*rm)(struct http_req *r, const char *rel, bool recursive, bool force);
+	int (*move)(struct http_req *r, const char *from, const char *to, bool overwrite);
+	/* POST /exec's cwd (a rel path) before the command is accepted: 0, or
+	 * r answered. NULL: the provider checks it when the command starts. */
+	int (*cwd)(struct http_req *r, const char *rel);
+	/* Start a command (see route_jobs_submit): 0 with *job, or -errno. */
+	int (*submit)(struct app *a, struct route_provider *p, const char *session, size_t session_len,
+		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);
+	void (*free)(struct route_provider *p);
+};
+
+/* Each provider's state begins with this. */
+struct route_provider {
+	const struct route_provider_ops *ops;
+};
+
+/* The provider the policy's backend names, for tenant `tenant` (NULL for
+ * bwrap and local). Never fails otherwise: settings that cannot work make
+ * every request of the tenant 503 backend_unavailable saying why. */
+struct route_provider *route_provider_new(struct app *a, const char *tenant, const struct route_policy *p);
+/* Accepts NULL; no call may be running on it. */
+void route_provider_free(struct route_provider **p);
+/* A route that needs the local workspace: 403 forbidden for a tenant with
+ * a provider (returns the code), 0 for a local one. */
+int route_provider_refuse(struct http_req *r, const char *what);
+
+/* ---- commands: the runner's interface, for local and provider jobs ----
+ *
+ * Handles of provider jobs have the top bit set, so one uint64_t names a
+ * job of either kind and the registry (routes/exec_registry.c) keeps one
+ * code path. A provider job runs on a thread of its own and reports
+ * SBX_EV_START, SBX_EV_OUTPUT and SBX_EV_EXIT to cb as the runner would
+ * (from that thread; the registry's callbacks never block). A provider
+ * that goes away mid-command ends it with an exit without result and
+ * spawn_error -SBX_E_BACKEND (503 backend_unavailable: what became of the
+ * command is unknown). */
+struct route_jobs;
+void route_jobs_new(struct route_jobs **out);
+/* Cancel every provider job and wait until each has reported its exit. */
+void route_jobs_free(struct route_jobs **j);
+/* p NULL: sbx_runner_submit on a->runner. Else the provider's job:
+ * session (len bytes) is the session it runs in; req->spawn.cwd_rel,
+ * command, env, the timeouts, stdin and max_output_bytes are used; the
+ * rest of req is the local runner's and ignored (req->rootimg is closed:
+ * taken, as by sbx_runner_submit). */
+int route_jobs_submit(struct app *a, struct route_provider *p, const char *session, size_t session_len,
+		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);
+/* sbx_runner_cancel / sbx_runner_kill for either kind: 0 or -ESRCH. */
+int route_jobs_cancel(struct app *a, uint64_t job);
+int route_jobs_kill(struct app *a, uint64_t job);
+/* Cancel every provider job (shutdown; the local ones: sbx_runner_cancel_all). */
+void route_jobs_cancel_all(struct app *a);
+
+/* What a provider implementation uses to run a job: j is its own (first
+ * member of its job state); fire is called under the list's lock on a
+ * cancel and must not block. route_job_start gives j its handle (and
+ * *job), lists it and runs main(j) on a detached thread (0 or -errno: then j is not
+ * listed and still the caller's). The thread calls route_job_leave before
+ * it reports the exit (a cancel must then find nothing) and
+ * route_job_ended last, after freeing j. */
+struct route_job {
+	struct route_jobs *owner;
+	uint64_t handle;
+	void (*fire)(struct route_job *j);
+	struct route_job *next;
+};
+int route_job_start(struct app *a, struct route_job *j, void *(*main)(void *), uint64_t *job);
+void route_job_leave(struct route_job *j);
+void route_job_ended(struct route_jobs *o);
+
+/* A provider could not be reached (what: where and why), for /readyz; and
+ * /readyz's line about the provider `backend` into out. */
+void route_jobs_note_down(struct app *a, const char *backend, const char *what);
+void route_jobs_describe(struct app *a, const char *backend, char *out, size_t outsz);
