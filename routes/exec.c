@@ -189,9 +189,8 @@ static int remote_checks(struct http_req *r, struct exec_request *q)
 						: NULL;
 	if (what)
 		return http_fail(r, -SBX_E_FORBIDDEN,
-				 "%s is not relayed to a remote backend (tenant %s's commands run on another "
-				 "sandboxd)",
-				 what, r->tenant->name);
+				 "%s is not available for tenant %s: its commands run %s", what,
+				 r->tenant->name, r->tenant->provider->ops->where);
 	q->backend = r->app->backend; /* not used: the job runs on the back */
 	return r->tenant->provider->ops->check(r);
 }
@@ -288,8 +287,8 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 		snprintf(q->cwd_rel, sizeof q->cwd_rel, "%s", r->session_rel);
 	}
 	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
-	if (r->tenant->provider)
-		return 0; /* the back checks it where it is */
+	if (r->tenant->provider) /* where it is, or when it starts */
+		return r->tenant->provider->ops->cwd ? r->tenant->provider->ops->cwd(r, q->cwd_rel) : 0;
 	int cwd_fd = sbx_ws_openat(r->tenant->ws, q->cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
 	if (cwd_fd < 0) {
 		rc = cwd_fd == -EXDEV || cwd_fd == -ENOTDIR || cwd_fd == -ELOOP ? cwd_fd : -ENOENT;

@@ -120,6 +120,11 @@ int route_fs_read(struct http_req *r)
 		return r->tenant->provider->ops->read(r, rel);
 	if ((rc = read_whole(r, rel, &data, &len)) < 0)
 		return rc;
+	return route_fs_reply_text(r, data, len);
+}
+
+int route_fs_reply_text(struct http_req *r, char *data, size_t len)
+{
 	if (!utf8_valid(data, len)) {
 		free(data);
 		return http_fail(r, -SBX_E_NOT_TEXT, "the file is not UTF-8 text");
@@ -275,6 +280,22 @@ static void put_mtime(json_t *o, const struct timespec *ts)
 	json_object_set_new(o, "mtime", json_string(t));
 }
 
+json_t *route_fs_stat_json(const char *rel, const struct sbx_stat *st)
+{
+	json_t *o = json_pack("{s:o, s:s, s:b}", "path", wire_path_json(rel), "type",
+			      sbx_ftype_name(st->type), "is_symlink", st->is_symlink);
+	/* A link that dangles or leaves the workspace is described as itself,
+	 * without fields of a target we will not look at. */
+	if (!st->is_symlink || st->followed) {
+		char mode[8];
+		snprintf(mode, sizeof mode, "%04o", (unsigned)(st->mode & 07777));
+		json_object_set_new(o, "size", json_integer((json_int_t)st->size));
+		put_mtime(o, &st->mtime);
+		json_object_set_new(o, "mode", json_string(mode));
+	}
+	return o;
+}
+
 int route_fs_stat(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
@@ -286,17 +307,7 @@ int route_fs_stat(struct http_req *r)
 	struct sbx_stat st;
 	if ((rc = sbx_fs_stat(r->tenant->ws, rel, &st)) < 0)
 		return route_fail_path(r, rc, "stat", rel);
-	json_t *o = json_pack("{s:o, s:s, s:b}", "path", wire_path_json(rel), "type", sbx_ftype_name(st.type),
-			      "is_symlink", st.is_symlink);
-	/* A link that dangles or leaves the workspace is described as itself,
-	 * without fields of a target we will not look at. */
-	if (!st.is_symlink || st.followed) {
-		char mode[8];
-		snprintf(mode, sizeof mode, "%04o", (unsigned)(st.mode & 07777));
-		json_object_set_new(o, "size", json_integer((json_int_t)st.size));
-		put_mtime(o, &st.mtime);
-		json_object_set_new(o, "mode", json_string(mode));
-	}
+	json_t *o = route_fs_stat_json(rel, &st);
 	return http_reply_json(r, 200, o);
 }
 
@@ -321,6 +332,15 @@ static json_t *entry_json(const struct sbx_dirent *d, bool detail)
 	return e;
 }
 
+json_t *route_fs_page_json(const struct sbx_dir_page *page, bool detail)
+{
+	json_t *entries = json_array();
+	for (size_t i = 0; i < page->n; i++)
+		json_array_append_new(entries, entry_json(&page->ents[i], detail));
+	return json_pack("{s:o, s:b, s:o}", "entries", entries, "more", page->more, "next",
+			 page->more ? json_string(page->next) : json_null());
+}
+
 int route_fs_readdir(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
@@ -341,11 +361,7 @@ int route_fs_readdir(struct http_req *r)
 				 "after is not a cursor of this directory (use the next of the page before)");
 	if (rc < 0)
 		return route_fail_path(r, rc, "list", rel);
-	json_t *entries = json_array();
-	for (size_t i = 0; i < page.n; i++)
-		json_array_append_new(entries, entry_json(&page.ents[i], detail));
-	json_t *o = json_pack("{s:o, s:b, s:o}", "entries", entries, "more", page.more, "next",
-			      page.more ? json_string(page.next) : json_null());
+	json_t *o = route_fs_page_json(&page, detail);
 	sbx_dir_page_clear(&page);
 	return http_reply_json(r, 200, o);
 }

@@ -16,6 +16,7 @@
 #include "routes/policy.h"
 #include "routes/provider.h"
 #include "routes/remote.h"
+#include "routes/ssh.h"
 #include "sandbox/rootimg.h"
 
 #define PROVIDER_BIT (1ULL << 63)
@@ -38,9 +39,10 @@ struct route_jobs {
 
 struct route_provider *route_provider_new(struct app *a, const char *tenant, const struct route_policy *p)
 {
-	(void)tenant;
 	if (strcmp(p->backend, "remote") == 0)
 		return route_remote_new(a, p);
+	if (strcmp(p->backend, "ssh") == 0)
+		return route_ssh_new(a, tenant, p);
 	return NULL;
 }
 

@@ -222,6 +222,19 @@ static json_t *backends_json(struct app *a, bool *ready)
 			      "default", false, "network", "available", false, "detail",
 			      "not relayed: a remote tenant's exec with network is refused (403)"));
 	}
+	if (route_policy_backend_offered(a->cfg, "ssh")) {
+		char msg[600];
+		route_jobs_describe(a, "ssh", msg, sizeof msg);
+		json_array_append_new(
+		    list,
+		    json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:b, s:s}}", "name", "ssh", "status", "ok",
+			      "detail", msg, "isolation",
+			      "none added: commands and files have whatever the remote account (ssh_user "
+			      "on ssh_host) allows; file paths are confined to ssh_root, commands are not",
+			      "default", false, "network", "available", false, "detail",
+			      "not enforced: an ssh tenant's exec with network is refused (403); its "
+			      "commands reach what the host reaches"));
+	}
 	return list;
 }
 

@@ -49,6 +49,13 @@ static const struct policy_key {
     {"remote_url", PK_STRING, offsetof(struct route_policy, remote_url), 0, 0},
     {"remote_token_file", PK_STRING, offsetof(struct route_policy, remote_token_file), 0, 0},
     {"remote_tenant", PK_STRING, offsetof(struct route_policy, remote_tenant), 0, 0},
+    /* backend ssh (routes/ssh.h) */
+    {"ssh_host", PK_STRING, offsetof(struct route_policy, ssh_host), 0, 0},
+    {"ssh_port", PK_INT, offsetof(struct route_policy, ssh_port), 1, 65535},
+    {"ssh_user", PK_STRING, offsetof(struct route_policy, ssh_user), 0, 0},
+    {"ssh_root", PK_STRING, offsetof(struct route_policy, ssh_root), 0, 0},
+    {"ssh_key_file", PK_STRING, offsetof(struct route_policy, ssh_key_file), 0, 0},
+    {"ssh_host_key", PK_STRING, offsetof(struct route_policy, ssh_host_key), 0, 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -185,6 +192,10 @@ static int set_string(struct route_policy *p, const struct policy_key *k, const 
 		snprintf(err, errsz, "remote_token_file: an absolute path of a file holding the token");
 		return -EINVAL;
 	}
+	if (*s && (strcmp(k->name, "ssh_key_file") == 0 || strcmp(k->name, "ssh_root") == 0) && *s != '/') {
+		snprintf(err, errsz, "%s: an absolute path", k->name);
+		return -EINVAL;
+	}
 	char **slot = (char **)((char *)p + k->off);
 	free(*slot);
 	*slot = *s ? xstrdup(s) : NULL;
@@ -209,8 +220,9 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 		return 0;
 	}
 	case PK_BACKEND:
-		if (!s || (strcmp(s, "bwrap") != 0 && strcmp(s, "local") != 0 && strcmp(s, "remote") != 0)) {
-			snprintf(err, errsz, "backend: \"bwrap\", \"local\" or \"remote\"");
+		if (!s || (strcmp(s, "bwrap") != 0 && strcmp(s, "local") != 0 && strcmp(s, "remote") != 0 &&
+			   strcmp(s, "ssh") != 0)) {
+			snprintf(err, errsz, "backend: \"bwrap\", \"local\", \"remote\" or \"ssh\"");
 			return -EINVAL;
 		}
 		snprintf(p->backend, sizeof p->backend, "%s", s);
@@ -277,6 +289,7 @@ int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, 
 	p->tenant_cpu_budget_millicores = cfg->tenant_cpu_budget_millicores;
 	p->max_execs = cfg->tenant_max_execs;
 	p->max_transfers = cfg->tenant_max_transfers;
+	p->ssh_port = 22;
 	json_t *net = json_string(cfg->network ? cfg->network : "none");
 	int rc = set_value(p, key_find("network"), net, err, errsz);
 	json_decref(net);
@@ -295,6 +308,11 @@ void route_policy_clear(struct route_policy *p)
 	free(p->images);
 	free(p->remote_url);
 	free(p->remote_token_file);
+	free(p->ssh_host);
+	free(p->ssh_user);
+	free(p->ssh_root);
+	free(p->ssh_key_file);
+	free(p->ssh_host_key);
 	free(p->remote_tenant);
 	patterns_free(p);
 	memset(p, 0, sizeof *p);
@@ -483,6 +501,12 @@ static int remote_complete(const struct sbx_config *cfg, json_t *overrides, char
 	int rc = apply(&p, overrides, err, errsz);
 	if (rc == 0 && strcmp(p.backend, "remote") == 0 && (!p.remote_url || !p.remote_token_file)) {
 		snprintf(err, errsz, "backend remote needs remote_url and remote_token_file");
+		rc = -EINVAL;
+	}
+	if (rc == 0 && strcmp(p.backend, "ssh") == 0 &&
+	    (!p.ssh_host || !p.ssh_user || !p.ssh_root || !p.ssh_key_file || !p.ssh_host_key)) {
+		snprintf(err, errsz,
+			 "backend ssh needs ssh_host, ssh_user, ssh_root, ssh_key_file and ssh_host_key");
 		rc = -EINVAL;
 	}
 	route_policy_clear(&p);

@@ -7,7 +7,7 @@
  * is store/policies.c's; the routes and the command line both use this.
  *
  * Keys (JSON name; the command line also takes '-' for '_'):
- *   backend                   "bwrap", "local" or "remote" (only those the server offers: `backends`)
+ *   backend                   "bwrap", "local", "remote" or "ssh" (only those the server offers: `backends`)
  *   mem_limit_bytes           per command (RLIMIT_AS and cgroup); 0: none
  *   nproc_limit               per command (RLIMIT_NPROC and cgroup pids); 0: none
  *   fsize_limit_bytes         per file written (RLIMIT_FSIZE); 0: none
@@ -28,6 +28,10 @@
  *   remote_token_file         with backend remote: absolute path of a file holding the bearer
  *                             token for the back (read by sandboxd; the token is never stored)
  *   remote_tenant             with backend remote: the tenant there (null: the token's claim)
+ *   ssh_host, ssh_port, ssh_user  with backend ssh: where and as whom (routes/ssh.h)
+ *   ssh_root                  with backend ssh: absolute directory on the host, the tenant's files
+ *   ssh_key_file              with backend ssh: absolute path of the private key (as remote_token_file)
+ *   ssh_host_key              with backend ssh: the pinned host key, "TYPE BASE64" or "SHA256:..."
  *
  * Threads: the functions keep no state; a struct route_policy belongs to
  * its caller. Errors: 0 or a negative errno; -EINVAL with a message in
@@ -54,7 +58,9 @@ struct route_policy {
 	enum route_approval approval;
 	char **patterns; /* owned, with ROUTE_APPROVAL_PATTERNS */
 	size_t npatterns;
-	char *remote_url, *remote_token_file, *remote_tenant; /* owned, or NULL */
+	char *remote_url, *remote_token_file, *remote_tenant;		    /* owned, or NULL */
+	char *ssh_host, *ssh_user, *ssh_root, *ssh_key_file, *ssh_host_key; /* owned, or NULL */
+	int64_t ssh_port;
 };
 
 /* The configuration's policy (what a tenant without overrides gets).

@@ -143,8 +143,8 @@ struct server {
 };
 
 /* `backend` (the default of tenant policies) must be one of `backends`
- * (every backend this server starts), each bwrap, local or remote (which
- * starts nothing: it is per tenant), and local only
+ * (every backend this server starts), each bwrap, local, remote or ssh
+ * (which start nothing: they are per tenant), and local only
  * with allow-unsafe-local; the configured policy must be well formed. */
 static int check_backend_option(const struct sbx_config *cfg)
 {
@@ -155,8 +155,9 @@ static int check_backend_option(const struct sbx_config *cfg)
 		if (len == 5 && strncmp(q, "local", 5) == 0)
 			local = true;
 		else if (len && !(len == 5 && strncmp(q, "bwrap", 5) == 0) &&
-			 !(len == 6 && strncmp(q, "remote", 6) == 0)) {
-			fprintf(stderr, "sandboxd: backends must list bwrap, local and/or remote\n");
+			 !(len == 6 && strncmp(q, "remote", 6) == 0) &&
+			 !(len == 3 && strncmp(q, "ssh", 3) == 0)) {
+			fprintf(stderr, "sandboxd: backends must list bwrap, local, remote and/or ssh\n");
 			return -EINVAL;
 		}
 		q += len;
@@ -321,7 +322,7 @@ static int start_backend(struct server *s)
 		snprintf(name, sizeof name, "%.*s", (int)len, q);
 		q += len;
 		/* remote is tenant-level (routes/provider.h): nothing to start. */
-		bool started = !len || strcmp(name, "remote") == 0;
+		bool started = !len || strcmp(name, "remote") == 0 || strcmp(name, "ssh") == 0;
 		for (size_t i = 0; i < s->nbackends; i++)
 			started |= strcmp(sbx_backend_name(s->backends[i]), name) == 0;
 		if (started)

@@ -1,0 +1,474 @@
+/* Backend ssh's route glue: files and commands of a tenant on an SSH host
+ * (see ssh.h; the protocol is sandbox/ssh*.c's). */
+#include "routes/ssh.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/nowait.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "http/errors.h"
+#include "routes/app.h"
+#include "routes/fs.h"
+#include "routes/policy.h"
+#include "routes/provider.h"
+#include "sandbox/ssh.h"
+#include "sandbox/workspace.h"
+
+#define TIMEOUT_MS 10000
+#define DOWN_RETRY_AFTER_S 5
+#define BAD_RETRY_AFTER_S 60
+
+struct route_ssh {
+	struct route_provider base;
+	struct sbx_ssh_host *h; /* NULL: unusable, why says */
+	char why[400];
+	char tenant[64];
+};
+
+static struct route_ssh *of(struct http_req *r)
+{
+	return (struct route_ssh *)r->tenant->provider;
+}
+
+/* The host could not be reached: for the log and /readyz. */
+static void note_down(struct app *a, const char *tenant, const char *why)
+{
+	char what[600];
+	snprintf(what, sizeof what, "tenant %s: %s", tenant, why);
+	log_msg("warn", "backend ssh: %s", what);
+	route_jobs_note_down(a, "ssh", what);
+}
+
+/* A connection for r, or r answered 503 (or -EAGAIN on an event thread). */
+static int begin(struct http_req *r, struct sbx_ssh_conn **c)
+{
+	if (nowait_on()) {
+		nowait_blocked(); /* the network: on the file pool only */
+		return -EAGAIN;
+	}
+	struct route_ssh *rs = of(r);
+	if (!rs->h) {
+		r->retry_after_s = BAD_RETRY_AFTER_S;
+		return http_fail(r, -SBX_E_BACKEND, "%s", rs->why);
+	}
+	char why[400];
+	if (sbx_ssh_get(rs->h, c, why, sizeof why) == 0)
+		return 0;
+	note_down(r->app, rs->tenant, why);
+	r->retry_after_s = DOWN_RETRY_AFTER_S;
+	return http_fail(r, -SBX_E_BACKEND, "the tenant's SSH host: %s", why);
+}
+
+/* Give c back; answer r with rc's error (as the local routes do). */
+static int end(struct http_req *r, struct sbx_ssh_conn **c, int rc, const char *what, const char *rel)
+{
+	sbx_ssh_put(of(r)->h, c, rc != -SBX_E_BACKEND);
+	if (rc == -SBX_E_BACKEND) {
+		note_down(r->app, of(r)->tenant, "the connection broke during a file operation");
+		r->retry_after_s = DOWN_RETRY_AFTER_S;
+		return http_fail(r, rc, "the SSH connection to the tenant's host broke; try again");
+	}
+	return rc < 0 ? route_fail_path(r, rc, what, rel) : 0;
+}
+
+static json_t *wire_json(const char *rel)
+{
+	char w[SBX_PATH_MAX + 16];
+	sbx_path_wire(rel, w, sizeof w);
+	return json_string(w);
+}
+
+static int ssh_check(struct http_req *r)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc == 0)
+		sbx_ssh_put(of(r)->h, &c, true);
+	return rc;
+}
+
+static int ssh_read(struct http_req *r, const char *rel)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	char *data = NULL;
+	size_t len = 0, max = (size_t)r->app->cfg->max_buffered_bytes;
+	uint64_t size = 0;
+	rc = sbx_ssh_read(c, rel, 0, 0, max, &data, &len, &size);
+	if (rc == -EFBIG) {
+		sbx_ssh_put(of(r)->h, &c, true);
+		return http_fail(r, rc, "file is %llu bytes or more, over the buffered limit of %zu",
+				 (unsigned long long)size, max);
+	}
+	if ((rc = end(r, &c, rc, "read", rel)) < 0)
+		return rc;
+	return route_fs_reply_text(r, data, len);
+}
+
+static int ssh_read_buffer(struct http_req *r, const char *rel)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	struct sbx_stat st;
+	uint64_t start = 0, stop = 0, want = 0, max = (uint64_t)r->app->cfg->max_buffered_bytes;
+	int status = 200;
+	if ((rc = sbx_ssh_stat(c, rel, &st)) == 0) {
+		const char *range = http_header(r, "Range");
+		int pr = range ? route_fs_parse_range(range, st.size, &start, &stop) : -EINVAL;
+		if (pr == -ERANGE) {
+			sbx_ssh_put(of(r)->h, &c, true);
+			return http_fail_range(r, st.size);
+		}
+		status = pr == 0 && st.size ? 206 : 200;
+		want = status == 206 ? stop - start + 1 : 0;
+		start = status == 206 ? start : 0;
+		stop = st.size ? (status == 206 ? stop : st.size - 1) : 0;
+		if ((want ? want : st.size) > max) {
+			sbx_ssh_put(of(r)->h, &c, true);
+			return http_fail(r, -EFBIG, "%llu bytes is over the buffered limit of %llu",
+					 (unsigned long long)(want ? want : st.size),
+					 (unsigned long long)max);
+		}
+	}
+	char *data = NULL;
+	size_t len = 0;
+	uint64_t size = 0;
+	if (rc == 0)
+		rc = sbx_ssh_read(c, rel, start, want, (size_t)max, &data, &len, &size);
+	if ((rc = end(r, &c, rc, "read", rel)) < 0)
+		return rc;
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	route_fs_range_headers(resp, status, start, stop, size);
+	r->bytes_out += (int64_t)len;
+	return http_reply_response(r, status, resp);
+}
+
+static int ssh_write(struct http_req *r, const char *rel)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	rc = sbx_ssh_write(c, rel, r->body.ptr ? r->body.ptr : "", r->body.len);
+	if ((rc = end(r, &c, rc, "write", rel)) < 0)
+		return rc;
+	return http_reply_json(
+	    r, 200, json_pack("{s:o, s:I}", "path", wire_json(rel), "size", (json_int_t)r->body.len));
+}
+
+static int ssh_stat(struct http_req *r, const char *rel)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	struct sbx_stat st;
+	rc = sbx_ssh_stat(c, rel, &st);
+	if ((rc = end(r, &c, rc, "stat", rel)) < 0)
+		return rc;
+	return http_reply_json(r, 200, route_fs_stat_json(rel, &st));
+}
+
+static int ssh_readdir(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	struct sbx_dir_page page;
+	rc = sbx_ssh_readdir(c, rel, after, (size_t)limit, detail, &page);
+	if ((rc = end(r, &c, rc, "list", rel)) < 0)
+		return rc;
+	json_t *o = route_fs_page_json(&page, detail);
+	sbx_dir_page_clear(&page);
+	return http_reply_json(r, 200, o);
+}
+
+static int ssh_exists(struct http_req *r, const char *rel)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	bool yes = false;
+	rc = sbx_ssh_exists(c, rel, &yes);
+	if ((rc = end(r, &c, rc, "look up", rel)) < 0)
+		return rc;
+	return http_reply_json(r, 200, json_pack("{s:b}", "exists", yes));
+}
+
+static int ssh_mkdir(struct http_req *r, const char *rel, bool recursive)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	rc = sbx_ssh_mkdir(c, rel, recursive);
+	if ((rc = end(r, &c, rc, "create", rel)) < 0)
+		return rc;
+	return http_reply_json(r, 201, json_pack("{s:o}", "path", wire_json(rel)));
+}
+
+static int ssh_rm(struct http_req *r, const char *rel, bool recursive, bool force)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	bool removed = false;
+	rc = sbx_ssh_rm(c, rel, recursive, force, &removed);
+	if ((rc = end(r, &c, rc, "remove", rel)) < 0)
+		return rc;
+	return http_reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_json(rel), "removed", removed));
+}
+
+static int ssh_move(struct http_req *r, const char *from, const char *to, bool overwrite)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	rc = sbx_ssh_move(c, from, to, overwrite);
+	if ((rc = end(r, &c, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? to : from)) < 0)
+		return rc;
+	return http_reply_json(r, 200, json_pack("{s:o}", "path", wire_json(to)));
+}
+
+/* The session's directory is made on the host; another cwd must be a
+ * directory under the root (a symlink out of it: 403 outside_workspace). */
+static int ssh_cwd(struct http_req *r, const char *rel)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = begin(r, &c);
+	if (rc < 0)
+		return rc;
+	char abs[4096];
+	rc = sbx_ssh_dir(c, rel, strcmp(rel, r->session_rel) == 0, abs, sizeof abs);
+	sbx_ssh_put(of(r)->h, &c, rc != -SBX_E_BACKEND);
+	if (rc == -SBX_E_BACKEND) {
+		r->retry_after_s = DOWN_RETRY_AFTER_S;
+		return http_fail(r, rc, "the SSH connection to the tenant's host broke; try again");
+	}
+	if (rc < 0) {
+		char w[SBX_PATH_MAX + 16];
+		sbx_path_wire(rel, w, sizeof w);
+		rc = rc == -EXDEV || rc == -ENOTDIR || rc == -ELOOP ? rc : -ENOENT;
+		return http_fail(r, rc, "cwd %s %s", w,
+				 rc == -EXDEV ? "leaves the workspace"
+					      : "is not a directory in the workspace");
+	}
+	return 0;
+}
+
+/* ---- commands ---- */
+
+struct sjob {
+	struct route_job base; /* first: routes/jobs.c's */
+	struct route_ssh *rs;  /* the tenant's: the registry holds the tenant until the exit */
+	struct app *app;
+	sbx_event_cb cb;
+	void *ctx;
+	_Atomic bool cancel;
+	char *command, *cwd_rel, **env, *stdin_data;
+	size_t nenv, stdin_len;
+	struct sbx_ssh_exec x;
+};
+
+static void sjob_fire(struct route_job *base)
+{
+	((struct sjob *)base)->cancel = true;
+}
+
+static void sjob_free(struct sjob *j)
+{
+	for (size_t i = 0; i < j->nenv; i++)
+		free(j->env[i]);
+	free(j->env);
+	free(j->command);
+	free(j->cwd_rel);
+	free(j->stdin_data);
+	free(j);
+}
+
+static void on_start(void *ctx)
+{
+	struct sjob *j = ctx;
+	struct sbx_event ev = {.kind = SBX_EV_START, .job = j->base.handle, .at_ms = now_ms()};
+	j->cb(j->ctx, &ev, 0);
+}
+
+static void on_output(void *ctx, int stream, const char *data, size_t len)
+{
+	struct sjob *j = ctx;
+	struct sbx_event ev = {.kind = SBX_EV_OUTPUT,
+			       .job = j->base.handle,
+			       .at_ms = now_ms(),
+			       .stream = stream,
+			       .data = data,
+			       .len = len};
+	j->cb(j->ctx, &ev, 0);
+}
+
+static void on_heartbeat(void *ctx, const struct sbx_event *hb)
+{
+	struct sjob *j = ctx;
+	struct sbx_event ev = *hb;
+	ev.job = j->base.handle;
+	j->cb(j->ctx, &ev, 0);
+}
+
+/* Connect, find the cwd, run: 0 with *res, or the error with why. */
+static int run(struct sjob *j, struct sbx_exec_result *res, char *why, size_t whysz)
+{
+	struct sbx_ssh_conn *c = NULL;
+	int rc = sbx_ssh_get(j->rs->h, &c, why, whysz);
+	if (rc < 0)
+		return rc;
+	char abs[4096];
+	rc = sbx_ssh_dir(c, j->cwd_rel,
+			 strncmp(j->cwd_rel, "sessions/", 9) == 0 && !strchr(j->cwd_rel + 9, '/'), abs,
+			 sizeof abs);
+	if (rc < 0 && rc != -SBX_E_BACKEND)
+		snprintf(why, whysz, "the command's cwd is no longer a directory under ssh_root: %s",
+			 sbx_strerror(rc));
+	else if (rc < 0)
+		snprintf(why, whysz, "the SSH connection broke before the command started");
+	j->x.dir = abs;
+	if (rc == 0)
+		rc = sbx_ssh_run(c, &j->x, res, why, whysz);
+	sbx_ssh_put(j->rs->h, &c, rc != -SBX_E_BACKEND);
+	return rc;
+}
+
+static void *sjob_main(void *arg)
+{
+	struct sjob *j = arg;
+	struct sbx_exec_result res;
+	char why[400] = "";
+	int rc = run(j, &res, why, sizeof why);
+	if (rc == -SBX_E_BACKEND)
+		note_down(j->app, j->rs->tenant, why);
+	struct route_jobs *o = j->base.owner;
+	route_job_leave(&j->base); /* a cancel must find nothing from now on */
+	struct sbx_event ev = {.kind = SBX_EV_EXIT, .job = j->base.handle, .at_ms = now_ms()};
+	if (rc == 0)
+		ev.result = &res;
+	else
+		ev.message = why;
+	if (rc == -SBX_E_BACKEND)
+		ev.retry_after_s = DOWN_RETRY_AFTER_S;
+	j->cb(j->ctx, &ev, rc);
+	if (rc == 0)
+		sbx_exec_result_clear(&res);
+	sjob_free(j);
+	route_job_ended(o);
+	return NULL;
+}
+
+static struct sjob *sjob_new(struct route_ssh *rs, const struct sbx_exec_req *req)
+{
+	struct sjob *j = xcalloc(1, sizeof *j);
+	j->rs = rs;
+	j->command = xstrdup(req->spawn.command);
+	j->cwd_rel = xstrdup(req->spawn.cwd_rel);
+	for (const char *const *e = req->spawn.env; e && *e; e++)
+		j->nenv++;
+	j->env = xcalloc(j->nenv + 1, sizeof *j->env);
+	for (size_t i = 0; i < j->nenv; i++)
+		j->env[i] = xstrdup(req->spawn.env[i]);
+	if (req->stdin_data) {
+		j->stdin_data = xmalloc(req->stdin_len + 1);
+		memcpy(j->stdin_data, req->stdin_data, req->stdin_len);
+		j->stdin_len = req->stdin_len;
+	}
+	j->x = (struct sbx_ssh_exec){.env = (const char *const *)j->env,
+				     .command = j->command,
+				     .stdin_data = j->stdin_data,
+				     .stdin_len = j->stdin_len,
+				     .timeout_ms = req->timeout_ms,
+				     .idle_timeout_ms = req->idle_timeout_ms,
+				     .heartbeat_ms = req->heartbeat_ms,
+				     .max_output_bytes = req->max_output_bytes,
+				     .cancel = &j->cancel,
+				     .ctx = j,
+				     .on_start = on_start,
+				     .on_output = req->want_output_events ? on_output : NULL,
+				     .on_heartbeat = on_heartbeat};
+	return j;
+}
+
+static int ssh_submit(struct app *a, struct route_provider *p, const char *session, size_t session_len,
+		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job)
+{
+	struct route_ssh *rs = (struct route_ssh *)p;
+	if (!rs->h)
+		return -SBX_E_BACKEND; /* unusable settings */
+	struct sjob *j = sjob_new(rs, req);
+	j->app = a;
+	j->base.fire = sjob_fire;
+	j->cb = cb;
+	j->ctx = ctx;
+	int rc = route_job_start(a, &j->base, sjob_main, job);
+	if (rc < 0)
+		sjob_free(j);
+	return rc;
+}
+
+static void ssh_free(struct route_provider *p)
+{
+	struct route_ssh *rs = (struct route_ssh *)p;
+	sbx_ssh_host_free(&rs->h);
+	free(rs);
+}
+
+static const struct route_provider_ops ssh_ops = {
+    .name = "ssh",
+    .where = "on a host over SSH (backend ssh)",
+    .down = "the tenant's SSH host cannot be reached, or the connection broke while the command ran "
+	    "(what became of it there is unknown)",
+    .check = ssh_check,
+    .read = ssh_read,
+    .read_buffer = ssh_read_buffer,
+    .write = ssh_write,
+    .stat = ssh_stat,
+    .readdir = ssh_readdir,
+    .exists = ssh_exists,
+    .mkdir = ssh_mkdir,
+    .rm = ssh_rm,
+    .move = ssh_move,
+    .cwd = ssh_cwd,
+    .submit = ssh_submit,
+    .free = ssh_free,
+};
+
+struct route_provider *route_ssh_new(struct app *a, const char *tenant, const struct route_policy *p)
+{
+	struct route_ssh *rs = xcalloc(1, sizeof *rs);
+	rs->base.ops = &ssh_ops;
+	snprintf(rs->tenant, sizeof rs->tenant, "%s", tenant);
+	if (!route_policy_backend_offered(a->cfg, "ssh")) {
+		snprintf(rs->why, sizeof rs->why, "backend ssh is not offered by this server (backends: %s)",
+			 a->cfg->backends);
+		return &rs->base;
+	}
+	const struct sbx_ssh_opts o = {.host = p->ssh_host,
+				       .port = (int)p->ssh_port,
+				       .user = p->ssh_user,
+				       .root = p->ssh_root,
+				       .key_file = p->ssh_key_file,
+				       .host_key = p->ssh_host_key,
+				       .timeout_ms = TIMEOUT_MS};
+	if (sbx_ssh_host_new(&rs->h, &o, rs->why, sizeof rs->why) < 0)
+		log_msg("warn", "backend ssh: tenant %s: %s", tenant, rs->why);
+	return &rs->base;
+}

@@ -1,0 +1,42 @@
+#pragma once
+/* Shared by sandbox/ssh.c and ssh_sftp.c only. */
+#include <libssh/callbacks.h>
+#include <libssh/libssh.h>
+#include <libssh/sftp.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct sbx_ssh_host;
+struct sbx_collector;
+struct sbx_ssh_exec;
+
+struct sbx_ssh_conn {
+	struct sbx_ssh_host *host;
+	ssh_session s;
+	sftp_session sftp;
+	char root[4096]; /* the remote root, canonical (no symlink in it) */
+	bool broken;	 /* the connection failed: never pooled again */
+	/* for messages */
+	const char *hostname;
+	int port;
+};
+
+/* One command's state (ssh.c). */
+struct sbx_ssh_run {
+	struct sbx_ssh_conn *c;
+	const struct sbx_ssh_exec *x;
+	ssh_channel ch;
+	struct ssh_channel_callbacks_struct cb;
+	struct sbx_collector *out, *err;
+	char pidbuf[24];
+	size_t pidlen;
+	long pgid; /* 0: not read yet; -1: unreadable */
+	bool killed, cancelled, timed_out, idle, has_status;
+	int status, signal;
+	int last_stream;
+	int64_t start_mono, last_out_mono, last_out_ms, started_ms, next_hb, killed_mono;
+};
+
+/* Open SFTP on c and make root (absolute) exist, canonical in c->root: 0,
+ * or -SBX_E_BACKEND with why. */
+int sbx_ssh_sftp_open(struct sbx_ssh_conn *c, const char *root, char *why, size_t whysz);
