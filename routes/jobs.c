@@ -25,6 +25,7 @@
 struct down_note {
 	char backend[16];
 	int64_t at_ms; /* the last time it could not be reached (0: never) */
+	int64_t up_ms; /* the last time it was reached (0: never, or not noted) */
 	char what[400];
 };
 
@@ -90,6 +91,18 @@ void route_jobs_note_down(struct app *a, const char *backend, const char *what)
 	pthread_mutex_unlock(&o->mu);
 }
 
+void route_jobs_note_up(struct app *a, const char *backend)
+{
+	struct route_jobs *o = a->jobs;
+	if (!o)
+		return;
+	pthread_mutex_lock(&o->mu);
+	struct down_note *n = note_locked(o, backend);
+	if (n)
+		n->up_ms = now_ms();
+	pthread_mutex_unlock(&o->mu);
+}
+
 void route_jobs_describe(struct app *a, const char *backend, char *out, size_t outsz)
 {
 	struct route_jobs *o = a->jobs;
@@ -102,10 +115,14 @@ void route_jobs_describe(struct app *a, const char *backend, char *out, size_t o
 	for (struct route_job *j = o->jobs; j; j = j->next)
 		n++;
 	struct down_note *d = note_locked(o, backend);
-	char at[40] = "";
+	char at[40] = "", t[40] = "", up[80] = "";
 	if (d && d->at_ms)
 		rfc3339_ms(d->at_ms, at, sizeof at);
-	snprintf(out, outsz, "%zu %s commands running; %s%s%s%s", n, backend,
+	if (d && d->up_ms) {
+		rfc3339_ms(d->up_ms, t, sizeof t);
+		snprintf(up, sizeof up, "last reached at %s; ", t);
+	}
+	snprintf(out, outsz, "%zu %s commands running; %s%s%s%s%s", n, backend, up,
 		 at[0] ? "last found unreachable at " : "none found unreachable", at, at[0] ? ": " : "",
 		 at[0] ? d->what : "");
 	pthread_mutex_unlock(&o->mu);

@@ -121,4 +121,6 @@ void route_job_ended(struct route_jobs *o);
 /* A provider could not be reached (what: where and why), for /readyz; and
  * /readyz's line about the provider `backend` into out. */
 void route_jobs_note_down(struct app *a, const char *backend, const char *what);
+/* It was reached (a connection made or reused), for /readyz. */
+void route_jobs_note_up(struct app *a, const char *backend);
 void route_jobs_describe(struct app *a, const char *backend, char *out, size_t outsz);

@@ -58,8 +58,10 @@ static int begin(struct http_req *r, struct sbx_ssh_conn **c)
 		return http_fail(r, -SBX_E_BACKEND, "%s", rs->why);
 	}
 	char why[400];
-	if (sbx_ssh_get(rs->h, c, why, sizeof why) == 0)
+	if (sbx_ssh_get(rs->h, c, why, sizeof why) == 0) {
+		route_jobs_note_up(r->app, "ssh");
 		return 0;
+	}
 	note_down(r->app, rs->tenant, why);
 	r->retry_after_s = DOWN_RETRY_AFTER_S;
 	return http_fail(r, -SBX_E_BACKEND, "the tenant's SSH host: %s", why);
@@ -334,6 +336,7 @@ static int run(struct sjob *j, struct sbx_exec_result *res, char *why, size_t wh
 	int rc = sbx_ssh_get(j->rs->h, &c, why, whysz);
 	if (rc < 0)
 		return rc;
+	route_jobs_note_up(j->app, "ssh");
 	char abs[4096];
 	rc = sbx_ssh_dir(c, j->cwd_rel,
 			 strncmp(j->cwd_rel, "sessions/", 9) == 0 && !strchr(j->cwd_rel + 9, '/'), abs,
