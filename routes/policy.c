@@ -20,8 +20,9 @@
 #define PATTERN_MAX 1024
 
 /* PK_MILLICORES: a PK_INT that is 0 (none) or at least 10, the kernel's
- * least CFS quota (1 ms per 100 ms period). */
-enum key_kind { PK_INT, PK_MILLICORES, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES, PK_STRING };
+ * least CFS quota (1 ms per 100 ms period). PK_OPTINT: a PK_INT whose 0
+ * means unset (left out of the JSON). */
+enum key_kind { PK_INT, PK_MILLICORES, PK_OPTINT, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES, PK_STRING };
 
 static const struct policy_key {
 	const char *name;
@@ -51,7 +52,7 @@ static const struct policy_key {
     {"remote_tenant", PK_STRING, offsetof(struct route_policy, remote_tenant), 0, 0},
     /* backend ssh (routes/ssh.h) */
     {"ssh_host", PK_STRING, offsetof(struct route_policy, ssh_host), 0, 0},
-    {"ssh_port", PK_INT, offsetof(struct route_policy, ssh_port), 1, 65535},
+    {"ssh_port", PK_OPTINT, offsetof(struct route_policy, ssh_port), 1, 65535}, /* unset: 22 */
     {"ssh_user", PK_STRING, offsetof(struct route_policy, ssh_user), 0, 0},
     {"ssh_root", PK_STRING, offsetof(struct route_policy, ssh_root), 0, 0},
     {"ssh_key_file", PK_STRING, offsetof(struct route_policy, ssh_key_file), 0, 0},
@@ -208,7 +209,8 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 	const char *s = json_string_value(v);
 	switch (k->kind) {
 	case PK_INT:
-	case PK_MILLICORES: {
+	case PK_MILLICORES:
+	case PK_OPTINT: {
 		json_int_t x = json_integer_value(v), lo = k->kind == PK_MILLICORES ? 10 : k->min;
 		if (!json_is_integer(v) || x < k->min || x > k->max || (x != 0 && x < lo)) {
 			snprintf(err, errsz, "%s: %san integer in [%lld, %lld]", k->name,
@@ -289,7 +291,6 @@ int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, 
 	p->tenant_cpu_budget_millicores = cfg->tenant_cpu_budget_millicores;
 	p->max_execs = cfg->tenant_max_execs;
 	p->max_transfers = cfg->tenant_max_transfers;
-	p->ssh_port = 22;
 	json_t *net = json_string(cfg->network ? cfg->network : "none");
 	int rc = set_value(p, key_find("network"), net, err, errsz);
 	json_decref(net);
@@ -323,7 +324,10 @@ static json_t *value_json(const struct route_policy *p, const struct policy_key 
 	switch (k->kind) {
 	case PK_INT:
 	case PK_MILLICORES:
-		return json_integer(*(const int64_t *)((const char *)p + k->off));
+	case PK_OPTINT: {
+		int64_t v = *(const int64_t *)((const char *)p + k->off);
+		return v == 0 && k->kind == PK_OPTINT ? json_null() : json_integer(v);
+	}
 	case PK_BACKEND:
 		return json_string(p->backend);
 	case PK_NETWORK:
@@ -560,7 +564,7 @@ int route_policy_kv(const char *kv, json_t *changes, char *err, size_t errsz)
 	json_t *v = NULL;
 	if (strcmp(val, "default") == 0) {
 		v = json_null();
-	} else if (k->kind == PK_INT || k->kind == PK_MILLICORES) {
+	} else if (k->kind == PK_INT || k->kind == PK_MILLICORES || k->kind == PK_OPTINT) {
 		char *end = NULL;
 		errno = 0;
 		long long x = strtoll(val, &end, 10);

@@ -28,7 +28,7 @@
  *   remote_token_file         with backend remote: absolute path of a file holding the bearer
  *                             token for the back (read by sandboxd; the token is never stored)
  *   remote_tenant             with backend remote: the tenant there (null: the token's claim)
- *   ssh_host, ssh_port, ssh_user  with backend ssh: where and as whom (routes/ssh.h)
+ *   ssh_host, ssh_port, ssh_user  with backend ssh: where and as whom (routes/ssh.h; port 0: 22)
  *   ssh_root                  with backend ssh: absolute directory on the host, the tenant's files
  *   ssh_key_file              with backend ssh: absolute path of the private key (as remote_token_file)
  *   ssh_host_key              with backend ssh: the pinned host key, "TYPE BASE64" or "SHA256:..."
