@@ -3,6 +3,7 @@
 #include "routes/ssh.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,59 @@ struct route_ssh {
 static struct route_ssh *of(struct http_req *r)
 {
 	return (struct route_ssh *)r->tenant->provider;
+}
+
+/* Hosts outlive the tenant cache's reloads (every few seconds), so their
+ * pooled connections do: a reloaded tenant whose settings and key are
+ * unchanged shares the host its earlier entry made. Process-wide, as the
+ * connections are; an entry goes with its last user. */
+struct host_entry {
+	char tenant[64];
+	struct sbx_ssh_host *h;
+	int refs;
+	struct host_entry *next;
+};
+static pthread_mutex_t hosts_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct host_entry *hosts;
+
+/* fresh, or the equal host already shared (then fresh is freed). */
+static struct sbx_ssh_host *host_share(const char *tenant, struct sbx_ssh_host *fresh)
+{
+	pthread_mutex_lock(&hosts_mu);
+	struct host_entry *e = hosts;
+	while (e && !(strcmp(e->tenant, tenant) == 0 && sbx_ssh_host_same(e->h, fresh)))
+		e = e->next;
+	if (e) {
+		sbx_ssh_host_free(&fresh);
+	} else {
+		e = xcalloc(1, sizeof *e);
+		snprintf(e->tenant, sizeof e->tenant, "%s", tenant);
+		e->h = fresh;
+		e->next = hosts;
+		hosts = e;
+	}
+	e->refs++;
+	pthread_mutex_unlock(&hosts_mu);
+	return e->h;
+}
+
+static void host_unshare(struct sbx_ssh_host *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&hosts_mu);
+	for (struct host_entry **p = &hosts; *p; p = &(*p)->next) {
+		struct host_entry *e = *p;
+		if (e->h != h)
+			continue;
+		if (--e->refs == 0) {
+			*p = e->next;
+			sbx_ssh_host_free(&e->h);
+			free(e);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&hosts_mu);
 }
 
 /* The host could not be reached: for the log and /readyz. */
@@ -430,7 +484,7 @@ static int ssh_submit(struct app *a, struct route_provider *p, const char *sessi
 static void ssh_free(struct route_provider *p)
 {
 	struct route_ssh *rs = (struct route_ssh *)p;
-	sbx_ssh_host_free(&rs->h);
+	host_unshare(rs->h);
 	free(rs);
 }
 
@@ -471,7 +525,10 @@ struct route_provider *route_ssh_new(struct app *a, const char *tenant, const st
 				       .key_file = p->ssh_key_file,
 				       .host_key = p->ssh_host_key,
 				       .timeout_ms = TIMEOUT_MS};
-	if (sbx_ssh_host_new(&rs->h, &o, rs->why, sizeof rs->why) < 0)
+	struct sbx_ssh_host *h = NULL;
+	if (sbx_ssh_host_new(&h, &o, rs->why, sizeof rs->why) < 0)
 		log_msg("warn", "backend ssh: tenant %s: %s", tenant, rs->why);
+	else
+		rs->h = host_share(tenant, h);
 	return &rs->base;
 }

@@ -130,6 +130,18 @@ int sbx_ssh_host_new(struct sbx_ssh_host **out, const struct sbx_ssh_opts *o, ch
 	return 0;
 }
 
+static bool str_eq(const char *a, const char *b)
+{
+	return strcmp(a, b) == 0;
+}
+
+bool sbx_ssh_host_same(const struct sbx_ssh_host *a, const struct sbx_ssh_host *b)
+{
+	return str_eq(a->host, b->host) && str_eq(a->user, b->user) && str_eq(a->root, b->root) &&
+	       str_eq(a->pin, b->pin) && a->port == b->port && a->timeout_ms == b->timeout_ms &&
+	       ssh_key_cmp(a->key, b->key, SSH_KEY_CMP_PRIVATE) == 0;
+}
+
 static void conn_close(struct sbx_ssh_conn *c)
 {
 	if (!c)

@@ -13,7 +13,7 @@
 #include "sandbox/workspace.h"
 
 #define LINKS_MAX 40
-#define DIR_MAX 100000 /* entries of one directory listed over SFTP */
+#define DIR_MAX 100000 /* entries of one directory listed over SFTP (beyond: -EFBIG) */
 #define P 4096
 
 /* The last SFTP or connection error as an errno. */
@@ -374,10 +374,16 @@ int sbx_ssh_readdir(struct sbx_ssh_conn *c, const char *rel, const char *after, 
 		return sftp_err(c);
 	struct sbx_dirent *v = NULL;
 	size_t n = 0, cap = 0;
+	bool over = false;
 	sftp_attributes a;
 	while ((a = sftp_readdir(c->sftp, d)) != NULL) {
 		bool skip = strcmp(a->name, ".") == 0 || strcmp(a->name, "..") == 0 ||
-			    (after && strcmp(a->name, after) <= 0) || n == DIR_MAX;
+			    (after && strcmp(a->name, after) <= 0);
+		if (!skip && n == DIR_MAX) {
+			sftp_attributes_free(a);
+			over = true; /* not listed rather than listed in part */
+			break;
+		}
 		if (!skip) {
 			if (n == cap)
 				v = xrealloc(v, (cap = cap ? cap * 2 : 64) * sizeof *v);
@@ -388,7 +394,7 @@ int sbx_ssh_readdir(struct sbx_ssh_conn *c, const char *rel, const char *after, 
 		}
 		sftp_attributes_free(a);
 	}
-	rc = sftp_dir_eof(d) ? 0 : sftp_err(c);
+	rc = over ? -EFBIG : sftp_dir_eof(d) ? 0 : sftp_err(c);
 	sftp_closedir(d);
 	if (rc < 0) {
 		sbx_dirents_free(v, n);

@@ -210,7 +210,7 @@ static int setup(void **state)
 		snprintf(skip_why, sizeof skip_why, "%s or ssh-keygen is not installed (scripts/deps)", SSHD);
 		return 0;
 	}
-	const char *const extra[] = {"--set", "backends=bwrap,ssh", NULL};
+	const char *const extra[] = {"--set", "backends=bwrap,ssh", "--set", "heartbeat-ms=200", NULL};
 	if (make_files() < 0 || sshd_start() < 0 || it_start(&srv, extra) < 0)
 		return -1;
 	tok_a = it_token(&srv, "acme", NULL);
@@ -324,10 +324,26 @@ static void same(const char *method, const char *path, const char *body, long st
 	same_x(method, path, body, NULL, status);
 }
 
+/* Logins sshd accepted so far (its log). */
+static int logins(void)
+{
+	char *path = xasprintf("%s/sshd.log", dir);
+	char *log = it_read_file(path, NULL);
+	free(path);
+	int n = 0;
+	for (const char *p = log; p && (p = strstr(p, "Accepted publickey")); p++)
+		n++;
+	free(log);
+	return n;
+}
+
+static int logins_before; /* at the start of the file and exec suites */
+
 static void test_files_equal(void **state)
 {
 	(void)state;
 	SKIP_UNLESS_SSHD();
+	logins_before = logins();
 	same("PUT", "/fs/write?path=docs/a.txt", "hello, host\n", 200);
 	/* On the host, under ssh_root, the remote user's. */
 	char seg[80];
@@ -430,11 +446,13 @@ static void test_exec_equal(void **state)
 	json_decref(v);
 	v = exec_as(tok_a, "{\"command\":\"true\",\"stdin_pipe\":true,\"background\":true}", 403);
 	json_decref(v);
-	/* Streamed: start, output and exit as events. */
-	struct it_resp s = req("POST", "/exec", "{\"command\":\"echo live\",\"stream\":true}");
+	/* Streamed: start, output, heartbeats (every 200 ms here) and exit. */
+	struct it_resp s = req("POST", "/exec", "{\"command\":\"echo live; sleep 1\",\"stream\":true}");
 	it_expect_status(&s, 200);
 	assert_non_null(strstr(s.body, "event: start"));
 	assert_non_null(strstr(s.body, "live"));
+	assert_non_null(strstr(s.body, "event: heartbeat"));
+	assert_non_null(strstr(s.body, "\"stdout_bytes\":5"));
 	assert_non_null(strstr(s.body, "event: exit"));
 	it_resp_free(&s);
 	/* The exec record and the audit, as for local commands. */
@@ -442,6 +460,12 @@ static void test_exec_equal(void **state)
 	assert_int_equal(it_get_json(&srv, tok_a, "/execs?limit=5", &list), 200);
 	assert_true(json_array_size(json_object_get(list, "execs")) >= 3);
 	json_decref(list);
+	/* Connections are pooled (also across the tenant cache's reloads,
+	 * every 5 s): one request after the other, a login or two for all. */
+	int n = logins() - logins_before;
+	if (n > 3)
+		fprintf(stderr, "%d logins for the file and exec suites\n", n);
+	assert_true(n <= 3);
 }
 
 /* A command plants symlinks to /etc: no file route follows them out. */
