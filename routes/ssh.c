@@ -112,13 +112,20 @@ static int begin(struct http_req *r, struct sbx_ssh_conn **c)
 		return http_fail(r, -SBX_E_BACKEND, "%s", rs->why);
 	}
 	char why[400];
-	if (sbx_ssh_get(rs->h, c, why, sizeof why) == 0) {
-		route_jobs_note_up(r->app, "ssh");
-		return 0;
+	if (sbx_ssh_get(rs->h, c, why, sizeof why) < 0) {
+		note_down(r->app, rs->tenant, why);
+		r->retry_after_s = DOWN_RETRY_AFTER_S;
+		return http_fail(r, -SBX_E_BACKEND, "the tenant's SSH host: %s", why);
 	}
-	note_down(r->app, rs->tenant, why);
-	r->retry_after_s = DOWN_RETRY_AFTER_S;
-	return http_fail(r, -SBX_E_BACKEND, "the tenant's SSH host: %s", why);
+	route_jobs_note_up(r->app, "ssh");
+	/* The session's directory, as route_session makes it locally. */
+	int rc = r->session_rel ? sbx_ssh_session(*c, r->session_rel) : 0;
+	if (rc == 0)
+		return 0;
+	sbx_ssh_put(rs->h, c, rc != -SBX_E_BACKEND);
+	r->retry_after_s = rc == -SBX_E_BACKEND ? DOWN_RETRY_AFTER_S : 0;
+	return http_fail(r, rc, "cannot make the session's directory on the tenant's SSH host: %s",
+			 sbx_strerror(rc));
 }
 
 /* Give c back; answer r with rc's error (as the local routes do). */
@@ -309,7 +316,7 @@ static int ssh_cwd(struct http_req *r, const char *rel)
 	if (rc < 0)
 		return rc;
 	char abs[4096];
-	rc = sbx_ssh_dir(c, rel, strcmp(rel, r->session_rel) == 0, abs, sizeof abs);
+	rc = sbx_ssh_dir(c, rel, false, abs, sizeof abs);
 	sbx_ssh_put(of(r)->h, &c, rc != -SBX_E_BACKEND);
 	if (rc == -SBX_E_BACKEND) {
 		r->retry_after_s = DOWN_RETRY_AFTER_S;

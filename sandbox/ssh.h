@@ -81,6 +81,11 @@ int sbx_ssh_move(struct sbx_ssh_conn *c, const char *from, const char *to, bool 
  * parents, when create), for a command's cwd: -ENOENT, -ENOTDIR, -EXDEV. */
 int sbx_ssh_dir(struct sbx_ssh_conn *c, const char *rel, bool create, char *abs, size_t abssz);
 
+/* Make sure the session directory rel ("sessions/<segment>") exists, as
+ * the local routes do on each request: once per connection and session
+ * (remembered by c). */
+int sbx_ssh_session(struct sbx_ssh_conn *c, const char *rel);
+
 /* ---- commands ---- */
 struct sbx_ssh_exec {
 	const char *dir;	/* absolute, from sbx_ssh_dir */

@@ -14,8 +14,9 @@ struct sbx_ssh_conn {
 	struct sbx_ssh_host *host;
 	ssh_session s;
 	sftp_session sftp;
-	char root[4096]; /* the remote root, canonical (no symlink in it) */
-	bool broken;	 /* the connection failed: never pooled again */
+	char root[4096];   /* the remote root, canonical (no symlink in it) */
+	bool broken;	   /* the connection failed: never pooled again */
+	char session[128]; /* the session directory last made sure of (sbx_ssh_session) */
 	/* for messages */
 	const char *hostname;
 	int port;

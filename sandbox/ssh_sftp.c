@@ -278,6 +278,17 @@ int sbx_ssh_dir(struct sbx_ssh_conn *c, const char *rel, bool create, char *abs,
 	return 0;
 }
 
+int sbx_ssh_session(struct sbx_ssh_conn *c, const char *rel)
+{
+	if (strcmp(c->session, rel) == 0)
+		return 0;
+	char abs[P];
+	int rc = sbx_ssh_dir(c, rel, true, abs, sizeof abs);
+	if (rc == 0 && strlen(rel) < sizeof c->session)
+		snprintf(c->session, sizeof c->session, "%s", rel);
+	return rc;
+}
+
 int sbx_ssh_write(struct sbx_ssh_conn *c, const char *rel, const void *data, size_t len)
 {
 	char parent[P], abs[P];
@@ -400,7 +411,8 @@ int sbx_ssh_readdir(struct sbx_ssh_conn *c, const char *rel, const char *after, 
 		sbx_dirents_free(v, n);
 		return rc;
 	}
-	qsort(v, n, sizeof *v, name_cmp);
+	if (n)
+		qsort(v, n, sizeof *v, name_cmp);
 	if (n > limit) {
 		for (size_t i = limit; i < n; i++)
 			free(v[i].name);

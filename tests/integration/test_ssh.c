@@ -225,8 +225,8 @@ static int teardown(void **state)
 {
 	(void)state;
 	int rc = 0;
-	if (srv.pid > 0)
-		rc = it_finish(&srv);
+	/* sshd, the account and the files first: a failing server check
+	 * below must not leave them behind. */
 	sshd_kill();
 	if (user_made) {
 		it_sh_quiet("pkill -KILL -u %s; true", user);
@@ -234,6 +234,8 @@ static int teardown(void **state)
 	}
 	if (dir[0])
 		it_sh_quiet("rm -rf %s", dir);
+	if (srv.pid > 0)
+		rc = it_finish(&srv);
 	free(tok_a);
 	free(tok_g);
 	free(tok_admin);
@@ -248,12 +250,13 @@ static int teardown(void **state)
 		}                                                                                            \
 	} while (0)
 
+static const char *session_hdr = "X-Session-Key: ssh-suite";
+
 static struct it_resp req_as(const char *tok, const char *method, const char *path, const char *body,
 			     const char *extra)
 {
 	struct it_resp r;
-	const char *const hdrs[] = {"Content-Type: application/json", "X-Session-Key: ssh-suite", extra,
-				    NULL};
+	const char *const hdrs[] = {"Content-Type: application/json", session_hdr, extra, NULL};
 	assert_int_equal(it_http(&srv, method, path, tok, hdrs, body, body ? strlen(body) : 0, &r), 0);
 	return r;
 }
@@ -388,6 +391,14 @@ static void test_files_equal(void **state)
 	same_x("GET", "/fs/read_buffer?path=r.bin", NULL, "Range: bytes=2-5", 206);
 	same_x("GET", "/fs/read_buffer?path=r.bin", NULL, "Range: bytes=-3", 206);
 	same_x("GET", "/fs/read_buffer?path=r.bin", NULL, "Range: bytes=20-", 416);
+	/* A new session's directory is there from its first request on. */
+	session_hdr = "X-Session-Key: fresh-1";
+	same("GET", "/fs/readdir?path=.", NULL, 200);
+	session_hdr = "X-Session-Key: fresh-2";
+	same("POST", "/fs/mkdir", "{\"path\":\"d\"}", 201);
+	session_hdr = "X-Session-Key: fresh-3";
+	same("GET", "/fs/stat?path=.", NULL, 200);
+	session_hdr = "X-Session-Key: ssh-suite";
 	/* What needs a local workspace is refused, not done wrongly. */
 	struct it_resp r = req("GET", "/sessions", NULL);
 	it_expect_error(&r, 403, "forbidden");
