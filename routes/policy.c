@@ -22,7 +22,17 @@
 /* PK_MILLICORES: a PK_INT that is 0 (none) or at least 10, the kernel's
  * least CFS quota (1 ms per 100 ms period). PK_OPTINT: a PK_INT whose 0
  * means unset (left out of the JSON). */
-enum key_kind { PK_INT, PK_MILLICORES, PK_OPTINT, PK_BACKEND, PK_NETWORK, PK_APPROVAL, PK_IMAGE, PK_IMAGES, PK_STRING };
+enum key_kind {
+	PK_INT,
+	PK_MILLICORES,
+	PK_OPTINT,
+	PK_BACKEND,
+	PK_NETWORK,
+	PK_APPROVAL,
+	PK_IMAGE,
+	PK_IMAGES,
+	PK_STRING
+};
 
 static const struct policy_key {
 	const char *name;
