@@ -4,7 +4,7 @@ FROM debian:12-slim AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config xxd \
         libmicrohttpd-dev libjansson-dev libsqlite3-dev libjwt-dev libseccomp-dev libssl-dev \
-        libcurl4-openssl-dev libssh-dev \
+        libcurl4-openssl-dev libssh-dev libarchive-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -14,17 +14,17 @@ COPY server server
 COPY http http
 COPY routes routes
 COPY auth auth
+COPY client client
 COPY sandbox sandbox
 COPY store store
 COPY migrations migrations
 COPY openapi openapi
 COPY web web
-COPY tests/CMakeLists.txt tests/CMakeLists.txt
-RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j"$(nproc)" --target sandboxd
+RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSANDBOXD_TESTS=OFF && cmake --build build -j"$(nproc)" --target sandboxd
 
 FROM debian:12-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libmicrohttpd12 libjansson4 libsqlite3-0 libjwt0 libseccomp2 libssl3 libcurl4 libssh-4 \
+        libmicrohttpd12 libjansson4 libsqlite3-0 libjwt0 libseccomp2 libssl3 libcurl4 libssh-4 libarchive13 \
         bubblewrap ca-certificates curl tini python3 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/sandboxd /usr/local/bin/sandboxd
