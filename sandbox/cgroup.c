@@ -562,19 +562,23 @@ static struct leaf *pool_take(const char *root, uid_t uid, uint64_t seq, uint64_
 }
 
 /* A slot for the new group j<seq> of the command seq; NULL when the pool
- * (or the tenant's share of it) is full. */
+ * (or the tenant's share of it) is full, or when one of the tenant's kept
+ * groups is idle: then it only waits for PID 1, and the pool grows with
+ * the tenant's concurrent commands, not with PID 1's delay. */
 static struct leaf *pool_track(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim)
 {
 	struct leaf *slot = NULL;
-	size_t mine = 0;
+	size_t mine = 0, idle = 0;
 	pthread_mutex_lock(&pool_mu);
 	for (size_t k = 0; k < POOL_MAX; k++) {
-		if (leaf_is(&pool[k], root, uid))
+		if (leaf_is(&pool[k], root, uid)) {
 			mine++;
-		else if (!pool[k].used && !slot)
+			idle += !pool[k].busy;
+		} else if (!pool[k].used && !slot) {
 			slot = &pool[k];
+		}
 	}
-	if (slot && mine < POOL_PER_UID) {
+	if (slot && mine < POOL_PER_UID && idle == 0) {
 		*slot = (struct leaf){.used = true, .busy = true, .uid = uid, .name = seq, .seq = seq};
 		snprintf(slot->root, sizeof slot->root, "%s", root);
 		slot->limit[H_MEMORY] = lim->mem_bytes;

@@ -183,6 +183,9 @@ static void test_oom_then_normal(void **state)
 	assert_true(it_ws_exists(&srv, "acme", ".oomed"));
 	assert_true(cg_num("memory", g, "memory.failcnt") > 0);
 	assert_true(cg_num("memory", g, "memory.max_usage_in_bytes") > (200LL << 20));
+	/* Its CPU time (where the host has cpuacct apart from cpu). */
+	long long cpu_ns = cg_num("cpuacct", g, "cpuacct.usage");
+	assert_true(cpu_ns == -1 || cpu_ns > 0);
 	json_t *res = cancel_bg(&b, "reuse-oom");
 	assert_non_null(strstr(jstr(res, "stdout"), "rc=137\n"));
 	assert_true(jtrue(res, "cancelled"));
@@ -193,6 +196,8 @@ static void test_oom_then_normal(void **state)
 	assert_true(among(kept, g));
 	assert_int_equal(cg_num("memory", g, "memory.failcnt"), 0);
 	assert_true(cg_num("memory", g, "memory.max_usage_in_bytes") < (64LL << 20));
+	if (cpu_ns > 0)
+		assert_true(cg_num("cpuacct", g, "cpuacct.usage") < 5000000); /* < 5 ms: reset */
 
 	/* The next commands: a plain result, and clean counters. */
 	res = ex_run(&srv, tok, "echo ok");
