@@ -75,6 +75,17 @@ p1 | p2)
 	echo "== 100 POST /exec true, $BK backend, c1: server-thread syscall calls per exec (strace -w: wall time in each)"
 	head -22 "$W/p2"
 	per "$W/p2" 100
+	# SQLite transactions per exec, from the WAL-index locks: every
+	# transaction takes a read mark (F_RDLCK on bytes 123..127 of the
+	# -shm file), a write transaction also the write lock (byte 120).
+	strace -q -e trace=fcntl -o "$W/locks" "${tids[@]}" &
+	st=$!; sleep 1
+	"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 100 >/dev/null
+	sleep 0.5; kill -INT "$st"; wait "$st" 2>/dev/null || true
+	shm=$(find "/proc/$SBX_PID/fd" -lname '*-shm' -printf '%f\n' | head -1)
+	rd=$(grep -c "fcntl($shm, F_SETLK, {l_type=F_RDLCK, l_whence=SEEK_SET, l_start=12[3-7]" "$W/locks" || true)
+	wr=$(grep -c "fcntl($shm, F_SETLK, {l_type=F_WRLCK, l_whence=SEEK_SET, l_start=120" "$W/locks" || true)
+	echo "== SQLite transactions per exec (the audit writer's batches included): $(calc "($rd - $wr) / 100") read, $(calc "$wr / 100") write"
 	;;
 p3)
 	# Server threads only (perf stat --no-inherit: the commands are not

@@ -405,15 +405,8 @@ static int read_overrides(struct store *s, const char *tenant, json_t **obj, cha
 	char *t = NULL;
 	int64_t at = 0;
 	int rc = store_policy_get(s, tenant, &t, &at);
-	if (rc == -ENOENT) {
-		struct store_tenant st;
-		rc = store_tenant_get(s, tenant, &st);
-		if (rc < 0)
-			return rc;
-		store_tenant_clear(&st);
-	} else if (rc < 0) {
+	if (rc < 0)
 		return rc;
-	}
 	json_t *o = t ? json_loads(t, 0, NULL) : json_object();
 	if (!json_is_object(o)) {
 		json_decref(o);

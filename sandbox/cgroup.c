@@ -135,29 +135,33 @@ static int mkdir_p(const char *hier, const char *rel)
 	return 0;
 }
 
-static void kill_procs(const char *dir)
+/* SIGKILL to every process listed in dir's cgroup.procs (a fresh open:
+ * v1 caches the list per open file); how many were listed, or -errno. */
+static int kill_procs(const char *dir)
 {
 	char procs[600], buf[4096];
 	ssize_t n;
-	int fd;
+	int fd, listed = 0;
 
 	snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
 	fd = open(procs, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return;
+		return -errno;
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (n <= 0)
-		return;
+		return n < 0 ? -EIO : 0;
 	buf[n] = '\0';
 	for (char *p = buf, *end;; p = end) {
 		long pid = strtol(p, &end, 10);
 
 		if (end == p)
 			break;
+		listed++;
 		if (pid > 1)
 			kill((pid_t)pid, SIGKILL);
 	}
+	return listed;
 }
 
 /* rmdir one group, killing what is left in it. EBUSY right after the reap
@@ -282,20 +286,6 @@ static int ensure_parent(size_t i, const char *root, const char *rel, uid_t uid,
 		rc = set_budget(i, rel, budget);
 	parent_set(root, uid, i, rc == 0, budget);
 	return rc;
-}
-
-/* mkdir of the command's own group; a leftover of an earlier run with
- * the same number is removed first. ENOENT: the parent is gone. */
-static int make_leaf(const char *path)
-{
-	if (mkdir(path, 0755) == 0)
-		return 0;
-	if (errno != EEXIST)
-		return -errno;
-	int rc = rmdir_group(path);
-	if (rc < 0)
-		return rc;
-	return mkdir(path, 0755) < 0 ? -errno : 0;
 }
 
 /* A small control file whole into buf (NUL-terminated). */
@@ -437,28 +427,432 @@ bool sbx_cgroup_cpu(const char **acct)
 	return layout.dir[H_CPU][0] != '\0';
 }
 
+/* ---- the groups kept for a tenant's next command ----
+ *
+ * The mkdir of a v1 memory group (per-cpu counters, thirty control files)
+ * costs ~100 us of kernel time, its rmdir ~60 us, its limits ~30 us more,
+ * and the cpu and cpuacct groups add theirs: more than the rest of a
+ * command's start (issue 15, P1). So a command's emptied groups are kept
+ * for the tenant's next command when they are verifiably empty and clean,
+ * checked when the command is reaped and again just before the next one
+ * joins them:
+ *   - no process is listed in them: what the command left is killed
+ *     first, with rmdir_group's back-off (the condition an rmdir needs);
+ *   - pids.current is 0 when the next command gets them: the pids
+ *     controller counts a task until it is reaped, so this waits for the
+ *     zombies a sandbox orphans to PID 1 (bwrap's outer process exits
+ *     before the sandbox's init is reaped). A command's tasks are in all
+ *     its groups: the child joins them all before it runs anything, its
+ *     descendants inherit them, and no tenant uid can write a cgroup.procs;
+ *   - memory.usage_in_bytes, what stays charged to the group (page cache
+ *     of the files it wrote, kernel objects), is at most 1 MiB and 1/64
+ *     of the next command's memory limit: the next command starts with
+ *     (nearly) all of its limit, and the rest is reclaimable and goes
+ *     first when it needs room;
+ *   - memory.failcnt, memory.max_usage_in_bytes and cpuacct.usage are
+ *     reset to 0, so that the limit hits, the peak and the CPU time a
+ *     reader sees are the command's own (an OOM-killed command's are gone
+ *     before its successor runs); the parents' counters are their own and
+ *     keep counting;
+ *   - the limits are rewritten when the next command's differ.
+ * What the kernel cannot reset is cumulative over the group's commands:
+ * memory.oom_control's oom_kill, pids.events' max, memory.stat's event
+ * counters, cpu.stat. Nothing reads them per command; whoever does must
+ * take the difference from the command's start. A group that fails a
+ * check is removed as before, and a new one made for the next command.
+ *
+ * A kept group keeps its name (j<seq of the command that made it>), and
+ * the table maps the command using it (by seq) to it; sweep and release
+ * find it like any other group, after closing the fds kept here. The fds
+ * (O_CLOEXEC, at most nine per group) are opened when a group is first
+ * kept; at most POOL_MAX groups are tracked, POOL_PER_UID per tenant:
+ * beyond them commands get groups made and removed as before. */
+#define POOL_MAX 32
+#define POOL_PER_UID 16
+#define RESIDUAL_MAX (1u << 20)
+#define POOL_SKIPS_MAX 64
+
+struct leaf {
+	bool used, busy;
+	char root[64];
+	uid_t uid;
+	uint64_t name;	     /* j<name> */
+	uint64_t seq;	     /* the command in it, when busy */
+	uint64_t freed;	     /* when it was last released (pool_stamp) */
+	unsigned skips;	     /* found still holding zombies, since its release */
+	uint64_t limit[H_N]; /* memory.limit_in_bytes, pids.max as written (0: none) */
+	int procs[H_N];	     /* cgroup.procs of each hierarchy in use, O_WRONLY: dup'ed per command */
+	int usage, tasks;    /* memory.usage_in_bytes, pids.current: O_RDONLY */
+	int reset[3];	     /* memory.failcnt, memory.max_usage_in_bytes, cpuacct.usage (-1: none) */
+};
+static struct leaf pool[POOL_MAX];
+static uint64_t pool_stamp;
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void leaf_close(struct leaf *l)
+{
+	int *fds[H_N + 5];
+	size_t n = 0;
+	for (size_t i = 0; i < H_N; i++)
+		fds[n++] = &l->procs[i];
+	fds[n++] = &l->usage;
+	fds[n++] = &l->tasks;
+	for (size_t k = 0; k < 3; k++)
+		fds[n++] = &l->reset[k];
+	for (size_t k = 0; k < n; k++) {
+		if (*fds[k] >= 0)
+			close(*fds[k]);
+		*fds[k] = -1;
+	}
+}
+
+static bool leaf_is(const struct leaf *l, const char *root, uid_t uid)
+{
+	return l->used && l->uid == uid && strcmp(l->root, root) == 0;
+}
+
+static bool pool_has_name(const char *root, uid_t uid, uint64_t name)
+{
+	bool has = false;
+	pthread_mutex_lock(&pool_mu);
+	for (size_t k = 0; k < POOL_MAX && !has; k++)
+		has = leaf_is(&pool[k], root, uid) && pool[k].name == name;
+	pthread_mutex_unlock(&pool_mu);
+	return has;
+}
+
+/* Before j<seq> is made: forget what the pool knows of that name or of
+ * that command. Seqs are unique among running commands, so a group still
+ * marked as the command seq's belongs to one that was never reaped, and
+ * a free group named j<seq> is empty: both are leftovers, which
+ * make_leaf removes by name. A group named j<seq> in use by another
+ * command stays (make_leaf then refuses). */
+static void pool_evict(const char *root, uid_t uid, uint64_t seq)
+{
+	pthread_mutex_lock(&pool_mu);
+	for (size_t k = 0; k < POOL_MAX; k++) {
+		struct leaf *l = &pool[k];
+		if (leaf_is(l, root, uid) && ((l->busy && l->seq == seq) || (!l->busy && l->name == seq))) {
+			leaf_close(l);
+			memset(l, 0, sizeof *l);
+		}
+	}
+	pthread_mutex_unlock(&pool_mu);
+}
+
+/* The free group of the tenant released longest ago (after the one
+ * released at stamp after: 0 for the first), now the command seq's;
+ * NULL when none. The oldest first: the zombies a sandbox orphaned to
+ * PID 1 have had the most time to be reaped there. */
+static struct leaf *pool_take(const char *root, uid_t uid, uint64_t seq, uint64_t after)
+{
+	struct leaf *got = NULL;
+	pthread_mutex_lock(&pool_mu);
+	for (size_t k = 0; k < POOL_MAX; k++) {
+		struct leaf *l = &pool[k];
+		if (leaf_is(l, root, uid) && !l->busy && l->freed > after && (!got || l->freed < got->freed))
+			got = l;
+	}
+	if (got) {
+		got->busy = true;
+		got->seq = seq;
+	}
+	pthread_mutex_unlock(&pool_mu);
+	return got;
+}
+
+/* A slot for the new group j<seq> of the command seq; NULL when the pool
+ * (or the tenant's share of it) is full, or when one of the tenant's kept
+ * groups is idle: then it only waits for PID 1, and the pool grows with
+ * the tenant's concurrent commands, not with PID 1's delay. */
+static struct leaf *pool_track(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim)
+{
+	struct leaf *slot = NULL;
+	size_t mine = 0, idle = 0;
+	pthread_mutex_lock(&pool_mu);
+	for (size_t k = 0; k < POOL_MAX; k++) {
+		if (leaf_is(&pool[k], root, uid)) {
+			mine++;
+			idle += !pool[k].busy;
+		} else if (!pool[k].used && !slot) {
+			slot = &pool[k];
+		}
+	}
+	if (slot && mine < POOL_PER_UID && idle == 0) {
+		*slot = (struct leaf){.used = true, .busy = true, .uid = uid, .name = seq, .seq = seq};
+		snprintf(slot->root, sizeof slot->root, "%s", root);
+		slot->limit[H_MEMORY] = lim->mem_bytes;
+		slot->limit[H_PIDS] = lim->nproc;
+		for (size_t i = 0; i < H_N; i++)
+			slot->procs[i] = -1;
+		slot->usage = slot->tasks = slot->reset[0] = slot->reset[1] = slot->reset[2] = -1;
+	} else {
+		slot = NULL;
+	}
+	pthread_mutex_unlock(&pool_mu);
+	return slot;
+}
+
+/* The group of the running command seq; NULL when it is not tracked. */
+static struct leaf *pool_find(const char *root, uid_t uid, uint64_t seq)
+{
+	struct leaf *got = NULL;
+	pthread_mutex_lock(&pool_mu);
+	for (size_t k = 0; k < POOL_MAX && !got; k++)
+		if (leaf_is(&pool[k], root, uid) && pool[k].busy && pool[k].seq == seq)
+			got = &pool[k];
+	pthread_mutex_unlock(&pool_mu);
+	return got;
+}
+
+/* Back to the pool (free, released now), or forgotten. The caller owns
+ * l (busy). */
+static void pool_put(struct leaf *l, bool keep)
+{
+	pthread_mutex_lock(&pool_mu);
+	if (keep) {
+		l->busy = false;
+		l->freed = ++pool_stamp;
+		l->skips = 0;
+	} else {
+		leaf_close(l);
+		memset(l, 0, sizeof *l);
+	}
+	pthread_mutex_unlock(&pool_mu);
+}
+
+/* Back to the pool as it was (not released anew): tried, not ready. */
+static void pool_skip(struct leaf *l)
+{
+	pthread_mutex_lock(&pool_mu);
+	l->busy = false;
+	pthread_mutex_unlock(&pool_mu);
+}
+
+static void pool_forget_root(const char *root)
+{
+	pthread_mutex_lock(&pool_mu);
+	for (size_t k = 0; k < POOL_MAX; k++)
+		if (pool[k].used && strcmp(pool[k].root, root) == 0) {
+			leaf_close(&pool[k]);
+			memset(&pool[k], 0, sizeof pool[k]);
+		}
+	pthread_mutex_unlock(&pool_mu);
+}
+
+/* A control file of l in the hierarchy directory dir, opened. */
+static int leaf_file(const struct leaf *l, const char *dir, const char *file, int flags)
+{
+	char path[640];
+	if (group_path(path, sizeof path - 40, dir, l->root, l->uid, l->name) < 0)
+		return -ENAMETOOLONG;
+	snprintf(path + strlen(path), 40, "/%s", file);
+	int fd = open(path, flags | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	return fd; /* the caller's */
+}
+
+/* The fds of a group kept for the first time. */
+static int leaf_open(struct leaf *l)
+{
+	static const char *const resets[2] = {"memory.failcnt", "memory.max_usage_in_bytes"};
+	for (size_t i = 0; i < H_N; i++)
+		if (layout.dir[i][0] && l->procs[i] < 0 &&
+		    (l->procs[i] = leaf_file(l, layout.dir[i], "cgroup.procs", O_WRONLY)) < 0)
+			return l->procs[i];
+	if (l->usage < 0 &&
+	    (l->usage = leaf_file(l, layout.dir[H_MEMORY], "memory.usage_in_bytes", O_RDONLY)) < 0)
+		return l->usage;
+	if (l->tasks < 0 && (l->tasks = leaf_file(l, layout.dir[H_PIDS], "pids.current", O_RDONLY)) < 0)
+		return l->tasks;
+	for (size_t k = 0; k < 2; k++)
+		if (l->reset[k] < 0 &&
+		    (l->reset[k] = leaf_file(l, layout.dir[H_MEMORY], resets[k], O_WRONLY)) < 0)
+			return l->reset[k];
+	if (layout.acct_dir && l->reset[2] < 0 &&
+	    (l->reset[2] = leaf_file(l, layout.acct_dir, "cpuacct.usage", O_WRONLY)) < 0)
+		return l->reset[2];
+	return 0;
+}
+
+/* A control file read again through its open fd (ENODEV: the group is gone). */
+static int pread_u64(int fd, uint64_t *out)
+{
+	char buf[32];
+	ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	buf[n] = '\0';
+	*out = strtoull(buf, NULL, 10);
+	return 0;
+}
+
+/* What stays charged to l: at most RESIDUAL_MAX and 1/64 of mem_limit
+ * (0: none); -ENOSPC beyond, -ENODEV when the group is gone. */
+static int leaf_residue_ok(const struct leaf *l, uint64_t mem_limit)
+{
+	uint64_t charged = 0, cap = RESIDUAL_MAX;
+	int rc = pread_u64(l->usage, &charged);
+	if (mem_limit && mem_limit / 64 < cap)
+		cap = mem_limit / 64;
+	return rc < 0 ? rc : charged > cap ? -ENOSPC : 0;
+}
+
+/* At the reap: kill what the command left, with rmdir_group's back-off
+ * while its last tasks are released (no task listed in cgroup.procs is
+ * what an rmdir needs too), then check and reset the group for the next
+ * command. Zombies orphaned to PID 1 are not waited for here: they hold
+ * pids.current until PID 1 reaps them, which leaf_reuse checks. */
+static int leaf_clean(struct leaf *l)
+{
+	char dir[600];
+	long wait_ns = 50 * 1000, slept_ns = 0;
+	int rc = leaf_open(l), listed;
+	if (rc < 0 || group_path(dir, sizeof dir, layout.dir[H_PIDS], l->root, l->uid, l->name) < 0)
+		return rc < 0 ? rc : -ENAMETOOLONG;
+	while ((listed = kill_procs(dir)) > 0 && slept_ns < 1000L * 1000 * 1000) {
+		struct timespec ts = {0, wait_ns};
+		nanosleep(&ts, NULL);
+		slept_ns += wait_ns;
+		wait_ns = wait_ns * 2 < 10L * 1000 * 1000 ? wait_ns * 2 : 10L * 1000 * 1000;
+	}
+	if (listed != 0)
+		return listed < 0 ? listed : -EBUSY;
+	if ((rc = leaf_residue_ok(l, l->limit[H_MEMORY])) < 0)
+		return rc;
+	for (size_t k = 0; k < 3; k++) {
+		errno = EIO;
+		if (l->reset[k] >= 0 && pwrite(l->reset[k], "0", 1, 0) != 1)
+			return -errno;
+	}
+	return 0;
+}
+
+static int set_limit(const struct leaf *l, size_t i, uint64_t v)
+{
+	char path[640], val[32];
+	if (group_path(path, sizeof path - 40, layout.dir[i], l->root, l->uid, l->name) < 0)
+		return -ENAMETOOLONG;
+	snprintf(path + strlen(path), 40, "/%s", ctrls[i].limit_file);
+	if (v)
+		snprintf(val, sizeof val, "%" PRIu64, v);
+	else
+		snprintf(val, sizeof val, "%s", i == H_PIDS ? "max" : "-1");
+	return write_file(path, val);
+}
+
+/* A kept group made ready for the next command: still empty and clean,
+ * its limits, and its cgroup.procs (dup'ed into fds, the caller's, in
+ * the order of the hierarchies in use). */
+static int leaf_reuse(struct leaf *l, const struct sbx_limits *lim, int fds[SBX_CGROUP_MAX])
+{
+	const uint64_t want[2] = {lim->mem_bytes, lim->nproc}; /* H_MEMORY, H_PIDS */
+	uint64_t tasks = 0;
+	int rc = pread_u64(l->tasks, &tasks), n = 0;
+	if (rc == 0 && tasks)
+		return -EBUSY; /* zombies not yet reaped by PID 1: later */
+	if (rc == 0)
+		rc = leaf_residue_ok(l, want[H_MEMORY]);
+	for (size_t i = H_MEMORY; i <= H_PIDS && rc == 0; i++)
+		if (want[i] != l->limit[i] && (rc = set_limit(l, i, want[i])) == 0)
+			l->limit[i] = want[i];
+	for (size_t i = 0; i < H_N && rc == 0; i++)
+		if (layout.dir[i][0] && (fds[n++] = fcntl(l->procs[i], F_DUPFD_CLOEXEC, 3)) < 0)
+			rc = -errno;
+	if (rc < 0)
+		for (size_t i = 0; i < SBX_CGROUP_MAX; i++) {
+			if (fds[i] >= 0)
+				close(fds[i]);
+			fds[i] = -1;
+		}
+	return rc < 0 ? rc : n;
+}
+
+/* Remove a tracked group that cannot be used again, unless it is gone
+ * already (its name may then be another command's). */
+static void leaf_drop(struct leaf *l)
+{
+	uint64_t v;
+	bool gone = l->tasks >= 0 && pread_u64(l->tasks, &v) == -ENODEV;
+	char path[600];
+	for (size_t i = 0; i < H_N && !gone; i++)
+		if (layout.dir[i][0] &&
+		    group_path(path, sizeof path, layout.dir[i], l->root, l->uid, l->name) == 0)
+			rmdir_group(path);
+	pool_put(l, false);
+}
+
+/* A kept group of the tenant for the command seq, fds its cgroup.procs:
+ * how many, or -ENOENT when none is ready. */
+static int pool_reuse(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+		      int fds[SBX_CGROUP_MAX])
+{
+	struct leaf *l;
+	uint64_t after = 0;
+	/* The two released longest ago: when they still wait for PID 1, the
+	 * later ones do too. One that waited POOL_SKIPS_MAX times (a PID 1
+	 * that does not reap) gives its slot up (zombies do not stop an
+	 * rmdir). */
+	for (int tries = 0; tries < 2 && (l = pool_take(root, uid, seq, after)) != NULL; tries++) {
+		int n = leaf_reuse(l, lim, fds);
+		if (n > 0)
+			return n;
+		after = l->freed;
+		if (n == -EBUSY && ++l->skips < POOL_SKIPS_MAX)
+			pool_skip(l);
+		else
+			leaf_drop(l);
+	}
+	return -ENOENT;
+}
+
+/* mkdir of the command's own group; a leftover of an earlier run with
+ * the same number is removed first, never a group kept for reuse (one
+ * of this run's, which may hold a running command). ENOENT: the parent
+ * is gone. */
+static int make_leaf(const char *path, const char *root, uid_t uid, uint64_t seq)
+{
+	if (mkdir(path, 0755) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return -errno;
+	if (pool_has_name(root, uid, seq))
+		return -EEXIST;
+	int rc = rmdir_group(path);
+	if (rc < 0)
+		return rc;
+	return mkdir(path, 0755) < 0 ? -errno : 0;
+}
+
+/* The tenant's budget in hierarchy i (cpuacct has none). */
+static uint64_t budget_of(size_t i, const struct sbx_limits *lim)
+{
+	static const size_t budget_off[H_N] = {offsetof(struct sbx_limits, tenant_mem_bytes),
+					       offsetof(struct sbx_limits, tenant_nproc),
+					       offsetof(struct sbx_limits, tenant_cpu_millicores), 0};
+	return i == H_CPUACCT ? 0 : *(const uint64_t *)((const char *)lim + budget_off[i]);
+}
+
 /* The command's group in hierarchy i, its limit set and its cgroup.procs
  * opened into *fd; *made is set once the group exists. */
 static int prepare_one(size_t i, const char *root, const char *rel, uid_t uid, uint64_t seq,
 		       const struct sbx_limits *lim, int *fd, bool *made)
 {
-	static const size_t budget_off[H_N] = {offsetof(struct sbx_limits, tenant_mem_bytes),
-					       offsetof(struct sbx_limits, tenant_nproc),
-					       offsetof(struct sbx_limits, tenant_cpu_millicores), 0};
 	uint64_t v = i == H_MEMORY ? lim->mem_bytes : i == H_PIDS ? lim->nproc : 0;
-	uint64_t budget = i == H_CPUACCT ? 0 : *(const uint64_t *)((const char *)lim + budget_off[i]);
+	uint64_t budget = budget_of(i, lim);
 	char path[600], file[640], val[32];
 	int rc = ensure_parent(i, root, rel, uid, budget);
 
 	if (rc == 0)
 		rc = group_path(path, sizeof(path), layout.dir[i], root, uid, seq);
 	if (rc == 0)
-		rc = make_leaf(path);
+		rc = make_leaf(path, root, uid, seq);
 	if (rc == -ENOENT) { /* the parent vanished behind the memo */
 		parent_set(root, uid, i, false, 0);
 		rc = ensure_parent(i, root, rel, uid, budget);
 		if (rc == 0)
-			rc = make_leaf(path);
+			rc = make_leaf(path, root, uid, seq);
 	}
 	if (rc < 0)
 		return rc;
@@ -488,12 +882,21 @@ int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct s
 	if (!name_ok(root))
 		return -EINVAL;
 	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
+	for (i = 0; i < H_N && rc == 0; i++) /* the budgets apply to kept groups too */
+		if (layout.dir[i][0])
+			rc = ensure_parent(i, root, rel, uid, budget_of(i, lim));
+	if (rc == 0 && (n = pool_reuse(root, uid, seq, lim, fds)) > 0)
+		return n;
+	n = 0;
+	pool_evict(root, uid, seq);
 	for (i = 0; i < H_N && rc == 0; i++) {
 		if (layout.dir[i][0])
 			rc = prepare_one(i, root, rel, uid, seq, lim, &fds[n++], &made[i]);
 	}
-	if (rc == 0)
+	if (rc == 0) {
+		pool_track(root, uid, seq, lim);
 		return n;
+	}
 	for (i = 0; i < SBX_CGROUP_MAX; i++) {
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -512,6 +915,15 @@ void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq)
 
 	if (!name_ok(root))
 		return;
+	struct leaf *l = pool_find(root, uid, seq);
+	if (l && leaf_clean(l) == 0) {
+		pool_put(l, true);
+		return;
+	}
+	if (l) {
+		leaf_drop(l);
+		return;
+	}
 	for (size_t i = 0; i < H_N; i++) {
 		if (layout.dir[i][0] && group_path(path, sizeof(path), layout.dir[i], root, uid, seq) == 0)
 			rmdir_group(path);
@@ -573,6 +985,7 @@ int sbx_cgroup_sweep(const char *root)
 	if (!name_ok(root))
 		return 0;
 	parents_forget_root(root);
+	pool_forget_root(root);
 	for (size_t i = 0; i < H_N; i++) {
 		if (!layout.dir[i][0])
 			continue;

@@ -4,14 +4,20 @@
  * host gives root; the v2 mount has no controllers). Every name here is
  * made by the server, never taken from a client (security.md item 8):
  *
- *     /sys/fs/cgroup/{memory,pids,cpu,cpuacct}/<root>/u<uid>/j<seq>
+ *     /sys/fs/cgroup/{memory,pids,cpu,cpuacct}/<root>/u<uid>/j<n>
  *
  * (cpu and cpuacct mounted together, "cpu,cpuacct", are one hierarchy.)
  *
  * root is the server's own ("sandboxd/<uid-base>": distinct per server on
  * a host), u<uid> the tenant's parent (its budget: every command of the
- * tenant together), j<seq> one command, seq a number the runner counts. A command's group is always new: an
- * existing one is a leftover, removed first, and a control file in its place is refused. */
+ * tenant together), j<n> the group of one command at a time, n the seq (a
+ * number the runner counts) of the command that made it. A command's
+ * emptied group is kept for the tenant's next command when it is
+ * verifiably empty and clean (cgroup.c says what is checked and reset),
+ * else removed; an existing j<seq> that is not such a kept group is a
+ * leftover, removed first, and a control file in its place is refused.
+ *
+ * Threads: any; the kept groups and the parents' memo are behind mutexes. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -32,14 +38,16 @@ bool sbx_cgroup_probe(const char *root);
  * cpuacct.usage is read ("cpuacct", "cpu,cpuacct", ...; NULL: no usage). */
 bool sbx_cgroup_cpu(const char **acct);
 
-/* Create the command's group in every hierarchy in use, set the tenant's
- * budget on its parent u<uid> where it changed (lim->tenant_mem_bytes,
+/* The command seq's group in every hierarchy in use: a kept one of the
+ * tenant's (no task in it, little charged to it), or a new j<seq>. Sets
+ * the tenant's budget on its parent u<uid> where it changed (lim->tenant_mem_bytes,
  * lim->tenant_nproc; "max" when 0; with cpu: cpu.cfs_quota_us of
  * lim->tenant_cpu_millicores per 100 ms cpu.cfs_period_us, -1 when 0, and
- * cpu.shares 1024), set memory.limit_in_bytes and pids.max from lim (when
- * non-zero) and open each cgroup.procs (O_WRONLY|O_CLOEXEC) into fds.
- * Returns how many (2 to SBX_CGROUP_MAX), or -errno with nothing left open
- * and nothing left behind: the command must then not run. */
+ * cpu.shares 1024), sets memory.limit_in_bytes and pids.max from lim
+ * (none when 0) and opens each cgroup.procs (O_WRONLY|O_CLOEXEC, the
+ * caller's to close) into fds. Returns how many (2 to SBX_CGROUP_MAX), or
+ * -errno with nothing left open and nothing new left behind: the command
+ * must then not run. */
 int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
 		       int fds[SBX_CGROUP_MAX]);
 
@@ -53,7 +61,9 @@ int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, ui
  * 0, -ENOENT (no group yet), -ENOTSUP (no cpuacct), other -errno. */
 int sbx_cgroup_tenant_cpu(const char *root, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns);
 
-/* Kill whatever is left in the command's groups and rmdir them. */
+/* After the command seq was reaped: kill whatever is left in its groups,
+ * then keep them for the tenant's next command (see above) or rmdir them.
+ * Nothing the command started survives this call. */
 void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq);
 
 /* Claim <root> for this server (an exclusive, non-blocking flock on its
@@ -64,8 +74,8 @@ void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq);
 int sbx_cgroup_claim(const char *root);
 
 /* At start: kill every process left below <root> by an earlier run of this
- * server and remove its groups, bottom up. Returns how many groups were
- * removed (>= 0). */
+ * server and remove its groups, bottom up (kept ones too: forgotten).
+ * Returns how many groups were removed (>= 0). */
 int sbx_cgroup_sweep(const char *root);
 
 /* At a clean stop, after every command was reaped: remove what is left

@@ -1,4 +1,14 @@
-/* Execs: one row per command run, keyed by (tenant, client-chosen id). */
+/* Execs: one row per command run, keyed by (tenant, client-chosen id).
+ *
+ * The insert of a command's row (before it starts, fail closed) writes the
+ * row and its three indexes, and each is a query's (EXPLAIN QUERY PLAN,
+ * issue 15): the primary key (tenant, id) every look-up by id, finish,
+ * decide, delete and the tenant's ON DELETE CASCADE; execs_tenant_started
+ * GET /execs, newest first without a sort; execs_state the recovery at
+ * every start (running and pending_approval rows become lost), which
+ * without it would read the whole table, results included. Merging state
+ * into execs_tenant_started would save one page per insert at the price of
+ * a scan of that whole index at every start, so all three stay. */
 #include "store/store_impl.h"
 
 #include <stdlib.h>

@@ -31,10 +31,16 @@ static const struct store_row policy_row = {sizeof(struct policy_row), policy_fr
 
 #define POLICY_GET_SQL "SELECT policy, updated_at FROM policies WHERE tenant = ?1"
 
+/* Every exec reads this: the tenant and its overrides in one statement
+ * (one read transaction), a tenant without overrides being a row of
+ * NULLs rather than a second look-up (issue 15, P1). */
 int store_policy_get(struct store *s, const char *tenant, char **policy, int64_t *updated_at)
 {
 	struct policy_row p = {0};
-	int r = store_get(s, ST_POLICY_GET, POLICY_GET_SQL, &policy_row, &p, Q_ARGS(Q_TEXT(tenant)));
+	int r = store_get(s, ST_POLICY_LOAD,
+			  "SELECT p.policy, p.updated_at FROM tenants t LEFT JOIN policies p ON p.tenant = "
+			  "t.name WHERE t.name = ?1",
+			  &policy_row, &p, Q_ARGS(Q_TEXT(tenant)));
 	if (r == 0) {
 		*policy = p.policy;
 		if (updated_at)

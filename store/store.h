@@ -71,8 +71,9 @@ void store_tenant_clear(struct store_tenant *t);
 void store_tenants_free(struct store_tenant *t, size_t n);
 
 /* ---- policies.c ---- */
-/* The overrides of tenant's policy (a JSON object text, owned: free()) and
- * when they last changed. -ENOENT when none was ever set. */
+/* The overrides of tenant's policy (a JSON object text, owned: free();
+ * NULL when none was ever set) and when they last changed (0: never), in
+ * one statement and so one read transaction. -ENOENT: no such tenant. */
 int store_policy_get(struct store *s, const char *tenant, char **policy, int64_t *updated_at);
 /* Replace them with policy, provided they still are expect (NULL: no row
  * yet); -EAGAIN when another writer came first (read and try again). */

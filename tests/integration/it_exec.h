@@ -39,6 +39,24 @@ static inline const char *it_uid_base_arg(long *base)
 	return arg;
 }
 
+/* Whether the cgroup v1 memory and pids hierarchies are ours to write
+ * here (root): the suites of limits and budgets skip otherwise. */
+static inline bool it_cgroups_here(void)
+{
+	return geteuid() == 0 && access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0 &&
+	       access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) == 0;
+}
+
+/* Whether name exists in tenant's workspace on the host (a mark a
+ * command left). */
+static inline bool it_ws_exists(struct it_server *s, const char *tenant, const char *name)
+{
+	char *p = xasprintf("%s/tenants/%s/workspace/%s", s->dir, tenant, name);
+	bool there = access(p, F_OK) == 0;
+	free(p);
+	return there;
+}
+
 /* POST /exec with body req (stolen). Returns the HTTP status (-1 on a
  * transport error); *out (optional) gets the parsed body. */
 static inline long ex_post(struct it_server *s, const char *tok, const char *const *hdrs, json_t *req,

@@ -21,12 +21,6 @@
 static struct it_server srv;
 static char *tok, *tok_globex, *tok_ops;
 
-static bool cgroups_here(void)
-{
-	return geteuid() == 0 && access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0 &&
-	       access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) == 0;
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -64,21 +58,13 @@ static int teardown(void **state)
 	return rc;
 }
 
-static bool host_file(const char *name)
-{
-	char *p = xasprintf("%s/tenants/acme/workspace/%s", srv.dir, name);
-	bool there = access(p, F_OK) == 0;
-	free(p);
-	return there;
-}
-
 /* Wait (bounded) until command id has left its mark, or has ended. */
 static void wait_marked_or_ended(const char *mark, const char *id)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/exec/%s", id);
 	long until = it_now_ms() + 60000;
-	while (!host_file(mark) && it_now_ms() < until) {
+	while (!it_ws_exists(&srv, "acme", mark) && it_now_ms() < until) {
 		json_t *v = NULL;
 		long st = it_get_json(&srv, tok, path, &v);
 		bool over = st == 200 && v && strcmp(jstr(v, "state"), "running") != 0;
@@ -103,7 +89,7 @@ static void globex_served(void)
 static void test_memory_budget(void **state)
 {
 	(void)state;
-	if (!cgroups_here())
+	if (!it_cgroups_here())
 		skip();
 	struct bg_req b[N_HOGS];
 	for (int i = 0; i < N_HOGS; i++) {
@@ -161,7 +147,7 @@ static void test_memory_budget(void **state)
 static void test_pids_budget(void **state)
 {
 	(void)state;
-	if (!cgroups_here())
+	if (!it_cgroups_here())
 		skip();
 	char nonce[32];
 	snprintf(nonce, sizeof nonce, "6%d", (int)getpid() % 100000);

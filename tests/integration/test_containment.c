@@ -222,12 +222,6 @@ static void test_planted_spill_dir(void **state)
 
 /* ---- 2: client ids never name a cgroup ---- */
 
-static bool cgroups_here(void)
-{
-	return geteuid() == 0 && access(CG_MEM "/cgroup.procs", W_OK) == 0 &&
-	       access(CG_PIDS "/cgroup.procs", W_OK) == 0;
-}
-
 /* Every directory below base is u<digits>, and below those j<digits>. */
 static bool names_are_servers(const char *base, int depth)
 {
@@ -257,7 +251,7 @@ static bool names_are_servers(const char *base, int depth)
 static void test_exec_id_cannot_switch_limits_off(void **state)
 {
 	(void)state;
-	if (!cgroups_here())
+	if (!it_cgroups_here())
 		skip();
 	/* Control files of cgroup v1 that an id may spell ("cgroup.procs" and
 	 * the like are refused by the id pattern already). */
@@ -362,7 +356,7 @@ static int busy_children(const char *dir)
 static void test_kill9_leftovers_cleaned(void **state)
 {
 	(void)state;
-	if (!cgroups_here())
+	if (!it_cgroups_here())
 		skip();
 	char nonce[32];
 	snprintf(nonce, sizeof nonce, "271.%d", (int)getpid());
@@ -400,7 +394,7 @@ static void test_kill9_leftovers_cleaned(void **state)
 static void test_shared_uid_base_refused(void **state)
 {
 	(void)state;
-	if (!cgroups_here())
+	if (!it_cgroups_here())
 		skip();
 	struct it_server s2;
 	char base[40];

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -680,6 +681,22 @@ static bool read_line(const char *path, char *buf, size_t n)
 	return ok;
 }
 
+/* The group (below /sys/fs/cgroup/hier) exists and no process is in it. */
+static bool group_empty(const char *hier, const char *name)
+{
+	char path[512], line[64];
+	FILE *fp;
+	bool empty;
+
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/%s/cgroup.procs", hier, name);
+	fp = fopen(path, "r");
+	if (!fp)
+		return false;
+	empty = fgets(line, sizeof(line), fp) == NULL;
+	fclose(fp);
+	return empty;
+}
+
 static void test_cgroups(void **state)
 {
 	struct fixture *f = *state;
@@ -725,14 +742,15 @@ static void test_cgroups(void **state)
 	waitpid(pid, &status, 0);
 	close(pidfd);
 	sbx_backend_reap(f->bwrap, &req);
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s", name);
-	assert_int_equal(access(path, F_OK), -1);
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/%s", name);
-	assert_int_equal(access(path, F_OK), -1);
+	/* Emptied (zombies orphaned to PID 1 aside), the group is kept for
+	 * the tenant's next command. */
+	assert_true(group_empty("pids", name));
+	assert_true(group_empty("memory", name));
 
 	/* The tenant's parent groups removed behind the backend's memo of
-	 * them: the next command makes them again and runs. A uid of its
-	 * own, so that its parents hold nothing else. */
+	 * them (and the group kept in them): the next command makes them
+	 * again and runs. A uid of its own, so that its parents hold nothing
+	 * else. */
 	for (int round = 0; round < 2; round++) {
 		const char *const hier[] = {"pids", "memory"};
 		req = base_req(f, "true", true);
@@ -743,6 +761,11 @@ static void test_cgroups(void **state)
 		assert_int_equal(exit_code(r), 0);
 		sbx_backend_reap(f->bwrap, &req);
 		for (i = 0; i < 2; i++) {
+			snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd/unit-%d/u%u/j%u", hier[i],
+				 (int)getpid(), (unsigned)req.uid, (unsigned)req.seq);
+			if (rmdir(path) < 0)
+				fprintf(stderr, "rmdir %s: %s\n", path, strerror(errno));
+			assert_int_equal(access(path, F_OK), -1);
 			snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd/unit-%d/u%u", hier[i],
 				 (int)getpid(), (unsigned)req.uid);
 			if (rmdir(path) < 0)
@@ -772,10 +795,16 @@ static void test_cgroups(void **state)
 		for (i = 0; i < 100 && kill(detached, 0) == 0; i++)
 			sleep_ms(20);
 		assert_int_equal(kill(detached, 0), -1);
-		snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s/u%u/j1", root, (unsigned)req.uid);
-		assert_int_equal(access(path, F_OK), -1);
+		/* Killed, not merely left: the group is empty (and kept). */
+		snprintf(path, sizeof(path), "%s/u%u/j1", root, (unsigned)req.uid);
+		assert_true(group_empty("pids", path));
 		sbx_backend_free(&lb);
 		assert_null(lb);
+		/* The claiming backend's end removes every group, kept ones too. */
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/%s", root);
+		assert_int_equal(access(path, F_OK), -1);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/%s", root);
+		assert_int_equal(access(path, F_OK), -1);
 		/* One root, one live server: a second backend on the fixture's
 		 * root is refused while the first holds it. */
 		snprintf(root, sizeof(root), "sandboxd/unit-%d", (int)getpid());
@@ -807,6 +836,158 @@ static void test_cgroups(void **state)
 	rmdir(path);
 	snprintf(path, sizeof(path), "/sys/fs/cgroup/memory/sandboxd/unit-%d", (int)getpid());
 	rmdir(path);
+}
+
+/* The cgroup of pid in hier (the path below /sys/fs/cgroup/hier). */
+static void group_of(pid_t pid, const char *hier, char *out, size_t outsz)
+{
+	char path[64], line[4096], want[32];
+	FILE *fp;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	snprintf(want, sizeof(want), ":%s:/", hier);
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp)) {
+		char *at = strstr(line, want);
+		if (at) {
+			snprintf(out, outsz, "%s", at + strlen(want));
+			out[strcspn(out, "\n")] = '\0';
+		}
+	}
+	fclose(fp);
+}
+
+static uint64_t group_u64(const char *hier, const char *name, const char *file)
+{
+	char path[512], line[64];
+
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/%s/%s", hier, name, file);
+	assert_true(read_line(path, line, sizeof(line)));
+	return strtoull(line, NULL, 10);
+}
+
+/* Reap what the sandboxes orphaned to us (the subreaper) until the
+ * group's pids.current says every task of it is gone. */
+static void reap_orphans(const char *name)
+{
+	int64_t deadline = now_ms() + 20000;
+
+	while (group_u64("pids", name, "pids.current") != 0 && now_ms() < deadline) {
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		sleep_ms(5);
+	}
+	assert_int_equal(group_u64("pids", name, "pids.current"), 0);
+}
+
+/* A command's emptied group serves the tenant's next one: the next
+ * command's limits apply, the limit hits and the peak of an OOM-killed
+ * predecessor are gone, a group left with a large residue is not kept,
+ * and the sweep removes what is kept. */
+static void test_cgroups_reuse(void **state)
+{
+	struct fixture *f = *state;
+	char name[256], other[256], dir[512], marker[600];
+	struct sbx_spawn_req req;
+	pid_t pid;
+	int pidfd, status;
+	struct run *r;
+
+	if (!f->root || access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) < 0)
+		skip();
+	/* Orphans of the sandboxes come to this process, which reaps them:
+	 * PID 1 here may take seconds to. */
+	assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	req = base_req(f, "sleep 30", true);
+	req.uid = req.gid = TENANT_UID + 5000;
+	req.seq = 101;
+	req.limits.mem_bytes = 256ULL << 20;
+	req.limits.nproc = 64;
+	spawn_bg(f->bwrap, &req, &pid, &pidfd);
+	group_of(pid, "memory", name, sizeof(name));
+	snprintf(other, sizeof(other), "/u%u/j101", (unsigned)req.uid);
+	assert_non_null(strstr(name, other));
+	kill(-pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	close(pidfd);
+	sbx_backend_reap(f->bwrap, &req);
+	assert_true(group_empty("memory", name));
+	reap_orphans(name);
+
+	/* OOM-killed in the kept group, under its own lower limit: 400 MB
+	 * into the sandbox's /tmp, charged to the group's 128 MiB. */
+	req = base_req(f, "head -c 419430400 /dev/zero > /tmp/fill && echo filled", true);
+	req.uid = req.gid = TENANT_UID + 5000;
+	req.seq = 102;
+	req.limits.mem_bytes = 128ULL << 20;
+	req.limits.tmp_bytes = 512ULL << 20;
+	req.limits.fsize_bytes = 0;
+	r = new_run();
+	assert_int_equal(run(f->bwrap, &req, r), 0);
+	assert_null(strstr(r->out, "filled"));
+	assert_int_not_equal(exit_code(r), 0);
+	assert_true(group_u64("memory", name, "memory.failcnt") > 0);
+	assert_int_equal(group_u64("memory", name, "memory.limit_in_bytes"), 128ULL << 20);
+	/* Its /tmp goes with the sandbox's last task. */
+	for (int64_t t = now_ms() + 10000;
+	     group_u64("memory", name, "memory.usage_in_bytes") > (1 << 20) && now_ms() < t;)
+		sleep_ms(10);
+	sbx_backend_reap(f->bwrap, &req);
+	reap_orphans(name);
+
+	/* The next command: the same group, its own limits, clean counters. */
+	req = base_req(f, "sleep 30", true);
+	req.uid = req.gid = TENANT_UID + 5000;
+	req.seq = 103;
+	req.limits.mem_bytes = 0;
+	req.limits.nproc = 32;
+	spawn_bg(f->bwrap, &req, &pid, &pidfd);
+	group_of(pid, "memory", other, sizeof(other));
+	assert_string_equal(other, name);
+	assert_int_equal(group_u64("memory", name, "memory.failcnt"), 0);
+	assert_true(group_u64("memory", name, "memory.max_usage_in_bytes") < (32ULL << 20));
+	assert_true(group_u64("memory", name, "memory.limit_in_bytes") > (1ULL << 60)); /* none */
+	assert_int_equal(group_u64("pids", name, "pids.max"), 32);
+	kill(-pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	close(pidfd);
+	sbx_backend_reap(f->bwrap, &req);
+	reap_orphans(name);
+
+	/* 8 MiB of page cache stay charged to the group: not kept. */
+	snprintf(marker, sizeof(marker), "%s/reuse", f->ws);
+	assert_int_equal(mkdir(marker, 0755), 0);
+	assert_int_equal(chown(marker, TENANT_UID + 5000, TENANT_UID + 5000), 0);
+	req = base_req(f, "dd if=/dev/zero of=reuse/big bs=1M count=8 status=none", true);
+	req.uid = req.gid = TENANT_UID + 5000;
+	req.seq = 104;
+	expect_exit(f->bwrap, &req, new_run(), 0);
+	sbx_backend_reap(f->bwrap, &req);
+	snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory/%s", name);
+	assert_int_equal(access(dir, F_OK), -1);
+	snprintf(dir, sizeof(dir), "/sys/fs/cgroup/pids/%s", name);
+	assert_int_equal(access(dir, F_OK), -1);
+	snprintf(marker, sizeof(marker), "%s/reuse/big", f->ws);
+	unlink(marker);
+	snprintf(marker, sizeof(marker), "%s/reuse", f->ws);
+	rmdir(marker);
+
+	/* The next one gets a new group; kept, it is swept like any other. */
+	req = base_req(f, "true", true);
+	req.uid = req.gid = TENANT_UID + 5000;
+	req.seq = 105;
+	expect_exit(f->bwrap, &req, new_run(), 0);
+	sbx_backend_reap(f->bwrap, &req);
+	snprintf(dir, sizeof(dir), "/sys/fs/cgroup/pids/sandboxd/unit-%d/u%u/j105", (int)getpid(),
+		 (unsigned)req.uid);
+	assert_int_equal(access(dir, F_OK), 0);
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+	assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+	assert_true(sbx_backend_sweep(f->bwrap) >= 2);
+	assert_int_equal(access(dir, F_OK), -1);
 }
 
 /* Limits that cannot be applied: the command does not run (fail closed),
@@ -890,6 +1071,7 @@ int main(void)
 	    cmocka_unit_test(test_kill_group),
 	    cmocka_unit_test(test_bwrap_fork_bomb),
 	    cmocka_unit_test(test_cgroups),
+	    cmocka_unit_test(test_cgroups_reuse),
 	    cmocka_unit_test(test_cgroups_fail_closed),
 	    cmocka_unit_test(test_bwrap_seccomp),
 	};

@@ -559,6 +559,32 @@ static void test_execs(void **state)
 	store_execs_free(v, n);
 }
 
+/* One statement per read: a tenant without overrides reads as none (no
+ * second look-up), a missing tenant as -ENOENT. */
+static void test_policies(void **state)
+{
+	struct fx *f = *state;
+	struct store *s = open_ok(f);
+	char *text = NULL;
+	int64_t at = -1;
+
+	add_tenant(s, "alice", NULL);
+	assert_int_equal(store_policy_get(s, "nobody", &text, &at), -ENOENT);
+	assert_null(text);
+	assert_int_equal(store_policy_get(s, "alice", &text, &at), 0);
+	assert_null(text);
+	assert_int_equal(at, 0);
+	assert_int_equal(store_policy_replace(s, "alice", NULL, "{\"max_execs\":3}", 42), 0);
+	assert_int_equal(store_policy_replace(s, "alice", NULL, "{}", 43), -EAGAIN);
+	assert_int_equal(store_policy_get(s, "alice", &text, &at), 0);
+	assert_string_equal(text, "{\"max_execs\":3}");
+	assert_int_equal(at, 42);
+	free(text);
+	text = NULL;
+	assert_int_equal(store_policy_replace(s, "nobody", NULL, "{}", 44), -ENOENT);
+	assert_int_equal(store_policy_get(s, "nobody", &text, &at), -ENOENT);
+}
+
 static void test_recover(void **state)
 {
 	struct fx *f = *state;
@@ -1157,6 +1183,7 @@ int main(void)
 	    UNIT_TEST_FX(test_sessions),
 	    UNIT_TEST_FX(test_session_race),
 	    UNIT_TEST_FX(test_execs),
+	    UNIT_TEST_FX(test_policies),
 	    UNIT_TEST_FX(test_recover),
 	    UNIT_TEST_FX(test_transfers),
 	    UNIT_TEST_FX(test_transfer_claim_race),
