@@ -7,6 +7,7 @@
 #   bench/syscalls.sh p1   # 100 local execs of true: the server's own syscalls
 #   bench/syscalls.sh p2   # 100 bwrap execs of true: the server's own syscalls
 #   bench/syscalls.sh p3   # 3,200 local execs of true at c64: server CPU per exec (perf stat)
+#   bench/syscalls.sh p9   # 300 local execs of true, c1, without and with 1,000 SSE watchers (perf stat)
 #   bench/syscalls.sh p5 --set connection-memory-bytes=32768   # server options
 # strace slows the server; only the counts mean anything, not the times.
 GOAL=SYS
@@ -104,6 +105,36 @@ p3)
 	END { for (e in all) printf "%-18s all threads %8.4f  runner threads %8.4f\n", e, all[e] / 3200, run[e] / 3200 }' "$W/p3"
 	sort -t, -k2 -g -r "$W/p3" | grep task-clock | head -8
 	sbx_curl "$SBX_URL/metrics" | grep '^sandboxd_runner_' || true
+	;;
+p9)
+	# What an open connection costs each exec: server CPU and syscalls
+	# (all threads, commands not counted) per local exec of true at c1,
+	# with no connection but one running exec's, then with 1,000 SSE
+	# watchers of it (P9's set-up; heartbeats off the count: 10 min).
+	need perf linux-perf
+	start_sandboxd --backend local --set heartbeat-ms=600000 --set max-connections-per-ip=8192 \
+		--set max-connections=8192 ${SETS[@]+"${SETS[@]}"}
+	bg "$LOADGEN" hold -p "$SBX_PORT" -a "$SBX_AUTH" -i w1 -b "sleep 900" -d 1200 -r "$W/held" >&2
+	for i in $(seq 1 100); do
+		sbx_curl "$SBX_URL/exec/w1" | grep -q '"state":"running"' && break
+		sleep 0.1
+	done
+	p9_count() { # p9_count LABEL
+		"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 5 >/dev/null
+		perf stat --no-inherit -x, -e task-clock,raw_syscalls:sys_enter -o "$W/p9" -p "$SBX_PID" &
+		st=$!; sleep 1
+		"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 300 >/dev/null
+		kill -INT "$st"; wait "$st" 2>/dev/null || true
+		awk -F, -v l="$1" '$1 ~ /^[0-9.]+$/ { v[$3] = $1 }
+		END { printf "%-14s server task-clock %.1f us/exec, syscalls %.1f/exec\n", l,
+			v["task-clock"] * 1000 / 300, v["raw_syscalls:sys_enter"] / 300 }' "$W/p9"
+	}
+	echo "== 300 POST /exec true, local backend, c1, server threads (perf stat)"
+	p9_count "no watcher"
+	bg "$LOADGEN" sse -p "$SBX_PORT" -a "$SBX_AUTH" -i w1 -c 1000 -d 900 -r "$W/ready" >/dev/null
+	for i in $(seq 1 600); do [ -s "$W/ready" ] && break; sleep 0.1; done
+	[ -s "$W/ready" ] || die "the watchers did not connect"
+	p9_count "1000 watchers"
 	;;
 p7)
 	start_sandboxd --backend local ${SETS[@]+"${SETS[@]}"}

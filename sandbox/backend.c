@@ -6,6 +6,7 @@
 #include <linux/openat2.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,9 @@
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
+#ifndef CLOSE_RANGE_UNSHARE
+#define CLOSE_RANGE_UNSHARE (1U << 1)
+#endif
 
 #define CHILD_STACK_SIZE (64 * 1024)
 #define KSIGSET_SIZE 8 /* the kernel's sigset_t: 64 signals */
@@ -44,6 +48,7 @@
 
 enum child_step {
 	STEP_NONE,
+	STEP_UNSHARE,
 	STEP_SETSID,
 	STEP_CGROUP,
 	STEP_SETNS,
@@ -61,6 +66,54 @@ enum child_step {
 
 struct krlimit {
 	uint64_t cur, max;
+};
+
+/* How a command gets its fds without a copy of the server's fd table
+ * (issue 15, P9; a copy costs O(open connections): dup_fd takes a
+ * reference on every file, close_range drops them all, while the runner
+ * thread waits in CLONE_VFORK).
+ *
+ * Each runner thread reserves SPAWN_SLOTS low fd numbers when the runner
+ * starts, before the server has any connection (placeholders on
+ * /dev/null, O_CLOEXEC). Before a spawn the thread dup3()s the fds the
+ * child needs (std, keep, cgroup.procs, netns) onto its own slots, and
+ * clones with CLONE_FILES: the child shares the table, copies nothing. Its
+ * first act, before anything else reads or changes the table, is
+ * close_range(below, ~0U, CLOSE_RANGE_UNSHARE): the kernel (fs/file.c,
+ * since 5.9) then gives it a private table holding only the fds under
+ * `below` (at least the first 64: sane_fdtable_size), a cost bounded by
+ * `below`, not by the server's connections. From there on the child is
+ * as before: it copies its fds down to 0..n and closes the rest, which
+ * includes every server fd under `below` (listener, SQLite, memfds, other
+ * threads' slots; another thread's slot changing while we unshare is
+ * harmless, it is closed either way). Slots are never closed while the
+ * thread lives (a freed low number would be taken by another thread's
+ * open and then overwritten by our dup3); after the clone they are reset
+ * to /dev/null so no pipe end stays referenced. A kernel without
+ * CLOSE_RANGE_UNSHARE fails the child's first step before it touched
+ * anything: the spawn is retried with a copied table (the old way) and
+ * the old way is kept from then on. Threads with no spawner (a health
+ * probe off the runner) use the old way. */
+#define SPAWN_SLOTS (3 + SBX_LAUNCH_MAX_KEEP + SBX_LAUNCH_MAX_CGROUPS + 1)
+
+struct sbx_spawner {
+	int null_fd;		/* /dev/null: what an idle slot holds */
+	int slots[SPAWN_SLOTS]; /* this thread's low fd numbers; never closed while it lives */
+	unsigned below;		/* 1 + the highest slot: the child keeps only fds under it */
+	void *stack;		/* the child's stack, free again when clone returns (VFORK) */
+};
+
+static __thread struct sbx_spawner *tls_spawner;
+static atomic_bool unshare_refused; /* the kernel lacks CLOSE_RANGE_UNSHARE */
+
+/* The fd numbers the child uses: the launch's own, or the slots. */
+struct child_arg {
+	struct sbx_launch *l;
+	int src[3 + SBX_LAUNCH_MAX_KEEP]; /* become 0..n_src-1 (-1: left as is) */
+	int n_src;
+	int cgroup_fds[SBX_LAUNCH_MAX_CGROUPS];
+	int netns_fd;
+	unsigned unshare_below; /* 0: the child has a copy of the table already */
 };
 
 const char *sbx_command_argv(struct sbx_strv *argv, const struct sbx_spawn_req *req)
@@ -162,10 +215,14 @@ CHILD_FN static int child_main(void *arg)
 	static const unsigned long dfl_action[8]; /* SIG_DFL, no flags, empty mask */
 	static const uint64_t empty_mask;
 	static char *const empty_env[] = {NULL};
-	struct sbx_launch *l = arg;
+	const struct child_arg *a = arg;
+	struct sbx_launch *l = a->l;
 	int hi[3 + SBX_LAUNCH_MAX_KEEP];
 	int i, n_fds;
 
+	/* Before anything reads or changes the shared table (CLONE_FILES). */
+	if (a->unshare_below && syscall(SYS_close_range, a->unshare_below, ~0U, CLOSE_RANGE_UNSHARE) < 0)
+		child_fail(l, STEP_UNSHARE);
 	/* No handler of the server may run in the child: signals were
 	 * blocked by the parent around clone; reset every disposition
 	 * (SIGPIPE ignored by the server must not be ignored by commands). */
@@ -180,22 +237,22 @@ CHILD_FN static int child_main(void *arg)
 	/* Join the cgroups while still privileged; without them the
 	 * command does not run. */
 	for (i = 0; i < l->n_cgroup_fds; i++) {
-		if (syscall(SYS_write, l->cgroup_fds[i], "0\n", 2) != 2)
+		if (syscall(SYS_write, a->cgroup_fds[i], "0\n", 2) != 2)
 			child_fail(l, STEP_CGROUP);
 	}
 	/* The command's network namespace, made and filtered by the server
 	 * before this (sandbox/netns.c): joined as root, never by the
 	 * tenant's uid, so nothing the command runs can leave it. */
-	if (l->netns_fd >= 0 && syscall(SYS_setns, l->netns_fd, CLONE_NEWNET) < 0)
+	if (a->netns_fd >= 0 && syscall(SYS_setns, a->netns_fd, CLONE_NEWNET) < 0)
 		child_fail(l, STEP_SETNS);
 
 	/* The fds first: RLIMIT_NOFILE below must not stop the copies (a
 	 * server with a thousand connections has no free fd under 1024).
 	 * Move the sources out of the way first, so that any overlap between
 	 * them and 0..n cannot clobber one before it is copied. */
-	n_fds = 3 + l->n_keep;
+	n_fds = a->n_src;
 	for (i = 0; i < n_fds; i++) {
-		int src = i < 3 ? l->std_fds[i] : l->keep_fds[i - 3];
+		int src = a->src[i];
 		long r;
 
 		hi[i] = -1;
@@ -252,48 +309,208 @@ int sbx_wait_status(pid_t pid)
 	return status;
 }
 
+/* ---- spawner: a runner thread's slots and stack ---- */
+
+int sbx_spawner_new(struct sbx_spawner **out)
+{
+	struct sbx_spawner *sp = xcalloc(1, sizeof(*sp));
+	int i, rc = 0;
+
+	for (i = 0; i < SPAWN_SLOTS; i++)
+		sp->slots[i] = -1;
+	sp->stack = MAP_FAILED;
+	sp->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (sp->null_fd < 0)
+		rc = -errno;
+	for (i = 0; i < SPAWN_SLOTS && rc == 0; i++) {
+		sp->slots[i] = fcntl(sp->null_fd, F_DUPFD_CLOEXEC, 0); /* the lowest free */
+		if (sp->slots[i] < 0)
+			rc = -errno;
+		else if ((unsigned)sp->slots[i] >= sp->below)
+			sp->below = (unsigned)sp->slots[i] + 1;
+	}
+	if (rc == 0) {
+		/* cppcheck's posix.cfg wants fd >= 0, but MAP_ANONYMOUS takes -1 (mmap(2)). */
+		sp->stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0); /* cppcheck-suppress invalidFunctionArg */
+		if (sp->stack == MAP_FAILED)
+			rc = -errno;
+	}
+	if (rc < 0) {
+		sbx_spawner_free(&sp);
+		return rc;
+	}
+	*out = sp;
+	return 0;
+}
+
+void sbx_spawner_bind(struct sbx_spawner *sp)
+{
+	tls_spawner = sp;
+}
+
+void sbx_spawner_free(struct sbx_spawner **psp)
+{
+	struct sbx_spawner *sp;
+
+	if (!psp || !*psp)
+		return;
+	sp = *psp;
+	if (tls_spawner == sp)
+		tls_spawner = NULL;
+	for (int i = 0; i < SPAWN_SLOTS; i++)
+		if (sp->slots[i] >= 0)
+			close(sp->slots[i]);
+	if (sp->null_fd >= 0)
+		close(sp->null_fd);
+	if (sp->stack != MAP_FAILED)
+		munmap(sp->stack, CHILD_STACK_SIZE);
+	free(sp);
+	*psp = NULL;
+}
+
+/* ---- launcher: the parent's side ---- */
+
+/* a's fds: the launch's own (the child gets a copy of the table). */
+static void child_arg_direct(struct child_arg *a, struct sbx_launch *l)
+{
+	int i;
+
+	memset(a, 0, sizeof(*a));
+	a->l = l;
+	a->n_src = 3 + l->n_keep;
+	for (i = 0; i < a->n_src; i++)
+		a->src[i] = i < 3 ? l->std_fds[i] : l->keep_fds[i - 3];
+	for (i = 0; i < l->n_cgroup_fds; i++)
+		a->cgroup_fds[i] = l->cgroup_fds[i];
+	a->netns_fd = l->netns_fd;
+}
+
+/* Put fd on the next free slot of sp (*used counts them); returns the
+ * slot's number, -1 for fd -1, or -errno. */
+static int slot_put(struct sbx_spawner *sp, int fd, int *used)
+{
+	if (fd < 0)
+		return -1;
+	if (dup3(fd, sp->slots[*used], O_CLOEXEC) < 0)
+		return -errno;
+	return sp->slots[(*used)++];
+}
+
+/* Back to /dev/null: no slot keeps a pipe end (or anything) referenced.
+ * Both fds are ours and open, so dup3 cannot fail short of a bug. */
+static void slots_reset(struct sbx_spawner *sp, int used)
+{
+	for (int i = 0; i < used; i++)
+		if (dup3(sp->null_fd, sp->slots[i], O_CLOEXEC) < 0)
+			abort();
+}
+
+/* a's fds moved onto sp's slots; returns how many slots hold one (reset
+ * them after the clone), or -errno with every slot reset. */
+static int child_arg_slots(struct child_arg *a, struct sbx_spawner *sp)
+{
+	int used = 0, i, r = 0;
+
+	for (i = 0; i < a->n_src && r >= -1; i++)
+		r = a->src[i] = slot_put(sp, a->src[i], &used);
+	for (i = 0; i < a->l->n_cgroup_fds && r >= -1; i++)
+		r = a->cgroup_fds[i] = slot_put(sp, a->cgroup_fds[i], &used);
+	if (r >= -1)
+		r = a->netns_fd = slot_put(sp, a->netns_fd, &used);
+	if (r < -1) {
+		slots_reset(sp, used);
+		return r;
+	}
+	a->unshare_below = sp->below;
+	return used;
+}
+
+/* One clone of the child; -errno of clone, or 0 (the child's own result
+ * is in l->child_err/child_step). */
+static int clone_child(struct child_arg *a, void *stack, pid_t *pid, int *pidfd)
+{
+	int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
+	sigset_t all, old;
+	int saved;
+
+	if (a->unshare_below)
+		flags |= CLONE_FILES;
+	a->l->child_err = 0;
+	a->l->child_step = STEP_NONE;
+	*pidfd = -1;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	*pid = clone(child_main, (char *)stack + CHILD_STACK_SIZE, flags, a, pidfd);
+	saved = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return *pid < 0 ? -saved : 0;
+}
+
+/* Start the child through sp's slots; 1 (nothing started, nothing
+ * changed) when the kernel refuses CLOSE_RANGE_UNSHARE. */
+static int start_shared(struct sbx_launch *l, struct sbx_spawner *sp, pid_t *pid, int *pidfd)
+{
+	struct child_arg a;
+	int used, rc;
+
+	child_arg_direct(&a, l);
+	used = child_arg_slots(&a, sp);
+	if (used < 0)
+		return used;
+	rc = clone_child(&a, sp->stack, pid, pidfd);
+	slots_reset(sp, used);
+	if (rc == 0 && l->child_step == STEP_UNSHARE && (l->child_err == EINVAL || l->child_err == ENOSYS)) {
+		sbx_wait_status(*pid);
+		if (*pidfd >= 0)
+			close(*pidfd);
+		if (!atomic_exchange(&unshare_refused, true))
+			log_msg("warn", "close_range(CLOSE_RANGE_UNSHARE) refused (%s): commands start "
+					"with a copy of the server's fd table",
+				sbx_strerror(-l->child_err));
+		return 1;
+	}
+	return rc;
+}
+
 int sbx_launch_start(struct sbx_launch *l, pid_t *pid_out, int *pidfd_out)
 {
-	sigset_t all, old;
+	struct sbx_spawner *sp = tls_spawner;
+	struct child_arg a;
 	void *stack;
 	int pidfd = -1;
 	pid_t pid;
-	int saved, rc;
+	int rc = 1;
 
 	if (!l->path || !l->argv.v)
 		return -EINVAL;
-	/* cppcheck's posix.cfg wants fd >= 0, but MAP_ANONYMOUS takes -1 (mmap(2)). */
-	stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-		     -1, 0); /* cppcheck-suppress invalidFunctionArg */
-	if (stack == MAP_FAILED)
-		return -errno;
-	l->child_err = 0;
-	l->child_step = STEP_NONE;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	pid = clone(child_main, (char *)stack + CHILD_STACK_SIZE,
-		    CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, l, &pidfd);
-	saved = errno;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-
-	if (pid < 0) {
-		rc = -saved;
-		goto out;
+	if (sp && !atomic_load(&unshare_refused))
+		rc = start_shared(l, sp, &pid, &pidfd);
+	if (rc == 1) {
+		stack = sp ? sp->stack : MAP_FAILED;
+		if (!sp) {
+			/* cppcheck's posix.cfg wants fd >= 0, but MAP_ANONYMOUS takes -1 (mmap(2)). */
+			stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0); /* cppcheck-suppress invalidFunctionArg */
+			if (stack == MAP_FAILED)
+				return -errno;
+		}
+		child_arg_direct(&a, l);
+		rc = clone_child(&a, stack, &pid, &pidfd);
+		if (!sp)
+			munmap(stack, CHILD_STACK_SIZE);
 	}
+	if (rc < 0)
+		return rc;
 	if (l->child_err) {
-		rc = -l->child_err;
 		sbx_wait_status(pid);
 		if (pidfd >= 0)
 			close(pidfd);
-		goto out;
+		return -l->child_err;
 	}
 	*pid_out = pid;
 	*pidfd_out = pidfd;
-	rc = 0;
-out:
-	munmap(stack, CHILD_STACK_SIZE);
-	return rc;
+	return 0;
 }
 
 /* ---- network on request ---- */

@@ -79,6 +79,22 @@ const char *sbx_backend_name(const struct sbx_backend *b);
  * Starts nothing. Errors: -errno (-EEXIST: dir is not empty). */
 int sbx_backend_dump(struct sbx_backend *b, const struct sbx_spawn_req *req, const char *dir);
 
+/* A runner thread's spawn resources: a block of low fd numbers (reserved
+ * on /dev/null placeholders, O_CLOEXEC) and the child's stack. With one
+ * bound, the thread's spawns no longer copy the server's fd table, so
+ * their cost does not grow with its open connections (sandbox/backend.c
+ * explains how). Make one per runner thread while the server holds few
+ * fds (at start, before it listens): the slots are the lowest fds free
+ * then, and a spawn costs in proportion to the highest.
+ * sbx_spawner_new: -errno (EMFILE, ENOMEM). sbx_spawner_bind: the calling
+ * thread's spawns use sp from now on (thread-local; one thread per
+ * spawner; sp outlives the binding). sbx_spawner_free: after the thread
+ * that bound it stopped spawning; NULL-safe. */
+struct sbx_spawner;
+int sbx_spawner_new(struct sbx_spawner **out);
+void sbx_spawner_bind(struct sbx_spawner *sp);
+void sbx_spawner_free(struct sbx_spawner **sp);
+
 /* Start the command in a new process group (or session) without fork()
  * (posix_spawn, vfork or clone(CLONE_VM|CLONE_VFORK)). Must be called from
  * a long-lived runner thread that outlives the command (bwrap's

@@ -92,6 +92,7 @@ struct job {
 struct lane {
 	struct sbx_runner *owner;
 	size_t idx;
+	struct sbx_spawner *spawner; /* this thread's fd slots and child stack */
 	pthread_mutex_t mu;
 	struct job *all;
 	struct job *pending, *pending_tail;
@@ -856,6 +857,7 @@ static void *runner_main(void *arg)
 	struct lane *r = arg;
 	struct epoll_event evs[64];
 
+	sbx_spawner_bind(r->spawner);
 	for (;;) {
 		int64_t now, next = NO_DEADLINE;
 		int n;
@@ -918,6 +920,7 @@ static void *runner_main(void *arg)
 /* What lane_init made, once its thread is gone (or never started). */
 static void lane_release(struct lane *r)
 {
+	sbx_spawner_free(&r->spawner);
 	if (r->epfd >= 0)
 		close(r->epfd);
 	if (r->efd >= 0)
@@ -948,6 +951,10 @@ static int lane_init(struct lane *r, struct sbx_runner *owner, size_t idx)
 	pthread_cond_init(&r->done_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	r->buf = xmalloc(READ_BUF);
+	/* First: its slots are then the lowest fds free (sandbox/backend.h). */
+	int rc = sbx_spawner_new(&r->spawner);
+	if (rc < 0)
+		return rc;
 	r->epfd = epoll_create1(EPOLL_CLOEXEC);
 	r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
