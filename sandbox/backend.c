@@ -311,6 +311,15 @@ int sbx_wait_status(pid_t pid)
 
 /* ---- spawner: a runner thread's slots and stack ---- */
 
+/* A child stack, or MAP_FAILED. */
+static void *stack_map(void)
+{
+	const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK;
+
+	/* cppcheck-suppress invalidFunctionArg ; posix.cfg wants fd >= 0, MAP_ANONYMOUS takes -1 (mmap(2)) */
+	return mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, flags, -1, 0);
+}
+
 int sbx_spawner_new(struct sbx_spawner **out)
 {
 	struct sbx_spawner *sp = xcalloc(1, sizeof(*sp));
@@ -323,16 +332,16 @@ int sbx_spawner_new(struct sbx_spawner **out)
 	if (sp->null_fd < 0)
 		rc = -errno;
 	for (i = 0; i < SPAWN_SLOTS && rc == 0; i++) {
-		sp->slots[i] = fcntl(sp->null_fd, F_DUPFD_CLOEXEC, 0); /* the lowest free */
+		/* The lowest free from 3: a server started with 0, 1 or 2 closed
+		 * must not find a command's pipe on its stderr mid-spawn. */
+		sp->slots[i] = fcntl(sp->null_fd, F_DUPFD_CLOEXEC, 3);
 		if (sp->slots[i] < 0)
 			rc = -errno;
 		else if ((unsigned)sp->slots[i] >= sp->below)
 			sp->below = (unsigned)sp->slots[i] + 1;
 	}
 	if (rc == 0) {
-		/* cppcheck's posix.cfg wants fd >= 0, but MAP_ANONYMOUS takes -1 (mmap(2)). */
-		sp->stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0); /* cppcheck-suppress invalidFunctionArg */
+		sp->stack = stack_map();
 		if (sp->stack == MAP_FAILED)
 			rc = -errno;
 	}
@@ -465,8 +474,9 @@ static int start_shared(struct sbx_launch *l, struct sbx_spawner *sp, pid_t *pid
 		if (*pidfd >= 0)
 			close(*pidfd);
 		if (!atomic_exchange(&unshare_refused, true))
-			log_msg("warn", "close_range(CLOSE_RANGE_UNSHARE) refused (%s): commands start "
-					"with a copy of the server's fd table",
+			log_msg("warn",
+				"close_range(CLOSE_RANGE_UNSHARE) refused (%s): commands start "
+				"with a copy of the server's fd table",
 				sbx_strerror(-l->child_err));
 		return 1;
 	}
@@ -489,9 +499,7 @@ int sbx_launch_start(struct sbx_launch *l, pid_t *pid_out, int *pidfd_out)
 	if (rc == 1) {
 		stack = sp ? sp->stack : MAP_FAILED;
 		if (!sp) {
-			/* cppcheck's posix.cfg wants fd >= 0, but MAP_ANONYMOUS takes -1 (mmap(2)). */
-			stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
-				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0); /* cppcheck-suppress invalidFunctionArg */
+			stack = stack_map();
 			if (stack == MAP_FAILED)
 				return -errno;
 		}

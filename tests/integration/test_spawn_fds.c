@@ -36,8 +36,14 @@ static int idle[IDLE_CONNS];
 static int setup(void **state)
 {
 	(void)state;
-	const char *const args[] = {"--set",	  it_uid_base_arg(NULL),  "--set", "runner-threads=2",
-				    "--set",	  "backends=bwrap,local", "--allow-unsafe-local", NULL};
+	const char *const args[] = {"--set",
+				    it_uid_base_arg(NULL),
+				    "--set",
+				    "runner-threads=2",
+				    "--set",
+				    "backends=bwrap,local",
+				    "--allow-unsafe-local",
+				    NULL};
 	memcpy(extra, args, sizeof args);
 	if (it_start_minted(&srv, extra, toks, IT_NTOKS(toks)) != 0)
 		return -1;
@@ -170,7 +176,8 @@ static int scan_descendants(int *bad)
 			if (n <= 0)
 				continue;
 			link[n] = '\0';
-			if (strstr(link, srv.dir) || (strncmp(link, "socket:", 7) == 0 && server_holds(link))) {
+			if (strstr(link, srv.dir) ||
+			    (strncmp(link, "socket:", 7) == 0 && server_holds(link))) {
 				fprintf(stderr, "pid %ld fd %s -> %s\n", pid, f->d_name, link);
 				(*bad)++;
 			}
@@ -193,7 +200,8 @@ static void test_descendants_hold_nothing_of_the_server(void **state)
 	struct bg_req b[2];
 	for (int i = 0; i < 2; i++)
 		bg_exec(&b[i], &srv, i ? tok_globex : tok_acme,
-			json_pack("{s:s, s:i}", "command", "while [ ! -e stop ]; do sleep 0.05; done", "timeout_s", 30),
+			json_pack("{s:s, s:i}", "command", "while [ ! -e stop ]; do sleep 0.05; done",
+				  "timeout_s", 30),
 			NULL);
 	/* Wait until both commands run (bwrap started: its processes exist). */
 	long until = it_now_ms() + 20000;
@@ -208,8 +216,8 @@ static void test_descendants_hold_nothing_of_the_server(void **state)
 	assert_int_equal(bad, 0);
 	for (int i = 0; i < 2; i++) {
 		struct it_resp w;
-		assert_int_equal(it_http(&srv, "PUT", "/fs/write?path=/workspace/stop", i ? tok_globex : tok_acme,
-					 NULL, "x", 1, &w),
+		assert_int_equal(it_http(&srv, "PUT", "/fs/write?path=/workspace/stop",
+					 i ? tok_globex : tok_acme, NULL, "x", 1, &w),
 				 0);
 		it_expect_status(&w, 200);
 		it_resp_free(&w);
