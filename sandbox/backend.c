@@ -210,6 +210,37 @@ CHILD_FN static void child_fail(struct sbx_launch *l, int step)
 		;
 }
 
+/* a's fds onto 0..n_src-1, every other fd closed. */
+CHILD_FN static void child_fds(const struct child_arg *a)
+{
+	int hi[3 + SBX_LAUNCH_MAX_KEEP];
+	int i, n_fds;
+
+	/* The fds first: RLIMIT_NOFILE below must not stop the copies (a
+	 * server with a thousand connections has no free fd under 1024).
+	 * Move the sources out of the way first, so that any overlap between
+	 * them and 0..n cannot clobber one before it is copied. */
+	n_fds = a->n_src;
+	for (i = 0; i < n_fds; i++) {
+		int src = a->src[i];
+		long r;
+
+		hi[i] = -1;
+		if (src < 0)
+			continue;
+		r = syscall(SYS_fcntl, src, F_DUPFD, 3 + SBX_LAUNCH_MAX_KEEP);
+		if (r < 0)
+			child_fail(a->l, STEP_DUPFD);
+		hi[i] = (int)r;
+	}
+	for (i = 0; i < n_fds; i++) {
+		if (hi[i] >= 0 && syscall(SYS_dup3, hi[i], i, 0) < 0)
+			child_fail(a->l, STEP_DUP3);
+	}
+	if (syscall(SYS_close_range, (unsigned)n_fds, ~0U, 0) < 0)
+		child_fail(a->l, STEP_CLOSE_RANGE);
+}
+
 CHILD_FN static int child_main(void *arg)
 {
 	static const unsigned long dfl_action[8]; /* SIG_DFL, no flags, empty mask */
@@ -217,8 +248,7 @@ CHILD_FN static int child_main(void *arg)
 	static char *const empty_env[] = {NULL};
 	const struct child_arg *a = arg;
 	struct sbx_launch *l = a->l;
-	int hi[3 + SBX_LAUNCH_MAX_KEEP];
-	int i, n_fds;
+	int i;
 
 	/* Before anything reads or changes the shared table (CLONE_FILES). */
 	if (a->unshare_below && syscall(SYS_close_range, a->unshare_below, ~0U, CLOSE_RANGE_UNSHARE) < 0)
@@ -246,29 +276,7 @@ CHILD_FN static int child_main(void *arg)
 	if (a->netns_fd >= 0 && syscall(SYS_setns, a->netns_fd, CLONE_NEWNET) < 0)
 		child_fail(l, STEP_SETNS);
 
-	/* The fds first: RLIMIT_NOFILE below must not stop the copies (a
-	 * server with a thousand connections has no free fd under 1024).
-	 * Move the sources out of the way first, so that any overlap between
-	 * them and 0..n cannot clobber one before it is copied. */
-	n_fds = a->n_src;
-	for (i = 0; i < n_fds; i++) {
-		int src = a->src[i];
-		long r;
-
-		hi[i] = -1;
-		if (src < 0)
-			continue;
-		r = syscall(SYS_fcntl, src, F_DUPFD, 3 + SBX_LAUNCH_MAX_KEEP);
-		if (r < 0)
-			child_fail(l, STEP_DUPFD);
-		hi[i] = (int)r;
-	}
-	for (i = 0; i < n_fds; i++) {
-		if (hi[i] >= 0 && syscall(SYS_dup3, hi[i], i, 0) < 0)
-			child_fail(l, STEP_DUP3);
-	}
-	if (syscall(SYS_close_range, (unsigned)n_fds, ~0U, 0) < 0)
-		child_fail(l, STEP_CLOSE_RANGE);
+	child_fds(a);
 
 	for (i = 0; i < l->n_rlimits; i++) {
 		struct krlimit rl = {l->rlimits[i].value, l->rlimits[i].value};
