@@ -403,6 +403,14 @@ int route_metrics(struct http_req *r)
 	    "(cgroup) could not be applied.\n"
 	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
+	unsigned kept_busy, kept_idle;
+	sbx_backend_kept_groups(r->app->backend, &kept_busy, &kept_idle);
+	buf_appendf(&out,
+		    "# HELP sandboxd_cgroups_kept Command cgroups kept for reuse: holding a command (busy) "
+		    "or waiting for the tenant's next one (idle).\n"
+		    "# TYPE sandboxd_cgroups_kept gauge\nsandboxd_cgroups_kept{state=\"busy\"} %u\n"
+		    "sandboxd_cgroups_kept{state=\"idle\"} %u\n",
+		    kept_busy, kept_idle);
 	if (r->app->runner)
 		runner_metrics(r->app, &out);
 	tenant_usage(r->app, &out);

@@ -872,6 +872,13 @@ int sbx_backend_sweep(struct sbx_backend *b)
 	return b && b->cgroups ? sbx_cgroup_sweep(b->cgroup_root) : 0;
 }
 
+void sbx_backend_kept_groups(const struct sbx_backend *b, unsigned *busy, unsigned *idle)
+{
+	*busy = *idle = 0;
+	if (b && b->cgroups)
+		sbx_cgroup_kept(b->cgroup_root, busy, idle);
+}
+
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b)
 {
 	return b ? b->refused_limits : 0;

@@ -136,6 +136,10 @@ int sbx_backend_tenant_cpu(struct sbx_backend *b, uid_t uid, uint64_t *usage_ns,
  * hierarchy); *usage (optional) whether their usage can be read. */
 bool sbx_backend_cpu(const struct sbx_backend *b, bool *usage);
 
+/* The command cgroups kept for reuse (sandbox/cgroup.h): busy holding a
+ * command, idle waiting for the tenant's next one; 0 and 0 without cgroups. */
+void sbx_backend_kept_groups(const struct sbx_backend *b, unsigned *busy, unsigned *idle);
+
 /* Commands refused because their limits could not be applied. */
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);
 

@@ -593,6 +593,19 @@ static struct leaf *pool_track(const char *root, uid_t uid, uint64_t seq, const 
 	return slot;
 }
 
+void sbx_cgroup_kept(const char *root, unsigned *busy, unsigned *idle)
+{
+	*busy = *idle = 0;
+	pthread_mutex_lock(&pool_mu);
+	for (size_t k = 0; k < POOL_MAX; k++) {
+		if (pool[k].used && strcmp(pool[k].root, root) == 0) {
+			*busy += pool[k].busy;
+			*idle += !pool[k].busy;
+		}
+	}
+	pthread_mutex_unlock(&pool_mu);
+}
+
 /* The group of the running command seq; NULL when it is not tracked. */
 static struct leaf *pool_find(const char *root, uid_t uid, uint64_t seq)
 {

@@ -66,6 +66,10 @@ int sbx_cgroup_tenant_cpu(const char *root, uid_t uid, uint64_t *usage_ns, uint6
  * Nothing the command started survives this call. */
 void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq);
 
+/* How many of root's kept groups (all tenants) hold a command now, and
+ * how many wait for the next one. */
+void sbx_cgroup_kept(const char *root, unsigned *busy, unsigned *idle);
+
 /* Claim <root> for this server (an exclusive, non-blocking flock on its
  * pids directory, released when the process ends, kill -9 included):
  * two servers sharing a root would sweep each other's commands and reuse

@@ -141,7 +141,24 @@ static char *start_bg(struct bg_req *b, const char *id, const char *cmd)
 	return busy_group();
 }
 
-/* Cancel exec id and join its request; the result (new reference). */
+/* The server hands a command's group back to the tenant's kept ones just
+ * after the command's result is answered (off the exec's critical path),
+ * so a client can be faster than that: wait (up to 30 s) until /metrics
+ * shows no kept group holding a command. */
+static void wait_released(void)
+{
+	for (long until = it_now_ms() + 30000;; usleep(20000)) {
+		struct it_resp r;
+		assert_int_equal(it_http(&srv, "GET", "/metrics", tok_ops, NULL, NULL, 0, &r), 0);
+		bool none_busy = r.body && strstr(r.body, "sandboxd_cgroups_kept{state=\"busy\"} 0\n");
+		it_resp_free(&r);
+		if (none_busy || it_now_ms() > until)
+			return;
+	}
+}
+
+/* Cancel exec id and join its request; the result (new reference), once
+ * the server has released the command's group. */
 static json_t *cancel_bg(struct bg_req *b, const char *id)
 {
 	char path[64];
@@ -152,6 +169,7 @@ static json_t *cancel_bg(struct bg_req *b, const char *id)
 	json_t *res = bg_join(b);
 	it_resp_free(&b->resp);
 	assert_non_null(res);
+	wait_released();
 	return res;
 }
 
@@ -204,6 +222,7 @@ static void test_oom_then_normal(void **state)
 	assert_string_equal(ex_stdout_ok(res), "ok\n");
 	assert_int_equal(jint(res, "exit_code"), 0);
 	json_decref(res);
+	wait_released();
 	free(kept);
 	kept = kept_groups();
 	char *g2 = start_bg(&b, "reuse-after", "sleep 60");
