@@ -37,10 +37,11 @@ log "sandbox uid $SUID gid $SGID"
 
 mktmp T
 chmod 711 "$T"
-mkdir "$T/ws" "$T/line"
+mkdir "$T/ws"
 chown "$SUID:$SGID" "$T/ws"
-chmod 755 "$T/line"
+# It creates $T/line itself (0700, never an existing path).
 "$SANDBOXD" debug bwrap-argv "$T/line" "$T/ws" "$SUID" "$SGID" true || die "sandboxd debug bwrap-argv failed"
+chmod 755 "$T/line"
 log "bare line: $(tr '\0' ' ' <"$T/line/argv"), options: $(tr '\0' ' ' <"$T/line/fd-$(tr '\0' '\n' <"$T/line/argv" | sed -n 3p)")"
 "$FDSPAWN" -n 1 -w 0 -u "$SUID" -g "$SGID" "$T/line" >/dev/null || die "the bare bwrap line does not run here"
 

@@ -415,7 +415,10 @@ int route_tenant_acquire_transfer(struct app *a, struct tenant *t)
 {
 	struct route_policy p;
 	int64_t limit = a->cfg->tenant_max_transfers;
-	if (route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL) == 0) {
+	int rc = route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL);
+	if (rc == -SBX_E_BACKEND)
+		return rc; /* a stored limit it cannot apply: refused, not the default */
+	if (rc == 0) {
 		limit = p.max_transfers;
 		route_policy_clear(&p);
 	}

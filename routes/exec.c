@@ -204,7 +204,11 @@ static int apply_policy(struct http_req *r, struct exec_request *q)
 	struct app *a = r->app;
 	int rc = route_policy_load(a->store, a->cfg, r->tenant->name, &q->policy, NULL, NULL);
 	if (rc < 0)
-		return http_fail(r, rc == -ENOENT ? -SBX_E_STORE : rc, "cannot read the tenant's policy");
+		return http_fail(r, rc == -ENOENT ? -SBX_E_STORE : rc,
+				 rc == -SBX_E_BACKEND
+				     ? "the tenant's stored policy cannot be applied (the "
+				       "operator must fix it; the reason is in the server log)"
+				     : "cannot read the tenant's policy");
 	const struct route_policy *p = &q->policy;
 	if (!q->timeout_given)
 		q->timeout_s = a->cfg->exec_timeout_default_s;

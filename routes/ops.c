@@ -1,6 +1,7 @@
 /* Operations: liveness, readiness, metrics, the contract and the dashboard. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/embedded.h"
 #include "common/errors.h"
@@ -391,6 +392,40 @@ static void tenant_disk(struct app *a, struct buf *out)
 	store_tenants_free(v, n);
 }
 
+/* Whether a sample line is labelled tenant="X" with X other than own. */
+static bool other_tenant(const char *line, size_t len, const char *own)
+{
+	const char *end = memchr(line, '}', len), *l = memchr(line, '{', len);
+	for (; l && end && l < end; l = memchr(l + 1, ',', (size_t)(end - l - 1))) {
+		if (strncmp(l + 1, "tenant=\"", 8) != 0)
+			continue;
+		size_t n = strlen(own);
+		return !(strncmp(l + 9, own, n) == 0 && l[9 + n] == '"');
+	}
+	return false;
+}
+
+/* Without the admin scope (an operator's: audit:read is a scope any
+ * tenant may give its own tokens), /metrics shows the global series and
+ * the caller's own tenant's, never another tenant's: any series labelled
+ * tenant= (usage, budgets, pool queues, ...) is kept only for the
+ * token's tenant. */
+static void keep_own_tenant(struct buf *in, const char *own)
+{
+	struct buf kept;
+	buf_init(&kept, 16u << 20);
+	const char *p = in->ptr ? in->ptr : "", *end = p + in->len;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t len = nl ? (size_t)(nl - p) + 1 : (size_t)(end - p);
+		if (*p == '#' || !other_tenant(p, len, own))
+			buf_append(&kept, p, len);
+		p += len;
+	}
+	buf_free(in);
+	*in = kept;
+}
+
 int route_metrics(struct http_req *r)
 {
 	struct buf out;
@@ -417,6 +452,10 @@ int route_metrics(struct http_req *r)
 	tenant_disk(r->app, &out);
 	if (r->app->http.pool)
 		http_pool_render(r->app->http.pool, &out);
+	/* metrics-public: the operator published every series to whoever
+	 * reaches the port (no token is read), so nothing is held back. */
+	if (!r->app->cfg->metrics_public && !(r->claims.scopes & AUTH_SCOPE_ADMIN))
+		keep_own_tenant(&out, r->claims.tenant);
 	const char *node = r->app->cfg->node_id;
 	buf_appendf(&out,
 		    "# HELP sandboxd_node_info This node's id and version.\n"

@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "common/errors.h"
+#include "common/log.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/network.h"
@@ -260,15 +261,20 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 	return -EINVAL;
 }
 
-static int apply(struct route_policy *p, json_t *overrides, char *err, size_t errsz)
+/* Stored overrides onto p. A key this binary does not know (written by
+ * an older or newer one) is skipped, and *unknown (optional) counts it;
+ * every other key still applies. A known key whose value cannot be
+ * applied is -EINVAL with err: never the default in its place. */
+static int apply(struct route_policy *p, json_t *overrides, size_t *unknown, char *err, size_t errsz)
 {
 	const char *name;
 	json_t *v;
 	json_object_foreach(overrides, name, v) {
 		const struct policy_key *k = key_find(name);
 		if (!k) {
-			snprintf(err, errsz, "unknown policy key \"%s\"", name);
-			return -EINVAL;
+			if (unknown)
+				++*unknown;
+			continue;
 		}
 		if (set_value(p, k, v, err, errsz) < 0)
 			return -EINVAL;
@@ -432,10 +438,19 @@ int route_policy_load(struct store *s, const struct sbx_config *cfg, const char 
 	if (rc < 0)
 		return rc;
 	rc = route_policy_defaults(cfg, out, err, sizeof err);
-	/* Stored overrides were checked when set; a key this binary no longer
-	 * knows is skipped, never a reason to refuse every command. */
-	if (rc == 0 && apply(out, o, err, sizeof err) < 0)
-		rc = 0;
+	size_t unknown = 0;
+	/* Stored overrides were checked when set; a key this binary does not
+	 * know is skipped (one log line per load), never a reason to refuse
+	 * every command. A known key it cannot apply fails the load closed:
+	 * the defaults in its place could lift a limit the operator set. */
+	if (rc == 0 && apply(out, o, &unknown, err, sizeof err) < 0) {
+		log_msg("error", "tenant %s: stored policy cannot be applied: %s", tenant, err);
+		route_policy_clear(out);
+		rc = -SBX_E_BACKEND;
+	}
+	if (unknown)
+		log_msg("warn", "tenant %s: %zu stored policy key(s) unknown to this binary skipped", tenant,
+			unknown);
 	if (overrides)
 		*overrides = json_incref(o);
 	json_decref(o);
@@ -483,8 +498,8 @@ static json_t *change_of(const struct sbx_config *cfg, json_t *before, json_t *a
 	char err[256];
 	route_policy_defaults(cfg, &a, err, sizeof err);
 	route_policy_defaults(cfg, &b, err, sizeof err);
-	apply(&a, before, err, sizeof err);
-	apply(&b, after, err, sizeof err);
+	apply(&a, before, NULL, err, sizeof err);
+	apply(&b, after, NULL, err, sizeof err);
 	json_t *old = json_object(), *new = json_object();
 	const char *name;
 	json_t *v;
@@ -505,7 +520,7 @@ static int remote_complete(const struct sbx_config *cfg, json_t *overrides, char
 	struct route_policy p;
 	if (route_policy_defaults(cfg, &p, err, errsz) < 0)
 		return -EINVAL;
-	int rc = apply(&p, overrides, err, errsz);
+	int rc = apply(&p, overrides, NULL, err, errsz);
 	if (rc == 0 && strcmp(p.backend, "remote") == 0 && (!p.remote_url || !p.remote_token_file)) {
 		snprintf(err, errsz, "backend remote needs remote_url and remote_token_file");
 		rc = -EINVAL;

@@ -75,7 +75,10 @@ bool route_policy_needs_approval(const struct route_policy *p, const char *comma
 /* Tenant's effective policy, read from the store now (so a change made by
  * another process applies to the next command). *overrides (optional)
  * gets the stored keys (a new object), *updated_at (optional) when they
- * last changed (0: never). -ENOENT: no such tenant. */
+ * last changed (0: never). -ENOENT: no such tenant. Stored keys this
+ * binary does not know are skipped (logged); a known key whose stored
+ * value cannot be applied is -SBX_E_BACKEND (logged with the reason),
+ * never the default in its place. */
 int route_policy_load(struct store *s, const struct sbx_config *cfg, const char *tenant,
 		      struct route_policy *out, json_t **overrides, int64_t *updated_at);
 

@@ -162,7 +162,11 @@ static void xfer_release(struct http_req *r, struct xfer *x)
 
 static int acquire_slot(struct http_req *r, struct xfer *x)
 {
-	if (route_tenant_acquire_transfer(r->app, r->tenant) < 0) {
+	int rc = route_tenant_acquire_transfer(r->app, r->tenant);
+	if (rc == -SBX_E_BACKEND)
+		return http_fail(r, rc,
+				 "the tenant's stored policy cannot be applied (the operator must fix it)");
+	if (rc < 0) {
 		r->retry_after_s = RETRY_AFTER_BUSY_S;
 		return http_fail(r, -SBX_E_TOO_MANY,
 				 "tenant %s has as many transfers running as its policy allows",

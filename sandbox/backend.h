@@ -73,10 +73,12 @@ void sbx_backend_free(struct sbx_backend **b);
 const char *sbx_backend_name(const struct sbx_backend *b);
 /* Debugging and benchmarks (sandboxd debug bwrap-argv): what b would
  * start for req (its prepare step only: no cgroup, rlimit or uid of the
- * dispatch), written into the existing directory dir as new files:
+ * dispatch), written into the directory dir, which it creates (0700;
+ * -EEXIST if anything, a symlink included, is there) and opens without
+ * following a link, as new files:
  * "path" (the program), "argv" (NUL-separated) and "fd-N" for every fd
  * the program gets (its contents from offset 0; N its number there).
- * Starts nothing. Errors: -errno (-EEXIST: dir is not empty). */
+ * Starts nothing. Errors: -errno (-EEXIST: dir exists). */
 int sbx_backend_dump(struct sbx_backend *b, const struct sbx_spawn_req *req, const char *dir);
 
 /* A runner thread's spawn resources: a block of low fd numbers (reserved

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 
 #include "common/buf.h"
 #include "common/errors.h"
+#include "common/log.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
 #include "sandbox/netplan.h"
@@ -37,7 +39,9 @@
  * fresh read-only open file description of it (blob_keep), so that
  * concurrent spawns never share a file offset. */
 struct blob {
-	int fd; /* sealed memfd, or -1: a fresh copy per spawn */
+	int fd;	   /* sealed memfd, or -1: a fresh copy per spawn */
+	dev_t dev; /* fd's inode, checked on each reopen */
+	ino_t ino;
 	char *data;
 	size_t len;
 };
@@ -115,6 +119,8 @@ static int fresh_memfd(const char *name, const void *data, size_t len, unsigned 
 	return fd;
 }
 
+#define BLOB_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
+
 /* b holds a copy of the bytes and, where memfd sealing works, a sealed
  * memfd of them (no write, grow, shrink or further seals). */
 static void blob_make(struct blob *b, const char *name, const void *data, size_t len)
@@ -123,10 +129,14 @@ static void blob_make(struct blob *b, const char *name, const void *data, size_t
 	memcpy(b->data, data, len);
 	b->len = len;
 	b->fd = fresh_memfd(name, data, len, MFD_ALLOW_SEALING);
-	if (b->fd >= 0 &&
-	    fcntl(b->fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0) {
+	struct stat st;
+	if (b->fd >= 0 && (fcntl(b->fd, F_ADD_SEALS, BLOB_SEALS) < 0 || fstat(b->fd, &st) < 0)) {
 		close(b->fd);
 		b->fd = -1;
+	}
+	if (b->fd >= 0) {
+		b->dev = st.st_dev;
+		b->ino = st.st_ino;
 	}
 }
 
@@ -152,6 +162,21 @@ static int blob_keep(struct sbx_launch *l, const struct blob *b, const char *nam
 	if (b->fd >= 0) {
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", b->fd);
 		fd = open(proc, O_RDONLY | O_CLOEXEC);
+	}
+	/* The number must still be our sealed memfd: a stray close and reuse
+	 * of it elsewhere in the process must not hand bwrap other bytes. */
+	struct stat st;
+	int seals = fd >= 0 ? fcntl(fd, F_GET_SEALS) : 0;
+	if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_dev != b->dev || st.st_ino != b->ino || seals < 0 ||
+			(seals & BLOB_SEALS) != BLOB_SEALS)) {
+		static atomic_bool said;
+		if (!atomic_exchange(&said, true))
+			log_msg("error",
+				"bwrap: the sealed memfd of %s (fd %d) is no longer ours; "
+				"using fresh copies",
+				name, b->fd);
+		close(fd);
+		fd = -1;
 	}
 	if (fd < 0)
 		fd = fresh_memfd(name, b->data, b->len, 0);

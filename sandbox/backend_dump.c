@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/xmalloc.h"
@@ -88,15 +89,34 @@ static int dump_argv(int dfd, const struct sbx_launch *l)
 	return rc;
 }
 
+/* Create dir (0700; never an existing one, so never a symlink planted
+ * there: run as root on a path others can write, the files cannot land
+ * where a link points) and open it without following a link, checking
+ * it is still the directory just made (ours, 0700). The fd or -errno. */
+static int make_dir(const char *dir)
+{
+	struct stat st;
+	if (mkdir(dir, 0700) < 0)
+		return -errno;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	if (fstat(dfd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 07777) != 0700) {
+		close(dfd);
+		return -EPERM;
+	}
+	return dfd;
+}
+
 int sbx_backend_dump(struct sbx_backend *b, const struct sbx_spawn_req *req, const char *dir)
 {
 	struct sbx_launch l;
 	char name[32];
 	int dfd, rc, i;
 
-	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	dfd = make_dir(dir);
 	if (dfd < 0)
-		return -errno;
+		return dfd;
 	sbx_launch_init(&l);
 	rc = b->ops->prepare(b, req, &l);
 	if (rc == 0)

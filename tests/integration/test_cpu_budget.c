@@ -321,6 +321,74 @@ static void test_policy_override(void **state)
 	expect_cpu_file("acme", "cpu.cfs_quota_us", "50000");
 }
 
+/* Rewrite acme's stored policy with the sqlite3 shell, as an older or
+ * newer binary (or a hand edit) would leave it: sql is the new text. */
+static void store_policy(const char *sql_text)
+{
+	char *file = xasprintf("%s/policy.sql", srv.dir);
+	char *sql = xasprintf("update policies set policy = '%s' where tenant = 'acme' returning tenant;\n",
+			      sql_text);
+	assert_int_equal(it_write_file(file, sql, strlen(sql)), 0);
+	char *cmd =
+	    xasprintf("sqlite3 -cmd '.timeout 10000' '%s/sandboxd.db' < '%s' | grep -qx acme", srv.dir, file);
+	assert_int_equal(system(cmd), 0);
+	unlink(file);
+	free(cmd);
+	free(sql);
+	free(file);
+}
+
+/* A pids file of tenant's group, as text without the newline. */
+static void expect_pids_max(const char *tenant, const char *want)
+{
+	char *path = xasprintf("/sys/fs/cgroup/pids/sandboxd/%ld/u%ld/pids.max", base, uid_of(tenant));
+	char *t = it_read_file(path, NULL);
+	free(path);
+	assert_non_null(t);
+	t[strcspn(t, "\n")] = '\0';
+	assert_string_equal(t, want);
+	free(t);
+}
+
+/* Stored overrides never fall back to the defaults: a key this binary
+ * does not know, stored before the others, is skipped and every other
+ * key still applies; a known key whose stored value cannot be applied
+ * refuses the tenant's commands (503) rather than lifting its limits. */
+static void test_stored_policy_fails_closed(void **state)
+{
+	(void)state;
+	if (!cpu_here())
+		skip();
+	assert_int_equal(pol_put(&srv, tok_ops, "acme",
+				 "{\"tenant_nproc_budget\": 37, \"tenant_cpu_budget_millicores\": 200}",
+				 NULL),
+			 200);
+	store_policy("{\"a_key_from_a_newer_binary\": 1, \"tenant_cpu_budget_millicores\": 200, "
+		     "\"tenant_nproc_budget\": 37}");
+	run_ok(tok, "echo skipped", "skipped\n");
+	expect_cpu_file("acme", "cpu.cfs_quota_us", "20000");
+	expect_pids_max("acme", "37");
+
+	/* A known key with a value this binary cannot apply. */
+	store_policy("{\"tenant_cpu_budget_millicores\": 200, \"tenant_nproc_budget\": \"seven\"}");
+	const char *body = "{\"command\": \"echo no\"}";
+	struct it_resp r;
+	assert_int_equal(it_http(&srv, "POST", "/exec", tok, NULL, body, strlen(body), &r), 0);
+	it_expect_error(&r, 503, "backend_unavailable");
+	assert_non_null(strstr(r.body, "stored policy cannot be applied"));
+	it_resp_free(&r);
+	run_ok(tok_globex, "echo other", "other\n"); /* other tenants unaffected */
+
+	/* The operator resets the key; commands run again under the stored budget. */
+	assert_int_equal(pol_put(&srv, tok_ops, "acme", "{\"tenant_nproc_budget\": null}", NULL), 200);
+	run_ok(tok, "echo back", "back\n");
+	expect_cpu_file("acme", "cpu.cfs_quota_us", "20000");
+	assert_int_equal(pol_put(&srv, tok_ops, "acme", "{\"tenant_cpu_budget_millicores\": null}", NULL),
+			 200);
+	run_ok(tok, "echo default", "default\n");
+	expect_cpu_file("acme", "cpu.cfs_quota_us", "50000");
+}
+
 /* A budget the kernel refuses (here: more than a quota the host put on
  * the server's own group, as a container's limit would) fails the command
  * closed, counted; once the kernel takes it, commands run again. */
@@ -373,6 +441,7 @@ int main(void)
 	    cmocka_unit_test(test_kernel_files),
 	    cmocka_unit_test(test_busy_loops_bounded),
 	    cmocka_unit_test(test_policy_override),
+	    cmocka_unit_test(test_stored_policy_fails_closed),
 	    cmocka_unit_test(test_refused_budget_fails_closed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -42,13 +42,13 @@
 static struct it_server srv;
 static char *tok_a, *tok_b, *tok_a_audit;
 static const struct it_tok toks[] = {
-    {&tok_a, "acme", NULL}, {&tok_b, "globex", NULL}, {&tok_a_audit, "acme", "audit:read"}};
+    {&tok_a, "acme", NULL}, {&tok_b, "globex", NULL}, {&tok_a_audit, "ops", "admin audit:read"}};
 static const char *const extra[] = {"--set", "fs-threads=3", "--set", "fs-threads-per-tenant=2", NULL};
 /* The small server: one worker, one job per tenant, four waiting. */
 static struct it_server s2;
 static char *tok2_a, *tok2_b, *tok2_audit;
 static const struct it_tok toks2[] = {
-    {&tok2_a, "acme", NULL}, {&tok2_b, "globex", NULL}, {&tok2_audit, "acme", "audit:read"}};
+    {&tok2_a, "acme", NULL}, {&tok2_b, "globex", NULL}, {&tok2_audit, "ops", "admin audit:read"}};
 static const char *const extra2[] = {"--set", "fs-threads=1",	       "--set", "fs-threads-per-tenant=1",
 				     "--set", "fs-queue-per-tenant=4", NULL};
 static const char *big_url = "/fs/readdir?path=big&limit=10000&detail=true";

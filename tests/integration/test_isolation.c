@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -629,7 +630,6 @@ static void test_debug_bwrap_argv(void **state)
 	size_t len, olen;
 	int st;
 
-	assert_int_equal(mkdir(dir, 0755), 0);
 	assert_int_equal(mkdir(ws, 0700), 0);
 	assert_int_equal(chown(ws, acme_uid, acme_uid), 0);
 	free(it_cli(&srv, &st, args));
@@ -686,9 +686,29 @@ static void test_debug_bwrap_argv(void **state)
 	snprintf(expect, sizeof expect, "%u\nrefused\n", (unsigned)acme_uid);
 	assert_string_equal(out, expect);
 	free(out);
-	/* never over existing files; bad arguments are usage errors */
+	struct stat sb;
+	assert_int_equal(lstat(dir, &sb), 0);
+	assert_true(S_ISDIR(sb.st_mode) && (sb.st_mode & 07777) == 0700);
+	/* never an existing directory, nor a symlinked one: nothing is
+	 * written where the link points; bad arguments are usage errors */
 	free(it_cli(&srv, &st, args));
 	assert_int_equal(st, 1);
+	char *target = xasprintf("%s/debug-target", srv.dir), *link = xasprintf("%s/debug-link", srv.dir);
+	assert_int_equal(mkdir(target, 0755), 0);
+	assert_int_equal(symlink(target, link), 0);
+	char *largs = xasprintf("debug bwrap-argv '%s' '%s' %u %u true", link, ws, (unsigned)acme_uid,
+				(unsigned)acme_uid);
+	free(it_cli(&srv, &st, largs));
+	assert_int_equal(st, 1);
+	DIR *d = opendir(target);
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d));)
+		assert_true(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0);
+	closedir(d);
+	it_sh_quiet("rm -rf '%s' '%s'", link, target);
+	free(largs);
+	free(link);
+	free(target);
 	free(it_cli(&srv, &st, "debug bwrap-argv /nonexistent ws x 1"));
 	assert_int_equal(st, 2);
 	it_sh_quiet("rm -rf '%s' '%s'", dir, ws);

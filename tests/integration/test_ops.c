@@ -272,6 +272,57 @@ static void test_metrics_move(void **state)
 	free(run);
 }
 
+/* Every tenant= label of the /metrics text as token is tenant's (or, with
+ * tenant NULL, the labels include each of want). */
+static void metrics_tenants(const char *token, const char *tenant, const char *const *want)
+{
+	struct it_resp r;
+	get_ok(&srv, "/metrics", token, &r);
+	for (const char *p = r.body; (p = strstr(p, "tenant=\"")); p++) {
+		p += strlen("tenant=\"");
+		if (tenant && (strncmp(p, tenant, strlen(tenant)) != 0 || p[strlen(tenant)] != '"'))
+			fail_msg("a series of another tenant shown to %s: %.40s", tenant, p);
+	}
+	for (size_t i = 0; want && want[i]; i++) {
+		char *label = xasprintf("sandboxd_tenant_processes_budget{tenant=\"%s\"} ", want[i]);
+		if (!strstr(r.body, label))
+			fail_msg("%s missing", label);
+		free(label);
+	}
+	it_resp_free(&r);
+}
+
+/* A tenant's own token with audit:read sees the global series and its own
+ * tenant's, never another tenant's usage; an operator sees every tenant. */
+static void test_metrics_own_tenant(void **state)
+{
+	(void)state;
+	const char *body = "{\"command\": \"true\"}";
+	const char *const tenants[] = {"acme", "globex", "ops", NULL};
+	for (size_t i = 0; i < 3; i++) {
+		char *run = it_token(&srv, tenants[i], "exec");
+		struct it_resp r;
+		assert_int_equal(it_http(&srv, "POST", "/exec", run, NULL, body, strlen(body), &r), 0);
+		it_expect_status(&r, 200);
+		it_resp_free(&r);
+		free(run);
+	}
+	char *acme = it_token(&srv, "acme", "audit:read");
+	char *globex = it_token(&srv, "globex", "audit:read exec");
+	char *ops = it_token(&srv, "ops", "admin audit:read");
+	const char *const only_acme[] = {"acme", NULL}, *const only_globex[] = {"globex", NULL};
+	metrics_tenants(acme, "acme", only_acme);
+	metrics_tenants(globex, "globex", only_globex);
+	metrics_tenants(ops, NULL, tenants);
+	struct it_resp r;
+	get_ok(&srv, "/metrics", acme, &r);
+	assert_true(metric(r.body, "sandboxd_execs_started_total ") >= 3); /* the global ones stay */
+	it_resp_free(&r);
+	free(acme);
+	free(globex);
+	free(ops);
+}
+
 static void test_retention(void **state)
 {
 	(void)state;
@@ -467,6 +518,7 @@ int main(void)
 	    cmocka_unit_test(test_admin_tenant_filter),
 	    cmocka_unit_test(test_cli_formats),
 	    cmocka_unit_test(test_metrics_move),
+	    cmocka_unit_test(test_metrics_own_tenant),
 	    cmocka_unit_test(test_retention),
 	    cmocka_unit_test(test_probes_not_audited),
 	    cmocka_unit_test(test_unauthenticated_audit_rate_limited),

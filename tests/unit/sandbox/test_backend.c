@@ -1,6 +1,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1051,6 +1053,62 @@ static void test_bwrap_seccomp(void **state)
 	assert_string_equal(r->out, "1\n38\n1\n1\n1\n1\n25\n");
 }
 
+/* The contents of dir/name (caller frees), *len its size. */
+static char *slurp(const char *dir, const char *name, size_t *len)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *fp = fopen(path, "rb");
+	assert_non_null(fp);
+	char *buf = xmalloc(1u << 20);
+	*len = fread(buf, 1, 1u << 20, fp);
+	fclose(fp);
+	return buf;
+}
+
+/* The fd number holding the bwrap backend's sealed seccomp memfd, or -1. */
+static int seccomp_memfd(void)
+{
+	char path[64], target[PATH_MAX];
+	for (int fd = 3; fd < 1024; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		ssize_t n = readlink(path, target, sizeof(target) - 1);
+		if (n > 0 && (target[n] = '\0', strncmp(target, "/memfd:sbx-seccomp", 18) == 0))
+			return fd;
+	}
+	return -1;
+}
+
+/* Should the number of a blob's sealed memfd come to hold another file
+ * (closed and reused by a stray close elsewhere), the spawn gets a fresh
+ * copy of the blob's own bytes, never the other file's. */
+static void test_blob_reopen_checked(void **state)
+{
+	struct fixture *f = *state;
+	struct sbx_spawn_req req = base_req(f, "true", false);
+	char before[PATH_MAX], after[PATH_MAX];
+	size_t blen, alen;
+	int num = seccomp_memfd();
+	if (num < 0)
+		skip(); /* no sealing here: every spawn gets a fresh copy anyway */
+	snprintf(before, sizeof(before), "%s/dump-before", f->base);
+	snprintf(after, sizeof(after), "%s/dump-after", f->base);
+	assert_int_equal(sbx_backend_dump(f->bwrap, &req, before), 0);
+	char *want = slurp(before, "fd-3", &blen);
+	assert_true(blen > 0);
+	int other = memfd_create("other", MFD_CLOEXEC);
+	assert_true(other >= 0);
+	assert_int_equal(write(other, "not the filter", 14), 14);
+	assert_int_equal(dup2(other, num), num); /* the sealed memfd is gone */
+	close(other);
+	assert_int_equal(sbx_backend_dump(f->bwrap, &req, after), 0);
+	char *got = slurp(after, "fd-3", &alen);
+	assert_int_equal(alen, blen);
+	assert_memory_equal(got, want, blen);
+	free(want);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1074,6 +1132,7 @@ int main(void)
 	    cmocka_unit_test(test_cgroups_reuse),
 	    cmocka_unit_test(test_cgroups_fail_closed),
 	    cmocka_unit_test(test_bwrap_seccomp),
+	    cmocka_unit_test(test_blob_reopen_checked),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
