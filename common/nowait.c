@@ -1,6 +1,6 @@
 #include "common/nowait.h"
 
-static _Thread_local bool on, blocked;
+static _Thread_local bool on, blocked, event;
 
 void nowait_begin(void)
 {
@@ -25,4 +25,17 @@ void nowait_blocked(void)
 {
 	if (on)
 		blocked = true;
+}
+
+void nowait_event_thread(void)
+{
+	event = true;
+}
+
+bool nowait_network_refused(void)
+{
+	if (!on && !event)
+		return false;
+	nowait_blocked();
+	return true;
 }

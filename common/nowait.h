@@ -23,3 +23,12 @@ bool nowait_end(void);
 bool nowait_on(void);
 /* For the file layer: a step was refused because it would have waited. */
 void nowait_blocked(void);
+
+/* HTTP event threads (http/daemon.c marks each on every callback): a
+ * thread so marked, or one in no-wait mode, must never wait on the
+ * network. */
+void nowait_event_thread(void);
+/* For network layers (sandbox/ssh.c): true when this thread may not wait
+ * on the network (then the step is refused with -EAGAIN, loudly: it is a
+ * bug of the caller; in no-wait mode the route is run again on the pool). */
+bool nowait_network_refused(void);

@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/log.h"
+#include "common/nowait.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "http/metrics.h"
@@ -153,6 +154,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
 	struct http_daemon *h = cls;
 	struct http_req *r = *con_cls;
+	nowait_event_thread(); /* never the network here (common/nowait.h) */
 	if (!r) {
 		r = xcalloc(1, sizeof *r);
 		r->env = h->env;

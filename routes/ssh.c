@@ -147,13 +147,15 @@ static json_t *wire_json(const char *rel)
 	return json_string(w);
 }
 
+/* POST /exec, on the event thread: the settings only. The host is
+ * reached by the job's own thread (run), which reports why it could not. */
 static int ssh_check(struct http_req *r)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc == 0)
-		sbx_ssh_put(of(r)->h, &c, true);
-	return rc;
+	struct route_ssh *rs = of(r);
+	if (rs->h)
+		return 0;
+	r->retry_after_s = BAD_RETRY_AFTER_S;
+	return http_fail(r, -SBX_E_BACKEND, "%s", rs->why);
 }
 
 static int ssh_read(struct http_req *r, const char *rel)
@@ -307,32 +309,6 @@ static int ssh_move(struct http_req *r, const char *from, const char *to, bool o
 	return http_reply_json(r, 200, json_pack("{s:o}", "path", wire_json(to)));
 }
 
-/* The session's directory is made on the host; another cwd must be a
- * directory under the root (a symlink out of it: 403 outside_workspace). */
-static int ssh_cwd(struct http_req *r, const char *rel)
-{
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	char abs[4096];
-	rc = sbx_ssh_dir(c, rel, false, abs, sizeof abs);
-	sbx_ssh_put(of(r)->h, &c, rc != -SBX_E_BACKEND);
-	if (rc == -SBX_E_BACKEND) {
-		r->retry_after_s = DOWN_RETRY_AFTER_S;
-		return http_fail(r, rc, "the SSH connection to the tenant's host broke; try again");
-	}
-	if (rc < 0) {
-		char w[SBX_PATH_MAX + 16];
-		sbx_path_wire(rel, w, sizeof w);
-		rc = rc == -EXDEV || rc == -ENOTDIR || rc == -ELOOP ? rc : -ENOENT;
-		return http_fail(r, rc, "cwd %s %s", w,
-				 rc == -EXDEV ? "leaves the workspace"
-					      : "is not a directory in the workspace");
-	}
-	return 0;
-}
-
 /* ---- commands ---- */
 
 struct sjob {
@@ -402,10 +378,11 @@ static int run(struct sjob *j, struct sbx_exec_result *res, char *why, size_t wh
 	rc = sbx_ssh_dir(c, j->cwd_rel,
 			 strncmp(j->cwd_rel, "sessions/", 9) == 0 && !strchr(j->cwd_rel + 9, '/'), abs,
 			 sizeof abs);
-	if (rc < 0 && rc != -SBX_E_BACKEND)
-		snprintf(why, whysz, "the command's cwd is no longer a directory under ssh_root: %s",
-			 sbx_strerror(rc));
-	else if (rc < 0)
+	if (rc < 0 && rc != -SBX_E_BACKEND) { /* as a local cwd is refused */
+		rc = rc == -EXDEV || rc == -ENOTDIR || rc == -ELOOP ? rc : -ENOENT;
+		snprintf(why, whysz, "cwd %s",
+			 rc == -EXDEV ? "leaves the workspace" : "is not a directory in the workspace");
+	} else if (rc < 0)
 		snprintf(why, whysz, "the SSH connection broke before the command started");
 	j->x.dir = abs;
 	if (rc == 0)
@@ -510,7 +487,7 @@ static const struct route_provider_ops ssh_ops = {
     .mkdir = ssh_mkdir,
     .rm = ssh_rm,
     .move = ssh_move,
-    .cwd = ssh_cwd,
+    .cwd = NULL, /* checked by the job (run): never SSH on an event thread */
     .submit = ssh_submit,
     .free = ssh_free,
 };

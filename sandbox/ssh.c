@@ -16,6 +16,8 @@
 
 #include "common/buf.h"
 #include "common/errors.h"
+#include "common/log.h"
+#include "common/nowait.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
@@ -256,8 +258,22 @@ static bool idle_ok(struct sbx_ssh_conn *c)
 	return ssh_is_connected(c->s) && p.fd >= 0 && poll(&p, 1, 0) == 0;
 }
 
+/* No SSH I/O on an HTTP event thread or in no-wait mode, ever: a stopped
+ * peer would hold the thread (common/nowait.h). */
+static int refuse_here(char *why, size_t whysz)
+{
+	if (!nowait_network_refused())
+		return 0;
+	if (!nowait_on())
+		log_msg("error", "backend ssh: network I/O refused on an HTTP event thread (a bug)");
+	snprintf(why, whysz, "no SSH I/O on an HTTP event thread");
+	return -EAGAIN;
+}
+
 int sbx_ssh_get(struct sbx_ssh_host *h, struct sbx_ssh_conn **out, char *why, size_t whysz)
 {
+	if (refuse_here(why, whysz) < 0)
+		return -EAGAIN;
 	for (;;) {
 		struct sbx_ssh_conn *c = NULL;
 		pthread_mutex_lock(&h->mu);
@@ -521,6 +537,8 @@ static int start_channel(struct sbx_ssh_run *run, char *why, size_t whysz)
 int sbx_ssh_run(struct sbx_ssh_conn *c, const struct sbx_ssh_exec *x, struct sbx_exec_result *res, char *why,
 		size_t whysz)
 {
+	if (refuse_here(why, whysz) < 0)
+		return -EAGAIN;
 	struct sbx_ssh_run run = {.c = c, .x = x};
 	sbx_collector_new(&run.out, x->max_output_bytes, NULL, NULL, 0);
 	sbx_collector_new(&run.err, x->max_output_bytes, NULL, NULL, 0);
