@@ -99,6 +99,22 @@ static void note_down(struct app *a, const char *tenant, const char *why)
 	route_jobs_note_down(a, "ssh", what);
 }
 
+/* Give c back; answer r with rc's error (as the local routes do). */
+static int end(struct http_req *r, struct sbx_ssh_conn **c, int rc, const char *what, const char *rel)
+{
+	bool late = rc == -SBX_E_BACKEND && sbx_ssh_expired(*c);
+	sbx_ssh_put(of(r)->h, c, rc != -SBX_E_BACKEND);
+	if (rc == -SBX_E_BACKEND) {
+		const char *why = late ? "the host did not answer a file operation in time (a stopped "
+					 "sftp-server?); the connection was dropped"
+				       : "the connection broke during a file operation";
+		note_down(r->app, of(r)->tenant, why);
+		r->retry_after_s = DOWN_RETRY_AFTER_S;
+		return http_fail(r, rc, "the SSH connection to the tenant's host: %s; try again", why);
+	}
+	return rc < 0 ? route_fail_path(r, rc, what, rel) : 0;
+}
+
 /* A connection for r, or r answered 503 (or -EAGAIN on an event thread). */
 static int begin(struct http_req *r, struct sbx_ssh_conn **c)
 {
@@ -122,22 +138,11 @@ static int begin(struct http_req *r, struct sbx_ssh_conn **c)
 	int rc = r->session_rel ? sbx_ssh_session(*c, r->session_rel) : 0;
 	if (rc == 0)
 		return 0;
-	sbx_ssh_put(rs->h, c, rc != -SBX_E_BACKEND);
-	r->retry_after_s = rc == -SBX_E_BACKEND ? DOWN_RETRY_AFTER_S : 0;
+	if (rc == -SBX_E_BACKEND)
+		return end(r, c, rc, "mkdir", r->session_rel);
+	sbx_ssh_put(rs->h, c, true);
 	return http_fail(r, rc, "cannot make the session's directory on the tenant's SSH host: %s",
 			 sbx_strerror(rc));
-}
-
-/* Give c back; answer r with rc's error (as the local routes do). */
-static int end(struct http_req *r, struct sbx_ssh_conn **c, int rc, const char *what, const char *rel)
-{
-	sbx_ssh_put(of(r)->h, c, rc != -SBX_E_BACKEND);
-	if (rc == -SBX_E_BACKEND) {
-		note_down(r->app, of(r)->tenant, "the connection broke during a file operation");
-		r->retry_after_s = DOWN_RETRY_AFTER_S;
-		return http_fail(r, rc, "the SSH connection to the tenant's host broke; try again");
-	}
-	return rc < 0 ? route_fail_path(r, rc, what, rel) : 0;
 }
 
 static json_t *wire_json(const char *rel)
@@ -318,6 +323,7 @@ struct sjob {
 	sbx_event_cb cb;
 	void *ctx;
 	_Atomic bool cancel;
+	int64_t start_mono;
 	char *command, *cwd_rel, **env, *stdin_data;
 	size_t nenv, stdin_len;
 	struct sbx_ssh_exec x;
@@ -366,13 +372,32 @@ static void on_heartbeat(void *ctx, const struct sbx_event *hb)
 	j->cb(j->ctx, &ev, 0);
 }
 
+/* A job's failure when its deadline or cancel cut the connection
+ * (expired: sbx_ssh_expired's): a cancel is -ECANCELED (nothing ran, as
+ * locally), a deadline 503 saying so. */
+static int expired_why(int rc, int expired, struct sjob *j, char *why, size_t whysz)
+{
+	if (rc == 0 || !expired)
+		return rc;
+	if (expired == 2)
+		return -ECANCELED;
+	snprintf(why, whysz,
+		 "the tenant's SSH host did not answer within the command's timeout_s (%lld ms); "
+		 "the connection was dropped (a stopped sftp-server?)",
+		 (long long)j->x.timeout_ms);
+	return -SBX_E_BACKEND;
+}
+
 /* Connect, find the cwd, run: 0 with *res, or the error with why. */
 static int run(struct sjob *j, struct sbx_exec_result *res, char *why, size_t whysz)
 {
 	struct sbx_ssh_conn *c = NULL;
-	int rc = sbx_ssh_get(j->rs->h, &c, why, whysz);
+	/* Until the command runs: its timeout_s and cancel bound the connect,
+	 * the cwd walk and the stdin (sbx_ssh_run's pump keeps them after). */
+	int64_t deadline = j->start_mono + (j->x.timeout_ms ? (int64_t)j->x.timeout_ms : 6 * TIMEOUT_MS);
+	int rc = sbx_ssh_get_by(j->rs->h, deadline, &j->cancel, &c, why, whysz);
 	if (rc < 0)
-		return rc;
+		return expired_why(rc, j->cancel ? 2 : 0, j, why, whysz);
 	route_jobs_note_up(j->app, "ssh");
 	char abs[4096];
 	rc = sbx_ssh_dir(c, j->cwd_rel,
@@ -387,6 +412,7 @@ static int run(struct sjob *j, struct sbx_exec_result *res, char *why, size_t wh
 	j->x.dir = abs;
 	if (rc == 0)
 		rc = sbx_ssh_run(c, &j->x, res, why, whysz);
+	rc = expired_why(rc, rc < 0 ? sbx_ssh_expired(c) : 0, j, why, whysz);
 	sbx_ssh_put(j->rs->h, &c, rc != -SBX_E_BACKEND);
 	return rc;
 }
@@ -420,6 +446,7 @@ static struct sjob *sjob_new(struct route_ssh *rs, const struct sbx_exec_req *re
 {
 	struct sjob *j = xcalloc(1, sizeof *j);
 	j->rs = rs;
+	j->start_mono = mono_ms();
 	j->command = xstrdup(req->spawn.command);
 	j->cwd_rel = xstrdup(req->spawn.cwd_rel);
 	for (const char *const *e = req->spawn.env; e && *e; e++)

@@ -148,6 +148,7 @@ static void conn_close(struct sbx_ssh_conn *c)
 {
 	if (!c)
 		return;
+	sbx_ssh_watch_disarm(&c->watch);
 	if (c->sftp)
 		sftp_free(c->sftp);
 	ssh_disconnect(c->s);
@@ -224,16 +225,21 @@ static void set_options(struct sbx_ssh_host *h, ssh_session s)
 		ssh_options_set(s, SSH_OPTIONS_HOSTKEYS, type); /* offer the pinned kind first */
 }
 
-static int connect_new(struct sbx_ssh_host *h, struct sbx_ssh_conn **out, char *why, size_t whysz)
+static int connect_new(struct sbx_ssh_host *h, int64_t deadline_ms, const _Atomic bool *cancel,
+		       struct sbx_ssh_conn **out, char *why, size_t whysz)
 {
 	struct sbx_ssh_conn *c = xcalloc(1, sizeof *c);
+	c->watch.fd = -1;
 	c->s = ssh_new();
 	c->host = h;
 	c->hostname = h->host;
 	c->port = h->port;
 	set_options(h, c->s);
 	int rc = -SBX_E_BACKEND;
-	if (ssh_connect(c->s) != SSH_OK)
+	bool up = ssh_connect(c->s) == SSH_OK;
+	if (up) /* from here, libssh might wait on the peer for good */
+		sbx_ssh_watch_arm(&c->watch, ssh_get_fd(c->s), deadline_ms, cancel);
+	if (!up)
 		snprintf(why, whysz, "cannot connect to %s:%d: %s", h->host, h->port, ssh_get_error(c->s));
 	else if (verify_host_key(h, c->s, why, whysz) < 0)
 		rc = -SBX_E_BACKEND;
@@ -242,6 +248,9 @@ static int connect_new(struct sbx_ssh_host *h, struct sbx_ssh_conn **out, char *
 			 h->port, ssh_get_error(c->s));
 	else
 		rc = sbx_ssh_sftp_open(c, h->root, why, whysz);
+	if (rc < 0 && sbx_ssh_watch_state(&c->watch))
+		snprintf(why, whysz, "%s:%d did not answer in time (%s)", h->host, h->port,
+			 sbx_ssh_watch_state(&c->watch) == 2 ? "cancelled" : "deadline passed");
 	if (rc < 0) {
 		conn_close(c);
 		return rc;
@@ -272,6 +281,12 @@ static int refuse_here(char *why, size_t whysz)
 
 int sbx_ssh_get(struct sbx_ssh_host *h, struct sbx_ssh_conn **out, char *why, size_t whysz)
 {
+	return sbx_ssh_get_by(h, mono_ms() + 2 * (int64_t)h->timeout_ms, NULL, out, why, whysz);
+}
+
+int sbx_ssh_get_by(struct sbx_ssh_host *h, int64_t deadline_ms, const _Atomic bool *cancel,
+		   struct sbx_ssh_conn **out, char *why, size_t whysz)
+{
 	if (refuse_here(why, whysz) < 0)
 		return -EAGAIN;
 	for (;;) {
@@ -284,12 +299,23 @@ int sbx_ssh_get(struct sbx_ssh_host *h, struct sbx_ssh_conn **out, char *why, si
 			break;
 		if (idle_ok(c)) {
 			c->broken = false;
+			sbx_ssh_watch_arm(&c->watch, ssh_get_fd(c->s), deadline_ms, cancel);
 			*out = c;
 			return 0;
 		}
 		conn_close(c);
 	}
-	return connect_new(h, out, why, whysz);
+	return connect_new(h, deadline_ms, cancel, out, why, whysz);
+}
+
+void sbx_ssh_deadline(struct sbx_ssh_conn *c, int64_t deadline_ms, const _Atomic bool *cancel)
+{
+	sbx_ssh_watch_arm(&c->watch, ssh_get_fd(c->s), deadline_ms, cancel);
+}
+
+int sbx_ssh_expired(struct sbx_ssh_conn *c)
+{
+	return sbx_ssh_watch_state(&c->watch);
 }
 
 void sbx_ssh_put(struct sbx_ssh_host *h, struct sbx_ssh_conn **pc, bool ok)
@@ -298,6 +324,8 @@ void sbx_ssh_put(struct sbx_ssh_host *h, struct sbx_ssh_conn **pc, bool ok)
 	*pc = NULL;
 	if (!c)
 		return;
+	if (sbx_ssh_watch_disarm(&c->watch))
+		ok = false; /* its socket was shut down */
 	if (ok && !c->broken && ssh_is_connected(c->s)) {
 		pthread_mutex_lock(&h->mu);
 		if (h->nidle < POOL_MAX) {
@@ -546,6 +574,12 @@ int sbx_ssh_run(struct sbx_ssh_conn *c, const struct sbx_ssh_exec *x, struct sbx
 	run.started_ms = now_ms();
 	run.next_hb = run.start_mono + (int64_t)x->heartbeat_ms;
 	int rc = start_channel(&run, why, whysz);
+	if (rc == 0) /* from here pump() keeps the time and the cancel; this bounds its kill */
+		sbx_ssh_deadline(c,
+				 x->timeout_ms ? run.start_mono + (int64_t)x->timeout_ms + KILL_WAIT_MS +
+						     2 * (int64_t)c->host->timeout_ms
+					       : 0,
+				 NULL);
 	if (rc == 0 && pump(&run) < 0) {
 		snprintf(why, whysz, "the SSH connection to %s:%d broke while the command ran%s", c->hostname,
 			 c->port, run.killed ? " (after it was killed)" : "");

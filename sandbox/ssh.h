@@ -55,8 +55,19 @@ bool sbx_ssh_host_same(const struct sbx_ssh_host *a, const struct sbx_ssh_host *
 
 /* A connection of h (pooled or new, with the root created if missing). 0,
  * or -SBX_E_BACKEND with why (refused, timed out, host key not the pinned
- * one, authentication refused). */
+ * one, authentication refused); -EAGAIN on an HTTP event thread. Its
+ * deadline: 2 x timeout_ms from now (sbx_ssh_get_by to choose). */
 int sbx_ssh_get(struct sbx_ssh_host *h, struct sbx_ssh_conn **c, char *why, size_t whysz);
+/* The deadline of everything c does until it is put back (mono_ms();
+ * 0: none) and a cancel flag (NULL: none): when either comes, c's socket
+ * is shut down, the call under way fails with -SBX_E_BACKEND and c is
+ * dropped (libssh alone would wait forever on a stopped SFTP server).
+ * sbx_ssh_get arms it with deadline_ms and cancel from the connect on. */
+int sbx_ssh_get_by(struct sbx_ssh_host *h, int64_t deadline_ms, const _Atomic bool *cancel,
+		   struct sbx_ssh_conn **c, char *why, size_t whysz);
+void sbx_ssh_deadline(struct sbx_ssh_conn *c, int64_t deadline_ms, const _Atomic bool *cancel);
+/* Why c's calls failed: 0 not the deadline; 1 the deadline passed; 2 cancelled. */
+int sbx_ssh_expired(struct sbx_ssh_conn *c);
 /* Give c back to the pool, or close it when !ok; *c is NULL after. */
 void sbx_ssh_put(struct sbx_ssh_host *h, struct sbx_ssh_conn **c, bool ok);
 /* Whether c still works (after an error: -SBX_E_BACKEND means no). */

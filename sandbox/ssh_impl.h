@@ -10,13 +10,31 @@ struct sbx_ssh_host;
 struct sbx_collector;
 struct sbx_ssh_exec;
 
+/* A deadline on a connection's blocking exchanges (ssh_watch.c): while
+ * armed, its socket is shut down (fired set) once mono_ms() passes
+ * deadline_ms (0: none) or *cancel (NULL: none) is set. Arm and disarm
+ * from the connection's holder; rearming updates it in place. */
+struct sbx_ssh_watch {
+	int fd;
+	int64_t deadline_ms;
+	const _Atomic bool *cancel;
+	bool on, fired, by_cancel; /* under the watchdog's lock */
+	struct sbx_ssh_watch *next;
+};
+void sbx_ssh_watch_arm(struct sbx_ssh_watch *w, int fd, int64_t deadline_ms, const _Atomic bool *cancel);
+/* Unlist w: whether it fired (then the connection is broken). */
+bool sbx_ssh_watch_disarm(struct sbx_ssh_watch *w);
+/* 0: not fired; 1: its deadline passed; 2: cancelled. */
+int sbx_ssh_watch_state(struct sbx_ssh_watch *w);
+
 struct sbx_ssh_conn {
 	struct sbx_ssh_host *host;
 	ssh_session s;
 	sftp_session sftp;
-	char root[4096];   /* the remote root, canonical (no symlink in it) */
-	bool broken;	   /* the connection failed: never pooled again */
-	char session[128]; /* the session directory last made sure of (sbx_ssh_session) */
+	char root[4096];	    /* the remote root, canonical (no symlink in it) */
+	bool broken;		    /* the connection failed: never pooled again */
+	struct sbx_ssh_watch watch; /* armed from sbx_ssh_get to sbx_ssh_put */
+	char session[128];	    /* the session directory last made sure of (sbx_ssh_session) */
 	/* for messages */
 	const char *hostname;
 	int port;

@@ -19,7 +19,7 @@
 /* The last SFTP or connection error as an errno. */
 static int sftp_err(struct sbx_ssh_conn *c)
 {
-	if (!ssh_is_connected(c->s)) {
+	if (!ssh_is_connected(c->s) || sbx_ssh_watch_state(&c->watch)) {
 		c->broken = true;
 		return -SBX_E_BACKEND;
 	}

@@ -172,7 +172,7 @@ static int make_files(void)
 	char *cfg = xasprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host_key\nPidFile none\n"
 			      "AuthorizedKeysFile %s/authorized_keys\nStrictModes no\nUsePAM no\n"
 			      "PasswordAuthentication no\nKbdInteractiveAuthentication no\nAllowUsers %s\n"
-			      "Subsystem sftp internal-sftp\nLogLevel VERBOSE\n",
+			      "Subsystem sftp /usr/lib/openssh/sftp-server\nLogLevel VERBOSE\n",
 			      sshd_port, dir, dir, user);
 	char *path = xasprintf("%s/sshd_config", dir);
 	int rc = it_write_file(path, cfg, strlen(cfg));
@@ -708,6 +708,92 @@ static void *exec_long(void *arg)
 	return NULL;
 }
 
+/* A command of the tenant stops every sftp-server of its account. */
+static void stop_sftp(void)
+{
+	json_t *v =
+	    exec_as(tok_a, "{\"command\":\"pkill -STOP -u \\\"$(id -u)\\\" sftp-server; true\"}", 200);
+	json_decref(v);
+	assert_int_equal(it_sh_quiet("pgrep -r T -u %s sftp-server >/dev/null", user), 0);
+}
+
+/* Start b; probe /healthz (which must answer) until b is done, for at
+ * most 60 s: whether it was (then it is joined, except on false). */
+static bool run_probing(struct bg_req *b, int *probes)
+{
+	pthread_create(&b->th, NULL, bg_main, b);
+	for (long t0 = it_now_ms(); it_now_ms() - t0 < 60000;) {
+		struct it_resp h = req("GET", "/healthz", NULL);
+		it_expect_status(&h, 200);
+		it_resp_free(&h);
+		(*probes)++;
+		usleep(200000); /* a probe every 200 ms until it answered */
+		if (pthread_tryjoin_np(b->th, NULL) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The tenant stops its own account's sftp-server (stock sshd runs it as a
+ * process of the account): a file request and an exec still answer in
+ * bounded time (the connection's deadline cuts it), the server stays up,
+ * and once the process goes on, requests work again. */
+static void test_sftp_server_stopped(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_SSHD();
+	struct it_resp r = req("GET", "/fs/read?path=docs/c.txt", NULL); /* a live SFTP session */
+	it_expect_status(&r, 200);
+	it_resp_free(&r);
+	stop_sftp();
+	static const char *const hdrs[] = {"X-Session-Key: ssh-suite", NULL};
+	struct bg_req f = {.s = &srv,
+			   .tok = tok_a,
+			   .method = "GET",
+			   .path = "/fs/read?path=docs/c.txt",
+			   .hdrs = hdrs,
+			   .rc = -1};
+	struct bg_req e = {.s = &srv,
+			   .tok = tok_a,
+			   .method = "POST",
+			   .path = "/exec",
+			   .body = xstrdup("{\"command\":\"echo hi\",\"timeout_s\":3}"),
+			   .hdrs = hdrs,
+			   .rc = -1};
+	/* One after the other, each on the pooled connection the pkill went
+	 * back to (its own server stopped too). */
+	int probes = 0;
+	bool e_done = run_probing(&e, &probes), f_done = false;
+	if (e_done) {
+		stop_sftp();
+		f_done = run_probing(&f, &probes);
+	}
+	it_sh_quiet("pkill -CONT -u %s sftp-server; true", user); /* the threads end either way */
+	if (!e_done)
+		pthread_join(e.th, NULL);
+	else if (!f_done)
+		pthread_join(f.th, NULL);
+	free(e.body);
+	fprintf(stderr, "  fs/read %ld in %ld ms, exec %ld in %ld ms, %d health probes\n", f.resp.status,
+		f.ms, e.resp.status, e.ms, probes);
+	assert_true(f_done && e_done);
+	assert_true(f.ms < 30000 && e.ms < 30000);
+	assert_int_equal(f.resp.status, 503);
+	assert_non_null(strstr(f.resp.body, "did not answer a file operation in time"));
+	assert_int_equal(e.resp.status, 503);
+	assert_non_null(strstr(e.resp.body, "did not answer within the command's timeout_s"));
+	assert_true(probes > 0);
+	it_resp_free(&f.resp);
+	it_resp_free(&e.resp);
+	/* Going on again: the next requests work. */
+	r = req("GET", "/fs/read?path=docs/c.txt", NULL);
+	it_expect_status(&r, 200);
+	it_resp_free(&r);
+	json_t *v = exec_as(tok_a, "{\"command\":\"echo again\"}", 200);
+	assert_string_equal(jstr(v, "stdout"), "again\n");
+	json_decref(v);
+}
+
 static void test_sshd_killed_and_back(void **state)
 {
 	(void)state;
@@ -739,13 +825,10 @@ static void test_sshd_killed_and_back(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_files_equal),
-	    cmocka_unit_test(test_exec_equal),
-	    cmocka_unit_test(test_symlink_escape),
-	    cmocka_unit_test(test_timeout_and_cancel_kill_remote),
-	    cmocka_unit_test(test_host_key_pinned),
-	    cmocka_unit_test(test_failed_connect_then_good),
-	    cmocka_unit_test(test_sshd_killed_and_back),
+	    cmocka_unit_test(test_files_equal),		cmocka_unit_test(test_exec_equal),
+	    cmocka_unit_test(test_symlink_escape),	cmocka_unit_test(test_timeout_and_cancel_kill_remote),
+	    cmocka_unit_test(test_host_key_pinned),	cmocka_unit_test(test_failed_connect_then_good),
+	    cmocka_unit_test(test_sftp_server_stopped), cmocka_unit_test(test_sshd_killed_and_back),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
