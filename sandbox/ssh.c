@@ -27,7 +27,9 @@
 #define KEY_MAX 65536
 #define POOL_MAX 4
 #define POLL_MS 100
-#define KILL_WAIT_MS 5000 /* for the output's end after the group was killed */
+#define PID_MARK "SBXPID:" /* the line of the shell's pid, after what rc files print */
+#define PREAMBLE_MAX 65536 /* bytes before PID_MARK's line; beyond, the pid is unreadable */
+#define KILL_WAIT_MS 5000  /* for the output's end after the group was killed */
 
 struct sbx_ssh_host {
 	char *host, *user, *root, *pin;
@@ -364,7 +366,7 @@ static char *command_line(const struct sbx_ssh_exec *x)
 {
 	struct buf b;
 	buf_init(&b, (size_t)1 << 30);
-	buf_appendf(&b, "echo $$ && cd ");
+	buf_appendf(&b, "echo " PID_MARK "$$ && cd ");
 	sh_quote(&b, x->dir);
 	buf_appendf(&b, "&& exec env -- ");
 	for (const char *const *e = x->env; e && *e; e++)
@@ -425,8 +427,37 @@ static void kill_group(struct sbx_ssh_run *run)
 		ssh_channel_free(k);
 }
 
+/* The preamble before the command's own output: lines the account's
+ * shell rc files may print, then PID_MARK and the shell's pid. Eats from
+ * *p; true once it is over (run->pgid set: > 1, or -1 when unreadable,
+ * so never a kill of -1 or of group 0). */
+static bool preamble(struct sbx_ssh_run *run, const char **p, size_t *len)
+{
+	while (*len) {
+		const char *nl = memchr(*p, '\n', *len);
+		size_t take = nl ? (size_t)(nl - *p) : *len;
+		for (size_t i = 0; i < take && run->pidlen < sizeof run->pidbuf - 1; i++)
+			run->pidbuf[run->pidlen++] = (*p)[i];
+		run->preamble_bytes += take + (nl ? 1 : 0);
+		*p += take + (nl ? 1 : 0);
+		*len -= take + (nl ? 1 : 0);
+		if (!nl && run->preamble_bytes < PREAMBLE_MAX)
+			return false;
+		run->pidbuf[run->pidlen] = '\0';
+		run->pidlen = 0;
+		bool mark = nl && strncmp(run->pidbuf, PID_MARK, strlen(PID_MARK)) == 0;
+		if (nl && !mark && run->preamble_bytes < PREAMBLE_MAX)
+			continue; /* a line of the rc files: not the command's */
+		char *end = NULL;
+		long v = mark ? strtol(run->pidbuf + strlen(PID_MARK), &end, 10) : 0;
+		run->pgid = nl && end && *end == '\0' && v > 1 ? v : -1;
+		return true;
+	}
+	return false;
+}
+
 /* Feed what arrived on stream (0 stdout, 1 stderr); -1 when the
- * connection broke. The first line of stdout is the shell's pid. */
+ * connection broke. stdout begins with the preamble (see preamble). */
 static int drain(struct sbx_ssh_run *run, int is_stderr)
 {
 	char buf[16384];
@@ -435,17 +466,8 @@ static int drain(struct sbx_ssh_run *run, int is_stderr)
 		const char *p = buf;
 		size_t len = (size_t)n;
 		if (!is_stderr && run->pgid == 0) {
-			const char *nl = memchr(p, '\n', len);
-			size_t take = nl ? (size_t)(nl - p) : len;
-			for (size_t i = 0; i < take && run->pidlen < sizeof run->pidbuf - 1; i++)
-				run->pidbuf[run->pidlen++] = p[i];
-			if (!nl)
+			if (!preamble(run, &p, &len))
 				continue;
-			run->pgid = strtol(run->pidbuf, NULL, 10);
-			if (run->pgid <= 0)
-				run->pgid = -1;
-			p = nl + 1;
-			len -= take + 1;
 			if (run->x->on_start)
 				run->x->on_start(run->x->ctx);
 		}

@@ -47,8 +47,8 @@ struct sbx_ssh_run {
 	ssh_channel ch;
 	struct ssh_channel_callbacks_struct cb;
 	struct sbx_collector *out, *err;
-	char pidbuf[24];
-	size_t pidlen;
+	char pidbuf[64];
+	size_t pidlen, preamble_bytes;
 	long pgid; /* 0: not read yet; -1: unreadable */
 	bool killed, cancelled, timed_out, idle, has_status;
 	int status, signal;

@@ -1,5 +1,6 @@
 /* Files over SFTP, confined to the tenant's remote root (see ssh.h). */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,11 @@
 
 #define LINKS_MAX 40
 #define DIR_MAX 100000 /* entries of one directory listed over SFTP (beyond: -EFBIG) */
+/* Entries read (skipped ones too: a server may send `.` forever) and
+ * name bytes per listing; a name longer than NAME_MAX is the server's
+ * fault (-EIO). */
+#define DIR_READ_MAX (DIR_MAX + 2)
+#define DIR_BYTES_MAX (64u << 20)
 #define P 4096
 
 /* The last SFTP or connection error as an errno. */
@@ -385,9 +391,22 @@ int sbx_ssh_readdir(struct sbx_ssh_conn *c, const char *rel, const char *after, 
 		return sftp_err(c);
 	struct sbx_dirent *v = NULL;
 	size_t n = 0, cap = 0;
-	bool over = false;
+	bool over = false, bad = false;
 	sftp_attributes a;
+	size_t seen = 0, bytes = 0;
 	while ((a = sftp_readdir(c->sftp, d)) != NULL) {
+		size_t nlen = a->name ? strlen(a->name) : NAME_MAX + 1;
+		bytes += nlen;
+		if (nlen > NAME_MAX || !nlen) {
+			sftp_attributes_free(a);
+			bad = true;
+			break;
+		}
+		if (++seen > DIR_READ_MAX || bytes > DIR_BYTES_MAX) {
+			sftp_attributes_free(a);
+			over = true;
+			break;
+		}
 		bool skip = strcmp(a->name, ".") == 0 || strcmp(a->name, "..") == 0 ||
 			    (after && strcmp(a->name, after) <= 0);
 		if (!skip && n == DIR_MAX) {
@@ -405,7 +424,7 @@ int sbx_ssh_readdir(struct sbx_ssh_conn *c, const char *rel, const char *after, 
 		}
 		sftp_attributes_free(a);
 	}
-	rc = over ? -EFBIG : sftp_dir_eof(d) ? 0 : sftp_err(c);
+	rc = bad ? -EIO : over ? -EFBIG : sftp_dir_eof(d) ? 0 : sftp_err(c);
 	sftp_closedir(d);
 	if (rc < 0) {
 		sbx_dirents_free(v, n);
