@@ -50,10 +50,23 @@ struct host_entry {
 static pthread_mutex_t hosts_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct host_entry *hosts;
 
-/* fresh, or the equal host already shared (then fresh is freed). */
-static struct sbx_ssh_host *host_share(const char *tenant, struct sbx_ssh_host *fresh)
+/* fresh, or the equal host already shared (then fresh is freed); NULL
+ * with why (fresh freed) when another loaded tenant uses the same account:
+ * its commands could reach this tenant's files and kill its commands. */
+static struct sbx_ssh_host *host_share(const char *tenant, struct sbx_ssh_host *fresh, char *why,
+				       size_t whysz)
 {
 	pthread_mutex_lock(&hosts_mu);
+	for (struct host_entry *o = hosts; o; o = o->next)
+		if (strcmp(o->tenant, tenant) != 0 && sbx_ssh_host_same_account(o->h, fresh)) {
+			snprintf(why, whysz,
+				 "refused: tenant %s already uses this ssh_host, ssh_port and ssh_user "
+				 "(one account per tenant)",
+				 o->tenant);
+			pthread_mutex_unlock(&hosts_mu);
+			sbx_ssh_host_free(&fresh);
+			return NULL;
+		}
 	struct host_entry *e = hosts;
 	while (e && !(strcmp(e->tenant, tenant) == 0 && sbx_ssh_host_same(e->h, fresh)))
 		e = e->next;
@@ -539,7 +552,7 @@ struct route_provider *route_ssh_new(struct app *a, const char *tenant, const st
 	struct sbx_ssh_host *h = NULL;
 	if (sbx_ssh_host_new(&h, &o, rs->why, sizeof rs->why) < 0)
 		log_msg("warn", "backend ssh: tenant %s: %s", tenant, rs->why);
-	else
-		rs->h = host_share(tenant, h);
+	else if (!(rs->h = host_share(tenant, h, rs->why, sizeof rs->why)))
+		note_down(a, tenant, rs->why);
 	return &rs->base;
 }

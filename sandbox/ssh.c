@@ -146,6 +146,11 @@ bool sbx_ssh_host_same(const struct sbx_ssh_host *a, const struct sbx_ssh_host *
 	       ssh_key_cmp(a->key, b->key, SSH_KEY_CMP_PRIVATE) == 0;
 }
 
+bool sbx_ssh_host_same_account(const struct sbx_ssh_host *a, const struct sbx_ssh_host *b)
+{
+	return str_eq(a->host, b->host) && str_eq(a->user, b->user) && a->port == b->port;
+}
+
 static void conn_close(struct sbx_ssh_conn *c)
 {
 	if (!c)

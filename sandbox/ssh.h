@@ -52,6 +52,8 @@ void sbx_ssh_host_free(struct sbx_ssh_host **h);
 /* Whether a and b have the same settings and the same private key (so
  * one's pool may serve the other's users). */
 bool sbx_ssh_host_same(const struct sbx_ssh_host *a, const struct sbx_ssh_host *b);
+/* Whether a and b log in to the same account (host, port, user). */
+bool sbx_ssh_host_same_account(const struct sbx_ssh_host *a, const struct sbx_ssh_host *b);
 
 /* A connection of h (pooled or new, with the root created if missing). 0,
  * or -SBX_E_BACKEND with why (refused, timed out, host key not the pinned

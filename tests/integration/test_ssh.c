@@ -822,13 +822,41 @@ static void test_sshd_killed_and_back(void **state)
 	it_resp_free(&r);
 }
 
+/* A second tenant on the same account is refused (it could reach the
+ * first one's files and kill its commands), saying why. */
+static void test_one_account_per_tenant(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_SSHD();
+	char *body =
+	    xasprintf("{\"backend\":\"ssh\",\"ssh_host\":\"127.0.0.1\",\"ssh_port\":%d,"
+		      "\"ssh_user\":\"%s\",\"ssh_root\":\"%s/root/other\",\"ssh_key_file\":\"%s/client_key\","
+		      "\"ssh_host_key\":\"%s\"}",
+		      sshd_port, user, dir, dir, pin);
+	assert_int_equal(pol_put(&srv, tok_admin, "globex", body, NULL), 200);
+	free(body);
+	struct it_resp r = req_as(tok_g, "GET", "/fs/read?path=docs/c.txt", NULL, NULL);
+	it_expect_status(&r, 503);
+	assert_non_null(strstr(r.body, "one account per tenant"));
+	it_resp_free(&r);
+	assert_int_equal(pol_put(&srv, tok_admin, "globex", "{\"backend\":\"bwrap\"}", NULL), 200);
+	r = req("GET", "/fs/read?path=docs/c.txt", NULL); /* acme's own still works */
+	it_expect_status(&r, 200);
+	it_resp_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_files_equal),		cmocka_unit_test(test_exec_equal),
-	    cmocka_unit_test(test_symlink_escape),	cmocka_unit_test(test_timeout_and_cancel_kill_remote),
-	    cmocka_unit_test(test_host_key_pinned),	cmocka_unit_test(test_failed_connect_then_good),
-	    cmocka_unit_test(test_sftp_server_stopped), cmocka_unit_test(test_sshd_killed_and_back),
+	    cmocka_unit_test(test_files_equal),
+	    cmocka_unit_test(test_exec_equal),
+	    cmocka_unit_test(test_symlink_escape),
+	    cmocka_unit_test(test_timeout_and_cancel_kill_remote),
+	    cmocka_unit_test(test_host_key_pinned),
+	    cmocka_unit_test(test_failed_connect_then_good),
+	    cmocka_unit_test(test_sftp_server_stopped),
+	    cmocka_unit_test(test_sshd_killed_and_back),
+	    cmocka_unit_test(test_one_account_per_tenant),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
