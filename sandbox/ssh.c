@@ -416,20 +416,30 @@ static void kill_group(struct sbx_ssh_run *run)
 		return;
 	run->killed = true;
 	ssh_channel_request_send_signal(run->ch, "KILL");
-	if (run->pgid <= 0)
+	if (run->pgid <= 0) {
+		log_msg("warn",
+			"backend ssh: %s:%d: the command's process group is unknown: only the "
+			"channel's KILL was sent, its processes may remain on the host",
+			run->c->hostname, run->c->port);
 		return;
+	}
 	ssh_channel k = ssh_channel_new(run->c->s);
 	char line[64];
 	snprintf(line, sizeof line, "kill -KILL -- -%ld 2>/dev/null", run->pgid);
+	bool done = false;
 	if (k && ssh_channel_open_session(k) == SSH_OK && ssh_channel_request_exec(k, line) == SSH_OK) {
 		int64_t until = mono_ms() + KILL_WAIT_MS;
 		while (!ssh_channel_is_eof(k) && mono_ms() < until &&
 		       ssh_channel_poll_timeout(k, POLL_MS, 0) != SSH_ERROR)
 			;
+		done = ssh_channel_is_eof(k);
 		ssh_channel_close(k);
 	}
 	if (k)
 		ssh_channel_free(k);
+	if (!done)
+		log_msg("warn", "backend ssh: %s:%d: the kill of process group %ld was not confirmed",
+			run->c->hostname, run->c->port, run->pgid);
 }
 
 /* The preamble before the command's own output: lines the account's
