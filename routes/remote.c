@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
+#include "common/secretfile.h"
 #include "common/xmalloc.h"
 #include "http/errors.h"
 #include "routes/app.h"
@@ -33,34 +34,10 @@
  * with why. */
 static char *read_token(const char *path, char *why, size_t whysz)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		snprintf(why, whysz, "cannot open remote_token_file %s: %s", path, sbx_strerror(-errno));
+	size_t n;
+	char *buf = sbx_secret_file_read(path, "remote_token_file", TOKEN_MAX, &n, why, whysz);
+	if (!buf)
 		return NULL;
-	}
-	/* A secret of its own, not any file root can read: an admin token
-	 * must not make the server send /etc/shadow or a service-account
-	 * token to a URL of its choosing (and a FIFO must not hold us). */
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) != 0 || st.st_uid != geteuid()) {
-		snprintf(why, whysz,
-			 "remote_token_file %s must be a regular file owned by the server's user and "
-			 "readable by it alone (mode 0600 or 0400)",
-			 path);
-		close(fd);
-		return NULL;
-	}
-	char *buf = xmalloc(TOKEN_MAX + 1);
-	size_t n = 0;
-	ssize_t got;
-	while (n < TOKEN_MAX && (got = read(fd, buf + n, TOKEN_MAX - n)) != 0) {
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0)
-			break;
-		n += (size_t)got;
-	}
-	close(fd);
 	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
 		n--;
 	buf[n] = '\0';

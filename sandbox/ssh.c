@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/nowait.h"
 #include "common/timeutil.h"
+#include "common/secretfile.h"
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
 #include "sandbox/runner.h"
@@ -46,38 +47,11 @@ static void init_libssh(void)
 	ssh_init();
 }
 
-/* The key file under remote_token_file's rules: a regular file of the
- * server's user, readable by it alone, opened without following a link
- * or blocking on a FIFO. */
+/* The key file under remote_token_file's rules (common/secretfile.h). */
 static char *read_key_file(const char *path, char *why, size_t whysz)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		snprintf(why, whysz, "cannot open ssh_key_file %s: %s", path, sbx_strerror(-errno));
-		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) != 0 || st.st_uid != geteuid()) {
-		snprintf(why, whysz,
-			 "ssh_key_file %s must be a regular file owned by the server's user and readable by "
-			 "it alone (mode 0600 or 0400)",
-			 path);
-		close(fd);
-		return NULL;
-	}
-	char *buf = xmalloc(KEY_MAX + 1);
-	size_t n = 0;
-	ssize_t got;
-	while (n < KEY_MAX && (got = read(fd, buf + n, KEY_MAX - n)) != 0) {
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0)
-			break;
-		n += (size_t)got;
-	}
-	close(fd);
-	buf[n] = '\0';
-	return buf;
+	size_t n;
+	return sbx_secret_file_read(path, "ssh_key_file", KEY_MAX, &n, why, whysz);
 }
 
 /* A pin is "TYPE BASE64" (a known_hosts or .pub key, a comment allowed)
