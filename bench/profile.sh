@@ -28,26 +28,27 @@ p1 | p2 | p3)
 	[ "$WHAT" = p2 ] && { BK=bwrap; N=300; }
 	[ "$WHAT" = p3 ] && { C=64; N=100; }
 	start_sandboxd --backend $BK --set tenant-max-execs=64 ${SETS[@]+"${SETS[@]}"}
-	LOAD=("$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c $C -n $N)
+	LOAD=("$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c $C)
 	WHATIS="$((C * N)) POST /exec true, $BK backend, c$C"
 	;;
 p5)
 	start_sandboxd --backend local ${SETS[@]+"${SETS[@]}"}
 	head -c 4096 /dev/zero | tr '\0' 'a' >"$SBX_SESSION_DIR/f4k.txt"
 	chown 100000:100000 "$SBX_SESSION_DIR/f4k.txt" 2>/dev/null || true
-	LOAD=("$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -m GET -u "/fs/read?path=f4k.txt" -c 64 -n 1000)
+	LOAD=("$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -m GET -u "/fs/read?path=f4k.txt" -c 64)
+	N=1000
 	WHATIS="64,000 GET /fs/read 4 KiB, c64"
 	;;
 *) die "usage: bench/profile.sh p1|p2|p3|p5 [--set k=v]..." ;;
 esac
 
-"${LOAD[@]/-n $N/-n 5}" >/dev/null 2>&1 || true # warm: policy, groups, caches
+"${LOAD[@]}" -n 5 >/dev/null 2>&1 || true # warm: policy, groups, caches
 INH=(--no-inherit)
 [ "${PROFILE_CHILDREN:-0}" = 1 ] && INH=()
 perf record -q -e cpu-clock -F 1999 -g "${INH[@]}" -o "$W/perf.data" -p "$SBX_PID" 2>"$W/rec.err" &
 st=$!
 sleep 1
-"${LOAD[@]}" >"$W/load"
+"${LOAD[@]}" -n "$N" >"$W/load"
 kill -INT "$st"; wait "$st" 2>/dev/null || true
 
 echo "== $WHATIS: $(cat "$W/load")"

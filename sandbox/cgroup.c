@@ -465,10 +465,13 @@ bool sbx_cgroup_cpu(const char **acct)
  * the table maps the command using it (by seq) to it; sweep and release
  * find it like any other group, after closing the fds kept here. The fds
  * (O_CLOEXEC, at most nine per group) are opened when a group is first
- * kept; at most POOL_MAX groups are tracked, POOL_PER_UID per tenant:
- * beyond them commands get groups made and removed as before. */
-#define POOL_MAX 32
-#define POOL_PER_UID 16
+ * kept; at most POOL_MAX groups are tracked, POOL_PER_UID per tenant
+ * (as many as the default tenant-max-execs runs at once: at 64 clients a
+ * pool of 16 left half of each tenant's commands making and removing
+ * groups, a quarter of the server's CPU at P3's load): beyond them
+ * commands get groups made and removed as before. At most 576 fds. */
+#define POOL_MAX 64
+#define POOL_PER_UID 32
 #define RESIDUAL_MAX (1u << 20)
 #define POOL_SKIPS_MAX 64
 
