@@ -1,6 +1,7 @@
 /* Jobs of tenant-level providers (routes/provider.h): handles, the list
- * cancels look in, the threads that run them, and what /readyz says of
- * each provider. The providers themselves are routes/remote*.c and
+ * cancels look in, the threads that run them, the copy of a command each
+ * keeps, the events they report (one shape for every provider), and what
+ * /readyz says of each provider. The providers themselves are routes/remote*.c and
  * routes/ssh*.c. */
 #include <errno.h>
 #include <pthread.h>
@@ -153,12 +154,46 @@ void route_jobs_free(struct route_jobs **pj)
 	*pj = NULL;
 }
 
-int route_job_start(struct app *a, struct route_job *j, void *(*main)(void *), uint64_t *job)
+void route_job_init(struct route_job *j, const struct sbx_exec_req *req, void (*fire)(struct route_job *j))
+{
+	*j = (struct route_job){.fire = fire};
+	j->command = xstrdup(req->spawn.command);
+	j->cwd_rel = xstrdup(req->spawn.cwd_rel);
+	for (const char *const *e = req->spawn.env; e && *e; e++)
+		j->nenv++;
+	j->env = xcalloc(j->nenv + 1, sizeof *j->env);
+	for (size_t i = 0; i < j->nenv; i++)
+		j->env[i] = xstrdup(req->spawn.env[i]);
+	if (req->stdin_data) {
+		j->stdin_data = xmalloc(req->stdin_len + 1);
+		memcpy(j->stdin_data, req->stdin_data, req->stdin_len);
+		j->stdin_data[req->stdin_len] = '\0';
+		j->stdin_len = req->stdin_len;
+	}
+}
+
+void route_job_clear(struct route_job *j)
+{
+	for (size_t i = 0; i < j->nenv; i++)
+		free(j->env[i]);
+	free(j->env);
+	free(j->command);
+	free(j->cwd_rel);
+	free(j->stdin_data);
+	j->env = NULL;
+	j->command = j->cwd_rel = j->stdin_data = NULL;
+	j->nenv = j->stdin_len = 0;
+}
+
+int route_job_start(struct app *a, struct route_job *j, void *(*main)(void *), sbx_event_cb cb, void *ctx,
+		    uint64_t *job)
 {
 	struct route_jobs *o = a->jobs;
 	if (!o)
 		return -SBX_E_BACKEND; /* stopping */
 	j->owner = o;
+	j->cb = cb;
+	j->ctx = ctx;
 	pthread_mutex_lock(&o->mu);
 	j->handle = PROVIDER_BIT | ++o->next;
 	j->next = o->jobs;
@@ -178,9 +213,36 @@ int route_job_start(struct app *a, struct route_job *j, void *(*main)(void *), u
 	return rc;
 }
 
-void route_job_leave(struct route_job *j)
+void route_job_started(struct route_job *j)
+{
+	struct sbx_event ev = {.kind = SBX_EV_START, .job = j->handle, .at_ms = now_ms()};
+	j->cb(j->ctx, &ev, 0);
+}
+
+void route_job_output(struct route_job *j, int stream, const char *data, size_t len)
+{
+	struct sbx_event ev = {.kind = SBX_EV_OUTPUT,
+			       .job = j->handle,
+			       .at_ms = now_ms(),
+			       .stream = stream,
+			       .data = data,
+			       .len = len};
+	j->cb(j->ctx, &ev, 0);
+}
+
+void route_job_heartbeat(struct route_job *j, const struct sbx_event *hb)
+{
+	struct sbx_event ev = *hb;
+	ev.job = j->handle;
+	j->cb(j->ctx, &ev, 0);
+}
+
+void route_job_exit(struct route_job *j, struct sbx_exec_result *res, int err, const char *message,
+		    int64_t retry_after_s, void (*free_job)(struct route_job *j))
 {
 	struct route_jobs *o = j->owner;
+	/* Unlist first: after the exit the registry may free the tenant (and
+	 * what j borrows of it), and a cancel must then find nothing. */
 	pthread_mutex_lock(&o->mu);
 	for (struct route_job **p = &o->jobs; *p; p = &(*p)->next)
 		if (*p == j) {
@@ -188,10 +250,17 @@ void route_job_leave(struct route_job *j)
 			break;
 		}
 	pthread_mutex_unlock(&o->mu);
-}
-
-void route_job_ended(struct route_jobs *o)
-{
+	struct sbx_event ev = {.kind = SBX_EV_EXIT,
+			       .job = j->handle,
+			       .at_ms = now_ms(),
+			       .result = res,
+			       .message = res ? NULL : message,
+			       .retry_after_s = res ? 0 : retry_after_s};
+	j->cb(j->ctx, &ev, res ? 0 : err);
+	if (res)
+		sbx_exec_result_clear(res);
+	free_job(j);
+	/* Last: route_jobs_free may free o once every thread has ended. */
 	pthread_mutex_lock(&o->mu);
 	o->running--;
 	pthread_cond_broadcast(&o->gone);

@@ -101,22 +101,49 @@ int route_jobs_kill(struct app *a, uint64_t job);
 /* Cancel every provider job (shutdown; the local ones: sbx_runner_cancel_all). */
 void route_jobs_cancel_all(struct app *a);
 
-/* What a provider implementation uses to run a job: j is its own (first
- * member of its job state); fire is called under the list's lock on a
- * cancel and must not block. route_job_start gives j its handle (and
- * *job), lists it and runs main(j) on a detached thread (0 or -errno: then j is not
- * listed and still the caller's). The thread calls route_job_leave before
- * it reports the exit (a cancel must then find nothing) and
- * route_job_ended last, after freeing j. */
+/* What a provider implementation uses to run a job, so that every
+ * provider reports its events and its end the same way (the order the
+ * runner keeps: start, output and heartbeats, then one exit). j, a
+ * struct route_job, is the first member of the provider's job state.
+ *
+ * route_job_init copies what the provider needs of req (command, cwd_rel,
+ * env as "NAME=value", stdin: its own copies, freed by route_job_clear)
+ * and sets fire, which is called under the list's lock on a cancel and
+ * must not block. route_job_start gives j its handle (and *job), lists it
+ * and runs main(j) on a detached thread that reports to cb(ctx, ...)
+ * (0 or -errno: then j is not listed and still the caller's). */
 struct route_job {
+	void (*fire)(struct route_job *j);
+	char *command, *cwd_rel;
+	char **env; /* nenv "NAME=value" strings, then NULL */
+	size_t nenv;
+	char *stdin_data; /* stdin_len bytes and a NUL, or NULL */
+	size_t stdin_len;
+	/* route_job_start's */
 	struct route_jobs *owner;
 	uint64_t handle;
-	void (*fire)(struct route_job *j);
+	sbx_event_cb cb;
+	void *ctx;
 	struct route_job *next;
 };
-int route_job_start(struct app *a, struct route_job *j, void *(*main)(void *), uint64_t *job);
-void route_job_leave(struct route_job *j);
-void route_job_ended(struct route_jobs *o);
+void route_job_init(struct route_job *j, const struct sbx_exec_req *req, void (*fire)(struct route_job *j));
+void route_job_clear(struct route_job *j);
+int route_job_start(struct app *a, struct route_job *j, void *(*main)(void *), sbx_event_cb cb, void *ctx,
+		    uint64_t *job);
+/* From j's thread: SBX_EV_START, SBX_EV_OUTPUT (data borrowed for the
+ * call), and a heartbeat hb given the job's handle. */
+void route_job_started(struct route_job *j);
+void route_job_output(struct route_job *j, int stream, const char *data, size_t len);
+void route_job_heartbeat(struct route_job *j, const struct sbx_event *hb);
+/* The last call of j's thread: unlist j (a cancel then finds nothing,
+ * and the registry may free the tenant once it has the exit), report
+ * SBX_EV_EXIT with res (the callee may take its strings; the rest is
+ * cleared here), or with res NULL: spawn error err, message (NULL: none;
+ * borrowed for the call) and retry_after_s; then free_job(j) (which
+ * calls route_job_clear) and count the thread ended for
+ * route_jobs_free. */
+void route_job_exit(struct route_job *j, struct sbx_exec_result *res, int err, const char *message,
+		    int64_t retry_after_s, void (*free_job)(struct route_job *j));
 
 /* A provider could not be reached (what: where and why), for /readyz; and
  * /readyz's line about the provider `backend` into out. */

@@ -24,18 +24,12 @@
 struct rjob {
 	struct route_job base; /* first: routes/jobs.c's */
 	struct sbxc *h;	       /* the tenant's: the registry holds the tenant until the exit */
-	sbx_event_cb cb;
-	void *ctx;
 	struct sbxc_cancel *cancel;
 	_Atomic bool cancelled;
 	_Atomic bool started; /* the back accepted the command */
 	char id[72];
-	char *session, *command, *cwd;
-	char **envs; /* "NAME=value" copies; envv points into them */
-	struct sbxc_env *envv;
-	size_t nenv;
-	char *stdin_data;
-	size_t stdin_len;
+	char *session, *cwd;   /* cwd: base.cwd_rel as the wire says it */
+	struct sbxc_env *envv; /* base.env's: names copied, values pointing into it */
 	long timeout_s, idle_s, max_output;
 };
 
@@ -47,17 +41,16 @@ static void rjob_fire(struct route_job *base)
 	sbxc_cancel_fire(j->cancel);
 }
 
-static void rjob_free(struct rjob *j)
+static void rjob_free(struct route_job *base)
 {
-	for (size_t i = 0; i < j->nenv; i++)
-		free(j->envs[i]);
-	free(j->envs);
+	struct rjob *j = (struct rjob *)base;
+	for (size_t i = 0; j->envv && i < j->base.nenv; i++)
+		free((char *)j->envv[i].name);
 	free(j->envv);
 	free(j->session);
-	free(j->command);
 	free(j->cwd);
-	free(j->stdin_data);
 	sbxc_cancel_free(&j->cancel);
+	route_job_clear(&j->base);
 	free(j);
 }
 
@@ -66,20 +59,13 @@ static void on_started(void *arg, const char *id)
 	(void)id;
 	struct rjob *j = arg;
 	j->started = true;
-	struct sbx_event ev = {.kind = SBX_EV_START, .job = j->base.handle, .at_ms = now_ms()};
-	j->cb(j->ctx, &ev, 0);
+	route_job_started(&j->base);
 }
 
 static int on_output(void *arg, int stream, const char *data, size_t len)
 {
 	struct rjob *j = arg;
-	struct sbx_event ev = {.kind = SBX_EV_OUTPUT,
-			       .job = j->base.handle,
-			       .at_ms = now_ms(),
-			       .stream = stream,
-			       .data = data,
-			       .len = len};
-	j->cb(j->ctx, &ev, 0);
+	route_job_output(&j->base, stream, data, len);
 	return 0;
 }
 
@@ -159,14 +145,14 @@ static void *job_main(void *arg)
 			      .timeout_ms = (j->timeout_s + j->idle_s) * 1000 + GRACE_MS,
 			      .cancel = j->cancel,
 			      .max_retries = -1};
-	const struct sbxc_exec_req q = {.command = j->command,
+	const struct sbxc_exec_req q = {.command = j->base.command,
 					.cwd = j->cwd,
 					.env = j->envv,
-					.nenv = j->nenv,
+					.nenv = j->base.nenv,
 					.timeout_s = j->timeout_s,
 					.idle_timeout_s = j->idle_s,
-					.stdin_data = j->stdin_data,
-					.stdin_len = j->stdin_len,
+					.stdin_data = j->base.stdin_data,
+					.stdin_len = j->base.stdin_len,
 					.max_output_bytes = j->max_output,
 					.id = j->id};
 	struct sbxc_result res = {0};
@@ -183,30 +169,21 @@ static void *job_main(void *arg)
 		e = (struct sbxc_err){0};
 	}
 	struct sbx_exec_result out;
-	struct sbx_event ev = {.kind = SBX_EV_EXIT, .job = j->base.handle, .at_ms = now_ms()};
-	if (rc == 0) {
-		to_result(&res, &out);
-		ev.result = &out;
-	} else if (e.status == 0) {
-		log_msg("warn", "exec %s: the remote sandboxd failed: %s", j->id, sbx_strerror(rc));
-	}
-	struct route_jobs *o = j->base.owner;
-	/* Leave the list first: after the exit the registry may free the tenant
-	 * and with it j->h, and a cancel must then find nothing. */
-	route_job_leave(&j->base);
-	int err = rc == 0 ? 0 : spawn_error_of(rc, &e);
-	if (err && err != -SBX_E_BACKEND && err != -ECANCELED && e.message[0]) {
-		ev.message = e.message; /* the back's refusal, as it said it */
-		ev.retry_after_s = e.retry_after_s > 0 ? e.retry_after_s : 0;
-	} else if (err == -SBX_E_BACKEND) {
-		ev.retry_after_s = e.retry_after_s > 0 ? e.retry_after_s : 5;
-	}
-	j->cb(j->ctx, &ev, err);
 	if (rc == 0)
-		sbx_exec_result_clear(&out);
-	sbxc_result_clear(&res);
-	rjob_free(j);
-	route_job_ended(o);
+		to_result(&res, &out);
+	else if (e.status == 0)
+		log_msg("warn", "exec %s: the remote sandboxd failed: %s", j->id, sbx_strerror(rc));
+	sbxc_result_clear(&res); /* out took its strings */
+	int err = rc == 0 ? 0 : spawn_error_of(rc, &e);
+	const char *message = NULL;
+	int64_t retry_after_s = 0;
+	if (err && err != -SBX_E_BACKEND && err != -ECANCELED && e.message[0]) {
+		message = e.message; /* the back's refusal, as it said it */
+		retry_after_s = e.retry_after_s > 0 ? e.retry_after_s : 0;
+	} else if (err == -SBX_E_BACKEND) {
+		retry_after_s = e.retry_after_s > 0 ? e.retry_after_s : 5;
+	}
+	route_job_exit(&j->base, rc == 0 ? &out : NULL, err, message, retry_after_s, rjob_free);
 	return NULL;
 }
 
@@ -214,29 +191,18 @@ static struct rjob *rjob_new(struct route_remote *rr, const char *session, size_
 			     const struct sbx_exec_req *req)
 {
 	struct rjob *j = xcalloc(1, sizeof *j);
+	route_job_init(&j->base, req, rjob_fire);
 	j->h = rr->h;
 	snprintf(j->id, sizeof j->id, "%s", req->id);
 	j->session = xstrndup(session, session_len);
-	j->command = xstrdup(req->spawn.command);
 	char cwd[SBX_PATH_MAX + 16];
-	sbx_path_wire(req->spawn.cwd_rel, cwd, sizeof cwd);
+	sbx_path_wire(j->base.cwd_rel, cwd, sizeof cwd);
 	j->cwd = xstrdup(cwd);
-	for (const char *const *e = req->spawn.env; e && *e; e++)
-		j->nenv++;
-	j->envs = xcalloc(j->nenv + 1, sizeof *j->envs);
-	j->envv = xcalloc(j->nenv + 1, sizeof *j->envv);
-	for (size_t i = 0; i < j->nenv; i++) {
-		j->envs[i] = xstrdup(req->spawn.env[i]);
-		char *eq = strchr(j->envs[i], '=');
-		if (eq)
-			*eq = '\0';
-		j->envv[i] = (struct sbxc_env){j->envs[i], eq ? eq + 1 : ""};
-	}
-	if (req->stdin_data) {
-		j->stdin_data = xmalloc(req->stdin_len + 1);
-		memcpy(j->stdin_data, req->stdin_data, req->stdin_len);
-		j->stdin_data[req->stdin_len] = '\0';
-		j->stdin_len = req->stdin_len;
+	j->envv = xcalloc(j->base.nenv + 1, sizeof *j->envv);
+	for (size_t i = 0; i < j->base.nenv; i++) {
+		const char *s = j->base.env[i], *eq = strchr(s, '=');
+		j->envv[i] =
+		    (struct sbxc_env){eq ? xstrndup(s, (size_t)(eq - s)) : xstrdup(s), eq ? eq + 1 : ""};
 	}
 	j->timeout_s = (long)(req->timeout_ms / 1000);
 	j->idle_s = (long)(req->idle_timeout_ms / 1000);
@@ -252,11 +218,8 @@ int route_remote_submit(struct app *a, struct route_provider *p, const char *ses
 	if (!rr->h)
 		return -SBX_E_BACKEND; /* unusable settings */
 	struct rjob *j = rjob_new(rr, session, session_len, req);
-	j->base.fire = rjob_fire;
-	j->cb = cb;
-	j->ctx = ctx;
-	int rc = route_job_start(a, &j->base, job_main, job);
+	int rc = route_job_start(a, &j->base, job_main, cb, ctx, job);
 	if (rc < 0)
-		rjob_free(j);
+		rjob_free(&j->base);
 	return rc;
 }

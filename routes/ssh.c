@@ -333,12 +333,8 @@ struct sjob {
 	struct route_job base; /* first: routes/jobs.c's */
 	struct route_ssh *rs;  /* the tenant's: the registry holds the tenant until the exit */
 	struct app *app;
-	sbx_event_cb cb;
-	void *ctx;
 	_Atomic bool cancel;
 	int64_t start_mono;
-	char *command, *cwd_rel, **env, *stdin_data;
-	size_t nenv, stdin_len;
 	struct sbx_ssh_exec x;
 };
 
@@ -347,42 +343,25 @@ static void sjob_fire(struct route_job *base)
 	((struct sjob *)base)->cancel = true;
 }
 
-static void sjob_free(struct sjob *j)
+static void sjob_free(struct route_job *base)
 {
-	for (size_t i = 0; i < j->nenv; i++)
-		free(j->env[i]);
-	free(j->env);
-	free(j->command);
-	free(j->cwd_rel);
-	free(j->stdin_data);
-	free(j);
+	route_job_clear(base);
+	free((struct sjob *)base);
 }
 
 static void on_start(void *ctx)
 {
-	struct sjob *j = ctx;
-	struct sbx_event ev = {.kind = SBX_EV_START, .job = j->base.handle, .at_ms = now_ms()};
-	j->cb(j->ctx, &ev, 0);
+	route_job_started(ctx);
 }
 
 static void on_output(void *ctx, int stream, const char *data, size_t len)
 {
-	struct sjob *j = ctx;
-	struct sbx_event ev = {.kind = SBX_EV_OUTPUT,
-			       .job = j->base.handle,
-			       .at_ms = now_ms(),
-			       .stream = stream,
-			       .data = data,
-			       .len = len};
-	j->cb(j->ctx, &ev, 0);
+	route_job_output(ctx, stream, data, len);
 }
 
 static void on_heartbeat(void *ctx, const struct sbx_event *hb)
 {
-	struct sjob *j = ctx;
-	struct sbx_event ev = *hb;
-	ev.job = j->base.handle;
-	j->cb(j->ctx, &ev, 0);
+	route_job_heartbeat(ctx, hb);
 }
 
 /* A job's failure when its deadline or cancel cut the connection
@@ -413,9 +392,8 @@ static int run(struct sjob *j, struct sbx_exec_result *res, char *why, size_t wh
 		return expired_why(rc, j->cancel ? 2 : 0, j, why, whysz);
 	route_jobs_note_up(j->app, "ssh");
 	char abs[4096];
-	rc = sbx_ssh_dir(c, j->cwd_rel,
-			 strncmp(j->cwd_rel, "sessions/", 9) == 0 && !strchr(j->cwd_rel + 9, '/'), abs,
-			 sizeof abs);
+	const char *cwd = j->base.cwd_rel;
+	rc = sbx_ssh_dir(c, cwd, strncmp(cwd, "sessions/", 9) == 0 && !strchr(cwd + 9, '/'), abs, sizeof abs);
 	if (rc < 0 && rc != -SBX_E_BACKEND) { /* as a local cwd is refused */
 		rc = rc == -EXDEV || rc == -ENOTDIR || rc == -ELOOP ? rc : -ENOENT;
 		snprintf(why, whysz, "cwd %s",
@@ -438,50 +416,27 @@ static void *sjob_main(void *arg)
 	int rc = run(j, &res, why, sizeof why);
 	if (rc == -SBX_E_BACKEND)
 		note_down(j->app, j->rs->tenant, why);
-	struct route_jobs *o = j->base.owner;
-	route_job_leave(&j->base); /* a cancel must find nothing from now on */
-	struct sbx_event ev = {.kind = SBX_EV_EXIT, .job = j->base.handle, .at_ms = now_ms()};
-	if (rc == 0)
-		ev.result = &res;
-	else
-		ev.message = why;
-	if (rc == -SBX_E_BACKEND)
-		ev.retry_after_s = DOWN_RETRY_AFTER_S;
-	j->cb(j->ctx, &ev, rc);
-	if (rc == 0)
-		sbx_exec_result_clear(&res);
-	sjob_free(j);
-	route_job_ended(o);
+	route_job_exit(&j->base, rc == 0 ? &res : NULL, rc, why,
+		       rc == -SBX_E_BACKEND ? DOWN_RETRY_AFTER_S : 0, sjob_free);
 	return NULL;
 }
 
 static struct sjob *sjob_new(struct route_ssh *rs, const struct sbx_exec_req *req)
 {
 	struct sjob *j = xcalloc(1, sizeof *j);
+	route_job_init(&j->base, req, sjob_fire);
 	j->rs = rs;
 	j->start_mono = mono_ms();
-	j->command = xstrdup(req->spawn.command);
-	j->cwd_rel = xstrdup(req->spawn.cwd_rel);
-	for (const char *const *e = req->spawn.env; e && *e; e++)
-		j->nenv++;
-	j->env = xcalloc(j->nenv + 1, sizeof *j->env);
-	for (size_t i = 0; i < j->nenv; i++)
-		j->env[i] = xstrdup(req->spawn.env[i]);
-	if (req->stdin_data) {
-		j->stdin_data = xmalloc(req->stdin_len + 1);
-		memcpy(j->stdin_data, req->stdin_data, req->stdin_len);
-		j->stdin_len = req->stdin_len;
-	}
-	j->x = (struct sbx_ssh_exec){.env = (const char *const *)j->env,
-				     .command = j->command,
-				     .stdin_data = j->stdin_data,
-				     .stdin_len = j->stdin_len,
+	j->x = (struct sbx_ssh_exec){.env = (const char *const *)j->base.env,
+				     .command = j->base.command,
+				     .stdin_data = j->base.stdin_data,
+				     .stdin_len = j->base.stdin_len,
 				     .timeout_ms = req->timeout_ms,
 				     .idle_timeout_ms = req->idle_timeout_ms,
 				     .heartbeat_ms = req->heartbeat_ms,
 				     .max_output_bytes = req->max_output_bytes,
 				     .cancel = &j->cancel,
-				     .ctx = j,
+				     .ctx = &j->base,
 				     .on_start = on_start,
 				     .on_output = req->want_output_events ? on_output : NULL,
 				     .on_heartbeat = on_heartbeat};
@@ -496,12 +451,9 @@ static int ssh_submit(struct app *a, struct route_provider *p, const char *sessi
 		return -SBX_E_BACKEND; /* unusable settings */
 	struct sjob *j = sjob_new(rs, req);
 	j->app = a;
-	j->base.fire = sjob_fire;
-	j->cb = cb;
-	j->ctx = ctx;
-	int rc = route_job_start(a, &j->base, sjob_main, job);
+	int rc = route_job_start(a, &j->base, sjob_main, cb, ctx, job);
 	if (rc < 0)
-		sjob_free(j);
+		sjob_free(&j->base);
 	return rc;
 }
 
