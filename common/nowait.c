@@ -29,7 +29,11 @@ void nowait_blocked(void)
 
 void nowait_event_thread(void)
 {
-	event = true;
+	/* Called on every request callback: a load and a branch, the store
+	 * once per thread (the mark is never cleared: an event thread stays
+	 * one until it ends, and a new thread starts unmarked). */
+	if (!event)
+		event = true;
 }
 
 bool nowait_network_refused(void)

@@ -24,9 +24,12 @@ bool nowait_on(void);
 /* For the file layer: a step was refused because it would have waited. */
 void nowait_blocked(void);
 
-/* HTTP event threads (http/daemon.c marks each on every callback): a
- * thread so marked, or one in no-wait mode, must never wait on the
- * network. */
+/* Mark the calling thread an HTTP event thread, for good (http/daemon.c
+ * calls it at the top of its request callback: libmicrohttpd has no
+ * thread-start hook, and every callback of a connection runs on the pool
+ * thread that took it, after that request callback). Cheap to call again:
+ * only the first call on a thread writes. A thread so marked, or one in
+ * no-wait mode, must never wait on the network. */
 void nowait_event_thread(void);
 /* For network layers (sandbox/ssh.c): true when this thread may not wait
  * on the network (then the step is refused with -EAGAIN, loudly: it is a

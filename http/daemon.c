@@ -154,7 +154,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
 	struct http_daemon *h = cls;
 	struct http_req *r = *con_cls;
-	nowait_event_thread(); /* never the network here (common/nowait.h) */
+	nowait_event_thread(); /* once per thread: never the network here (common/nowait.h) */
 	if (!r) {
 		r = xcalloc(1, sizeof *r);
 		r->env = h->env;

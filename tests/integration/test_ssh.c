@@ -845,6 +845,22 @@ static void test_one_account_per_tenant(void **state)
 	it_resp_free(&r);
 }
 
+/* Every route above reached the host off the HTTP event threads: had
+ * one tried SSH I/O on an event thread (http/daemon.c marks them,
+ * common/nowait.h), sandbox/ssh.c would have refused it and logged the
+ * bug (tests/unit/http/test_daemon.c: the marking itself). */
+static void test_no_ssh_on_event_threads(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_SSHD();
+	size_t n = 0;
+	char *log = it_read_file(srv.log, &n);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "/fs/read")); /* the server's log, with the requests above */
+	assert_null(strstr(log, "network I/O refused on an HTTP event thread"));
+	free(log);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -857,6 +873,7 @@ int main(void)
 	    cmocka_unit_test(test_sftp_server_stopped),
 	    cmocka_unit_test(test_sshd_killed_and_back),
 	    cmocka_unit_test(test_one_account_per_tenant),
+	    cmocka_unit_test(test_no_ssh_on_event_threads),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
