@@ -118,6 +118,17 @@ static unsigned mode_of(json_t *o, bool *has)
 	return *has ? (unsigned)v : 0;
 }
 
+/* o's "mtime" (RFC 3339, maybe with a fraction) for a stat and an entry
+ * alike: seconds and milliseconds, both 0 and *has false when absent. */
+static void mtime_of(json_t *o, bool *has, int64_t *sec, int64_t *ms)
+{
+	const char *v = json_string_value(json_object_get(o, "mtime"));
+	int64_t t = sbxc__time(v);
+	*has = t >= 0;
+	*sec = t >= 0 ? t : 0;
+	*ms = t >= 0 ? t * 1000 + sbxc__time_frac_ms(v) : 0;
+}
+
 int sbxc_stat(struct sbxc *h, const struct sbxc_call *c, const char *path, struct sbxc_stat *st,
 	      struct sbxc_err *err)
 {
@@ -135,11 +146,7 @@ int sbxc_stat(struct sbxc *h, const struct sbxc_call *c, const char *path, struc
 	st->is_symlink = sbxc__jbool(o, "is_symlink");
 	st->has_size = json_is_integer(json_object_get(o, "size"));
 	st->size = (uint64_t)sbxc__jint(o, "size", 0);
-	int64_t t = sbxc__time(json_string_value(json_object_get(o, "mtime")));
-	st->has_mtime = t >= 0;
-	st->mtime = t >= 0 ? t : 0;
-	st->mtime_ms =
-	    t >= 0 ? t * 1000 + sbxc__time_frac_ms(json_string_value(json_object_get(o, "mtime"))) : 0;
+	mtime_of(o, &st->has_mtime, &st->mtime, &st->mtime_ms);
 	st->mode = mode_of(o, &st->has_mode);
 	json_decref(o);
 	return 0;
@@ -166,11 +173,7 @@ static void dirent_from(json_t *e, struct sbxc_dirent *d)
 	d->type = sbxc__type(json_string_value(json_object_get(e, "type")));
 	d->has_size = json_is_integer(json_object_get(e, "size"));
 	d->size = (uint64_t)sbxc__jint(e, "size", 0);
-	int64_t t = sbxc__time(json_string_value(json_object_get(e, "mtime")));
-	d->has_mtime = t >= 0;
-	d->mtime = t >= 0 ? t : 0;
-	d->mtime_ms =
-	    t >= 0 ? t * 1000 + sbxc__time_frac_ms(json_string_value(json_object_get(e, "mtime"))) : 0;
+	mtime_of(e, &d->has_mtime, &d->mtime, &d->mtime_ms);
 }
 
 int sbxc_readdir_page(struct sbxc *h, const struct sbxc_call *c, const char *path, bool detail,

@@ -191,6 +191,22 @@ static void readyz_cpu(struct app *a, json_t *body)
 	free(detail);
 }
 
+/* A tenant-level provider's entry (routes/provider.h), when offered: per
+ * tenant and elsewhere, so one that is down fails only its own tenants'
+ * requests (503 backend_unavailable), never this server's readiness. */
+static void provider_row(struct app *a, json_t *list, const char *name, const char *isolation,
+			 const char *network)
+{
+	if (!route_policy_backend_offered(a->cfg, name))
+		return;
+	char msg[600];
+	route_jobs_describe(a, name, msg, sizeof msg);
+	json_array_append_new(list,
+			      json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:b, s:s}}", "name", name, "status",
+					"ok", "detail", msg, "isolation", isolation, "default", false,
+					"network", "available", false, "detail", network));
+}
+
 /* Every backend offered, for the tenants whose policy names it: what it
  * isolates, and whether it can start commands now (*ready is cleared when
  * one cannot). */
@@ -210,32 +226,14 @@ static json_t *backends_json(struct app *a, bool *ready)
 						      "default", a->backends[i] == a->backend, "network",
 						      "available", net_rc == 0, "detail", net));
 	}
-	if (route_policy_backend_offered(a->cfg, "remote")) {
-		/* Per tenant, elsewhere: a back that is down fails only its own
-		 * tenants' requests (503 backend_unavailable), never this server. */
-		char msg[512];
-		route_jobs_describe(a, "remote", msg, sizeof msg);
-		json_array_append_new(
-		    list,
-		    json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:b, s:s}}", "name", "remote", "status", "ok",
-			      "detail", msg, "isolation",
-			      "that of the back sandboxd's backend for the tenant (remote_url in its policy)",
-			      "default", false, "network", "available", false, "detail",
-			      "not relayed: a remote tenant's exec with network is refused (403)"));
-	}
-	if (route_policy_backend_offered(a->cfg, "ssh")) {
-		char msg[600];
-		route_jobs_describe(a, "ssh", msg, sizeof msg);
-		json_array_append_new(
-		    list,
-		    json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:b, s:s}}", "name", "ssh", "status", "ok",
-			      "detail", msg, "isolation",
-			      "none added: commands and files have whatever the remote account (ssh_user "
-			      "on ssh_host) allows; file paths are confined to ssh_root, commands are not",
-			      "default", false, "network", "available", false, "detail",
-			      "not enforced: an ssh tenant's exec with network is refused (403); its "
-			      "commands reach what the host reaches"));
-	}
+	provider_row(a, list, "remote",
+		     "that of the back sandboxd's backend for the tenant (remote_url in its policy)",
+		     "not relayed: a remote tenant's exec with network is refused (403)");
+	provider_row(a, list, "ssh",
+		     "none added: commands and files have whatever the remote account (ssh_user on "
+		     "ssh_host) allows; file paths are confined to ssh_root, commands are not",
+		     "not enforced: an ssh tenant's exec with network is refused (403); its commands reach "
+		     "what the host reaches");
 	return list;
 }
 
