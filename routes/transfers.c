@@ -49,6 +49,9 @@
 #define DL_BLOCK (256u * 1024u) /* content-reader block: beat sendfile on loopback (performance.md) */
 #define RETRY_AFTER_BUSY_S 1
 #define UPLOAD_GUARD_BYTES (8u << 20) /* how often an upload rechecks the store's reserve */
+/* An upload's body arrives in pieces of half the connection's memory
+ * (connection-memory-bytes): gathered to this before each write(2). */
+#define UPLOAD_GATHER_BYTES (128u << 10)
 
 static const char b64url_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -522,6 +525,7 @@ static int upload_begin(struct http_req *r, const char *rel, struct xfer *x, boo
 		xfer_release(r, x);
 		return route_fail_path(r, rc, "write", rel);
 	}
+	sbx_upload_gather(up, UPLOAD_GATHER_BYTES);
 	if ((rc = claim(r, x, have_hash, rel, "write")) < 0) {
 		sbx_upload_abort(&up);
 		xfer_release(r, x);

@@ -658,7 +658,9 @@ struct sbx_upload {
 	int fd;
 	char *leaf;
 	char tmp[SBX_NAME_MAX + 1];
-	uint64_t size;
+	uint64_t size;	   /* bytes written to fd */
+	char *gather;	   /* sbx_upload_gather's buffer, or NULL */
+	size_t gcap, glen; /* its size and what it holds */
 };
 
 static void upload_free(struct sbx_upload *up, bool unlink_tmp)
@@ -669,6 +671,7 @@ static void upload_free(struct sbx_upload *up, bool unlink_tmp)
 		unlinkat(up->dirfd, up->tmp, 0);
 	if (up->dirfd >= 0)
 		close(up->dirfd);
+	free(up->gather);
 	free(up->leaf);
 	free(up);
 }
@@ -768,10 +771,8 @@ out:
 	return r;
 }
 
-int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n)
+static int write_all(struct sbx_upload *up, const char *c, size_t n)
 {
-	const char *c = p;
-
 	while (n > 0) {
 		ssize_t k = write(up->fd, c, n);
 		if (k < 0) {
@@ -788,6 +789,38 @@ int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n)
 	return 0;
 }
 
+/* Write what the gather buffer holds. */
+static int gather_flush(struct sbx_upload *up)
+{
+	size_t n = up->glen;
+	up->glen = 0;
+	return n ? write_all(up, up->gather, n) : 0;
+}
+
+void sbx_upload_gather(struct sbx_upload *up, size_t bytes)
+{
+	if (up->gather || bytes == 0)
+		return;
+	up->gather = xmalloc(bytes);
+	up->gcap = bytes;
+}
+
+int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n)
+{
+	if (!up->gather)
+		return write_all(up, p, n);
+	if (n > up->gcap - up->glen) {
+		int r = gather_flush(up);
+		if (r < 0)
+			return r;
+		if (n >= up->gcap)
+			return write_all(up, p, n);
+	}
+	memcpy(up->gather + up->glen, p, n);
+	up->glen += n;
+	return 0;
+}
+
 int sbx_upload_commit(struct sbx_upload **pup, uint64_t *size)
 {
 	struct sbx_upload *up;
@@ -797,6 +830,8 @@ int sbx_upload_commit(struct sbx_upload **pup, uint64_t *size)
 		return -EINVAL;
 	up = *pup;
 	*pup = NULL;
+	if ((r = gather_flush(up)) < 0)
+		goto out;
 	if (fsync(up->fd) < 0) {
 		r = -errno;
 		goto out;
@@ -824,7 +859,7 @@ out:
 
 int sbx_upload_publish(struct sbx_upload *up)
 {
-	if (!up || !up->tmp[0])
+	if (!up || !up->tmp[0] || up->gather)
 		return -EINVAL;
 	if (renameat(up->dirfd, up->tmp, up->dirfd, up->leaf) < 0)
 		return -errno;

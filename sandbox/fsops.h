@@ -124,8 +124,16 @@ int sbx_upload_begin(struct sbx_upload **out, const struct sbx_workspace *ws, co
 /* Append n bytes. -ENOSPC, -EDQUOT, -EFBIG, -EIO ... (the upload stays
  * abortable). */
 int sbx_upload_write(struct sbx_upload *up, const void *p, size_t n);
-/* fsync, rename into place, fsync the directory, free. *size = bytes. On
- * error the temp file is removed and the upload freed all the same. */
+/* From now on gather writes in a buffer of bytes (allocated here, freed
+ * with the upload) and write them to the file when it is full and at
+ * commit: a body that arrives in small pieces costs one write(2) per
+ * buffer, not per piece. A write error may then come from a later
+ * sbx_upload_write or from the commit. Not for an upload to be published
+ * (its readers must see every write): publish refuses it. */
+void sbx_upload_gather(struct sbx_upload *up, size_t bytes);
+/* Write what is gathered, fsync, rename into place, fsync the directory,
+ * free. *size = bytes. On error the temp file is removed and the upload
+ * freed all the same. */
 int sbx_upload_commit(struct sbx_upload **up, uint64_t *size);
 /* Rename the temp file into place now and keep writing to it (spill
  * files: whatever a command planted at the target, a FIFO, a socket or a

@@ -442,6 +442,66 @@ static void t_upload_long_leaf(void **state)
 
 /* A file-size limit makes write fail mid-upload (EFBIG, as ENOSPC would):
  * the old file stays, the temp goes. */
+/* Bytes in the one temp file under base (host view). */
+static int temp_size(const char *base)
+{
+	char cmd[700];
+
+	snprintf(cmd, sizeof cmd, "find '%s' -name '.sandboxd-tmp-*' -printf '%%s\\n'", base);
+	return host_count(cmd);
+}
+
+/* A gathering upload writes the file only when its buffer fills and at
+ * commit, and the result is every byte in order; an error at that later
+ * write still fails the upload and leaves the old file; publish refuses it. */
+static void t_upload_gather(void **state)
+{
+	struct fx *fx = *state;
+	struct sbx_upload *up = NULL;
+	struct rlimit old, lim;
+	static char big[100];
+	void (*oldsig)(int);
+	uint64_t size = 0;
+
+	assert_int_equal(sbx_fs_write(fx->h.ws, "doc", "keep me", 7, false), 0);
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "doc", false), 0);
+	sbx_upload_gather(up, 16);
+	assert_int_equal(sbx_upload_publish(up), -EINVAL);
+	assert_int_equal(sbx_upload_write(up, "0123456789", 10), 0);
+	assert_int_equal(temp_size(fx->h.wsdir), 0); /* gathered, not written */
+	assert_int_equal(sbx_upload_write(up, "abcdef", 6), 0);
+	assert_int_equal(temp_size(fx->h.wsdir), 0); /* exactly full */
+	assert_int_equal(sbx_upload_write(up, "ABC", 3), 0);
+	assert_int_equal(temp_size(fx->h.wsdir), 16); /* the full buffer went out */
+	memset(big, 'z', sizeof big);
+	assert_int_equal(sbx_upload_write(up, big, sizeof big), 0); /* over the buffer: straight */
+	assert_int_equal(temp_size(fx->h.wsdir), 16 + 3 + 100);
+	assert_int_equal(sbx_upload_write(up, "!", 1), 0);
+	assert_host_content(fx->h.wsdir, "doc", "keep me");
+	assert_int_equal(sbx_upload_commit(&up, &size), 0);
+	assert_int_equal(size, 16 + 3 + 100 + 1);
+	char want[128];
+	snprintf(want, sizeof want, "0123456789abcdefABC%.100s!", big);
+	assert_host_content(fx->h.wsdir, "doc", want);
+
+	/* A write refused when the gathered bytes go out fails the commit. */
+	assert_int_equal(sbx_upload_begin(&up, fx->h.ws, "doc", false), 0);
+	sbx_upload_gather(up, 4096);
+	assert_int_equal(sbx_upload_write(up, big, sizeof big), 0);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 10;
+	oldsig = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	int r = sbx_upload_commit(&up, NULL);
+	setrlimit(RLIMIT_FSIZE, &old);
+	signal(SIGXFSZ, oldsig);
+	assert_int_equal(r, -EFBIG);
+	assert_null(up);
+	assert_host_content(fx->h.wsdir, "doc", want);
+	assert_int_equal(count_temps(fx->h.wsdir, ""), 0);
+}
+
 static void t_upload_write_fails(void **state)
 {
 	struct fx *fx = *state;
@@ -1340,6 +1400,7 @@ int main(void)
 	    UNIT_TEST_FX(t_upload_abort_keeps_old),
 	    UNIT_TEST_FX(t_upload_long_leaf),
 	    UNIT_TEST_FX(t_upload_write_fails),
+	    UNIT_TEST_FX(t_upload_gather),
 	    UNIT_TEST_FX(t_upload_parent_swapped),
 	    UNIT_TEST_FX(t_open_read_special),
 	    UNIT_TEST_FX(t_open_read_escapes),
