@@ -176,42 +176,55 @@ static int refuse_ambiguous(struct http_req *r)
 	return 0;
 }
 
-int http_begin(struct http_req *r)
+/* The methods the route table has for r->url, ", "-separated, into allow
+ * (for a 405's Allow); whether any route matched the path at all. */
+static bool allowed_methods(struct http_req *r, char *allow, size_t allowsz)
 {
-	int arc = refuse_ambiguous(r);
-	if (arc < 0)
-		return arc;
-	const struct http_route *found = NULL;
 	bool path_matched = false;
-	char allow[128] = "";
 	size_t allow_len = 0;
+	allow[0] = '\0';
 	for (size_t i = 0; i < r->env->nroutes; i++) {
 		const struct http_route *rt = &r->env->routes[i];
 		if (!match(rt->pattern, r->url, r, false))
 			continue;
 		path_matched = true;
-		if (!strstr(allow, rt->method)) {
-			/* Appended with an explicit length; a method that does not fit
-			 * (never with HTTP's few) is left out whole, not cut. */
-			size_t room = sizeof allow - allow_len;
-			int n = snprintf(allow + allow_len, room, "%s%s", allow_len ? ", " : "", rt->method);
-			if (n > 0 && (size_t)n < room)
-				allow_len += (size_t)n;
-			else
-				allow[allow_len] = '\0';
-		}
-		if (strcmp(rt->method, r->method) == 0 && !found)
-			found = rt;
+		if (strstr(allow, rt->method))
+			continue;
+		/* Appended with an explicit length; a method that does not fit
+		 * (never with HTTP's few) is left out whole, not cut. */
+		size_t room = allowsz - allow_len;
+		int n = snprintf(allow + allow_len, room, "%s%s", allow_len ? ", " : "", rt->method);
+		if (n > 0 && (size_t)n < room)
+			allow_len += (size_t)n;
+		else
+			allow[allow_len] = '\0';
 	}
-	if (!found && strcmp(r->method, "HEAD") == 0) {
-		/* HEAD is answered as GET (libmicrohttpd drops the body). */
-		for (size_t i = 0; i < r->env->nroutes && !found; i++)
-			if (strcmp(r->env->routes[i].method, "GET") == 0 &&
-			    match(r->env->routes[i].pattern, r->url, r, false))
-				found = &r->env->routes[i];
+	return path_matched;
+}
+
+/* The first route of method for r->url, or NULL. */
+static const struct http_route *find_route(struct http_req *r, const char *method)
+{
+	for (size_t i = 0; i < r->env->nroutes; i++) {
+		const struct http_route *rt = &r->env->routes[i];
+		if (strcmp(rt->method, method) == 0 && match(rt->pattern, r->url, r, false))
+			return rt;
 	}
+	return NULL;
+}
+
+int http_begin(struct http_req *r)
+{
+	int arc = refuse_ambiguous(r);
+	if (arc < 0)
+		return arc;
+	const struct http_route *found = find_route(r, r->method);
+	/* HEAD is answered as GET (libmicrohttpd drops the body). */
+	if (!found && strcmp(r->method, "HEAD") == 0)
+		found = find_route(r, "GET");
 	if (!found) {
-		if (path_matched) {
+		char allow[128];
+		if (allowed_methods(r, allow, sizeof allow)) {
 			r->allow = xstrdup(allow);
 			return http_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s",
 					 r->method, allow);

@@ -148,7 +148,15 @@ static void test_request_id(void **state)
 	assert_int_equal(it_http(&srv, "GET", "/nope", NULL, NULL, NULL, 0, &r), 0);
 	char *id = it_header(&r, "X-Request-Id");
 	assert_non_null(id);
-	assert_true(strlen(id) >= 16);
+	it_resp_free(&r);
+	/* A generated id: 24 lowercase hex digits, a new one each request. */
+	assert_int_equal(strlen(id), 24);
+	assert_int_equal(strspn(id, "0123456789abcdef"), 24);
+	assert_int_equal(it_http(&srv, "GET", "/nope", NULL, NULL, NULL, 0, &r), 0);
+	char *id2 = it_header(&r, "X-Request-Id");
+	assert_non_null(id2);
+	assert_string_not_equal(id, id2);
+	free(id2);
 	free(id);
 	it_resp_free(&r);
 }
