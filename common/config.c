@@ -95,7 +95,7 @@ static const struct option_spec specs[] = {
     I("connection-timeout-s", connection_timeout_s, "60", 1, 86400),
     I("max-connections", max_connections, "4096", 16, 1000000),
     I("max-connections-per-ip", max_connections_per_ip, "1024", 1, 1000000),
-    I("connection-memory-bytes", connection_memory_bytes, "65536", 16384, 16777216),
+    I("connection-memory-bytes", connection_memory_bytes, "16384", 16384, 16777216),
     I("max-buffered-bytes", max_buffered_bytes, "16777216", 1024, 1073741824),
     I("max-upload-bytes", max_upload_bytes, "1099511627776", 0, INT64_MAX),
     I("uid-base", uid_base, "100000", 1000, 2000000000),

@@ -161,6 +161,42 @@ static void test_request_id(void **state)
 	it_resp_free(&r);
 }
 
+/* The default connection memory (connection-memory-bytes, README) reads
+ * a header block of 13 KiB: the largest bearer token the server verifies
+ * (8 KiB) with room to spare. The request reaches authentication (401 for
+ * this made-up token), not a 431; a block far larger still gets a 431. */
+static void test_header_room(void **state)
+{
+	(void)state;
+	size_t tok = 8192 - 7, pad = 5000, n = tok + pad + 256;
+	char *req = xmalloc(n);
+	int off = snprintf(req, n, "GET /audit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ");
+	memset(req + off, 'a', tok);
+	off += (int)tok;
+	off += snprintf(req + off, n - (size_t)off, "\r\nX-Pad: ");
+	memset(req + off, 'p', pad);
+	off += (int)pad;
+	off += snprintf(req + off, n - (size_t)off, "\r\nConnection: close\r\n\r\n");
+	char *resp = it_raw(&srv, req, (size_t)off, 5000);
+	assert_non_null(resp);
+	assert_non_null(strstr(resp, "HTTP/1.1 401 "));
+	free(resp);
+	free(req);
+
+	n = 40 * 1024;
+	req = xmalloc(n + 64);
+	off = snprintf(req, n, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ");
+	memset(req + off, 'b', n - (size_t)off);
+	off = (int)n;
+	off += snprintf(req + off, 64, "\r\nConnection: close\r\n\r\n");
+	resp = it_raw(&srv, req, (size_t)off, 5000);
+	assert_non_null(resp);
+	assert_non_null(strstr(resp, "HTTP/1.1 431 "));
+	free(resp);
+	free(req);
+	assert_true(it_alive(&srv));
+}
+
 /* Find a record with this request id in the admin's view of the audit. */
 static json_t *find_audit(const char *token, const char *request_id)
 {
@@ -461,6 +497,7 @@ int main(void)
 	    cmocka_unit_test(test_404_405),
 	    cmocka_unit_test(test_413_body),
 	    cmocka_unit_test(test_request_id),
+	    cmocka_unit_test(test_header_room),
 	    cmocka_unit_test(test_audit_rows),
 	    cmocka_unit_test(test_metrics),
 	    cmocka_unit_test(test_malformed_http),
