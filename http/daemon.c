@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@ struct http_daemon {
 	struct http_env *env;
 	char *cert, *key;
 	uint16_t port;
+	atomic_bool quiesced; /* new connections are closed at once */
 };
 
 static char *read_file(const char *path, char *err, size_t errsz)
@@ -170,6 +173,15 @@ static enum MHD_Result fail(struct http_req *r, int code)
 #define SWALLOW_MAX (64ll << 20)
 /* How much of a refused JSON body is kept for the audit's target. */
 #define REFUSED_BODY_KEEP 4096
+
+/* Event threads: a new connection, refused once quiesced. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+	(void)addr;
+	(void)len;
+	struct http_daemon *h = cls;
+	return atomic_load(&h->quiesced) ? MHD_NO : MHD_YES;
+}
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size,
@@ -332,7 +344,7 @@ int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err,
 	 * which a second server (or any process of this uid) binds the same
 	 * port and silently takes a share of the connections and their tokens.
 	 * libmicrohttpd's default SO_REUSEADDR is enough for a quick restart. */
-	h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
+	h->d = MHD_start_daemon(flags, 0, on_accept, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
 				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
 				threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
@@ -362,10 +374,16 @@ uint16_t http_daemon_port(const struct http_daemon *h)
 	return h->port;
 }
 
+/* Not MHD_quiesce_daemon: with epoll it races the event threads over the
+ * listening socket (both remove it from the epoll set, and the loser
+ * aborts the process: "Failed to remove listen FD from epoll set", an
+ * open libmicrohttpd defect), which a shutdown while requests are being
+ * served hits now and then. The accept policy refuses new connections
+ * instead; the socket closes with the daemon. */
 void http_daemon_quiesce(struct http_daemon *h)
 {
-	if (h && h->d)
-		MHD_quiesce_daemon(h->d);
+	if (h)
+		atomic_store(&h->quiesced, true);
 }
 
 void http_daemon_stop(struct http_daemon **hp)

@@ -12,7 +12,8 @@ struct http_daemon;
 int http_daemon_start(struct http_daemon **out, struct http_env *env, char *err, size_t errsz);
 /* The port actually bound (useful with port 0). */
 uint16_t http_daemon_port(const struct http_daemon *h);
-/* Stop accepting new connections (the listening socket is closed). */
+/* Stop accepting new connections: each is closed at once (the listening
+ * socket stays open until http_daemon_stop). Thread-safe. */
 void http_daemon_quiesce(struct http_daemon *h);
 /* Stop the daemon (every suspended connection must have been resumed). */
 void http_daemon_stop(struct http_daemon **h);
