@@ -37,6 +37,7 @@ struct http_metrics {
 	atomic_uint_fast64_t exec_started;
 	atomic_uint_fast64_t exec_finished[EXEC_OUTCOMES];
 	struct hist exec_dur;
+	struct hist exec_queue_wait; /* admitted POST /exec requests' waits for a slot */
 	atomic_uint_fast64_t bytes_in, bytes_out;
 	atomic_int sse;
 	atomic_uint_fast64_t heartbeats;
@@ -99,6 +100,11 @@ void http_metrics_audit_failure(struct http_metrics *m)
 void http_metrics_audit_suppressed(struct http_metrics *m)
 {
 	atomic_fetch_add(&m->audit_suppressed, 1);
+}
+
+void http_metrics_exec_queue_wait(struct http_metrics *m, double ms)
+{
+	observe(&m->exec_queue_wait, ms);
 }
 
 void http_metrics_exec_started(struct http_metrics *m)
@@ -203,6 +209,10 @@ void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit
 	buf_appendf(out, "# HELP sandboxd_exec_duration_seconds Command duration.\n"
 			 "# TYPE sandboxd_exec_duration_seconds histogram\n");
 	render_hist(out, "sandboxd_exec_duration_seconds", "", &m->exec_dur);
+	buf_appendf(out, "# HELP sandboxd_exec_queue_wait_seconds How long admitted POST /exec requests "
+			 "waited for one of their tenant's exec slots.\n"
+			 "# TYPE sandboxd_exec_queue_wait_seconds histogram\n");
+	render_hist(out, "sandboxd_exec_queue_wait_seconds", "", &m->exec_queue_wait);
 	buf_appendf(out,
 		    "# HELP sandboxd_stream_bytes_total Bytes moved by streaming transfers.\n"
 		    "# TYPE sandboxd_stream_bytes_total counter\n"

@@ -19,6 +19,8 @@ void http_metrics_audit_failure(struct http_metrics *m);
 /* An audit row not written: its client address was over its rate. */
 void http_metrics_audit_suppressed(struct http_metrics *m);
 void http_metrics_exec_started(struct http_metrics *m);
+/* A POST /exec admitted after waiting ms for a slot (routes/admit.h). */
+void http_metrics_exec_queue_wait(struct http_metrics *m, double ms);
 /* outcome: exited, timed_out, cancelled, failed */
 void http_metrics_exec_finished(struct http_metrics *m, const char *outcome, double ms);
 void http_metrics_bytes_streamed(struct http_metrics *m, int64_t in, int64_t out);

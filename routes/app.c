@@ -14,6 +14,7 @@
 #include "http/auditgate.h"
 #include "http/metrics.h"
 #include "http/route.h"
+#include "routes/admit.h"
 #include "routes/policy.h"
 #include "routes/provider.h"
 #include "routes/routes.h"
@@ -397,7 +398,11 @@ int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit)
 
 void route_tenant_release_exec(struct app *a, struct tenant *t)
 {
-	release(a, &t->load->execs);
+	pthread_mutex_lock(&a->tenants_lock);
+	t->load->execs--;
+	struct route_admit *next = route_admit_next_locked(a, t->load);
+	pthread_mutex_unlock(&a->tenants_lock);
+	route_admit_resume(next);
 }
 
 int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit)

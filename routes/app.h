@@ -20,6 +20,7 @@ struct http_metrics;
 struct http_hub;
 struct http_watch;
 struct route_execs;
+struct route_admit;
 struct http_audit_gate;
 struct sbx_quota;
 struct sbx_uids;
@@ -55,6 +56,17 @@ struct tenant_load {
 	int execs;   /* under app->tenants_lock */
 	int pending; /* commands waiting for approval */
 	int transfers;
+	/* POST /exec requests waiting for one of its exec slots, oldest
+	 * first (routes/admit.h), under app->tenants_lock. */
+	struct route_admit *qhead, *qtail;
+	int queued;
+};
+
+/* What the exec admission queue did (routes/admit.c), under
+ * app->tenants_lock; for /metrics (the waits: http_metrics). */
+struct admit_stats {
+	int64_t queued;			       /* waiting now, every tenant */
+	uint64_t full, expired, left, stopped; /* refused; left: the client went away */
 };
 
 struct app {
@@ -87,6 +99,7 @@ struct app {
 	size_t ntenants;
 	struct tenant_load **loads;
 	size_t nloads;
+	struct admit_stats admit;
 };
 
 int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz);
@@ -106,6 +119,8 @@ struct sbx_backend *route_backend_find(struct app *a, const char *name);
 /* Per-tenant concurrency slots: 0, or -SBX_E_TOO_MANY at the limit (the
  * tenant policy's max_execs, max_transfers). */
 int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit);
+/* Frees one exec slot; when requests wait for one (routes/admit.h), it
+ * passes to the oldest instead. */
 void route_tenant_release_exec(struct app *a, struct tenant *t);
 /* Commands waiting for approval (bounded by max_execs too). */
 int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit);

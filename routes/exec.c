@@ -400,6 +400,7 @@ static int start(struct http_req *r, struct exec_request *q)
 	    .approval = route_policy_needs_approval(p, q->command),
 	    .wait = q->wait,
 	    .max_execs = p->max_execs,
+	    .exec_queue = p->exec_queue,
 	    .approval_timeout_ms = a->cfg->approval_timeout_s * 1000,
 	};
 	rc = route_exec_extras_apply(r, &q->x, &run, &o);

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "routes/admit.h"
 #include "routes/app.h"
 #include "http/errors.h"
 #include "routes/exec.h"
@@ -26,6 +27,7 @@
 #include "sandbox/changes.h"
 #include "sandbox/rootimg.h"
 #include "routes/provider.h"
+#include "routes/routes.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
 #include "store/store.h"
@@ -399,6 +401,13 @@ void route_execs_new(struct route_execs **out, struct app *a, const struct sbx_e
 	*out = e;
 }
 
+void route_execs_wake(struct route_execs *e)
+{
+	pthread_mutex_lock(&e->mu);
+	pthread_cond_signal(&e->pend_wake);
+	pthread_mutex_unlock(&e->mu);
+}
+
 void route_execs_flush(struct route_execs *e)
 {
 	if (!e)
@@ -731,11 +740,24 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 	struct route_execs *e = a->execs;
 	int rc;
 	snprintf(row->state, sizeof row->state, "%s", o->approval ? "pending_approval" : "running");
+	bool held = route_admit_take(r); /* the queue admitted r: its slot */
+	if (held && o->approval) {
+		route_tenant_release_exec(a, r->tenant); /* its policy changed while it waited */
+		held = false;
+	}
 	for (int attempt = 0;; attempt++) {
-		if (o->id_given && (rc = answer_existing(r, row->id, row->request_hash, o)) != -ENOENT)
+		if (o->id_given && (rc = answer_existing(r, row->id, row->request_hash, o)) != -ENOENT) {
+			if (held)
+				route_tenant_release_exec(a, r->tenant);
 			return rc; /* answered (or waiting) from the earlier exec */
-		rc = o->approval ? route_tenant_acquire_pending(a, r->tenant, o->max_execs)
-				 : route_tenant_acquire_exec(a, r->tenant, o->max_execs);
+		}
+		rc = held	   ? 0
+		     : o->approval ? route_tenant_acquire_pending(a, r->tenant, o->max_execs)
+				   : route_admit_exec(r, o->max_execs, o->background ? 0 : o->exec_queue,
+						      route_exec_post);
+		held = false;
+		if (rc == 1)
+			return 0; /* waits for a slot, suspended */
 		if (rc < 0) {
 			r->retry_after_s = 1;
 			return http_fail(r, rc, "tenant %s already %s %lld commands", r->tenant->name,
@@ -1171,7 +1193,8 @@ static int64_t scan_locked(struct route_execs *e, struct exec_job **expired, str
 }
 
 /* Rejects commands nobody decided on in time, and cancels those whose
- * waiting client went away. */
+ * waiting client went away; refuses the requests that waited too long
+ * for an exec slot (routes/admit.h). */
 static void *approvals_main(void *arg)
 {
 	struct route_execs *e = arg;
@@ -1181,7 +1204,8 @@ static void *approvals_main(void *arg)
 	pthread_mutex_lock(&e->mu);
 	while (!e->pend_stop) {
 		struct exec_job *expired = NULL, *gone = NULL;
-		int64_t next = scan_locked(e, &expired, &gone);
+		int64_t next = scan_locked(e, &expired, &gone), queued = route_admit_expire(e->app);
+		next = queued < next ? queued : next;
 		if (expired || gone) {
 			pthread_mutex_unlock(&e->mu);
 			for (struct exec_job *j = gone, *n; j; j = n) {

@@ -38,6 +38,10 @@ void route_execs_flush(struct route_execs *e);
  * runner has stopped and before the hub, the watcher and the store go. */
 void route_execs_free(struct route_execs **e);
 
+/* Make the approvals thread look at the deadlines again (a request now
+ * waits in the exec admission queue, routes/admit.h). */
+void route_execs_wake(struct route_execs *e);
+
 /* The request every command starts from (see route_execs_new); borrowed. */
 const struct sbx_exec_req *route_execs_base(const struct route_execs *e);
 
@@ -50,6 +54,7 @@ struct route_exec_opts {
 	bool approval;		     /* wait for a person's decision before it runs */
 	bool wait;		     /* with approval: the request waits (else 202 at once) */
 	int64_t max_execs;	     /* the tenant's concurrent commands (its policy) */
+	int64_t exec_queue;	     /* requests that may wait for one of them (routes/admit.h) */
 	int64_t approval_timeout_ms; /* with approval: rejected when no one decides by then */
 };
 
@@ -60,7 +65,12 @@ struct route_exec_opts {
  * the runner copies it. On success r is suspended (a waiter, or a
  * stream subscriber when stream) and answered at the exit, or (background)
  * answered 202 with the exec's view; returns 0. Otherwise r has been
- * answered with the error and its code returned. o->before is taken in
+ * answered with the error and its code returned. A command that finds
+ * its tenant running max_execs waits for a slot (routes/admit.h): r is
+ * suspended and 0 returned, and its handler runs again once admitted; a
+ * stream's head comes when the command starts. A background request
+ * never waits (its 202 comes at once): 429 at the limit, as before.
+ * o->before is taken in
  * every case (and set NULL). row->policy and row->requested_by are
  * recorded with it.
  *

@@ -6,6 +6,7 @@
 #include "common/embedded.h"
 #include "common/errors.h"
 #include "common/xmalloc.h"
+#include "routes/admit.h"
 #include "routes/app.h"
 #include "routes/provider.h"
 #include "routes/policy.h"
@@ -446,6 +447,7 @@ int route_metrics(struct http_req *r)
 		    kept_busy, kept_idle);
 	if (r->app->runner)
 		runner_metrics(r->app, &out);
+	route_admit_render(r->app, &out);
 	tenant_usage(r->app, &out);
 	tenant_disk(r->app, &out);
 	if (r->app->http.pool)

@@ -52,6 +52,7 @@ static const struct policy_key {
     {"tenant_cpu_budget_millicores", PK_MILLICORES,
      offsetof(struct route_policy, tenant_cpu_budget_millicores), 0, 1000000},
     {"max_execs", PK_INT, offsetof(struct route_policy, max_execs), 1, 100000},
+    {"exec_queue", PK_INT, offsetof(struct route_policy, exec_queue), 0, 100000},
     {"max_transfers", PK_INT, offsetof(struct route_policy, max_transfers), 1, 100000},
     {"network", PK_NETWORK, 0, 0, 0},
     {"approval", PK_APPROVAL, 0, 0, 0},
@@ -306,6 +307,7 @@ int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, 
 	p->tenant_nproc_budget = cfg->tenant_nproc_budget;
 	p->tenant_cpu_budget_millicores = cfg->tenant_cpu_budget_millicores;
 	p->max_execs = cfg->tenant_max_execs;
+	p->exec_queue = cfg->tenant_exec_queue;
 	p->max_transfers = cfg->tenant_max_transfers;
 	json_t *net = json_string(cfg->network ? cfg->network : "none");
 	int rc = set_value(p, key_find("network"), net, err, errsz);

@@ -17,6 +17,8 @@
  *   tenant_nproc_budget       all the tenant's commands together; 0: none
  *   tenant_cpu_budget_millicores  their CPU time together (1000: one core); 0: none, else >= 10
  *   max_execs, max_transfers  concurrent commands / streaming transfers
+ *   exec_queue                POST /exec requests that wait for one of max_execs (then 429);
+ *                             0: 429 at once
  *   network                   "none", or an egress allowlist (sandbox/backend.h's grammar)
  *   approval                  "never", "always", or an array of fnmatch(3) patterns matched
  *                             against the whole command string (no FNM_PATHNAME: * matches /)
@@ -52,6 +54,7 @@ struct route_policy {
 	int64_t timeout_max_s, max_output_bytes_cap;
 	int64_t tenant_mem_budget_bytes, tenant_nproc_budget, tenant_cpu_budget_millicores;
 	int64_t max_execs, max_transfers;
+	int64_t exec_queue;
 	char *network;	/* owned; NULL: no network */
 	char image[64]; /* "": the host's /usr */
 	char *images;	/* owned; NULL: none (comma-separated names) */

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "routes/admit.h"
 #include "routes/app.h"
 #include "routes/audit_nodes.h"
 #include "routes/peers.h"
@@ -444,6 +445,7 @@ static void shut_down(struct server *s)
 	sbx_runner_cancel_all(s->runner);
 	route_jobs_cancel_all(&s->app);
 	route_execs_cancel_all_pending(s->app.execs);
+	route_admit_stop(&s->app);
 	http_hub_close_all(s->app.hub);
 	int64_t deadline = mono_ns() + s->cfg->shutdown_grace_s * 1000000000LL;
 	while (sbx_runner_active(s->runner) > 0 && mono_ns() < deadline)

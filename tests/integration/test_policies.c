@@ -144,11 +144,13 @@ static void test_admin_route_budget_in_metrics(void **state)
 			 200);
 }
 
-/* Concurrency: max_execs 1 refuses a second command while one runs. */
+/* Concurrency: max_execs 1 (and no admission queue) refuses a second
+ * command while one runs. */
 static void test_admin_route_concurrency(void **state)
 {
 	(void)state;
-	assert_int_equal(pol_put(&srv, tok_admin, "acme", "{\"max_execs\": 1}", NULL), 200);
+	assert_int_equal(pol_put(&srv, tok_admin, "acme", "{\"max_execs\": 1, \"exec_queue\": 0}", NULL),
+			 200);
 	struct bg_req b;
 	bg_exec(&b, &srv, tok, json_pack("{s:s, s:s}", "command", "sleep 30", "id", "pol-conc-1"), NULL);
 	json_t *v = ex_wait_state(&srv, tok, "pol-conc-1", "running", 20000);
@@ -163,7 +165,8 @@ static void test_admin_route_concurrency(void **state)
 	it_resp_free(&r);
 	json_decref(bg_join(&b));
 	it_resp_free(&b.resp);
-	assert_int_equal(pol_put(&srv, tok_admin, "acme", "{\"max_execs\": null}", NULL), 200);
+	assert_int_equal(
+	    pol_put(&srv, tok_admin, "acme", "{\"max_execs\": null, \"exec_queue\": null}", NULL), 200);
 }
 
 /* Only an operator's admin token reads or changes a policy. */

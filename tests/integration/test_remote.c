@@ -331,7 +331,7 @@ static void test_back_busy_passed_on(void **state)
 {
 	(void)state;
 	char *admin_b = it_token(&back, "ops", "admin");
-	assert_int_equal(pol_put(&back, admin_b, "acme", "{\"max_execs\":1}", NULL), 200);
+	assert_int_equal(pol_put(&back, admin_b, "acme", "{\"max_execs\":1,\"exec_queue\":0}", NULL), 200);
 	struct it_resp b = req(&back, "POST", "/exec", "{\"command\":\"sleep 30\",\"background\":true}");
 	it_expect_status(&b, 202);
 	json_t *v = it_json(&b);
@@ -359,7 +359,8 @@ static void test_back_busy_passed_on(void **state)
 	struct it_resp c = req(&back, "POST", cancel, NULL);
 	it_expect_status(&c, 202);
 	it_resp_free(&c);
-	assert_int_equal(pol_put(&back, admin_b, "acme", "{\"max_execs\":null}", NULL), 200);
+	assert_int_equal(pol_put(&back, admin_b, "acme", "{\"max_execs\":null,\"exec_queue\":null}", NULL),
+			 200);
 	free(admin_b);
 }
 

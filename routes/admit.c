@@ -1,0 +1,289 @@
+/* The admission queue of POST /exec (see admit.h). */
+#include "routes/admit.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "common/buf.h"
+#include "common/errors.h"
+#include "common/timeutil.h"
+#include "common/xmalloc.h"
+#include "http/metrics.h"
+#include "http/req.h"
+#include "http/watch.h"
+#include "routes/app.h"
+#include "routes/exec_registry.h"
+
+enum admit_state { Q_WAITING, Q_ADMITTED, Q_EXPIRED, Q_STOPPED, Q_GONE };
+
+/* A waiting request's place (r->hstate while it waits and until its
+ * handler takes the slot). */
+struct route_admit {
+	struct http_req *r;
+	struct app *app;
+	struct tenant_load *load;
+	struct route_admit *next;	  /* in the queue, then in a list to resume */
+	int (*rerun)(struct http_req *r); /* its handler, run again once admitted */
+	int64_t limit;			  /* its tenant's max_execs when it asked */
+	int64_t since_ms, deadline_ms;	  /* monotonic */
+	int64_t watch;			  /* its hang-up watch (its HTTP thread's) */
+	enum admit_state state;		  /* under app->tenants_lock */
+};
+
+/* Under the lock: take t out of its tenant's queue, now in state s. */
+static void unlink_locked(struct route_admit *t, enum admit_state s)
+{
+	struct tenant_load *l = t->load;
+	struct route_admit *prev = NULL;
+	for (struct route_admit *q = l->qhead; q; prev = q, q = q->next)
+		if (q == t) {
+			if (prev)
+				prev->next = t->next;
+			else
+				l->qhead = t->next;
+			if (l->qtail == t)
+				l->qtail = prev;
+			break;
+		}
+	t->next = NULL;
+	t->state = s;
+	l->queued--;
+	struct admit_stats *st = &t->app->admit;
+	st->queued--;
+	if (s == Q_ADMITTED)
+		http_metrics_exec_queue_wait(t->app->metrics, (double)(mono_ms() - t->since_ms));
+	st->expired += s == Q_EXPIRED;
+	st->stopped += s == Q_STOPPED;
+	st->left += s == Q_GONE;
+}
+
+struct route_admit *route_admit_next_locked(struct app *a, struct tenant_load *l)
+{
+	(void)a;
+	struct route_admit *list = NULL, **tail = &list;
+	while (l->qhead && l->execs < l->qhead->limit) {
+		struct route_admit *t = l->qhead;
+		unlink_locked(t, Q_ADMITTED);
+		l->execs++; /* the slot is t's */
+		*tail = t;
+		tail = &t->next;
+	}
+	return list;
+}
+
+void route_admit_resume(struct route_admit *list)
+{
+	while (list) {
+		struct route_admit *t = list;
+		list = t->next;
+		http_resume(t->r); /* t may be gone from here on */
+	}
+}
+
+/* Watch thread: the client of a waiting request hung up: it leaves the
+ * queue at once (and its place with it). */
+static void on_hangup(void *ctx)
+{
+	struct route_admit *t = ctx;
+	struct app *a = t->app;
+	pthread_mutex_lock(&a->tenants_lock);
+	bool waiting = t->state == Q_WAITING;
+	if (waiting)
+		unlink_locked(t, Q_GONE);
+	pthread_mutex_unlock(&a->tenants_lock);
+	if (waiting)
+		http_resume(t->r);
+}
+
+/* r's place is done with (it left the queue and is answered otherwise). */
+static void ticket_drop(struct http_req *r)
+{
+	free(r->hstate);
+	r->hstate = NULL;
+	r->on_resume = NULL;
+	r->on_free = NULL;
+}
+
+/* A request that ends still holding its place: a slot it was given and
+ * never took (its handler failed before) passes on. */
+static void admit_free(struct http_req *r)
+{
+	struct route_admit *t = r->hstate;
+	struct app *a = t->app;
+	struct route_admit *next = NULL;
+	pthread_mutex_lock(&a->tenants_lock);
+	if (t->state == Q_WAITING) {
+		unlink_locked(t, Q_GONE);
+	} else if (t->state == Q_ADMITTED) {
+		t->load->execs--;
+		next = route_admit_next_locked(a, t->load);
+	}
+	pthread_mutex_unlock(&a->tenants_lock);
+	route_admit_resume(next);
+	if (t->watch)
+		http_watch_remove(a->watch, t->watch);
+	ticket_drop(r);
+}
+
+/* r's HTTP thread, resumed: run the handler again (admitted), or say
+ * why not. */
+static int admit_resumed(struct http_req *r)
+{
+	struct route_admit *t = r->hstate;
+	if (t->watch)
+		http_watch_remove(r->app->watch, t->watch);
+	t->watch = 0;
+	enum admit_state s = t->state; /* no longer changes: it left the queue */
+	int64_t waited = mono_ms() - t->since_ms, limit = t->limit;
+	if (s == Q_ADMITTED)
+		return t->rerun(r); /* route_admit_take finds t */
+	ticket_drop(r);
+	if (s == Q_GONE) {
+		r->log_detail = "the client left while its exec waited for a slot; it was not run";
+		return 0; /* nobody to answer: the connection closes */
+	}
+	if (s == Q_STOPPED) {
+		r->retry_after_s = 5;
+		return http_fail(r, -SBX_E_BACKEND, "the server is shutting down");
+	}
+	r->retry_after_s = 1;
+	return http_fail(r, -SBX_E_TOO_MANY,
+			 "tenant %s ran %lld commands for all of the %lld ms this one waited for a slot",
+			 r->tenant->name, (long long)limit, (long long)waited);
+}
+
+bool route_admit_take(struct http_req *r)
+{
+	if (r->on_free != admit_free)
+		return false;
+	struct route_admit *t = r->hstate;
+	bool held = t->state == Q_ADMITTED;
+	if (held)
+		ticket_drop(r); /* its watch went at the resume */
+	return held;
+}
+
+/* Under the lock: queue r (suspended before anyone can resume it). */
+static struct route_admit *enqueue_locked(struct http_req *r, int64_t limit, int (*rerun)(struct http_req *))
+{
+	struct app *a = r->app;
+	struct tenant_load *l = r->tenant->load;
+	struct route_admit *t = xcalloc(1, sizeof *t);
+	t->r = r;
+	t->app = a;
+	t->load = l;
+	t->limit = limit;
+	t->rerun = rerun;
+	t->since_ms = mono_ms();
+	t->deadline_ms = t->since_ms + a->cfg->exec_queue_wait_ms;
+	if (l->qtail)
+		l->qtail->next = t;
+	else
+		l->qhead = t;
+	l->qtail = t;
+	l->queued++;
+	a->admit.queued++;
+	r->hstate = t;
+	r->on_resume = admit_resumed;
+	r->on_free = admit_free;
+	http_suspend(r);
+	return t;
+}
+
+int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (*rerun)(struct http_req *))
+{
+	struct app *a = r->app;
+	struct tenant_load *l = r->tenant->load;
+	pthread_mutex_lock(&a->tenants_lock);
+	if (!l->qhead && l->execs < limit) {
+		l->execs++;
+		pthread_mutex_unlock(&a->tenants_lock);
+		return 0;
+	}
+	if (l->queued >= queue_max || a->stopping) {
+		a->admit.full++;
+		pthread_mutex_unlock(&a->tenants_lock);
+		return -SBX_E_TOO_MANY;
+	}
+	struct route_admit *t = enqueue_locked(r, limit, rerun);
+	bool first = a->admit.queued == 1;
+	/* A limit raised meanwhile admits at once (this request, if next). */
+	struct route_admit *now = route_admit_next_locked(a, l);
+	pthread_mutex_unlock(&a->tenants_lock);
+	/* t->watch is read by r's HTTP thread only, which is this one until
+	 * the handler returns: a resume is acted on after that. */
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0) {
+		int64_t w = http_watch_add(a->watch, ci->connect_fd, on_hangup, t);
+		t->watch = w > 0 ? w : 0;
+	}
+	route_admit_resume(now);
+	if (first) /* the approvals thread learns of a deadline */
+		route_execs_wake(a->execs);
+	return 1;
+}
+
+/* Under the lock: every waiting request that matches, out of its queue in
+ * state s, chained for the resume. */
+static struct route_admit *take_all_locked(struct app *a, enum admit_state s, int64_t now, int64_t *next)
+{
+	struct route_admit *list = NULL;
+	for (size_t i = 0; i < a->nloads; i++) {
+		struct tenant_load *l = a->loads[i];
+		while (l->qhead && (s == Q_STOPPED || l->qhead->deadline_ms <= now)) {
+			struct route_admit *t = l->qhead;
+			unlink_locked(t, s);
+			t->next = list;
+			list = t;
+		}
+		if (l->qhead && l->qhead->deadline_ms < *next)
+			*next = l->qhead->deadline_ms;
+	}
+	return list;
+}
+
+int64_t route_admit_expire(struct app *a)
+{
+	int64_t next = INT64_MAX;
+	pthread_mutex_lock(&a->tenants_lock);
+	struct route_admit *list = a->admit.queued ? take_all_locked(a, Q_EXPIRED, mono_ms(), &next) : NULL;
+	pthread_mutex_unlock(&a->tenants_lock);
+	route_admit_resume(list);
+	return next;
+}
+
+void route_admit_stop(struct app *a)
+{
+	int64_t next = INT64_MAX;
+	pthread_mutex_lock(&a->tenants_lock);
+	struct route_admit *list = take_all_locked(a, Q_STOPPED, 0, &next);
+	pthread_mutex_unlock(&a->tenants_lock);
+	route_admit_resume(list);
+}
+
+void route_admit_render(struct app *a, struct buf *out)
+{
+	pthread_mutex_lock(&a->tenants_lock);
+	const struct admit_stats *st = &a->admit;
+	buf_appendf(out, "# HELP sandboxd_exec_queued POST /exec requests waiting for one of their tenant's "
+			 "exec slots, per tenant.\n"
+			 "# TYPE sandboxd_exec_queued gauge\n");
+	for (size_t i = 0; i < a->nloads; i++)
+		if (a->loads[i]->queued > 0)
+			buf_appendf(out, "sandboxd_exec_queued{tenant=\"%s\"} %d\n", a->loads[i]->name,
+				    a->loads[i]->queued);
+	buf_appendf(out,
+		    "# HELP sandboxd_exec_queue_refused_total POST /exec requests refused at the exec limit: "
+		    "the queue was full (full), the wait bound passed (expired), the server stopped "
+		    "(stopping); left: the client went away while waiting.\n"
+		    "# TYPE sandboxd_exec_queue_refused_total counter\n"
+		    "sandboxd_exec_queue_refused_total{reason=\"full\"} %llu\n"
+		    "sandboxd_exec_queue_refused_total{reason=\"expired\"} %llu\n"
+		    "sandboxd_exec_queue_refused_total{reason=\"stopping\"} %llu\n"
+		    "sandboxd_exec_queue_refused_total{reason=\"left\"} %llu\n",
+		    (unsigned long long)st->full, (unsigned long long)st->expired,
+		    (unsigned long long)st->stopped, (unsigned long long)st->left);
+	pthread_mutex_unlock(&a->tenants_lock);
+}

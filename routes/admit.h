@@ -1,0 +1,64 @@
+#pragma once
+/* The admission queue of POST /exec: a request of a tenant that runs its
+ * max_execs commands waits, suspended, for one of them to end rather than
+ * being answered 429 at once. Per tenant, oldest first; bounded by the
+ * policy's exec_queue (how many wait) and exec-queue-wait-ms (how long
+ * each waits); beyond either, 429 too_many_requests with Retry-After.
+ *
+ * A waiting request holds nothing but its place: no exec row, no id, no
+ * runner job. When a slot frees (route_tenant_release_exec), it passes to
+ * the oldest waiting request, which is resumed and runs the exec handler
+ * again from the start (r->json is still there): its policy,
+ * cwd and image are checked anew and its row is written then, at
+ * admission, so timeout_s counts from its start, and a policy change
+ * made while it waited applies to it. The handler takes the slot over
+ * with route_admit_take.
+ *
+ * Threads: the slots and the queues are under app->tenants_lock (each
+ * tenant's queue lives in its struct tenant_load). A request is queued by
+ * its HTTP thread, admitted by whoever frees a slot (the completion
+ * thread, a request thread), refused by the approvals thread (its wait
+ * bound) or at shutdown, dropped by the watch thread (its client hung
+ * up). Whoever takes it out of the queue resumes it, once; what it
+ * answers is decided on its HTTP thread. */
+#include <stdbool.h>
+#include <stdint.h>
+
+struct app;
+struct buf;
+struct http_req;
+struct tenant_load;
+
+/* Take one of the exec slots of r's tenant (at most limit), or queue r
+ * for one when queue_max > 0 (then r is suspended, and answered once it
+ * leaves the queue: by rerun(r) on its HTTP thread when admitted, 429
+ * when its wait ran out, 503 at shutdown; a client that hung up is not
+ * answered). Returns 0 (a slot taken), 1 (queued) or -SBX_E_TOO_MANY
+ * (no slot and no place in the queue). */
+int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (*rerun)(struct http_req *r));
+
+/* In the handler of a request the queue admitted: true when r holds the
+ * slot it was given, which is the caller's from now on (released with
+ * route_tenant_release_exec). false for any other request. A slot given
+ * and never taken is released when r ends. */
+bool route_admit_take(struct http_req *r);
+
+/* Under app->tenants_lock: a slot of l was freed; admit the oldest
+ * waiting requests while l is under their limit, counting their slots.
+ * Returns them, chained, for route_admit_resume after the unlock. */
+struct route_admit *route_admit_next_locked(struct app *a, struct tenant_load *l);
+/* Resume the requests route_admit_next_locked returned (no lock held). */
+void route_admit_resume(struct route_admit *list);
+
+/* The approvals thread: refuse (429) every request that waited longer
+ * than exec-queue-wait-ms. Returns the monotonic ms of the next such
+ * deadline (INT64_MAX: nobody waits). */
+int64_t route_admit_expire(struct app *a);
+
+/* Shutdown (app->stopping set): answer every waiting request 503. */
+void route_admit_stop(struct app *a);
+
+/* The queue's series for /metrics: sandboxd_exec_queued{tenant} and
+ * sandboxd_exec_queue_refused_total{reason} (the waits are
+ * http_metrics's sandboxd_exec_queue_wait_seconds). */
+void route_admit_render(struct app *a, struct buf *out);
