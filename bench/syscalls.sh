@@ -7,6 +7,8 @@
 #   bench/syscalls.sh p1   # 100 local execs of true: the server's own syscalls
 #   bench/syscalls.sh p2   # 100 bwrap execs of true: the server's own syscalls
 #   bench/syscalls.sh p3   # 3,200 local execs of true at c64: server CPU per exec (perf stat)
+#   bench/syscalls.sh p3q  # P3's own load (default limits, 429s retried): CPU per answered exec, 429s,
+#                          #   with the exec admission queue off (tenant-exec-queue=0) and on (default)
 #   bench/syscalls.sh p9   # 300 local execs of true, c1, without and with 1,000 SSE watchers (perf stat)
 #   bench/syscalls.sh p5 --set connection-memory-bytes=32768   # server options
 # strace slows the server; only the counts mean anything, not the times.
@@ -121,6 +123,31 @@ p3)
 	END { for (e in all) printf "%-18s all threads %8.4f  runner threads %8.4f\n", e, all[e] / 3200, run[e] / 3200 }' "$W/p3"
 	sort -t, -k2 -g -r "$W/p3" | grep task-clock | head -8
 	sbx_curl "$SBX_URL/metrics" | grep '^sandboxd_runner_' || true
+	;;
+p3q)
+	# P3's own load as bench/p3 makes it (64 clients, the default limits:
+	# max_execs 32, a 429 retried after 10 ms), 3,200 requests, twice:
+	# the admission queue off (every request past 32 running is a 429)
+	# and on (the default: it waits for a slot). Server threads only
+	# (perf stat --no-inherit: the commands are not counted); CPU per
+	# answered exec (429s included in the cost, not in the count).
+	need perf linux-perf
+	for q in 0 default; do
+		qs=(); [ "$q" = 0 ] && qs=(--set tenant-exec-queue=0)
+		start_sandboxd --backend local ${qs[@]+"${qs[@]}"} ${SETS[@]+"${SETS[@]}"}
+		"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 64 -n 5 -R 10 >/dev/null
+		perf stat --no-inherit -x, -e task-clock,context-switches -o "$W/p3q" -p "$SBX_PID" &
+		st=$!; sleep 1
+		l=$("$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 64 -n 50 -R 10)
+		kill -INT "$st"; wait "$st" 2>/dev/null || true
+		ok=$(kv ok "$l")
+		echo "== tenant-exec-queue=$q: $l"
+		awk -F, -v ok="$ok" -v r429="$(kv r429 "$l")" '$1 ~ /^[0-9.]+$/ { v[$3] = $1 }
+		END { printf "   answered %d, 429s %d (%.2f per answered); server task-clock %.4f ms and %.2f context switches per answered exec\n",
+			ok, r429, r429 / ok, v["task-clock"] / ok, v["context-switches"] / ok }' "$W/p3q"
+		sbx_curl "$SBX_URL/metrics" | grep -E '^sandboxd_exec_queue_(wait_seconds_(sum|count)|refused_total)' || true
+		stop_pid "$SBX_PID"
+	done
 	;;
 p9)
 	# What an open connection costs each exec: server CPU and syscalls
