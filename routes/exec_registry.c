@@ -760,9 +760,12 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 			return 0; /* waits for a slot, suspended */
 		if (rc < 0) {
 			r->retry_after_s = 1;
-			return http_fail(r, rc, "tenant %s already %s %lld commands", r->tenant->name,
+			return http_fail(r, rc, "tenant %s already %s %lld commands%s", r->tenant->name,
 					 o->approval ? "has, waiting for approval," : "runs",
-					 (long long)o->max_execs);
+					 (long long)o->max_execs,
+					 o->approval || o->background || !o->exec_queue
+					     ? ""
+					     : ", and its queue of requests waiting for one is full");
 		}
 		row->started_at = now_ms();
 		pthread_mutex_lock(&e->mu);
