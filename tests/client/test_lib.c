@@ -906,13 +906,14 @@ static void upload_waits_for_a_transfer_slot(struct sbxc *h, const char *t2)
 	free(audit);
 }
 
-/* A real 429: a tenant limited to one command at a time. The second exec
- * waits (Retry-After) until the first is done; a deadline shorter than
- * the wait gives the 429 back at once. */
+/* A real 429: a tenant limited to one command at a time (and no server
+ * admission queue). The second exec waits (Retry-After) until the first
+ * is done; a deadline shorter than the wait gives the 429 back at once. */
 static void test_retry_429(void **state)
 {
 	(void)state;
-	const char *extra[] = {"--set", "tenant-max-execs=1", "--set", "tenant-max-transfers=1", NULL};
+	const char *extra[] = {"--set", "tenant-max-execs=1",	  "--set", "tenant-exec-queue=0",
+			       "--set", "tenant-max-transfers=1", NULL};
 	assert_int_equal(it_start(&s2, extra), 0);
 	char *t2 = it_token(&s2, "acme", NULL);
 	struct exec_thread t = {.h = ct_client(s2.base, t2, NULL),

@@ -244,6 +244,31 @@ static void test_same_id_waiting(void **state)
 	free(text);
 }
 
+/* A stream request waits too; its stream starts with the command. */
+static void test_stream_waits(void **state)
+{
+	(void)state;
+	struct bg_req a, b, c;
+	fill(&a, &b, "t");
+	bg_exec(&c, &srv, tok,
+		json_pack("{s:s, s:s, s:b}", "command", "echo streamed", "id", "t-s", "stream", 1), NULL);
+	wait_queued(&srv, 1);
+	assert_int_equal(it_get_json(&srv, tok, "/exec/t-s", NULL), 404);
+	open_gate(&srv, "gate-ta");
+	json_decref(bg_join(&c));
+	assert_int_equal(c.rc, 0);
+	it_expect_status(&c.resp, 200);
+	char *body = xasprintf("%.*s", (int)c.resp.len, c.resp.body);
+	assert_non_null(strstr(body, "event: start"));
+	assert_non_null(strstr(body, "event: exit"));
+	assert_non_null(strstr(body, "streamed"));
+	free(body);
+	it_resp_free(&c.resp);
+	open_gate(&srv, "gate-tb");
+	json_decref(join_ok(&a));
+	json_decref(join_ok(&b));
+}
+
 /* POST /code waits the same way, and runs as asked once admitted (its
  * input file written, files_changed from the admission on). */
 static void test_code_waits(void **state)
@@ -354,6 +379,7 @@ int main(void)
 	    cmocka_unit_test(test_fifo),
 	    cmocka_unit_test(test_client_leaves),
 	    cmocka_unit_test(test_same_id_waiting),
+	    cmocka_unit_test(test_stream_waits),
 	    cmocka_unit_test(test_code_waits),
 	    cmocka_unit_test(test_queue_off_by_policy),
 	    cmocka_unit_test(test_wait_bound),

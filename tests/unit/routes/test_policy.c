@@ -57,6 +57,7 @@ static void test_defaults_follow_the_configuration(void **state)
 	assert_int_equal(p.mem_limit_bytes, cfg.mem_limit_bytes);
 	assert_int_equal(p.timeout_max_s, cfg.exec_timeout_max_s);
 	assert_int_equal(p.max_execs, cfg.tenant_max_execs);
+	assert_int_equal(p.exec_queue, cfg.tenant_exec_queue);
 	assert_int_equal(p.tenant_cpu_budget_millicores, cfg.tenant_cpu_budget_millicores);
 	assert_null(p.network);
 	assert_int_equal(p.approval, ROUTE_APPROVAL_NEVER);
@@ -67,7 +68,8 @@ static void test_defaults_follow_the_configuration(void **state)
 	assert_string_equal(json_string_value(json_object_get(j, "images")), "none");
 	assert_int_equal(json_integer_value(json_object_get(j, "tenant_cpu_budget_millicores")),
 			 cfg.tenant_cpu_budget_millicores);
-	assert_int_equal(json_object_size(j), 15);
+	assert_int_equal(json_integer_value(json_object_get(j, "exec_queue")), cfg.tenant_exec_queue);
+	assert_int_equal(json_object_size(j), 16);
 	json_decref(j);
 	route_policy_clear(&p);
 }
