@@ -648,8 +648,10 @@ static void wait_on_locked(struct http_req *r, struct exec_job *j)
 	j->waiters = w;
 	struct route_execs *e = r->app->execs;
 	pthread_mutex_lock(&e->done_mu);
-	if (!j->direct)
-		j->direct = r; /* resumed at the exit to record it */
+	/* Resumed at the exit to record it, unless recording means walking
+	 * the workspace for files_changed: that stays off the HTTP threads. */
+	if (!j->direct && !j->before)
+		j->direct = r;
 	pthread_mutex_unlock(&e->done_mu);
 	http_suspend(r);
 }

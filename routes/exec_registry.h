@@ -16,7 +16,8 @@
  * first waiting request, which the runner thread resumes directly (its
  * HTTP thread records, then answers: one thread hand-off, not two), or,
  * when no request waits (a background or streamed exec, or its waiter
- * left), a completion thread owned by the registry, in queue order. */
+ * left) or files_changed is to be computed (a walk of the workspace), a
+ * completion thread owned by the registry, in queue order. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
