@@ -105,6 +105,17 @@ p1 | p2)
 	rd=$(grep -c "fcntl($shm, F_SETLK, {l_type=F_RDLCK, l_whence=SEEK_SET, l_start=12[3-7]" "$W/locks" || true)
 	wr=$(grep -c "fcntl($shm, F_SETLK, {l_type=F_WRLCK, l_whence=SEEK_SET, l_start=120" "$W/locks" || true)
 	echo "== SQLite transactions per exec (the audit writer's batches included): $(calc "($rd - $wr) / 100") read, $(calc "$wr / 100") write"
+	# CPU and thread hand-offs per exec (server threads, commands not
+	# counted): a context switch is a thread going to sleep and being
+	# woken, so their count per exec follows the hand-offs between threads.
+	if command -v perf >/dev/null; then
+		perf stat --no-inherit -x, -e task-clock,context-switches -o "$W/cs" -p "$SBX_PID" &
+		st=$!; sleep 1
+		"$LOADGEN" req -p "$SBX_PORT" -a "$SBX_AUTH" -u /exec -b "$EXEC_TRUE" -c 1 -n 300 >/dev/null
+		kill -INT "$st"; wait "$st" 2>/dev/null || true
+		awk -F, '$1 ~ /^[0-9.]+$/ { v[$3] = $1 }
+		END { printf "== 300 more, server threads per exec (perf stat): task-clock %.0f us, context switches %.2f\n", v["task-clock"] * 1000 / 300, v["context-switches"] / 300 }' "$W/cs"
+	fi
 	;;
 p3)
 	# Server threads only (perf stat --no-inherit: the commands are not

@@ -67,6 +67,9 @@ struct exec_job {
 	int exit_code;
 	int64_t finished_at_ms, duration_ms;
 	struct exec_job *done_next; /* under done_mu */
+	/* The waiting request that records this exit itself (under done_mu):
+	 * queue_exit resumes it rather than wake the completion thread. */
+	struct http_req *direct;
 	/* set at the start, read by the completion thread and lookups */
 	struct sbx_snapshot *before; /* files_changed at the exit */
 	char *session;		     /* the session key, for DELETE /session */
@@ -99,6 +102,7 @@ struct route_execs {
 	pthread_cond_t done_wake, done_idle;
 	struct exec_job *done_head, *done_tail;
 	bool done_busy, done_stop;
+	size_t done_direct;  /* exits handed to a waiter, not recorded yet */
 	pthread_cond_t gone; /* under mu: a job left the registry */
 	pthread_t done_thread;
 	/* Approval deadlines and hang-ups of waiting clients (under mu). */
@@ -114,6 +118,7 @@ struct exec_wait {
 	int error;	/* or this */
 	char *reason;	/* with error: its message, when there is one */
 	int64_t retry_after_s;
+	bool records; /* under done_mu: resumed to record the exit (complete) first */
 };
 
 static void pending_free(struct pending *p)
@@ -228,9 +233,11 @@ static void record_exit(struct app *a, struct exec_job *j)
 		route_tenant_release_pending(a, j->tenant);
 }
 
-/* Completion thread (or the starting request when the runner refused the
- * job): record the exit, then leave the registry and answer the waiters. */
-static void complete(struct exec_job *j)
+/* Record the exit, then leave the registry and answer the waiters: on
+ * the completion thread, on the starting request's thread when the runner
+ * refused the job, or on the thread of self, the waiter queue_exit resumed
+ * to do it (it answers itself once this returns). */
+static void complete(struct exec_job *j, struct http_req *self)
 {
 	struct app *a = j->app;
 	json_t *result = j->result;
@@ -256,7 +263,8 @@ static void complete(struct exec_job *j)
 		ew->error = error;
 		ew->reason = j->reason ? xstrdup(j->reason) : NULL;
 		ew->retry_after_s = j->retry_after_s;
-		http_resume(w->r);
+		if (w->r != self)
+			http_resume(w->r);
 		free(w);
 	}
 	j->result = NULL;
@@ -281,7 +289,7 @@ static void *completion_main(void *arg)
 		while (batch) {
 			struct exec_job *j = batch;
 			batch = j->done_next;
-			complete(j);
+			complete(j, NULL);
 		}
 		pthread_mutex_lock(&e->done_mu);
 		e->done_busy = false;
@@ -319,18 +327,62 @@ static void set_exit(struct exec_job *j, const struct sbx_event *ev, int spawn_e
 	}
 }
 
-/* Runner thread: hand the job to the completion thread (a short lock no
- * one holds across I/O). */
-static void queue_exit(struct exec_job *j)
+/* Queue j for the completion thread (done_mu held). */
+static void enqueue_exit_locked(struct route_execs *e, struct exec_job *j)
 {
-	struct route_execs *e = j->app->execs;
-	pthread_mutex_lock(&e->done_mu);
+	j->done_next = NULL;
 	if (e->done_tail)
 		e->done_tail->done_next = j;
 	else
 		e->done_head = j;
 	e->done_tail = j;
 	pthread_cond_signal(&e->done_wake);
+}
+
+/* Runner thread: hand the exit on, under a short lock no one holds across
+ * I/O. A request waiting for the result is resumed to record it itself
+ * (one thread hand-off instead of two: issue 15, P1); a background or
+ * streamed exec, or one whose waiter left, goes to the completion thread.
+ * The resumed request is still suspended until this resume, so it cannot
+ * have been freed. */
+static void queue_exit(struct exec_job *j)
+{
+	struct route_execs *e = j->app->execs;
+	pthread_mutex_lock(&e->done_mu);
+	struct http_req *r = j->direct;
+	j->direct = NULL;
+	if (r) {
+		((struct exec_wait *)r->hstate)->records = true;
+		e->done_direct++;
+	} else {
+		enqueue_exit_locked(e, j);
+	}
+	pthread_mutex_unlock(&e->done_mu);
+	if (r)
+		http_resume(r);
+}
+
+/* r's thread, resumed by queue_exit to record the exit (gone: r ended
+ * before it could; then the completion thread records it). */
+static void take_direct(struct http_req *r, bool gone)
+{
+	struct exec_wait *ew = r->hstate;
+	struct route_execs *e = r->app->execs;
+	pthread_mutex_lock(&e->done_mu);
+	bool records = ew->records;
+	ew->records = false;
+	if (ew->job->direct == r)
+		ew->job->direct = NULL;
+	if (records && gone)
+		enqueue_exit_locked(e, ew->job);
+	pthread_mutex_unlock(&e->done_mu);
+	if (!records)
+		return;
+	if (!gone)
+		complete(ew->job, r);
+	pthread_mutex_lock(&e->done_mu);
+	e->done_direct--;
+	pthread_cond_broadcast(&e->done_idle);
 	pthread_mutex_unlock(&e->done_mu);
 }
 
@@ -413,7 +465,7 @@ void route_execs_flush(struct route_execs *e)
 	if (!e)
 		return;
 	pthread_mutex_lock(&e->done_mu);
-	while (e->done_head || e->done_busy)
+	while (e->done_head || e->done_busy || e->done_direct)
 		pthread_cond_wait(&e->done_idle, &e->done_mu);
 	pthread_mutex_unlock(&e->done_mu);
 }
@@ -544,6 +596,7 @@ static int reply_result(struct http_req *r, json_t *res)
 static int exec_resume(struct http_req *r)
 {
 	struct exec_wait *ew = r->hstate;
+	take_direct(r, false);
 	if (ew->error == -SBX_E_REJECTED)
 		return http_fail(r, ew->error, "%s", ew->reason ? ew->reason : "the command was rejected");
 	if (ew->error && ew->retry_after_s > 0)
@@ -579,6 +632,7 @@ static void exec_free(struct http_req *r)
 				free(w);
 				break;
 			}
+		take_direct(r, true); /* no longer a waiter complete() would resume */
 		job_put_locked(ew->job);
 		pthread_mutex_unlock(&e->mu);
 	}
@@ -601,6 +655,13 @@ static void wait_on_locked(struct http_req *r, struct exec_job *j)
 	w->r = r;
 	w->next = j->waiters;
 	j->waiters = w;
+	struct route_execs *e = r->app->execs;
+	pthread_mutex_lock(&e->done_mu);
+	/* Resumed at the exit to record it, unless recording means walking
+	 * the workspace for files_changed: that stays off the HTTP threads. */
+	if (!j->direct && !j->before)
+		j->direct = r;
+	pthread_mutex_unlock(&e->done_mu);
 	http_suspend(r);
 }
 
@@ -966,7 +1027,7 @@ static int start_approved(struct exec_job *j, const char *by)
 	if (rc < 0) {
 		struct sbx_event ev = {.kind = SBX_EV_EXIT};
 		set_exit(j, &ev, rc);
-		complete(j);
+		complete(j, NULL);
 	}
 	return 0;
 }
@@ -1062,7 +1123,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 		 * (a request thread may wait on the store). */
 		struct sbx_event ev = {.kind = SBX_EV_EXIT};
 		set_exit(j, &ev, rc);
-		complete(j);
+		complete(j, NULL);
 		if (o->background)
 			return http_fail(r, rc, "the command could not be started");
 	}

@@ -8,12 +8,16 @@
  *
  * Threads: HTTP threads start execs, wait on them and look them up, under
  * one registry lock. The runner thread publishes progress to the hub and,
- * at an exit, only queues the job (it never waits on the store or on the
- * registry lock, as runner.h asks). A completion thread owned by the
- * registry takes the queue in order and, for each exit, writes the store
- * row first, then publishes the `exit` event, frees the tenant's slot and
- * resumes the waiting requests: a client that is answered (or a stream
- * that ends) always finds the result in the store. */
+ * at an exit, only hands the job on (it never waits on the store or on
+ * the registry lock, as runner.h asks). Whoever records an exit writes the
+ * store row first, then publishes the `exit` event, frees the tenant's
+ * slot and resumes the waiting requests: a client that is answered (or a
+ * stream that ends) always finds the result in the store. That is the
+ * first waiting request, which the runner thread resumes directly (its
+ * HTTP thread records, then answers: one thread hand-off, not two), or,
+ * when no request waits (a background or streamed exec, or its waiter
+ * left) or files_changed is to be computed (a walk of the workspace), a
+ * completion thread owned by the registry, in queue order. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>

@@ -24,6 +24,7 @@
 #include "sandbox/backend_impl.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/netplan.h"
+#include "sandbox/reaper.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -310,7 +311,8 @@ int sbx_wait_status(pid_t pid)
 {
 	int status;
 
-	while (waitpid(pid, &status, 0) < 0) {
+	/* __WALL: a child cloned without an exit signal too (reaper.h). */
+	while (waitpid(pid, &status, __WALL) < 0) {
 		if (errno != EINTR)
 			return -errno;
 	}
@@ -447,7 +449,10 @@ static int child_arg_slots(struct child_arg *a, struct sbx_spawner *sp)
  * is in l->child_err/child_step). */
 static int clone_child(struct child_arg *a, void *stack, pid_t *pid, int *pidfd)
 {
-	int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
+	/* With the server a subreaper, its main thread wakes at every
+	 * SIGCHLD to reap orphans; its own children need no signal (their
+	 * thread watches a pidfd and waits with __WALL). */
+	int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | (sbx_reaper_on() ? 0 : SIGCHLD);
 	sigset_t all, old;
 	int saved;
 

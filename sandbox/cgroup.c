@@ -440,8 +440,9 @@ bool sbx_cgroup_cpu(const char **acct)
  *     first, with rmdir_group's back-off (the condition an rmdir needs);
  *   - pids.current is 0 when the next command gets them: the pids
  *     controller counts a task until it is reaped, so this waits for the
- *     zombies a sandbox orphans to PID 1 (bwrap's outer process exits
- *     before the sandbox's init is reaped). A command's tasks are in all
+ *     zombies a sandbox orphans (bwrap's outer process exits before the
+ *     sandbox's init is reaped), which the server reaps at once as a
+ *     subreaper (sandbox/reaper.h), or PID 1 when it cannot be one. A command's tasks are in all
  *     its groups: the child joins them all before it runs anything, its
  *     descendants inherit them, and no tenant uid can write a cgroup.procs;
  *   - memory.usage_in_bytes, what stays charged to the group (page cache

@@ -484,7 +484,7 @@ static int job_start(struct lane *r, struct job *j)
 	if (rc) {
 		/* It would run unobserved: kill it, reap it, report a failure. */
 		kill(-pid, SIGKILL);
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
 			;
 		sbx_backend_reap(j->req.backend, &j->req.spawn);
 		for (int k = 0; k < W_COUNT; k++)
@@ -562,7 +562,7 @@ static void reap(struct lane *r, struct job *j)
 	pid_t w;
 
 	do {
-		w = waitpid(j->pid, &st, WNOHANG);
+		w = waitpid(j->pid, &st, WNOHANG | __WALL); /* no exit signal: reaper.h */
 	} while (w < 0 && errno == EINTR);
 	if (w == 0)
 		return; /* not yet: the pidfd stays watched */

@@ -34,6 +34,7 @@
 #include "sandbox/quota.h"
 #include "sandbox/runner.h"
 #include "sandbox/uids.h"
+#include "sandbox/reaper.h"
 #include "sandbox/workspace.h"
 #include "server/cli.h"
 #include "server/datadir.h"
@@ -423,12 +424,18 @@ static int start_http(struct server *s)
 	return 0;
 }
 
-static void wait_for_signal(void)
+/* Until SIGTERM or SIGINT; meanwhile reap the orphans handed to the
+ * server (reaper_fd >= 0: sandbox/reaper.h; this is the main thread). */
+static void wait_for_signal(int reaper_fd)
 {
 	for (;;) {
-		struct pollfd pfd = {.fd = signal_pipe[0], .events = POLLIN};
-		if (poll(&pfd, 1, -1) > 0)
+		struct pollfd pfd[2] = {{.fd = signal_pipe[0], .events = POLLIN},
+					{.fd = reaper_fd, .events = POLLIN}};
+		if (poll(pfd, reaper_fd >= 0 ? 2 : 1, -1) <= 0)
+			continue;
+		if (pfd[0].revents)
 			break;
+		sbx_reaper_reap(reaper_fd);
 	}
 }
 
@@ -537,6 +544,13 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 		return 1;
 	if (install_signals() < 0 || route_peers_global_init() < 0)
 		return 1;
+	/* Before any thread, like the capabilities below (sandbox/reaper.h). */
+	int reaper_fd = sbx_reaper_init();
+	if (reaper_fd < 0)
+		log_msg("warn",
+			"cannot reap what commands leave behind (%s): their orphans go to PID 1, and a "
+			"command's group is reused only once PID 1 has reaped them",
+			sbx_strerror(reaper_fd));
 	/* Before any thread: capabilities are per thread. Without it a root
 	 * server's writes for a tenant would pass its quota. */
 	int rc = sbx_quota_drop_override();
@@ -545,7 +559,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 		return 1;
 	}
 	if (open_store(&s) == 0 && start_backend(&s) == 0 && start_app(&s) == 0 && start_http(&s) == 0) {
-		wait_for_signal();
+		wait_for_signal(reaper_fd);
 		shut_down(&s);
 		status = 0;
 	}
@@ -554,5 +568,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 		log_msg("info", "stopped");
 	close(signal_pipe[0]);
 	close(signal_pipe[1]);
+	if (reaper_fd >= 0)
+		close(reaper_fd);
 	return status;
 }

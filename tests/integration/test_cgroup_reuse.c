@@ -20,7 +20,7 @@
 #include "it_policy.h"
 
 static struct it_server srv;
-static char *tok, *tok_ops;
+static char *tok, *tok_ops, *tok_local;
 static long uid_base;
 
 static int setup(void **state)
@@ -28,14 +28,24 @@ static int setup(void **state)
 	(void)state;
 	/* 256 MiB a command; /tmp (1 GiB, charged to the command's memory
 	 * group) is not what stops a fill. */
-	const char *const extra[] = {
-	    "--set", it_uid_base_arg(&uid_base),  "--set", "mem-limit-bytes=268435456",
-	    "--set", "tmp-size-bytes=1073741824", NULL};
+	const char *const extra[] = {"--set",
+				     it_uid_base_arg(&uid_base),
+				     "--set",
+				     "mem-limit-bytes=268435456",
+				     "--set",
+				     "tmp-size-bytes=1073741824",
+				     "--set",
+				     "backends=bwrap,local",
+				     "--allow-unsafe-local",
+				     NULL};
 	if (it_start(&srv, extra) < 0)
 		return -1;
 	tok = it_token(&srv, "acme", NULL);
 	tok_ops = it_token(&srv, "ops", "admin");
-	return tok && tok_ops ? 0 : -1;
+	tok_local = it_token(&srv, "globex", NULL);
+	if (!tok || !tok_ops || !tok_local)
+		return -1;
+	return pol_put(&srv, tok_ops, "globex", "{\"backend\": \"local\"}", NULL) == 200 ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -50,6 +60,7 @@ static int teardown(void **state)
 	}
 	free(tok);
 	free(tok_ops);
+	free(tok_local);
 	return rc;
 }
 
@@ -284,9 +295,136 @@ static void test_limit_change_applies(void **state)
 	free(g);
 }
 
+/* /proc/<pid>/stat's state and parent; 0 when there is no such process. */
+static char proc_state(long pid, long *ppid)
+{
+	char *p = xasprintf("/proc/%ld/stat", pid);
+	char *t = it_read_file(p, NULL);
+	free(p);
+	const char *e = t ? strrchr(t, ')') : NULL; /* the name may hold anything */
+	char st = 0;
+	if (!e || sscanf(e + 1, " %c %ld", &st, ppid) != 2)
+		st = 0;
+	free(t);
+	return st;
+}
+
+/* Zombies whose parent is the server, once none is left or after 10 s. */
+static int server_zombies(void)
+{
+	int n = 0;
+	for (long until = it_now_ms() + 10000;; usleep(20000)) {
+		DIR *d = opendir("/proc");
+		struct dirent *de;
+		n = 0;
+		while (d && (de = readdir(d))) {
+			long ppid = 0;
+			if (de->d_name[0] >= '1' && de->d_name[0] <= '9' &&
+			    proc_state(atol(de->d_name), &ppid) == 'Z' && ppid == (long)srv.pid)
+				n++;
+		}
+		if (d)
+			closedir(d);
+		if (n == 0 || it_now_ms() > until)
+			return n;
+	}
+}
+
+/* The process running exactly `sleep arg`, waiting up to 20 s; 0: none. */
+static long find_sleep(const char *arg)
+{
+	char want[64];
+	int wn = snprintf(want, sizeof want, "sleep%c%s", '\0', arg) + 1;
+	for (long until = it_now_ms() + 20000; it_now_ms() < until; usleep(20000)) {
+		DIR *d = opendir("/proc");
+		struct dirent *de;
+		long found = 0;
+		while (d && !found && (de = readdir(d))) {
+			if (de->d_name[0] < '1' || de->d_name[0] > '9')
+				continue;
+			char *p = xasprintf("/proc/%s/cmdline", de->d_name);
+			size_t len = 0;
+			char *t = it_read_file(p, &len);
+			if (t && len == (size_t)wn && memcmp(t, want, len) == 0)
+				found = atol(de->d_name);
+			free(t);
+			free(p);
+		}
+		if (d)
+			closedir(d);
+		if (found)
+			return found;
+	}
+	return 0;
+}
+
+/* bwrap's outer process exits before the sandbox's init is reaped: the
+ * server, a subreaper, reaps that orphan itself (no zombie left under
+ * it), so the group is ready for the tenant's next command at once,
+ * where PID 1 (seconds late on some hosts) would leave it busy. First in
+ * this file: the group is then acme's only kept one. */
+static void test_bwrap_orphans_reaped_group_reused(void **state)
+{
+	(void)state;
+	if (!it_cgroups_here())
+		skip();
+	struct bg_req b;
+	char *g = start_bg(&b, "orphan-a", "sleep 1");
+	assert_non_null(g);
+	json_t *res = bg_join(&b);
+	it_resp_free(&b.resp);
+	assert_non_null(res);
+	assert_int_equal(jint(res, "exit_code"), 0);
+	json_decref(res);
+	wait_released();
+	assert_int_equal(server_zombies(), 0);
+	assert_int_equal(cg_num("pids", g, "pids.current"), 0);
+	char *g2 = start_bg(&b, "orphan-b", "sleep 60");
+	assert_non_null(g2);
+	assert_string_equal(g2, g);
+	json_decref(cancel_bg(&b, "orphan-b"));
+	free(g);
+	free(g2);
+}
+
+/* A process whose parent exits while the command runs becomes the
+ * server's child, not PID 1's; the command's cancel still reaches it (its
+ * process group and cgroup), and the server reaps it. Local backend: the
+ * orphan is seen from the host as it is. */
+static void test_local_orphan_is_servers_and_cancelled(void **state)
+{
+	(void)state;
+	struct bg_req b;
+	bg_exec(&b, &srv, tok_local,
+		json_pack("{s:s, s:s, s:i}", "command", "(sleep 4517 &); exec sleep 4518", "id",
+			  "orphan-local", "timeout_s", 120),
+		NULL);
+	long pid = find_sleep("4517"), ppid = 0;
+	assert_true(pid > 0);
+	for (long until = it_now_ms() + 10000;
+	     proc_state(pid, &ppid) && ppid != (long)srv.pid && it_now_ms() < until;)
+		usleep(20000);
+	assert_int_equal(ppid, (long)srv.pid);
+	struct it_resp r;
+	assert_int_equal(it_http(&srv, "POST", "/exec/orphan-local/cancel", tok_local, NULL, NULL, 0, &r), 0);
+	it_resp_free(&r);
+	json_t *res = bg_join(&b);
+	it_resp_free(&b.resp);
+	assert_non_null(res);
+	assert_true(jtrue(res, "cancelled"));
+	json_decref(res);
+	/* Killed with the command and reaped by the server: gone. */
+	for (long until = it_now_ms() + 10000; proc_state(pid, &ppid) && it_now_ms() < until;)
+		usleep(20000);
+	assert_int_equal(proc_state(pid, &ppid), 0);
+	assert_int_equal(server_zombies(), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_local_orphan_is_servers_and_cancelled),
+	    cmocka_unit_test(test_bwrap_orphans_reaped_group_reused),
 	    cmocka_unit_test(test_oom_then_normal),
 	    cmocka_unit_test(test_limit_change_applies),
 	};
