@@ -1,5 +1,6 @@
 /* Filesystem images per tenant (see diskimg.h). */
 #include "sandbox/diskimg.h"
+#include "sandbox/reaper.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -142,7 +143,12 @@ static int run_tool(char *const argv[], char *why, size_t whysz)
 	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
 	posix_spawn_file_actions_adddup2(&fa, p[1], 2);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	int rc = sbx_reaper_spawnattr(&at);
+	if (rc == 0)
+		rc = posix_spawn(&pid, argv[0], &fa, &at, argv, envp);
+	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	close(p[1]);
 	char buf[4096];

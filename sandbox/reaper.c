@@ -61,3 +61,18 @@ bool sbx_reaper_on(void)
 {
 	return atomic_load(&reaper_on);
 }
+
+int sbx_reaper_spawnattr(posix_spawnattr_t *a)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	int rc = posix_spawnattr_setsigmask(a, &none);
+	return rc ? rc : posix_spawnattr_setflags(a, POSIX_SPAWN_SETSIGMASK);
+}
+
+void sbx_reaper_child_unblock(void)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}

@@ -21,6 +21,7 @@
  * started (it blocks SIGCHLD, which the threads inherit; commands unblock
  * every signal before they run); sbx_reaper_reap on the main thread only.
  * sbx_reaper_on may be asked from any thread. */
+#include <spawn.h>
 #include <stdbool.h>
 
 /* Become a subreaper and take SIGCHLD through a signalfd: the fd (poll it
@@ -34,3 +35,12 @@ int sbx_reaper_reap(int fd);
  * waited for with __WALL), so that only an orphan's exit wakes the main
  * thread. */
 bool sbx_reaper_on(void);
+
+/* A program the server starts (an image or disk tool, a uid helper) must
+ * not inherit the blocked SIGCHLD of sbx_reaper_init, or one that forks
+ * and waits on the signal would wait forever. For posix_spawn: set on a
+ * (initialised by the caller) that the child starts with no signal
+ * blocked; 0 or an errno value. For a fork()ed child about to exec:
+ * unblock every signal (async-signal-safe). */
+int sbx_reaper_spawnattr(posix_spawnattr_t *a);
+void sbx_reaper_child_unblock(void);

@@ -3,6 +3,7 @@
  * extraction flags refuse ".." and absolute paths and writing through
  * symlinks; this file refuses the whole import at the first such entry. */
 #include "sandbox/rootimg.h"
+#include "sandbox/reaper.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -112,7 +113,12 @@ static int run_tool(json_t *argv)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, 2, 1);
 	pid_t pid;
-	int rc = posix_spawnp(&pid, v[0], &fa, NULL, v, environ);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	int rc = sbx_reaper_spawnattr(&at);
+	if (rc == 0)
+		rc = posix_spawnp(&pid, v[0], &fa, &at, v, environ);
+	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	free(v);
 	if (rc != 0)

@@ -1,4 +1,5 @@
 #include "sandbox/uids.h"
+#include "sandbox/reaper.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -242,6 +243,7 @@ static int run_tool(const char *path, char *const argv[])
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
+		sbx_reaper_child_unblock();
 		execv(path, argv);
 		_exit(127);
 	}
