@@ -498,7 +498,12 @@ static void test_containment(void **state)
 
 	/* a fork bomb: stopped at the timeout, the others are served meanwhile */
 	snprintf(nonce, sizeof nonce, "bomb%d", pid);
-	cmd = xasprintf("bomb() { bomb | bomb & }; bomb; sleep 60 # %s", nonce);
+	/* The shell then waits without a fork of its own (a `sleep` after
+	 * the bomb may find no pid left and end the command early): it
+	 * blocks opening a FIFO no one writes, made before the bomb. */
+	cmd = xasprintf("rm -f .bomb-fifo; mkfifo .bomb-fifo; bomb() { bomb | bomb & }; bomb; "
+			"read x < .bomb-fifo # %s",
+			nonce);
 	json_t *r = attack(cmd, 5, "bomb-1", &ms);
 	free(cmd);
 	assert_true(jtrue(r, "timed_out"));
