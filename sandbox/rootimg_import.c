@@ -8,11 +8,13 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <linux/openat2.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,6 +337,74 @@ static int whiteout(int root, const char *path)
 	return rc;
 }
 
+/* ---- libarchive, loaded on first use ----
+ *
+ * Only `sandboxd image import` extracts archives, yet linking libarchive
+ * made every process load it with libxml2, ICU and libstdc++: about 2.4
+ * MB of an idle server's RSS (bench/NOTES.md, P10). So it is opened with
+ * dlopen when an import starts. Its soname is that of libarchive 3.x
+ * (the headers this is built against, checked below); scripts/deps
+ * installs it with libarchive-dev. */
+#if ARCHIVE_VERSION_NUMBER < 3000000 || ARCHIVE_VERSION_NUMBER >= 4000000
+#error "libarchive 3.x expected (soname libarchive.so.13)"
+#endif
+#define LIBARCHIVE_SONAME "libarchive.so.13"
+#define LA_FNS(X)                                                                                            \
+	X(archive_entry_filetype)                                                                            \
+	X(archive_entry_hardlink)                                                                            \
+	X(archive_entry_pathname)                                                                            \
+	X(archive_entry_perm)                                                                                \
+	X(archive_entry_set_hardlink)                                                                        \
+	X(archive_entry_set_pathname)                                                                        \
+	X(archive_entry_set_perm)                                                                            \
+	X(archive_error_string)                                                                              \
+	X(archive_read_data_block)                                                                           \
+	X(archive_read_free)                                                                                 \
+	X(archive_read_new)                                                                                  \
+	X(archive_read_next_header)                                                                          \
+	X(archive_read_open_filename)                                                                        \
+	X(archive_read_support_filter_all)                                                                   \
+	X(archive_read_support_format_gnutar)                                                                \
+	X(archive_read_support_format_tar)                                                                   \
+	X(archive_write_data_block)                                                                          \
+	X(archive_write_disk_new)                                                                            \
+	X(archive_write_disk_set_options)                                                                    \
+	X(archive_write_finish_entry)                                                                        \
+	X(archive_write_free)                                                                                \
+	X(archive_write_header)
+
+static struct {
+#define X(f) __typeof__(&f) f;
+	LA_FNS(X)
+#undef X
+} la;
+static pthread_once_t la_once = PTHREAD_ONCE_INIT;
+static char la_error[256];
+
+static void la_open(void)
+{
+	void *h = dlopen(LIBARCHIVE_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(la_error, sizeof la_error, "cannot load %s: %s", LIBARCHIVE_SONAME, dlerror());
+		return;
+	}
+#define X(f)                                                                                                 \
+	if (!la_error[0] && !(*(void **)&la.f = dlsym(h, #f)))                                               \
+		snprintf(la_error, sizeof la_error, "%s lacks %s", LIBARCHIVE_SONAME, #f);
+	LA_FNS(X)
+#undef X
+}
+
+/* 0 once libarchive's functions are in la; else -ENOSYS with err set. */
+static int la_load(char *err, size_t errsz)
+{
+	pthread_once(&la_once, la_open);
+	if (!la_error[0])
+		return 0;
+	snprintf(err, errsz, "%s", la_error);
+	return -ENOSYS;
+}
+
 struct extract {
 	const char *what; /* for messages: the file */
 	bool oci;	  /* whiteouts are meaningful */
@@ -345,13 +415,15 @@ struct extract {
 
 static struct archive *open_archive(const char *file, char *err, size_t errsz)
 {
-	struct archive *a = archive_read_new();
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
-	archive_read_support_format_gnutar(a);
-	if (archive_read_open_filename(a, file, 1 << 16) != ARCHIVE_OK) {
-		snprintf(err, errsz, "cannot read %s: %s", file, archive_error_string(a));
-		archive_read_free(a);
+	if (la_load(err, errsz) < 0)
+		return NULL;
+	struct archive *a = la.archive_read_new();
+	la.archive_read_support_filter_all(a);
+	la.archive_read_support_format_tar(a);
+	la.archive_read_support_format_gnutar(a);
+	if (la.archive_read_open_filename(a, file, 1 << 16) != ARCHIVE_OK) {
+		snprintf(err, errsz, "cannot read %s: %s", file, la.archive_error_string(a));
+		la.archive_read_free(a);
 		return NULL;
 	}
 	return a;
@@ -360,13 +432,13 @@ static struct archive *open_archive(const char *file, char *err, size_t errsz)
 /* Check (and clean) one entry; 0 to write it, 1 to skip it, -EPERM. */
 static int vet_entry(struct extract *x, struct archive_entry *e, char *path, size_t pathsz)
 {
-	const char *name = archive_entry_pathname(e);
+	const char *name = la.archive_entry_pathname(e);
 	if (!clean_path(name, path, pathsz)) {
 		snprintf(x->err, x->errsz, "%s: entry %s leaves the image (absolute or ..): refused", x->what,
 			 name ? name : "(none)");
 		return -EPERM;
 	}
-	const char *hl = archive_entry_hardlink(e);
+	const char *hl = la.archive_entry_hardlink(e);
 	char hlpath[4096];
 	if (hl && !clean_path(hl, hlpath, sizeof hlpath)) {
 		snprintf(x->err, x->errsz, "%s: hard link %s -> %s leaves the image: refused", x->what, name,
@@ -375,15 +447,15 @@ static int vet_entry(struct extract *x, struct archive_entry *e, char *path, siz
 	}
 	if (!path[0])
 		return 1; /* the root itself */
-	mode_t type = archive_entry_filetype(e);
+	mode_t type = la.archive_entry_filetype(e);
 	if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
 		return 1; /* devices, FIFOs, sockets: a command gets its own /dev */
-	archive_entry_set_pathname(e, path);
+	la.archive_entry_set_pathname(e, path);
 	if (hl)
-		archive_entry_set_hardlink(e, hlpath);
+		la.archive_entry_set_hardlink(e, hlpath);
 	if (type != AE_IFLNK)
-		archive_entry_set_perm(e, archive_entry_perm(e) &
-					      ~(mode_t)(S_ISUID | S_ISGID | S_IWGRP | S_IWOTH));
+		la.archive_entry_set_perm(e, la.archive_entry_perm(e) &
+						 ~(mode_t)(S_ISUID | S_ISGID | S_IWGRP | S_IWOTH));
 	return 0;
 }
 
@@ -393,8 +465,8 @@ static int copy_data(struct archive *in, struct archive *out)
 	size_t size;
 	la_int64_t off;
 	int r;
-	while ((r = archive_read_data_block(in, &buf, &size, &off)) == ARCHIVE_OK)
-		if (archive_write_data_block(out, buf, size, off) != ARCHIVE_OK)
+	while ((r = la.archive_read_data_block(in, &buf, &size, &off)) == ARCHIVE_OK)
+		if (la.archive_write_data_block(out, buf, size, off) != ARCHIVE_OK)
 			return ARCHIVE_FATAL;
 	return r == ARCHIVE_EOF ? ARCHIVE_OK : r;
 }
@@ -406,15 +478,15 @@ static int extract_pass(struct extract *x, const char *file, int pass)
 	if (!in)
 		return -EIO;
 	if (pass == 1) {
-		out = archive_write_disk_new();
-		archive_write_disk_set_options(
+		out = la.archive_write_disk_new();
+		la.archive_write_disk_set_options(
 		    out, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
 			     ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
 	}
 	struct archive_entry *e;
 	char path[4096];
 	int rc = 0, r;
-	while (rc == 0 && (r = archive_read_next_header(in, &e)) == ARCHIVE_OK) {
+	while (rc == 0 && (r = la.archive_read_next_header(in, &e)) == ARCHIVE_OK) {
 		int v = vet_entry(x, e, path, sizeof path);
 		if (v != 0) {
 			rc = v < 0 ? v : 0;
@@ -429,20 +501,20 @@ static int extract_pass(struct extract *x, const char *file, int pass)
 		}
 		if (wh || pass == 0)
 			continue;
-		if (archive_write_header(out, e) != ARCHIVE_OK || copy_data(in, out) != ARCHIVE_OK ||
-		    archive_write_finish_entry(out) != ARCHIVE_OK) {
+		if (la.archive_write_header(out, e) != ARCHIVE_OK || copy_data(in, out) != ARCHIVE_OK ||
+		    la.archive_write_finish_entry(out) != ARCHIVE_OK) {
 			snprintf(x->err, x->errsz, "%s: entry %s refused: %s", x->what, path,
-				 archive_error_string(out));
+				 la.archive_error_string(out));
 			rc = -EPERM;
 		}
 	}
 	if (rc == 0 && r != ARCHIVE_EOF) {
-		snprintf(x->err, x->errsz, "%s: %s", x->what, archive_error_string(in));
+		snprintf(x->err, x->errsz, "%s: %s", x->what, la.archive_error_string(in));
 		rc = -EIO;
 	}
-	archive_read_free(in);
+	la.archive_read_free(in);
 	if (out)
-		archive_write_free(out);
+		la.archive_write_free(out);
 	return rc;
 }
 
