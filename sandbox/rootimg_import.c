@@ -345,9 +345,8 @@ static int whiteout(int root, const char *path)
  * dlopen when an import starts. Its soname is that of libarchive 3.x
  * (the headers this is built against, checked below); scripts/deps
  * installs it with libarchive-dev. */
-#if ARCHIVE_VERSION_NUMBER < 3000000 || ARCHIVE_VERSION_NUMBER >= 4000000
-#error "libarchive 3.x expected (soname libarchive.so.13)"
-#endif
+_Static_assert(ARCHIVE_VERSION_NUMBER >= 3000000 && ARCHIVE_VERSION_NUMBER < 4000000,
+	       "libarchive 3.x expected (soname libarchive.so.13)");
 #define LIBARCHIVE_SONAME "libarchive.so.13"
 #define LA_FNS(X)                                                                                            \
 	X(archive_entry_filetype)                                                                            \
