@@ -379,10 +379,11 @@ static struct {
 } la;
 static pthread_once_t la_once = PTHREAD_ONCE_INIT;
 static char la_error[256];
+static void *la_handle; /* open for the process's life: la points into it */
 
 static void la_open(void)
 {
-	void *h = dlopen(LIBARCHIVE_SONAME, RTLD_NOW | RTLD_LOCAL);
+	void *h = la_handle = dlopen(LIBARCHIVE_SONAME, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		snprintf(la_error, sizeof la_error, "cannot load %s: %s", LIBARCHIVE_SONAME, dlerror());
 		return;
