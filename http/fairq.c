@@ -1,6 +1,18 @@
 /* The fair queue (see fairq.h): keys in a small hash table, each with its
  * FIFO of items; keys with items waiting form the round, a circular list
- * walked from its head, so a key that was served goes to the back. */
+ * walked from its head, so a key that was served goes to the back.
+ *
+ * Fair by CPU time (virtual time, as in start-time fair queueing): each
+ * key's vt grows by the CPU time its jobs used. A job is charged its
+ * key's estimate (the moving average of its jobs' CPU time) when it is
+ * popped, so jobs that are still running count at once, and the estimate
+ * is corrected by what the job really used when it is done. pop takes the
+ * key with the least vt, so a key whose jobs used more waits while the
+ * others' go first. A key entering the round starts at the least vt of
+ * the keys already there (no credit for time it had nothing waiting; one
+ * that had nothing running either also sheds its debt), and among equal
+ * vt the key served fewer times since it entered goes first, then the
+ * round's order: with equal costs this is plain round-robin. */
 #include "http/fairq.h"
 
 #include <errno.h>
@@ -16,6 +28,11 @@ struct http_fairq_key {
 	char name[64];
 	struct http_fairq_item *head, *tail; /* waiting, oldest first */
 	size_t waiting, running;
+	int64_t vt;			      /* virtual time: CPU ns charged */
+	int64_t est;			      /* moving average of a job's CPU ns */
+	uint64_t served;		      /* pops since it entered the round */
+	uint64_t done;			      /* jobs finished */
+	int64_t cpu_ns;			      /* CPU used by its finished jobs */
 	struct http_fairq_key *hnext;	      /* hash chain */
 	struct http_fairq_key *rnext, *rprev; /* the round, while waiting > 0 */
 };
@@ -24,6 +41,7 @@ struct http_fairq {
 	size_t running_max, queue_max;
 	struct http_fairq_key *buckets[NBUCKETS];
 	struct http_fairq_key *round; /* head of the round: served next */
+	int64_t vclock;		      /* vt of the last key served */
 };
 
 static unsigned bucket_of(const char *s)
@@ -53,6 +71,27 @@ static struct http_fairq_key *find_or_add(struct http_fairq *q, const char *name
 	k->hnext = q->buckets[b];
 	q->buckets[b] = k;
 	return k;
+}
+
+/* The least vt in the round, else that of the last key served. */
+static int64_t vmin(const struct http_fairq *q)
+{
+	const struct http_fairq_key *k = q->round;
+	if (!k)
+		return q->vclock;
+	int64_t m = k->vt;
+	for (k = k->rnext; k != q->round; k = k->rnext)
+		if (k->vt < m)
+			m = k->vt;
+	return m;
+}
+
+/* k enters the round: level with the least vt there (see above). */
+static void enter_round(struct http_fairq *q, struct http_fairq_key *k)
+{
+	int64_t m = vmin(q);
+	k->vt = k->running == 0 || k->vt < m ? m : k->vt;
+	k->served = 0;
 }
 
 static void round_add(struct http_fairq *q, struct http_fairq_key *k)
@@ -119,8 +158,10 @@ int http_fairq_push(struct http_fairq *q, const char *key, struct http_fairq_ite
 		k->head = it;
 	k->tail = it;
 	it->queued = true;
-	if (k->waiting++ == 0)
+	if (k->waiting++ == 0) {
+		enter_round(q, k);
 		round_add(q, k);
+	}
 	return 0;
 }
 
@@ -140,28 +181,36 @@ static void unlink_item(struct http_fairq *q, struct http_fairq_item *it)
 	k->waiting--;
 }
 
+/* Whether a goes before b (both may run): less vt, then fewer turns. */
+static bool before(const struct http_fairq_key *a, const struct http_fairq_key *b)
+{
+	return a->vt < b->vt || (a->vt == b->vt && a->served < b->served);
+}
+
 struct http_fairq_item *http_fairq_pop(struct http_fairq *q)
 {
-	struct http_fairq_key *k = q->round;
+	struct http_fairq_key *k = q->round, *best = NULL;
 	if (!k)
 		return NULL;
 	do {
-		if (k->running < q->running_max) {
-			struct http_fairq_item *it = k->head;
-			unlink_item(q, it);
-			k->running++;
-			if (k->waiting == 0) {
-				round_remove(q, k);
-			} else {
-				/* Served: to the back of the round. */
-				round_remove(q, k);
-				round_add(q, k);
-			}
-			return it;
-		}
+		if (k->running < q->running_max && (!best || before(k, best)))
+			best = k;
 		k = k->rnext;
 	} while (k != q->round);
-	return NULL; /* every key with work waiting runs its cap */
+	if (!best)
+		return NULL; /* every key with work waiting runs its cap */
+	k = best;
+	struct http_fairq_item *it = k->head;
+	unlink_item(q, it);
+	k->running++;
+	q->vclock = k->vt;
+	it->charged_ns = k->est;
+	k->vt += k->est;
+	k->served++;
+	round_remove(q, k);
+	if (k->waiting > 0)
+		round_add(q, k); /* served: to the back of the round */
+	return it;
 }
 
 struct http_fairq_item *http_fairq_take(struct http_fairq *q)
@@ -173,11 +222,19 @@ struct http_fairq_item *http_fairq_take(struct http_fairq *q)
 	return it;
 }
 
-void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key)
+void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key, int64_t charged_ns, int64_t cpu_ns)
 {
 	(void)q;
-	if (key && key->running > 0)
+	if (!key)
+		return;
+	if (key->running > 0)
 		key->running--;
+	if (cpu_ns < 0)
+		cpu_ns = 0;
+	key->vt += cpu_ns - charged_ns;
+	key->est = key->done == 0 ? cpu_ns : key->est + (cpu_ns - key->est) / 4;
+	key->done++;
+	key->cpu_ns += cpu_ns;
 }
 
 bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it)
@@ -195,5 +252,9 @@ void http_fairq_each(const struct http_fairq *q, http_fairq_each_fn fn, void *ct
 {
 	for (size_t b = 0; b < NBUCKETS; b++)
 		for (const struct http_fairq_key *k = q->buckets[b]; k; k = k->hnext)
-			fn(ctx, k->name, k->waiting, k->running);
+			fn(ctx, &(struct http_fairq_stat){.key = k->name,
+							  .waiting = k->waiting,
+							  .running = k->running,
+							  .done = k->done,
+							  .cpu_ns = k->cpu_ns});
 }

@@ -1,9 +1,10 @@
 #pragma once
 /* A fair queue of jobs between tenants (keys), for http/pool.c: one FIFO
- * per key, served round-robin (one job per key per turn), with a cap on
- * how many jobs of one key may run at once and a bound on how many may
- * wait. No threads and no locks here: the caller serialises every call.
- * Jobs are intrusive items the caller owns; this only links them. */
+ * per key, served fairly by the CPU time their jobs use (the key whose
+ * jobs used least goes first; with equal costs, round-robin: one job per
+ * key per turn; fairq.c says how), with a cap on how many jobs of one key
+ * may run at once and a bound on how many may wait. No threads and no locks here: the caller serialises every
+ * call. Jobs are intrusive items the caller owns; this only links them. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@ struct http_fairq_key;
 struct http_fairq_item {
 	struct http_fairq_item *next, *prev;
 	struct http_fairq_key *key;
+	int64_t charged_ns; /* set by pop: pass it to done */
 	bool queued;
 };
 
@@ -28,21 +30,30 @@ void http_fairq_free(struct http_fairq **q);
  * kept). 0, or -EAGAIN when key already has queue_max items waiting. */
 int http_fairq_push(struct http_fairq *q, const char *key, struct http_fairq_item *it);
 /* The next item to run, counted as running for its key: the first item of
- * the first key, in round-robin order, that has items waiting and fewer
- * than running_max running. That key then goes to the back of the round.
- * NULL when nothing may run now. */
+ * the key, among those with items waiting and fewer than running_max
+ * running, whose jobs have been charged the least CPU time (ties: the
+ * one served fewer times since it had items waiting, then round-robin).
+ * The key is charged its jobs' average CPU time at once (corrected at
+ * done). NULL when nothing may run now. */
 struct http_fairq_item *http_fairq_pop(struct http_fairq *q);
 /* Take any waiting item out, whatever the caps (draining at a stop);
  * not counted as running. NULL when nothing waits. */
 struct http_fairq_item *http_fairq_take(struct http_fairq *q);
 /* An item returned by pop has finished: its key (it->key, which stays
  * valid as long as the queue, so the item itself may be gone) runs one
- * fewer. */
-void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key);
+ * fewer, and is charged cpu_ns (the CPU time the job used) instead of
+ * charged_ns (the item's charged_ns, what pop charged). */
+void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key, int64_t charged_ns, int64_t cpu_ns);
 /* Take a waiting item out without running it. false when it was not
  * waiting (already popped, or never pushed). */
 bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it);
-/* Every key seen so far with its waiting and running counts (metrics).
- * Keys are kept once seen: their number is that of tenants. */
-typedef void (*http_fairq_each_fn)(void *ctx, const char *key, size_t waiting, size_t running);
+/* Every key seen so far with its counts (metrics). Keys are kept once
+ * seen: their number is that of tenants. */
+struct http_fairq_stat {
+	const char *key;
+	size_t waiting, running;
+	uint64_t done;	/* jobs finished */
+	int64_t cpu_ns; /* their CPU time together */
+};
+typedef void (*http_fairq_each_fn)(void *ctx, const struct http_fairq_stat *s);
 void http_fairq_each(const struct http_fairq *q, http_fairq_each_fn fn, void *ctx);

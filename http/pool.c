@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "common/errors.h"
 #include "common/log.h"
@@ -85,6 +86,15 @@ static void run_job(struct http_pool *p, struct http_req *r, int64_t waited_ns)
 	r->defer = false;
 }
 
+/* CPU time of the calling thread, ns. */
+static int64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* One lock round per job: the finished job is accounted for and the next
  * one taken together. The finished request is resumed before (it may be
  * freed once resumed: only its fairq key, which lives as long as the
@@ -108,11 +118,14 @@ static void *worker_main(void *arg)
 		int64_t waited = record_wait(p, r);
 		p->busy++;
 		pthread_mutex_unlock(&p->mu);
+		int64_t cpu0 = thread_cpu_ns();
 		run_job(p, r, waited);
+		int64_t cpu = thread_cpu_ns() - cpu0;
 		struct http_fairq_key *key = it->key;
+		int64_t charged = it->charged_ns;
 		http_resume(r);
 		pthread_mutex_lock(&p->mu);
-		http_fairq_done(p->q, key);
+		http_fairq_done(p->q, key, charged, cpu);
 		p->busy--;
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -230,12 +243,44 @@ void http_pool_free(struct http_pool **pp)
 	*pp = NULL;
 }
 
-static void render_key(void *ctx, const char *key, size_t waiting, size_t running)
+/* One per-tenant family at a time (the text format groups a family's
+ * lines under its HELP and TYPE). */
+struct render_ctx {
+	struct buf *out;
+	int which;
+};
+
+static void render_key(void *ctx, const struct http_fairq_stat *s)
 {
-	struct buf *b = ctx;
-	buf_appendf(b, "sandboxd_pool_waiting{tenant=\"%s\"} %zu\nsandboxd_pool_running{tenant=\"%s\"} %zu\n",
-		    key, waiting, key, running);
+	const struct render_ctx *c = ctx;
+	switch (c->which) {
+	case 0:
+		buf_appendf(c->out, "sandboxd_pool_waiting{tenant=\"%s\"} %zu\n", s->key, s->waiting);
+		break;
+	case 1:
+		buf_appendf(c->out, "sandboxd_pool_running{tenant=\"%s\"} %zu\n", s->key, s->running);
+		break;
+	case 2:
+		buf_appendf(c->out, "sandboxd_pool_jobs_total{tenant=\"%s\"} %llu\n", s->key,
+			    (unsigned long long)s->done);
+		break;
+	default:
+		buf_appendf(c->out, "sandboxd_pool_cpu_seconds_total{tenant=\"%s\"} %.6f\n", s->key,
+			    (double)s->cpu_ns / 1e9);
+	}
 }
+
+static const char *const key_families[] = {
+    "# HELP sandboxd_pool_waiting File requests waiting for a worker, per tenant.\n"
+    "# TYPE sandboxd_pool_waiting gauge\n",
+    "# HELP sandboxd_pool_running File requests running on a worker, per tenant.\n"
+    "# TYPE sandboxd_pool_running gauge\n",
+    "# HELP sandboxd_pool_jobs_total File requests a worker finished, per tenant.\n"
+    "# TYPE sandboxd_pool_jobs_total counter\n",
+    "# HELP sandboxd_pool_cpu_seconds_total Workers' CPU time in a tenant's file requests "
+    "(what the pool's turns are fair by).\n"
+    "# TYPE sandboxd_pool_cpu_seconds_total counter\n",
+};
 
 void http_pool_count_inline(struct http_pool *p)
 {
@@ -249,13 +294,12 @@ void http_pool_render(struct http_pool *p, struct buf *out)
 		    "# HELP sandboxd_pool_workers Workers running blocking file work.\n"
 		    "# TYPE sandboxd_pool_workers gauge\nsandboxd_pool_workers %zu\n"
 		    "# HELP sandboxd_pool_busy Workers running a job now.\n"
-		    "# TYPE sandboxd_pool_busy gauge\nsandboxd_pool_busy %zu\n"
-		    "# HELP sandboxd_pool_waiting File requests waiting for a worker, per tenant.\n"
-		    "# TYPE sandboxd_pool_waiting gauge\n"
-		    "# HELP sandboxd_pool_running File requests running on a worker, per tenant.\n"
-		    "# TYPE sandboxd_pool_running gauge\n",
+		    "# TYPE sandboxd_pool_busy gauge\nsandboxd_pool_busy %zu\n",
 		    p->nthreads, p->busy);
-	http_fairq_each(p->q, render_key, out);
+	for (int i = 0; i < 4; i++) {
+		buf_appendf(out, "%s", key_families[i]);
+		http_fairq_each(p->q, render_key, &(struct render_ctx){.out = out, .which = i});
+	}
 	buf_appendf(out, "# HELP sandboxd_pool_wait_seconds Time file requests waited for a worker.\n"
 			 "# TYPE sandboxd_pool_wait_seconds histogram\n");
 	uint64_t cum = 0;

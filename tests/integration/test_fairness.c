@@ -10,6 +10,11 @@
  *   queued before them still wait (the pool's metrics say so after the
  *   answer: in FIFO order they could only run after all of those). No
  *   assertion on elapsed time.
+ * - Fair by CPU time: on one worker, acme's backlog of 10,000-entry
+ *   pages and globex's burst of small readdirs: globex's whole burst is
+ *   served while at most the acme page running when it came (and one
+ *   more) finish, where turns by request would have run one acme page
+ *   between each two of globex's. Counted by completions, not time.
  * - A tenant over its queue bound is answered 429 with Retry-After; a
  *   request whose client leaves while queued is dropped, never run; a
  *   SIGTERM with work queued ends the server cleanly. */
@@ -52,6 +57,13 @@ static const struct it_tok toks2[] = {
 static const char *const extra2[] = {"--set", "fs-threads=1",	       "--set", "fs-threads-per-tenant=1",
 				     "--set", "fs-queue-per-tenant=4", NULL};
 static const char *big_url = "/fs/readdir?path=big&limit=10000&detail=true";
+/* Fair by CPU time: one worker that one tenant may fill, long queues. */
+static struct it_server s3;
+static char *tok3_a, *tok3_b, *tok3_audit;
+static const struct it_tok toks3[] = {
+    {&tok3_a, "acme", NULL}, {&tok3_b, "globex", NULL}, {&tok3_audit, "ops", "admin audit:read"}};
+static const char *const extra3[] = {"--set", "fs-threads=1",		"--set", "fs-threads-per-tenant=1",
+				     "--set", "fs-queue-per-tenant=64", NULL};
 
 static int64_t now_ms_(void)
 {
@@ -103,8 +115,10 @@ static int teardown(void **state)
 	(void)state;
 	it_cleanup(&srv);
 	it_cleanup(&s2);
+	it_cleanup(&s3);
 	it_free_all(toks, IT_NTOKS(toks));
 	it_free_all(toks2, IT_NTOKS(toks2));
+	it_free_all(toks3, IT_NTOKS(toks3));
 	return 0;
 }
 
@@ -115,8 +129,8 @@ static int teardown(void **state)
 static long metric(struct it_server *s, const char *name, const char *tenant)
 {
 	struct it_resp r;
-	assert_int_equal(
-	    it_http(s, "GET", "/metrics", s == &s2 ? tok2_audit : tok_a_audit, NULL, NULL, 0, &r), 0);
+	const char *audit = s == &s2 ? tok2_audit : s == &s3 ? tok3_audit : tok_a_audit;
+	assert_int_equal(it_http(s, "GET", "/metrics", audit, NULL, NULL, 0, &r), 0);
 	it_expect_status(&r, 200);
 	char key[160];
 	if (tenant)
@@ -405,6 +419,45 @@ static void test_noisy_neighbour(void **state)
 	assert_int_equal(metric(&srv, "sandboxd_pool_waiting", "acme"), 0);
 }
 
+/* ---- fair by CPU time ---- */
+
+#define A_BACKLOG 16 /* acme's concurrent 10,000-entry pages */
+#define B_BURST 12   /* globex's concurrent small readdirs */
+
+static void test_cpu_fair(void **state)
+{
+	(void)state;
+	assert_int_equal(it_start_minted(&s3, extra3, toks3, IT_NTOKS(toks3)), 0);
+	assert_int_equal(make_big(&s3, tok3_a, 20000), 0);
+	struct it_resp r;
+	req(&s3, "POST", "/fs/mkdir", tok3_b, "b", "{\"path\": \"small\"}", &r);
+	it_expect_status(&r, 201);
+	it_resp_free(&r);
+	struct batch a = {.s = &s3, .url = big_url, .tok = tok3_a, .key = "fair", .n = A_BACKLOG};
+	batch_start(&a);
+	/* acme's pages have run (the pool knows what they cost) and a
+	 * backlog waits. */
+	assert_true(wait_metric_ge(&s3, "sandboxd_pool_jobs_total", "acme", 2) >= 2);
+	assert_true(wait_metric_ge(&s3, "sandboxd_pool_waiting", "acme", A_BACKLOG / 2) >= A_BACKLOG / 2);
+	int a_before = atomic_load(&a.done);
+	struct batch b = {.s = &s3, .url = "/fs/readdir?path=small", .tok = tok3_b, .key = "b", .n = B_BURST};
+	batch_start(&b);
+	batch_join(&b);
+	int a_during = atomic_load(&a.done) - a_before;
+	assert_int_equal(atomic_load(&b.ok), B_BURST);
+	/* acme still had pages waiting, and while globex's burst ran at
+	 * most the page running when it came and one more ended (by turns:
+	 * one of acme's between each two of globex's). */
+	assert_true(metric(&s3, "sandboxd_pool_waiting", "acme") > 0);
+	if (a_during > 3)
+		fail_msg("%d of acme's pages finished while globex's %d small readdirs ran", a_during,
+			 B_BURST);
+	assert_int_equal(metric(&s3, "sandboxd_pool_jobs_total", "globex"), B_BURST + 1); /* + mkdir */
+	batch_join(&a);
+	assert_int_equal(atomic_load(&a.ok), A_BACKLOG);
+	it_cleanup(&s3);
+}
+
 /* ---- bounds, hang-ups, shutdown (one worker) ---- */
 
 static void start_s2(void)
@@ -507,6 +560,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_limits_and_cursors),
 	    cmocka_unit_test(test_hot_reads_skip_the_pool),
 	    cmocka_unit_test(test_noisy_neighbour),
+	    cmocka_unit_test(test_cpu_fair),
 	    cmocka_unit_test(test_queue_bound),
 	    cmocka_unit_test(test_hangup_drops),
 	    cmocka_unit_test(test_shutdown),

@@ -1,6 +1,7 @@
 /* The fair queue of the file-work pool: order between tenants, the
- * per-tenant cap on running jobs, the bound on waiting ones, cancels.
- * No threads and no clocks: the order is the queue's alone. */
+ * per-tenant cap on running jobs, the bound on waiting ones, cancels,
+ * and fairness by CPU time. No threads and no clocks: the CPU times are
+ * the test's, the order is the queue's alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +26,110 @@ static void push(struct http_fairq *q, const char *key, struct job *j)
 {
 	memset(&j->it, 0, sizeof j->it);
 	assert_int_equal(http_fairq_push(q, key, &j->it), 0);
+}
+
+/* j ran and used cpu_ns of CPU. */
+static void done(struct http_fairq *q, struct job *j, int64_t cpu_ns)
+{
+	http_fairq_done(q, j->it.key, j->it.charged_ns, cpu_ns);
+}
+
+#define MS 1000000LL
+
+/* A tenant whose jobs cost 100 times more CPU than another's waits while
+ * the other's go first: once A's jobs have shown what they cost, B's
+ * whole backlog (costing less together than one of A's jobs) runs before
+ * A's next. Round-robin would have alternated A and B. */
+static void test_cpu_fair(void **state)
+{
+	(void)state;
+	struct http_fairq *q = NULL;
+	http_fairq_new(&q, 1, 100);
+	struct job a[4] = {{.name = "a0"}, {.name = "a1"}, {.name = "a2"}, {.name = "a3"}}, b[8];
+	for (int i = 0; i < 4; i++)
+		push(q, "A", &a[i]);
+	assert_ptr_equal(pop(q), &a[0]);
+	done(q, &a[0], 10 * MS); /* A's readdir page */
+	for (int i = 0; i < 8; i++) {
+		b[i].name = "b";
+		push(q, "B", &b[i]);
+	}
+	/* B enters level with A and goes first among equals. */
+	assert_ptr_equal(pop(q), &b[0]);
+	done(q, &b[0], MS / 10); /* a stat: 0.1 ms */
+	assert_ptr_equal(pop(q), &a[1]);
+	done(q, &a[1], 10 * MS);
+	for (int i = 1; i < 8; i++) {
+		struct job *j = pop(q);
+		assert_ptr_equal(j, &b[i]);
+		done(q, j, MS / 10);
+	}
+	assert_ptr_equal(pop(q), &a[2]);
+	assert_null(pop(q)); /* A runs its cap */
+	done(q, &a[2], 10 * MS);
+	assert_ptr_equal(pop(q), &a[3]);
+	http_fairq_free(&q);
+}
+
+/* Between two tenants with backlogs, jobs alternate so that their CPU
+ * time stays level: B's jobs cost a third of A's, so B runs three for
+ * each of A's. */
+static void test_cpu_share(void **state)
+{
+	(void)state;
+	struct http_fairq *q = NULL;
+	http_fairq_new(&q, 1, 100);
+	struct job a[20], b[60];
+	for (int i = 0; i < 20; i++) {
+		a[i].name = "a";
+		push(q, "A", &a[i]);
+	}
+	for (int i = 0; i < 60; i++) {
+		b[i].name = "b";
+		push(q, "B", &b[i]);
+	}
+	int64_t cpu_a = 0, cpu_b = 0;
+	for (int n = 0; n < 40; n++) {
+		struct job *j = pop(q);
+		assert_non_null(j);
+		bool is_a = j->name[0] == 'a';
+		done(q, j, is_a ? 3 * MS : MS);
+		*(is_a ? &cpu_a : &cpu_b) += is_a ? 3 * MS : MS;
+		/* Never more than one job's cost apart (after the first two). */
+		if (n >= 2)
+			assert_true(cpu_a - cpu_b <= 3 * MS && cpu_b - cpu_a <= 3 * MS);
+	}
+	assert_true(cpu_b >= cpu_a - 3 * MS);
+	http_fairq_free(&q);
+}
+
+/* A tenant that had nothing waiting and nothing running does not bank
+ * credit: after A used 1 s alone, B arriving does not get 1 s of turns
+ * ahead of A; it enters level with A. */
+static void test_no_banked_credit(void **state)
+{
+	(void)state;
+	struct http_fairq *q = NULL;
+	http_fairq_new(&q, 1, 100);
+	struct job a[3] = {{.name = "a0"}, {.name = "a1"}, {.name = "a2"}}, b[3];
+	push(q, "A", &a[0]);
+	assert_ptr_equal(pop(q), &a[0]);
+	done(q, &a[0], 1000 * MS);
+	push(q, "A", &a[1]);
+	push(q, "A", &a[2]);
+	for (int i = 0; i < 3; i++) {
+		b[i].name = "b";
+		push(q, "B", &b[i]);
+	}
+	/* Level: one job each, in either order, then each costs as much. */
+	struct job *j1 = pop(q);
+	done(q, j1, 1000 * MS);
+	struct job *j2 = pop(q);
+	assert_true(j1->name[0] != j2->name[0]);
+	done(q, j2, 1000 * MS);
+	struct job *j3 = pop(q);
+	assert_true(j3->name[0] == j1->name[0]);
+	http_fairq_free(&q);
 }
 
 /* One tenant with many jobs queued first never delays the next tenant's
@@ -56,13 +161,12 @@ struct seen {
 	size_t keys, waiting, running;
 };
 
-static void count(void *ctx, const char *key, size_t waiting, size_t running)
+static void count(void *ctx, const struct http_fairq_stat *st)
 {
 	struct seen *s = ctx;
-	(void)key;
 	s->keys++;
-	s->waiting += waiting;
-	s->running += running;
+	s->waiting += st->waiting;
+	s->running += st->running;
 }
 
 /* A tenant runs at most running_max jobs at once; its other jobs wait
@@ -82,14 +186,14 @@ static void test_cap(void **state)
 	push(q, "B", &b);
 	assert_string_equal(pop(q)->name, "b0"); /* B passes A's waiting jobs */
 	assert_null(pop(q));
-	http_fairq_done(q, a[0].it.key);
+	http_fairq_done(q, a[0].it.key, a[0].it.charged_ns, 0);
 	assert_string_equal(pop(q)->name, "a2");
 	assert_null(pop(q));
-	http_fairq_done(q, a[1].it.key);
-	http_fairq_done(q, a[2].it.key);
+	http_fairq_done(q, a[1].it.key, a[1].it.charged_ns, 0);
+	http_fairq_done(q, a[2].it.key, a[2].it.charged_ns, 0);
 	assert_string_equal(pop(q)->name, "a3");
-	http_fairq_done(q, a[3].it.key);
-	http_fairq_done(q, b.it.key);
+	http_fairq_done(q, a[3].it.key, a[3].it.charged_ns, 0);
+	http_fairq_done(q, b.it.key, b.it.charged_ns, 0);
 	struct seen s = {0};
 	http_fairq_each(q, count, &s);
 	assert_int_equal(s.running, 0);
@@ -113,10 +217,10 @@ static void test_capped_keeps_turn(void **state)
 	assert_string_equal(pop(q)->name, "a0");
 	assert_string_equal(pop(q)->name, "b0");
 	assert_null(pop(q));
-	http_fairq_done(q, b[0].it.key);
+	http_fairq_done(q, b[0].it.key, b[0].it.charged_ns, 0);
 	assert_string_equal(pop(q)->name, "b1"); /* A still runs a0 */
-	http_fairq_done(q, a[0].it.key);
-	http_fairq_done(q, b[1].it.key);
+	http_fairq_done(q, a[0].it.key, a[0].it.charged_ns, 0);
+	http_fairq_done(q, b[1].it.key, b[1].it.charged_ns, 0);
 	assert_string_equal(pop(q)->name, "a1");
 	assert_string_equal(pop(q)->name, "b2");
 	http_fairq_free(&q);
@@ -196,6 +300,9 @@ int main(void)
 	    cmocka_unit_test(test_bound),
 	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_each),
+	    cmocka_unit_test(test_cpu_fair),
+	    cmocka_unit_test(test_cpu_share),
+	    cmocka_unit_test(test_no_banked_credit),
 	};
 	return cmocka_run_group_tests_name("fairq", tests, NULL, NULL);
 }
