@@ -194,12 +194,13 @@ static int check_backend_option(const struct sbx_config *cfg)
  * wait_for_signal through a pipe. */
 /* glibc gives every thread that allocates while the others hold the
  * arenas an arena of its own (up to eight per core): 11 on an idle
- * two-core server, each 64 MiB reserved and 8-280 KiB touched. At most
- * one arena per core (at least two) keeps a thread that finds its arena
- * busy from waiting: no more threads than cores run at once, and each
- * thread's tcache takes most small allocations without the arena's lock.
- * Idle RSS -500 kB; CPU per 4 KiB read and per exec at 64 clients the
- * same within noise (bench/NOTES.md, P10). Not when the operator set
+ * two-core server, each 64 MiB reserved and 8-280 KiB touched. Two per
+ * core (at least four) keep most of that back: idle RSS -370 kB on two
+ * cores. One per core would save 520 kB, but under six concurrent
+ * readdirs (pool workers and event threads all allocating) threads then
+ * slept on an arena's lock 13 times as often as unbounded (two per core:
+ * 2.7 times), and a holder preempted mid-malloc delays another tenant's
+ * request (bench/NOTES.md, P10). Not when the operator set
  * glibc.malloc.arena_max in GLIBC_TUNABLES. Before any thread. */
 static void bound_malloc_arenas(void)
 {
@@ -207,7 +208,7 @@ static void bound_malloc_arenas(void)
 	if (t && strstr(t, "arena_max"))
 		return;
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	(void)mallopt(M_ARENA_MAX, n > 2 ? (int)n : 2);
+	(void)mallopt(M_ARENA_MAX, n > 2 ? 2 * (int)n : 4);
 }
 
 static int install_signals(void)
