@@ -30,6 +30,7 @@ struct http_fairq_key {
 	size_t waiting, running;
 	int64_t vt;			      /* virtual time: CPU ns charged */
 	int64_t est;			      /* moving average of a job's CPU ns */
+	int64_t est_wall;		      /* moving average of a job's wall ns */
 	uint64_t served;		      /* pops since it entered the round */
 	uint64_t done;			      /* jobs finished */
 	int64_t cpu_ns;			      /* CPU used by its finished jobs */
@@ -42,6 +43,7 @@ struct http_fairq {
 	struct http_fairq_key *buckets[NBUCKETS];
 	struct http_fairq_key *round; /* head of the round: served next */
 	int64_t vclock;		      /* vt of the last key served */
+	double cpu_cores;	      /* CPU one key's running jobs may use; 0: no bound */
 };
 
 static unsigned bucket_of(const char *s)
@@ -181,6 +183,23 @@ static void unlink_item(struct http_fairq *q, struct http_fairq_item *it)
 	k->waiting--;
 }
 
+void http_fairq_set_cpu_cores(struct http_fairq *q, double cores)
+{
+	q->cpu_cores = cores > 0 ? cores : 0;
+}
+
+/* How many of k's jobs may run at once: running_max, or fewer when its
+ * jobs are busy on a CPU (CPU time over wall time) so that together they
+ * would use more than cpu_cores. At least one. */
+static size_t cap_of(const struct http_fairq *q, const struct http_fairq_key *k)
+{
+	if (q->cpu_cores <= 0 || k->est_wall <= 0 || k->est <= 0)
+		return q->running_max;
+	double busy = (double)k->est / (double)k->est_wall; /* cores per job */
+	double n = q->cpu_cores / (busy < 1 ? busy : 1);
+	return n < 1 ? 1 : n >= (double)q->running_max ? q->running_max : (size_t)n;
+}
+
 /* Whether a goes before b (both may run): less vt, then fewer turns. */
 static bool before(const struct http_fairq_key *a, const struct http_fairq_key *b)
 {
@@ -193,7 +212,7 @@ struct http_fairq_item *http_fairq_pop(struct http_fairq *q)
 	if (!k)
 		return NULL;
 	do {
-		if (k->running < q->running_max && (!best || before(k, best)))
+		if (k->running < cap_of(q, k) && (!best || before(k, best)))
 			best = k;
 		k = k->rnext;
 	} while (k != q->round);
@@ -222,7 +241,8 @@ struct http_fairq_item *http_fairq_take(struct http_fairq *q)
 	return it;
 }
 
-void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key, int64_t charged_ns, int64_t cpu_ns)
+void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key, int64_t charged_ns, int64_t cpu_ns,
+		     int64_t wall_ns)
 {
 	(void)q;
 	if (!key)
@@ -232,7 +252,10 @@ void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key, int64_t c
 	if (cpu_ns < 0)
 		cpu_ns = 0;
 	key->vt += cpu_ns - charged_ns;
+	if (wall_ns < cpu_ns)
+		wall_ns = cpu_ns;
 	key->est = key->done == 0 ? cpu_ns : key->est + (cpu_ns - key->est) / 4;
+	key->est_wall = key->done == 0 ? wall_ns : key->est_wall + (wall_ns - key->est_wall) / 4;
 	key->done++;
 	key->cpu_ns += cpu_ns;
 }

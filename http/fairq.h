@@ -3,7 +3,8 @@
  * per key, served fairly by the CPU time their jobs use (the key whose
  * jobs used least goes first; with equal costs, round-robin: one job per
  * key per turn; fairq.c says how), with a cap on how many jobs of one key
- * may run at once and a bound on how many may wait. No threads and no locks here: the caller serialises every
+ * may run at once (a count, and optionally the CPUs they keep busy) and a
+ * bound on how many may wait. No threads and no locks here: the caller serialises every
  * call. Jobs are intrusive items the caller owns; this only links them. */
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,8 +43,15 @@ struct http_fairq_item *http_fairq_take(struct http_fairq *q);
 /* An item returned by pop has finished: its key (it->key, which stays
  * valid as long as the queue, so the item itself may be gone) runs one
  * fewer, and is charged cpu_ns (the CPU time the job used) instead of
- * charged_ns (the item's charged_ns, what pop charged). */
-void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key, int64_t charged_ns, int64_t cpu_ns);
+ * charged_ns (the item's charged_ns, what pop charged); wall_ns is how
+ * long it ran. */
+void http_fairq_done(struct http_fairq *q, struct http_fairq_key *key, int64_t charged_ns, int64_t cpu_ns,
+		     int64_t wall_ns);
+/* Bound what one key's running jobs may use together to `cores` CPUs
+ * (0: no bound, the default): a key whose jobs keep a CPU busy (their
+ * CPU time near their wall time) runs that many at once, one whose jobs
+ * wait on a disk still up to running_max. At least one. */
+void http_fairq_set_cpu_cores(struct http_fairq *q, double cores);
 /* Take a waiting item out without running it. false when it was not
  * waiting (already popped, or never pushed). */
 bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it);

@@ -118,14 +118,14 @@ static void *worker_main(void *arg)
 		int64_t waited = record_wait(p, r);
 		p->busy++;
 		pthread_mutex_unlock(&p->mu);
-		int64_t cpu0 = thread_cpu_ns();
+		int64_t cpu0 = thread_cpu_ns(), t0 = mono_ns();
 		run_job(p, r, waited);
-		int64_t cpu = thread_cpu_ns() - cpu0;
+		int64_t cpu = thread_cpu_ns() - cpu0, wall = mono_ns() - t0;
 		struct http_fairq_key *key = it->key;
 		int64_t charged = it->charged_ns;
 		http_resume(r);
 		pthread_mutex_lock(&p->mu);
-		http_fairq_done(p->q, key, charged, cpu);
+		http_fairq_done(p->q, key, charged, cpu, wall);
 		p->busy--;
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -138,6 +138,7 @@ int http_pool_new(struct http_pool **out, const struct http_pool_config *cfg)
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->wake, NULL);
 	http_fairq_new(&p->q, cfg->threads_per_tenant, cfg->queue_per_tenant);
+	http_fairq_set_cpu_cores(p->q, cfg->cpu_cores_per_tenant);
 	p->queue_max = cfg->queue_per_tenant;
 	size_t want = cfg->threads ? cfg->threads : 1;
 	p->threads = xcalloc(want, sizeof *p->threads);

@@ -8,8 +8,9 @@
  * that name none) has its own FIFO; free workers take the tenants in
  * turn (http/fairq.h), and one tenant never runs more than
  * `threads_per_tenant` jobs at once, so at least one worker is left to
- * the others. A tenant with `queue_per_tenant` jobs waiting is answered
- * 429 too_many_requests (Retry-After) rather than queued.
+ * the others, nor jobs that keep more than `cpu_cores_per_tenant` CPUs
+ * busy together (measured per tenant: CPU over wall time of its jobs). A tenant with `queue_per_tenant` jobs
+ * waiting is answered 429 too_many_requests (Retry-After) rather than queued.
  *
  * A request handed over is suspended; its handler runs on a worker with
  * r->defer set, so its reply is kept (http_reply_response) instead of
@@ -36,9 +37,10 @@ struct http_pool;
 struct http_req;
 
 struct http_pool_config {
-	size_t threads;		   /* workers (>= 1) */
-	size_t threads_per_tenant; /* jobs of one tenant running at once (>= 1) */
-	size_t queue_per_tenant;   /* jobs of one tenant waiting (>= 1) */
+	size_t threads;		     /* workers (>= 1) */
+	size_t threads_per_tenant;   /* jobs of one tenant running at once (>= 1) */
+	size_t queue_per_tenant;     /* jobs of one tenant waiting (>= 1) */
+	double cpu_cores_per_tenant; /* CPUs one tenant's running jobs may keep busy (0: no bound) */
 };
 
 /* Start the workers. 0 or -errno (no thread could be made). */

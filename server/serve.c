@@ -372,7 +372,10 @@ static int start_backend(struct server *s)
 
 /* The pool of file work (http/pool.h), sized from the configuration: by
  * default two workers per core (file work mostly waits on the disk), at
- * least 4, of which one tenant may hold all but a quarter. */
+ * least 4, of which one tenant may hold all but a quarter, and no more of
+ * them than keep every core but one busy (cfg_cpu_auto, the rule of the
+ * tenants' CPU budget): a tenant's CPU-bound file work (large readdir
+ * pages from the page cache) leaves a core to the others. */
 static int start_pool(struct server *s)
 {
 	const struct sbx_config *cfg = s->cfg;
@@ -383,7 +386,8 @@ static int start_pool(struct server *s)
 	    cfg->fs_threads_per_tenant > 0 ? (size_t)cfg->fs_threads_per_tenant : (n > keep ? n - keep : 1);
 	struct http_pool_config pc = {.threads = n,
 				      .threads_per_tenant = per < n ? per : n,
-				      .queue_per_tenant = (size_t)cfg->fs_queue_per_tenant};
+				      .queue_per_tenant = (size_t)cfg->fs_queue_per_tenant,
+				      .cpu_cores_per_tenant = (double)cfg_cpu_auto() / 1000};
 	int rc = http_pool_new(&s->app.http.pool, &pc);
 	if (rc < 0)
 		fprintf(stderr, "sandboxd: cannot start the file-work pool: %s\n", sbx_strerror(rc));

@@ -31,7 +31,7 @@ static void push(struct http_fairq *q, const char *key, struct job *j)
 /* j ran and used cpu_ns of CPU. */
 static void done(struct http_fairq *q, struct job *j, int64_t cpu_ns)
 {
-	http_fairq_done(q, j->it.key, j->it.charged_ns, cpu_ns);
+	http_fairq_done(q, j->it.key, j->it.charged_ns, cpu_ns, cpu_ns);
 }
 
 #define MS 1000000LL
@@ -68,6 +68,39 @@ static void test_cpu_fair(void **state)
 	assert_null(pop(q)); /* A runs its cap */
 	done(q, &a[2], 10 * MS);
 	assert_ptr_equal(pop(q), &a[3]);
+	http_fairq_free(&q);
+}
+
+/* With a bound of one CPU, a tenant whose jobs keep a CPU busy runs one
+ * at a time; one whose jobs mostly wait (a tenth of their time on a CPU)
+ * runs up to its count cap. */
+static void test_cpu_cores(void **state)
+{
+	(void)state;
+	struct http_fairq *q = NULL;
+	http_fairq_new(&q, 3, 100);
+	http_fairq_set_cpu_cores(q, 1);
+	struct job a[6], b[6];
+	for (int i = 0; i < 6; i++) {
+		a[i].name = "a";
+		push(q, "A", &a[i]);
+		b[i].name = "b";
+		push(q, "B", &b[i]);
+	}
+	/* Nothing known yet: the count cap. */
+	for (int i = 0; i < 6; i++)
+		assert_non_null(pop(q));
+	assert_null(pop(q));
+	for (int i = 0; i < 3; i++) {
+		http_fairq_done(q, a[i].it.key, a[i].it.charged_ns, 10 * MS, 10 * MS); /* busy */
+		http_fairq_done(q, b[i].it.key, b[i].it.charged_ns, MS, 10 * MS);      /* waits */
+	}
+	int na = 0, nb = 0;
+	struct job *j;
+	while ((j = pop(q)))
+		*(j->name[0] == 'a' ? &na : &nb) += 1;
+	assert_int_equal(na, 1);
+	assert_int_equal(nb, 3);
 	http_fairq_free(&q);
 }
 
@@ -186,14 +219,14 @@ static void test_cap(void **state)
 	push(q, "B", &b);
 	assert_string_equal(pop(q)->name, "b0"); /* B passes A's waiting jobs */
 	assert_null(pop(q));
-	http_fairq_done(q, a[0].it.key, a[0].it.charged_ns, 0);
+	http_fairq_done(q, a[0].it.key, a[0].it.charged_ns, 0, 0);
 	assert_string_equal(pop(q)->name, "a2");
 	assert_null(pop(q));
-	http_fairq_done(q, a[1].it.key, a[1].it.charged_ns, 0);
-	http_fairq_done(q, a[2].it.key, a[2].it.charged_ns, 0);
+	http_fairq_done(q, a[1].it.key, a[1].it.charged_ns, 0, 0);
+	http_fairq_done(q, a[2].it.key, a[2].it.charged_ns, 0, 0);
 	assert_string_equal(pop(q)->name, "a3");
-	http_fairq_done(q, a[3].it.key, a[3].it.charged_ns, 0);
-	http_fairq_done(q, b.it.key, b.it.charged_ns, 0);
+	http_fairq_done(q, a[3].it.key, a[3].it.charged_ns, 0, 0);
+	http_fairq_done(q, b.it.key, b.it.charged_ns, 0, 0);
 	struct seen s = {0};
 	http_fairq_each(q, count, &s);
 	assert_int_equal(s.running, 0);
@@ -217,10 +250,10 @@ static void test_capped_keeps_turn(void **state)
 	assert_string_equal(pop(q)->name, "a0");
 	assert_string_equal(pop(q)->name, "b0");
 	assert_null(pop(q));
-	http_fairq_done(q, b[0].it.key, b[0].it.charged_ns, 0);
+	http_fairq_done(q, b[0].it.key, b[0].it.charged_ns, 0, 0);
 	assert_string_equal(pop(q)->name, "b1"); /* A still runs a0 */
-	http_fairq_done(q, a[0].it.key, a[0].it.charged_ns, 0);
-	http_fairq_done(q, b[1].it.key, b[1].it.charged_ns, 0);
+	http_fairq_done(q, a[0].it.key, a[0].it.charged_ns, 0, 0);
+	http_fairq_done(q, b[1].it.key, b[1].it.charged_ns, 0, 0);
 	assert_string_equal(pop(q)->name, "a1");
 	assert_string_equal(pop(q)->name, "b2");
 	http_fairq_free(&q);
@@ -302,6 +335,7 @@ int main(void)
 	    cmocka_unit_test(test_each),
 	    cmocka_unit_test(test_cpu_fair),
 	    cmocka_unit_test(test_cpu_share),
+	    cmocka_unit_test(test_cpu_cores),
 	    cmocka_unit_test(test_no_banked_credit),
 	};
 	return cmocka_run_group_tests_name("fairq", tests, NULL, NULL);
