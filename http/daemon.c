@@ -236,6 +236,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (!r->on_resume)
 			return MHD_YES;
 		int rc = r->on_resume(r);
+		if (rc == 0 && r->hang_up)
+			return MHD_NO;
 		return rc < 0 ? fail(r, rc) : MHD_YES;
 	}
 	if (*upload_data_size) {

@@ -195,8 +195,10 @@ static int pool_answer(struct http_req *r)
 {
 	if (r->deferred)
 		return http_reply_deferred(r);
-	if (r->pool_state == JOB_DROPPED)
-		return 0; /* nobody to answer: the connection closes */
+	if (r->pool_state == JOB_DROPPED) {
+		r->hang_up = true; /* nobody to answer: the connection closes now */
+		return 0;
+	}
 	return r->pool_rc < 0 ? r->pool_rc : -EIO;
 }
 

@@ -85,7 +85,9 @@ struct http_req {
 	http_upload_fn on_upload;
 	http_free_fn on_free;
 	bool suspended;
-	bool closed; /* completion seen */
+	bool closed;  /* completion seen */
+	bool hang_up; /* set by on_resume when no one is left to answer: the
+			 connection is closed at once, not left to its idle timeout */
 
 	/* work handed to the pool (http/pool.c; RF_POOL routes) */
 	struct http_fairq_item pool_item;

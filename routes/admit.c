@@ -141,7 +141,8 @@ static int admit_resumed(struct http_req *r)
 	ticket_drop(r);
 	if (s == Q_GONE) {
 		r->log_detail = "the client left while its exec waited for a slot; it was not run";
-		return 0; /* nobody to answer: the connection closes */
+		r->hang_up = true; /* nobody to answer: the connection closes now */
+		return 0;
 	}
 	if (s == Q_STOPPED) {
 		r->retry_after_s = 5;

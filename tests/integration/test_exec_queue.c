@@ -180,6 +180,20 @@ static void test_fifo(void **state)
 	assert_true(metric(&srv, "sandboxd_exec_queue_wait_seconds_count{}") >= 2);
 }
 
+/* Whether the audit has the 499 of a POST /exec whose client left. */
+static bool audited_left(void)
+{
+	json_t *v = NULL, *rec;
+	size_t i;
+	bool found = false;
+	if (it_get_json(&srv, tok_audit, "/audit?route=/exec&limit=1000", &v) != 200)
+		return false;
+	json_array_foreach(json_object_get(v, "records"), i, rec)
+		found |= json_integer_value(json_object_get(rec, "status")) == 499;
+	json_decref(v);
+	return found;
+}
+
 /* A waiting request whose client hangs up leaves at once: the next one
  * gets the slot, and the one that left never runs. */
 static void test_client_leaves(void **state)
@@ -202,6 +216,12 @@ static void test_client_leaves(void **state)
 	close(fd);
 	wait_queued(&srv, 1);
 	assert_int_equal(metric(&srv, "sandboxd_exec_queue_refused_total{reason=\"left\"}"), left + 1);
+	/* The server closes its side at once (the request ends, audited
+	 * 499), not at the connection's idle timeout (60 s here). */
+	long until = it_now_ms() + 20000;
+	while (!audited_left() && it_now_ms() < until)
+		usleep(20000);
+	assert_true(audited_left());
 	open_gate(&srv, "gate-la");
 	json_t *rn = join_ok(&n);
 	assert_string_equal(ex_stdout_ok(rn), "next\n");
