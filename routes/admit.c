@@ -154,15 +154,61 @@ static int admit_resumed(struct http_req *r)
 			 r->tenant->name, (long long)limit, (long long)waited);
 }
 
-bool route_admit_take(struct http_req *r)
+/* r's HTTP thread: watch the client of the waiting request t. t->watch
+ * is read by this thread only, which runs r until the handler returns: a
+ * resume is acted on after that. */
+static void watch_ticket(struct http_req *r, struct route_admit *t)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0) {
+		int64_t w = http_watch_add(r->app->watch, ci->connect_fd, on_hangup, t);
+		t->watch = w > 0 ? w : 0;
+	}
+}
+
+/* Under the lock: the newest max_execs read for l's tenant applies to
+ * every request waiting there (a policy changed while they waited). */
+static void set_limit_locked(struct tenant_load *l, int64_t limit)
+{
+	for (struct route_admit *q = l->qhead; q; q = q->next)
+		q->limit = limit;
+}
+
+int route_admit_take(struct http_req *r, int64_t limit)
 {
 	if (r->on_free != admit_free)
-		return false;
+		return 0;
 	struct route_admit *t = r->hstate;
-	bool held = t->state == Q_ADMITTED;
-	if (held)
+	if (t->state != Q_ADMITTED)
+		return 0;
+	struct app *a = t->app;
+	struct tenant_load *l = t->load;
+	pthread_mutex_lock(&a->tenants_lock);
+	/* Its slot counts in l->execs: over the limit its policy now says
+	 * (lowered while it waited), it waits again, first in line. */
+	bool over = l->execs > limit && !a->stopping;
+	if (over) {
+		l->execs--;
+		t->state = Q_WAITING;
+		t->next = l->qhead;
+		l->qhead = t;
+		if (!l->qtail)
+			l->qtail = t;
+		l->queued++;
+		a->admit.queued++;
+		set_limit_locked(l, limit);
+		http_suspend(r);
+	}
+	struct route_admit *now = over ? route_admit_next_locked(a, l) : NULL;
+	pthread_mutex_unlock(&a->tenants_lock);
+	if (!over) {
 		ticket_drop(r); /* its watch went at the resume */
-	return held;
+		return 1;
+	}
+	watch_ticket(r, t);
+	route_admit_resume(now);
+	return -1;
 }
 
 /* Under the lock: queue r (suspended before anyone can resume it). */
@@ -208,18 +254,12 @@ int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (
 		return -SBX_E_TOO_MANY;
 	}
 	struct route_admit *t = enqueue_locked(r, limit, rerun);
+	set_limit_locked(l, limit);
 	bool first = a->admit.queued == 1;
 	/* A limit raised meanwhile admits at once (this request, if next). */
 	struct route_admit *now = route_admit_next_locked(a, l);
 	pthread_mutex_unlock(&a->tenants_lock);
-	/* t->watch is read by r's HTTP thread only, which is this one until
-	 * the handler returns: a resume is acted on after that. */
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci && ci->connect_fd >= 0) {
-		int64_t w = http_watch_add(a->watch, ci->connect_fd, on_hangup, t);
-		t->watch = w > 0 ? w : 0;
-	}
+	watch_ticket(r, t);
 	route_admit_resume(now);
 	if (first) /* the approvals thread learns of a deadline */
 		route_execs_wake(a->execs);

@@ -37,11 +37,15 @@ struct tenant_load;
  * (no slot and no place in the queue). */
 int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (*rerun)(struct http_req *r));
 
-/* In the handler of a request the queue admitted: true when r holds the
- * slot it was given, which is the caller's from now on (released with
- * route_tenant_release_exec). false for any other request. A slot given
- * and never taken is released when r ends. */
-bool route_admit_take(struct http_req *r);
+/* In the handler of a request the queue admitted, with the tenant's
+ * max_execs as its policy says now: 1 when r holds the slot it was given,
+ * which is the caller's from now on (released with
+ * route_tenant_release_exec); -1 when the limit was lowered while it
+ * waited and its slot is over it: r waits again, first in the queue,
+ * suspended (the handler returns 0); 0 for any other request. A slot
+ * given and never taken is released when r ends. The newest limit read
+ * (here or by route_admit_exec) applies to every waiting request. */
+int route_admit_take(struct http_req *r, int64_t limit);
 
 /* Under app->tenants_lock: a slot of l was freed; admit the oldest
  * waiting requests while l is under their limit, counting their slots.

@@ -801,7 +801,10 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 	struct route_execs *e = a->execs;
 	int rc;
 	snprintf(row->state, sizeof row->state, "%s", o->approval ? "pending_approval" : "running");
-	bool held = route_admit_take(r); /* the queue admitted r: its slot */
+	int took = route_admit_take(r, o->max_execs); /* the queue admitted r: its slot */
+	if (took < 0)
+		return 0; /* the limit was lowered: waits again, first in line */
+	bool held = took > 0;
 	if (held && o->approval) {
 		route_tenant_release_exec(a, r->tenant); /* its policy changed while it waited */
 		held = false;

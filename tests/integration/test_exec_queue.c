@@ -321,6 +321,53 @@ static void test_code_waits(void **state)
 	json_decref(join_ok(&b));
 }
 
+/* A limit lowered while requests wait applies to them: with max_execs
+ * cut from 2 to 1, the two waiting commands run one at a time after the
+ * running ones, never beside them. Each command counts the commands
+ * running with it (marker files) and waits for its gate. */
+static json_t *counted(const char *id, const char *gate)
+{
+	char *cmd = xasprintf("touch /workspace/run-%s; ls /workspace | grep -c '^run-' > /workspace/n-%s; "
+			      "while [ ! -e /workspace/%s ]; do sleep 0.02; done; rm /workspace/run-%s",
+			      id, id, gate, id);
+	json_t *req = json_pack("{s:s, s:s}", "command", cmd, "id", id);
+	free(cmd);
+	return req;
+}
+
+static void test_lowered_limit(void **state)
+{
+	(void)state;
+	char *admin = it_token(&srv, "ops", "admin");
+	struct bg_req a, b, c, d;
+	bg_exec(&a, &srv, tok, counted("w-a", "gate-w"), NULL);
+	wait_running(&srv, "w-a");
+	bg_exec(&b, &srv, tok, counted("w-b", "gate-wb"), NULL);
+	wait_running(&srv, "w-b");
+	bg_exec(&c, &srv, tok, counted("w-c", "gate-w"), NULL);
+	wait_queued(&srv, 1);
+	bg_exec(&d, &srv, tok, counted("w-d", "gate-w"), NULL);
+	wait_queued(&srv, 2);
+	assert_int_equal(pol_put(&srv, admin, "acme", "{\"max_execs\": 1}", NULL), 200);
+	open_gate(&srv, "gate-w"); /* a ends; c, d would end as soon as they run */
+	json_decref(join_ok(&a));
+	open_gate(&srv, "gate-wb");
+	json_decref(join_ok(&b));
+	json_decref(join_ok(&c));
+	json_decref(join_ok(&d));
+	const char *ids[] = {"w-c", "w-d"};
+	for (size_t i = 0; i < 2; i++) {
+		char *p = xasprintf("%s/tenants/acme/workspace/n-%s", srv.dir, ids[i]);
+		char *n = it_read_file(p, NULL);
+		assert_non_null(n);
+		assert_string_equal(n, "1\n"); /* it ran alone */
+		free(n);
+		free(p);
+	}
+	assert_int_equal(pol_cli(&srv, "acme", "max_execs=default"), 0);
+	free(admin);
+}
+
 /* Policy exec_queue 0: the old behaviour, 429 at once. */
 static void test_queue_off_by_policy(void **state)
 {
@@ -401,6 +448,7 @@ int main(void)
 	    cmocka_unit_test(test_same_id_waiting),
 	    cmocka_unit_test(test_stream_waits),
 	    cmocka_unit_test(test_code_waits),
+	    cmocka_unit_test(test_lowered_limit),
 	    cmocka_unit_test(test_queue_off_by_policy),
 	    cmocka_unit_test(test_wait_bound),
 	    cmocka_unit_test(test_shutdown_answers_waiting),
