@@ -234,6 +234,9 @@ static struct route_admit *enqueue_locked(struct http_req *r, int64_t limit, int
 	r->hstate = t;
 	r->on_resume = admit_resumed;
 	r->on_free = admit_free;
+	/* The handler reruns from r->json: the raw body it was parsed from
+	 * is not kept while r waits (a stdin of many MiB is held once). */
+	buf_free(&r->body);
 	http_suspend(r);
 	return t;
 }
@@ -249,7 +252,8 @@ int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (
 		return 0;
 	}
 	if (l->queued >= queue_max || a->stopping) {
-		a->admit.full++;
+		a->admit.full +=
+		    queue_max > 0; /* no queue (background, exec_queue 0): not a queue's refusal */
 		pthread_mutex_unlock(&a->tenants_lock);
 		return -SBX_E_TOO_MANY;
 	}

@@ -151,7 +151,8 @@ static void test_fifo(void **state)
 	    429);
 	expect_429(&r);
 	it_resp_free(&r);
-	assert_true(metric(&srv, "sandboxd_exec_queue_refused_total{reason=\"full\"}") >= 2);
+	/* the background request had no queue to be refused from: only f-e counts */
+	assert_true(metric(&srv, "sandboxd_exec_queue_refused_total{reason=\"full\"}") >= 1);
 
 	/* a ends: its slot goes to c, the oldest, not to d */
 	open_gate(&srv, "gate-fa");
