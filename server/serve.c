@@ -189,9 +189,6 @@ static int check_backend_option(const struct sbx_config *cfg)
 	return 0;
 }
 
-/* Commands must get default signal dispositions; the server itself must
- * survive writes to pipes whose reader is gone. SIGTERM and SIGINT wake
- * wait_for_signal through a pipe. */
 /* glibc gives every thread that allocates while the others hold the
  * arenas an arena of its own (up to eight per core): 11 on an idle
  * two-core server, each 64 MiB reserved and 8-280 KiB touched. Two per
@@ -211,6 +208,9 @@ static void bound_malloc_arenas(void)
 	(void)mallopt(M_ARENA_MAX, n > 2 ? 2 * (int)n : 4);
 }
 
+/* Commands must get default signal dispositions; the server itself must
+ * survive writes to pipes whose reader is gone. SIGTERM and SIGINT wake
+ * wait_for_signal through a pipe. */
 static int install_signals(void)
 {
 	signal(SIGPIPE, SIG_IGN);
