@@ -143,12 +143,7 @@ static int run_tool(char *const argv[], char *why, size_t whysz)
 	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
 	posix_spawn_file_actions_adddup2(&fa, p[1], 2);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawnattr_t at;
-	posix_spawnattr_init(&at);
-	int rc = sbx_reaper_spawnattr(&at);
-	if (rc == 0)
-		rc = posix_spawn(&pid, argv[0], &fa, &at, argv, envp);
-	posix_spawnattr_destroy(&at);
+	int rc = sbx_reaper_spawn(&pid, argv[0], &fa, argv, envp, false);
 	posix_spawn_file_actions_destroy(&fa);
 	close(p[1]);
 	char buf[4096];

@@ -62,12 +62,21 @@ bool sbx_reaper_on(void)
 	return atomic_load(&reaper_on);
 }
 
-int sbx_reaper_spawnattr(posix_spawnattr_t *a)
+int sbx_reaper_spawn(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, char *const argv[],
+		     char *const envp[], bool search)
 {
+	posix_spawnattr_t at;
 	sigset_t none;
 	sigemptyset(&none);
-	int rc = posix_spawnattr_setsigmask(a, &none);
-	return rc ? rc : posix_spawnattr_setflags(a, POSIX_SPAWN_SETSIGMASK);
+	int rc = posix_spawnattr_init(&at);
+	if (rc)
+		return rc;
+	if ((rc = posix_spawnattr_setsigmask(&at, &none)) == 0 &&
+	    (rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK)) == 0)
+		rc = search ? posix_spawnp(pid, file, fa, &at, argv, envp)
+			    : posix_spawn(pid, file, fa, &at, argv, envp);
+	posix_spawnattr_destroy(&at);
+	return rc;
 }
 
 void sbx_reaper_child_unblock(void)

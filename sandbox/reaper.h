@@ -38,9 +38,10 @@ bool sbx_reaper_on(void);
 
 /* A program the server starts (an image or disk tool, a uid helper) must
  * not inherit the blocked SIGCHLD of sbx_reaper_init, or one that forks
- * and waits on the signal would wait forever. For posix_spawn: set on a
- * (initialised by the caller) that the child starts with no signal
- * blocked; 0 or an errno value. For a fork()ed child about to exec:
- * unblock every signal (async-signal-safe). */
-int sbx_reaper_spawnattr(posix_spawnattr_t *a);
+ * and waits on the signal would wait forever. sbx_reaper_spawn is
+ * posix_spawn (search: posix_spawnp) with the child's signal mask empty;
+ * 0 or an errno value, as posix_spawn. For a fork()ed child about to exec:
+ * sbx_reaper_child_unblock unblocks every signal (async-signal-safe). */
+int sbx_reaper_spawn(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, char *const argv[],
+		     char *const envp[], bool search);
 void sbx_reaper_child_unblock(void);

@@ -115,12 +115,7 @@ static int run_tool(json_t *argv)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, 2, 1);
 	pid_t pid;
-	posix_spawnattr_t at;
-	posix_spawnattr_init(&at);
-	int rc = sbx_reaper_spawnattr(&at);
-	if (rc == 0)
-		rc = posix_spawnp(&pid, v[0], &fa, &at, v, environ);
-	posix_spawnattr_destroy(&at);
+	int rc = sbx_reaper_spawn(&pid, v[0], &fa, v, environ, true);
 	posix_spawn_file_actions_destroy(&fa);
 	free(v);
 	if (rc != 0)

@@ -42,7 +42,7 @@ static void block_chld(sigset_t *old)
 	assert_int_equal(sigprocmask(SIG_BLOCK, &chld, old), 0);
 }
 
-static void test_spawnattr_unblocks(void **state)
+static void test_spawn_unblocks(void **state)
 {
 	(void)state;
 	sigset_t old;
@@ -54,13 +54,11 @@ static void test_spawnattr_unblocks(void **state)
 		posix_spawn_file_actions_t fa;
 		posix_spawn_file_actions_init(&fa);
 		posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-		posix_spawnattr_t at;
-		posix_spawnattr_init(&at);
-		if (with)
-			assert_int_equal(sbx_reaper_spawnattr(&at), 0);
 		pid_t pid;
-		assert_int_equal(posix_spawn(&pid, argv[0], &fa, &at, argv, NULL), 0);
-		posix_spawnattr_destroy(&at);
+		if (with)
+			assert_int_equal(sbx_reaper_spawn(&pid, argv[0], &fa, argv, NULL, false), 0);
+		else
+			assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, NULL), 0);
 		posix_spawn_file_actions_destroy(&fa);
 		close(p[1]);
 		long long blk = child_sigblk(pid, p[0]);
@@ -99,7 +97,7 @@ static void test_child_unblock(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_spawnattr_unblocks),
+	    cmocka_unit_test(test_spawn_unblocks),
 	    cmocka_unit_test(test_child_unblock),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
