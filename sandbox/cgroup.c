@@ -446,10 +446,13 @@ bool sbx_cgroup_cpu(const char **acct)
  *     its groups: the child joins them all before it runs anything, its
  *     descendants inherit them, and no tenant uid can write a cgroup.procs;
  *   - memory.usage_in_bytes, what stays charged to the group (page cache
- *     of the files it wrote, kernel objects), is at most 1 MiB and 1/64
+ *     of the files it wrote, kernel objects), is at most 4 MiB and 1/64
  *     of the next command's memory limit: the next command starts with
  *     (nearly) all of its limit, and the rest is reclaimable and goes
- *     first when it needs room;
+ *     first when it needs room. A bwrap `true` leaves 0.5-1.2 MiB at its
+ *     reap, three quarters of it kernel memory (its namespaces, freed
+ *     by the kernel's workers a little later): a 1 MiB bound removed
+ *     every few groups and made the next command's anew;
  *   - memory.failcnt, memory.max_usage_in_bytes and cpuacct.usage are
  *     reset to 0, so that the limit hits, the peak and the CPU time a
  *     reader sees are the command's own (an OOM-killed command's are gone
@@ -473,7 +476,7 @@ bool sbx_cgroup_cpu(const char **acct)
  * commands get groups made and removed as before. At most 576 fds. */
 #define POOL_MAX 64
 #define POOL_PER_UID 32
-#define RESIDUAL_MAX (1u << 20)
+#define RESIDUAL_MAX (4u << 20)
 #define POOL_SKIPS_MAX 64
 
 struct leaf {
