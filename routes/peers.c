@@ -3,7 +3,7 @@
 #include "routes/peers.h"
 
 #include <curl/curl.h>
-#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +12,18 @@
 
 #define TOKEN_FILE_MAX 16384
 
-int route_peers_global_init(void)
+/* libcurl's global state, made at the first batch rather than at start:
+ * only the audit of other nodes needs it here, and made at start it cost
+ * every idle server ~0.3 MB of RSS (TLS set-up; bench/NOTES.md, P10).
+ * The remote backend's client library (client/core.c) makes it too; it
+ * is reference-counted and thread-safe in the libcurl >= 7.84 both need. */
+_Static_assert(LIBCURL_VERSION_NUM >= 0x075400, "libcurl >= 7.84 expected (thread-safe global init)");
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc = CURLE_FAILED_INIT;
+
+static void global_init(void)
 {
-	return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -EIO;
+	global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
@@ -82,7 +91,8 @@ static CURL *easy_for(struct route_peer_get *g, struct curl_slist **hdrs, long t
 
 void route_peers_get(struct route_peer_get *v, size_t n, long timeout_ms, size_t max_body)
 {
-	CURLM *m = curl_multi_init();
+	pthread_once(&global_once, global_init);
+	CURLM *m = global_rc == CURLE_OK ? curl_multi_init() : NULL;
 	CURL **easy = xcalloc(n + 1, sizeof *easy);
 	struct curl_slist **hdrs = xcalloc(n + 1, sizeof *hdrs);
 	char **urls = xcalloc(n + 1, sizeof *urls);
@@ -92,7 +102,9 @@ void route_peers_get(struct route_peer_get *v, size_t n, long timeout_ms, size_t
 		buf_init(&v[i].body, max_body);
 		easy[i] = m ? easy_for(&v[i], &hdrs[i], timeout_ms, &urls[i]) : NULL;
 		if (!m)
-			snprintf(v[i].error, sizeof v[i].error, "cannot make a libcurl handle");
+			snprintf(v[i].error, sizeof v[i].error, "%s",
+				 global_rc == CURLE_OK ? "cannot make a libcurl handle"
+						       : "cannot initialise libcurl");
 		if (easy[i])
 			curl_multi_add_handle(m, easy[i]);
 	}

@@ -7,7 +7,8 @@
  * Threads: route_peers_get blocks its caller until every request has
  * answered or timeout_ms has passed, so it is called from a worker thread
  * (routes/audit_nodes.c) or the command line, never on an HTTP thread.
- * Call route_peers_global_init() once at start, before any thread runs. */
+ * libcurl is loaded at the first call (common/dl.h); when it cannot be,
+ * each request's error says why. */
 #include <stddef.h>
 
 #include "common/buf.h"
@@ -24,8 +25,6 @@ struct route_peer_get {
 	char error[200]; /* why there is no status: connect, timeout, token-file, size */
 };
 
-/* 0, or -EIO when libcurl cannot be initialised. */
-int route_peers_global_init(void);
 /* Send every v[i] at once; returns when all are done or timeout_ms (for
  * connecting and answering together) has passed. Never fails as a whole:
  * each v[i] says what happened to it. Free each body with buf_free. */

@@ -17,7 +17,6 @@
 #include "common/xmalloc.h"
 #include "routes/audit.h"
 #include "routes/audit_nodes.h"
-#include "routes/peers.h"
 #include "routes/policy.h"
 #include "sandbox/diskimg.h"
 #include "server/datadir.h"
@@ -501,8 +500,8 @@ static int audit_all_nodes(struct sbx_config *cfg, const struct cli_args *a, str
 {
 	struct sbx_nodes nodes;
 	char err[512] = "", *bearer = NULL;
-	if (sbx_nodes_parse(cfg->nodes, &nodes, err, sizeof err) < 0 || route_peers_global_init() < 0) {
-		fprintf(stderr, "sandboxd: %s\n", *err ? err : "cannot initialise libcurl");
+	if (sbx_nodes_parse(cfg->nodes, &nodes, err, sizeof err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err);
 		return 1;
 	}
 	if (a->token_file) {

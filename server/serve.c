@@ -20,7 +20,6 @@
 #include "routes/admit.h"
 #include "routes/app.h"
 #include "routes/audit_nodes.h"
-#include "routes/peers.h"
 #include "routes/exec.h"
 #include "routes/exec_registry.h"
 #include "routes/policy.h"
@@ -567,7 +566,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	if (setup_uids(&s) < 0)
 		return 1;
 	bound_malloc_arenas();
-	if (install_signals() < 0 || route_peers_global_init() < 0)
+	if (install_signals() < 0)
 		return 1;
 	/* Before any thread, like the capabilities below (sandbox/reaper.h). */
 	int reaper_fd = sbx_reaper_init();
