@@ -1,14 +1,14 @@
 #pragma once
 /* GET requests to the cluster's other nodes (common/nodes.h), for the
  * merged audit history: libcurl, all of them at once, bounded in time and
- * size. This is the server's only HTTP client; it is small on purpose and
- * can move onto libsandboxd (client/) once that library exists.
+ * size. It is small on purpose; the remote backend's requests go through
+ * the client library (client/) instead, which speaks sandboxd's own API.
  *
  * Threads: route_peers_get blocks its caller until every request has
  * answered or timeout_ms has passed, so it is called from a worker thread
  * (routes/audit_nodes.c) or the command line, never on an HTTP thread.
- * libcurl is loaded at the first call (common/dl.h); when it cannot be,
- * each request's error says why. */
+ * libcurl's global state is made at the first call; when it cannot be,
+ * each request's error says so. */
 #include <stddef.h>
 
 #include "common/buf.h"
