@@ -478,6 +478,17 @@ static long metric(const char *name)
 	return v;
 }
 
+/* The subscribers gauge, once it reads want: a closed stream leaves when
+ * the server notices the hang-up, a moment after the client closed it
+ * (up to 20 s on a loaded machine). */
+static long wait_subscribers(long want)
+{
+	long until = it_now_ms() + 20000, v;
+	while ((v = metric("sandboxd_sse_subscribers")) != want && it_now_ms() < until)
+		usleep(20000);
+	return v;
+}
+
 /* The server's open files, for a failure message. */
 static void dump_fds(void)
 {
@@ -1136,7 +1147,7 @@ static void test_many_watchers(void **state)
 		rss1);
 	assert_true(fd1 <= fd0 + 5);
 	assert_true(rss1 - rss0 < 16 * 1024);
-	assert_int_equal(metric("sandboxd_sse_subscribers"), 0);
+	assert_int_equal(wait_subscribers(0), 0);
 	/* one heartbeat computation per interval for all 200 (3 s / 500 ms) */
 	long hbs = metric("sandboxd_heartbeats_total") - hb0;
 	fprintf(stderr, "heartbeats computed: %ld\n", hbs);
@@ -1210,7 +1221,7 @@ static void test_watchers_of_several_execs(void **state)
 	assert_true(fa.starts == 1 && fa.exits == 1 && fa.heartbeats >= 1);
 	assert_true(fb.starts == 1 && fb.exits == 1 && fb.heartbeats >= 1);
 	sse_free(&feed);
-	assert_int_equal(metric("sandboxd_sse_subscribers"), 0);
+	assert_int_equal(wait_subscribers(0), 0);
 }
 
 static int raw_connect(void)
@@ -1304,10 +1315,7 @@ static void test_disconnect_noticed(void **state)
 	free(req);
 	assert_true(raw_read_until(fd, "event: start", 3000));
 	close(fd);
-	long until = it_now_ms() + 1500;
-	while (metric("sandboxd_sse_subscribers") != subs0 && it_now_ms() < until)
-		usleep(20000);
-	assert_int_equal(metric("sandboxd_sse_subscribers"), subs0);
+	assert_int_equal(wait_subscribers(subs0), subs0);
 	json_decref(bg_join(&b));
 	it_resp_free(&b.resp);
 }
