@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/buf.h"
 #include "common/errors.h"
@@ -15,7 +16,7 @@
 #include "routes/app.h"
 #include "routes/exec_registry.h"
 
-enum admit_state { Q_WAITING, Q_ADMITTED, Q_EXPIRED, Q_STOPPED, Q_GONE };
+enum admit_state { Q_WAITING, Q_ADMITTED, Q_EXPIRED, Q_STOPPED, Q_GONE, Q_CANCELLED };
 
 /* A waiting request's place (r->hstate while it waits and until its
  * handler takes the slot). */
@@ -56,6 +57,7 @@ static void unlink_locked(struct route_admit *t, enum admit_state s)
 	st->expired += s == Q_EXPIRED;
 	st->stopped += s == Q_STOPPED;
 	st->left += s == Q_GONE;
+	st->cancelled += s == Q_CANCELLED;
 }
 
 struct route_admit *route_admit_next_locked(struct app *a, struct tenant_load *l)
@@ -136,7 +138,7 @@ static int admit_resumed(struct http_req *r)
 	t->watch = 0;
 	enum admit_state s = t->state; /* no longer changes: it left the queue */
 	int64_t waited = mono_ms() - t->since_ms, limit = t->limit;
-	if (s == Q_ADMITTED)
+	if (s == Q_ADMITTED || s == Q_CANCELLED)
 		return t->rerun(r); /* route_admit_take finds t */
 	ticket_drop(r);
 	if (s == Q_GONE) {
@@ -180,6 +182,10 @@ int route_admit_take(struct http_req *r, int64_t limit)
 	if (r->on_free != admit_free)
 		return 0;
 	struct route_admit *t = r->hstate;
+	if (t->state == Q_CANCELLED) {
+		ticket_drop(r); /* its watch went at the resume */
+		return 2;
+	}
 	if (t->state != Q_ADMITTED)
 		return 0;
 	struct app *a = t->app;
@@ -270,6 +276,33 @@ int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (
 	return 1;
 }
 
+/* Whether the waiting request t asked for the client-chosen exec id
+ * (its parsed body does not change while it waits). */
+static bool asked_id(const struct route_admit *t, const char *id)
+{
+	const char *v = json_string_value(json_object_get(t->r->json, "id"));
+	return v && strcmp(v, id) == 0;
+}
+
+int route_admit_cancel(struct app *a, struct tenant_load *l, const char *id)
+{
+	struct route_admit *list = NULL, **tail = &list;
+	int n = 0;
+	pthread_mutex_lock(&a->tenants_lock);
+	for (struct route_admit *t = l->qhead, *next; t; t = next) {
+		next = t->next;
+		if (!asked_id(t, id))
+			continue;
+		unlink_locked(t, Q_CANCELLED);
+		*tail = t;
+		tail = &t->next;
+		n++;
+	}
+	pthread_mutex_unlock(&a->tenants_lock);
+	route_admit_resume(list);
+	return n;
+}
+
 /* Under the lock: every waiting request that matches, out of its queue in
  * state s, chained for the resume. */
 static struct route_admit *take_all_locked(struct app *a, enum admit_state s, int64_t now, int64_t *next)
@@ -322,13 +355,16 @@ void route_admit_render(struct app *a, struct buf *out)
 	buf_appendf(out,
 		    "# HELP sandboxd_exec_queue_refused_total POST /exec requests refused at the exec limit: "
 		    "the queue was full (full), the wait bound passed (expired), the server stopped "
-		    "(stopping); left: the client went away while waiting.\n"
+		    "(stopping); left: the client went away while waiting; cancelled: POST "
+		    "/exec/{id}/cancel withdrew it.\n"
 		    "# TYPE sandboxd_exec_queue_refused_total counter\n"
 		    "sandboxd_exec_queue_refused_total{reason=\"full\"} %llu\n"
 		    "sandboxd_exec_queue_refused_total{reason=\"expired\"} %llu\n"
 		    "sandboxd_exec_queue_refused_total{reason=\"stopping\"} %llu\n"
-		    "sandboxd_exec_queue_refused_total{reason=\"left\"} %llu\n",
+		    "sandboxd_exec_queue_refused_total{reason=\"left\"} %llu\n"
+		    "sandboxd_exec_queue_refused_total{reason=\"cancelled\"} %llu\n",
 		    (unsigned long long)st->full, (unsigned long long)st->expired,
-		    (unsigned long long)st->stopped, (unsigned long long)st->left);
+		    (unsigned long long)st->stopped, (unsigned long long)st->left,
+		    (unsigned long long)st->cancelled);
 	pthread_mutex_unlock(&a->tenants_lock);
 }

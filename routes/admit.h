@@ -5,8 +5,9 @@
  * policy's exec_queue (how many wait) and exec-queue-wait-ms (how long
  * each waits); beyond either, 429 too_many_requests with Retry-After.
  *
- * A waiting request holds nothing but its place: no exec row, no id, no
- * runner job. When a slot frees (route_tenant_release_exec), it passes to
+ * A waiting request holds nothing but its place: no exec row, no runner
+ * job, no id but the one its client chose (by which a cancel finds it:
+ * route_admit_cancel). When a slot frees (route_tenant_release_exec), it passes to
  * the oldest waiting request, which is resumed and runs the exec handler
  * again from the start (r->json is still there): its policy,
  * cwd and image are checked anew and its row is written then, at
@@ -42,7 +43,9 @@ int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (
  * which is the caller's from now on (released with
  * route_tenant_release_exec); -1 when the limit was lowered while it
  * waited and its slot is over it: r waits again, first in the queue,
- * suspended (the handler returns 0); 0 for any other request. A slot
+ * suspended (the handler returns 0); 2 when r was cancelled while it
+ * waited (route_admit_cancel): it holds no slot, and its command is
+ * recorded as cancelled without running; 0 for any other request. A slot
  * given and never taken is released when r ends. The newest limit read
  * (here or by route_admit_exec) applies to every waiting request. */
 int route_admit_take(struct http_req *r, int64_t limit);
@@ -53,6 +56,12 @@ int route_admit_take(struct http_req *r, int64_t limit);
 struct route_admit *route_admit_next_locked(struct app *a, struct tenant_load *l);
 /* Resume the requests route_admit_next_locked returned (no lock held). */
 void route_admit_resume(struct route_admit *list);
+
+/* POST /exec/{id}/cancel: every request of l's tenant waiting with the
+ * client-chosen id leaves the queue (its place to the next) and is
+ * resumed; its handler runs again and ends it cancelled without running
+ * (route_admit_take returns 2). Returns how many there were. */
+int route_admit_cancel(struct app *a, struct tenant_load *l, const char *id);
 
 /* The approvals thread: refuse (429) every request that waited longer
  * than exec-queue-wait-ms. Returns the monotonic ms of the next such

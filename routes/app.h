@@ -67,6 +67,7 @@ struct tenant_load {
 struct admit_stats {
 	int64_t queued;			       /* waiting now, every tenant */
 	uint64_t full, expired, left, stopped; /* refused; left: the client went away */
+	uint64_t cancelled;		       /* POST /exec/{id}/cancel while waiting */
 };
 
 struct app {

@@ -19,6 +19,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "routes/admit.h"
 #include "routes/app.h"
 #include "routes/code.h"
 #include "http/fields.h"
@@ -508,11 +509,14 @@ int route_exec_cancel(struct http_req *r)
 	if (!id_ok(id, strlen(id)))
 		return route_exec_unknown(r, id);
 	/* Twice: a command approved between the two looks is running the
-	 * second time. */
+	 * second time. A request still waiting for an exec slot (routes/
+	 * admit.h) is withdrawn and ends cancelled without running. */
 	for (int look = 0; look < 2; look++) {
 		uint64_t handle = route_execs_handle(r->app->execs, r->tenant->name, id);
+		/* Waiting twins of a running one too: they would join it. */
+		bool waiting = route_admit_cancel(r->app, r->tenant->load, id) > 0;
 		if ((handle && route_jobs_cancel(r->app, handle) == 0) ||
-		    route_execs_cancel_pending(r->app->execs, r->tenant->name, id))
+		    route_execs_cancel_pending(r->app->execs, r->tenant->name, id) || waiting)
 			return http_reply_json(r, 202,
 					       json_pack("{s:s, s:s}", "id", id, "state", "cancelling"));
 	}

@@ -86,7 +86,8 @@ struct exec_job {
 	char *reason;	       /* with error: the message (-SBX_E_REJECTED, or a remote's); owned */
 	int64_t retry_after_s; /* with error: a remote's Retry-After (0: none) */
 	int64_t max_execs;
-	bool holds_exec_slot;	       /* else it holds a pending slot */
+	bool holds_exec_slot;	       /* else it holds a pending slot, */
+	bool holds_no_slot;	       /* or none (cancelled while it waited for one) */
 	_Atomic bool hung_up;	       /* the waiting client went away (the watch thread says) */
 	bool hangup_handled;	       /* under registry lock */
 	struct exec_job *expired_next; /* the approvals thread's list */
@@ -229,7 +230,7 @@ static void record_exit(struct app *a, struct exec_job *j)
 	j->chan = NULL;
 	if (j->holds_exec_slot)
 		route_tenant_release_exec(a, j->tenant);
-	else
+	else if (!j->holds_no_slot)
 		route_tenant_release_pending(a, j->tenant);
 }
 
@@ -795,16 +796,20 @@ static int answer_existing(struct http_req *r, const char *id, const char *hash,
  * without a job, which looks like one lost in a restart). A command that
  * waits for approval holds a pending slot (as many as max_execs), not a
  * running one. */
-static int begin_locked(struct http_req *r, struct store_exec *row, const struct route_exec_opts *o)
+static int begin_locked(struct http_req *r, struct store_exec *row, const struct route_exec_opts *o,
+			bool *withdrawn)
 {
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
 	int rc;
-	snprintf(row->state, sizeof row->state, "%s", o->approval ? "pending_approval" : "running");
 	int took = route_admit_take(r, o->max_execs); /* the queue admitted r: its slot */
 	if (took < 0)
 		return 0; /* the limit was lowered: waits again, first in line */
-	bool held = took > 0;
+	/* Cancelled while it waited: recorded and ended without a slot. */
+	*withdrawn = took == 2;
+	snprintf(row->state, sizeof row->state, "%s",
+		 o->approval && !*withdrawn ? "pending_approval" : "running");
+	bool held = took == 1;
 	if (held && o->approval) {
 		route_tenant_release_exec(a, r->tenant); /* its policy changed while it waited */
 		held = false;
@@ -815,10 +820,10 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 				route_tenant_release_exec(a, r->tenant);
 			return rc; /* answered (or waiting) from the earlier exec */
 		}
-		rc = held	   ? 0
-		     : o->approval ? route_tenant_acquire_pending(a, r->tenant, o->max_execs)
-				   : route_admit_exec(r, o->max_execs, o->background ? 0 : o->exec_queue,
-						      route_exec_post);
+		rc = held || *withdrawn ? 0
+		     : o->approval	? route_tenant_acquire_pending(a, r->tenant, o->max_execs)
+					: route_admit_exec(r, o->max_execs, o->background ? 0 : o->exec_queue,
+							   route_exec_post);
 		held = false;
 		if (rc == 1)
 			return 0; /* waits for a slot, suspended */
@@ -837,9 +842,9 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 		if (rc == 0)
 			return 1; /* e->mu stays held until the job is registered */
 		pthread_mutex_unlock(&e->mu);
-		if (o->approval)
+		if (o->approval && !*withdrawn)
 			route_tenant_release_pending(a, r->tenant);
-		else
+		else if (!*withdrawn)
 			route_tenant_release_exec(a, r->tenant);
 		if (rc == -EEXIST && o->id_given && attempt < 3)
 			continue; /* a concurrent request started it: answer from that exec */
@@ -1076,16 +1081,35 @@ static int park_locked(struct http_req *r, struct exec_job *j, const struct stor
 	return o->stream || waits ? 0 : reply_parked(r, row);
 }
 
+/* A request cancelled while it waited for a slot (routes/admit.h), its
+ * row written like any start: registered, answered as it asked (a
+ * waiter or a stream subscriber), and ended at once as cancelled without
+ * running, as a command cancelled while it waits for approval is. It
+ * holds no slot. Called with the registry lock, which it releases. */
+static int end_withdrawn_locked(struct http_req *r, struct exec_job *j, const struct store_exec *row,
+				const struct route_exec_opts *o)
+{
+	struct route_execs *e = r->app->execs;
+	j->holds_no_slot = true;
+	j->next = e->jobs;
+	e->jobs = j;
+	first_answer_locked(r, j, row, o);
+	pthread_mutex_unlock(&e->mu);
+	end_cancelled(j);
+	return 0;
+}
+
 int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run,
 		      struct route_exec_opts *o)
 {
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
-	int rc = begin_locked(r, row, o);
-	if (rc != 1) {
+	bool withdrawn = false;
+	int rc = begin_locked(r, row, o, &withdrawn);
+	if (rc != 1 || withdrawn) /* nothing runs: no files_changed */
 		sbx_snapshot_free(&o->before);
+	if (rc != 1)
 		return rc;
-	}
 	struct exec_job *j = job_new(r, row);
 	j->before = o->before;
 	o->before = NULL;
@@ -1095,6 +1119,8 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	run->spawn.gid = j->tenant->gid;
 	run->id = j->id;
 	j->max_execs = o->max_execs;
+	if (withdrawn)
+		return end_withdrawn_locked(r, j, row, o);
 	if (!j->tenant->provider && strcmp(sbx_backend_name(run->backend), "local") == 0)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)",
 			j->id, j->tenant->name);

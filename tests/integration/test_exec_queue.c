@@ -2,7 +2,8 @@
  * a tenant at max_execs waits for a slot, oldest first, within
  * tenant-exec-queue places and exec-queue-wait-ms; beyond either, 429
  * with Retry-After. A waiting request has no exec row; its client leaving
- * frees its place; shutdown answers it. Commands wait on gate files the
+ * frees its place, and so does a cancel by its id (it ends cancelled
+ * without running); shutdown answers it. Commands wait on gate files the
  * test creates, so nothing depends on timing. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -290,6 +291,92 @@ static void test_stream_waits(void **state)
 	json_decref(join_ok(&b));
 }
 
+/* POST /exec/{id}/cancel of a request waiting for a slot: 202, and the
+ * request (plain or streamed) ends cancelled without running, as a
+ * command cancelled while it waits for approval does (exit_code 143, a
+ * row in state cancelled, the same result to a retry of its id); its
+ * place passes to the next request. */
+static long cancel(const char *id, json_t **out)
+{
+	char *path = xasprintf("/exec/%s/cancel", id);
+	struct it_resp r;
+	assert_int_equal(it_http(&srv, "POST", path, tok, NULL, NULL, 0, &r), 0);
+	free(path);
+	if (out)
+		*out = it_json(&r);
+	long st = r.status;
+	it_resp_free(&r);
+	return st;
+}
+
+static void test_cancel_waiting(void **state)
+{
+	(void)state;
+	struct bg_req a, b, x, y, n;
+	fill(&a, &b, "k");
+	long cancelled = metric(&srv, "sandboxd_exec_queue_refused_total{reason=\"cancelled\"}");
+	bg_exec(&x, &srv, tok, json_pack("{s:s, s:s}", "command", "touch /workspace/k-x-ran", "id", "k-x"),
+		NULL);
+	wait_queued(&srv, 1);
+	bg_exec(&y, &srv, tok,
+		json_pack("{s:s, s:s, s:b}", "command", "touch /workspace/k-y-ran", "id", "k-y", "stream", 1),
+		NULL);
+	wait_queued(&srv, 2);
+
+	json_t *v = NULL;
+	assert_int_equal(cancel("k-x", &v), 202);
+	assert_string_equal(jstr(v, "state"), "cancelling");
+	json_decref(v);
+	json_t *rx = join_ok(&x);
+	assert_true(jtrue(rx, "cancelled"));
+	assert_int_equal(jint(rx, "exit_code"), 143);
+	assert_string_equal(jstr(rx, "stdout"), "");
+	assert_string_equal(jstr(rx, "id"), "k-x");
+	assert_int_equal(it_get_json(&srv, tok, "/exec/k-x", &v), 200);
+	assert_string_equal(jstr(v, "state"), "cancelled");
+	json_decref(v);
+
+	assert_int_equal(cancel("k-y", &v), 202);
+	json_decref(v);
+	json_decref(bg_join(&y));
+	it_expect_status(&y.resp, 200);
+	char *body = xasprintf("%.*s", (int)y.resp.len, y.resp.body);
+	/* It never started: no `start`, only its `exit`. */
+	assert_null(strstr(body, "event: start"));
+	assert_non_null(strstr(body, "event: exit"));
+	assert_non_null(strstr(body, "\"cancelled\":true"));
+	free(body);
+	it_resp_free(&y.resp);
+	wait_queued(&srv, 0);
+	assert_int_equal(metric(&srv, "sandboxd_exec_queue_refused_total{reason=\"cancelled\"}"),
+			 cancelled + 2);
+
+	/* Its place is gone: the next request waits alone and runs first. */
+	bg_exec(&n, &srv, tok, json_pack("{s:s, s:s}", "command", "echo next", "id", "k-next"), NULL);
+	wait_queued(&srv, 1);
+	open_gate(&srv, "gate-ka");
+	json_t *rn = join_ok(&n);
+	assert_string_equal(ex_stdout_ok(rn), "next\n");
+	json_decref(rn);
+	/* A retry of the cancelled id answers its result; nothing runs. */
+	struct it_resp r;
+	assert_int_equal(ex_post(&srv, tok, NULL,
+				 json_pack("{s:s, s:s}", "command", "touch /workspace/k-x-ran", "id", "k-x"),
+				 &v, &r),
+			 200);
+	assert_true(jtrue(v, "cancelled"));
+	json_decref(v);
+	it_resp_free(&r);
+	/* Cancelling it again: it has finished. */
+	assert_int_equal(cancel("k-x", NULL), 409);
+	open_gate(&srv, "gate-kb");
+	json_decref(join_ok(&a));
+	json_decref(join_ok(&b));
+	json_decref(rx);
+	assert_false(it_ws_exists(&srv, "acme", "k-x-ran"));
+	assert_false(it_ws_exists(&srv, "acme", "k-y-ran"));
+}
+
 /* POST /code waits the same way, and runs as asked once admitted (its
  * input file written, files_changed from the admission on). */
 static void test_code_waits(void **state)
@@ -448,6 +535,7 @@ int main(void)
 	    cmocka_unit_test(test_client_leaves),
 	    cmocka_unit_test(test_same_id_waiting),
 	    cmocka_unit_test(test_stream_waits),
+	    cmocka_unit_test(test_cancel_waiting),
 	    cmocka_unit_test(test_code_waits),
 	    cmocka_unit_test(test_lowered_limit),
 	    cmocka_unit_test(test_queue_off_by_policy),
