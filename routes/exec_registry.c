@@ -49,6 +49,11 @@ struct pending {
 	bool deciding;	     /* under registry lock: approved, rejected or cancelled */
 };
 
+/* A job's share of its tenant's limits, released when it ends: a pending
+ * slot while it waits for approval, an exec slot once it runs, none when
+ * it was cancelled while it waited for one (routes/admit.h). */
+enum job_slot { SLOT_PENDING, SLOT_EXEC, SLOT_NONE };
+
 struct exec_job {
 	struct app *app;
 	struct tenant *tenant; /* referenced until the exit */
@@ -86,8 +91,7 @@ struct exec_job {
 	char *reason;	       /* with error: the message (-SBX_E_REJECTED, or a remote's); owned */
 	int64_t retry_after_s; /* with error: a remote's Retry-After (0: none) */
 	int64_t max_execs;
-	bool holds_exec_slot;	       /* else it holds a pending slot, */
-	bool holds_no_slot;	       /* or none (cancelled while it waited for one) */
+	enum job_slot slot;	       /* which of its tenant's slots it holds */
 	_Atomic bool hung_up;	       /* the waiting client went away (the watch thread says) */
 	bool hangup_handled;	       /* under registry lock */
 	struct exec_job *expired_next; /* the approvals thread's list */
@@ -228,9 +232,9 @@ static void record_exit(struct app *a, struct exec_job *j)
 		http_hub_channel_exit(a->hub, j->chan, j->result, NULL);
 	}
 	j->chan = NULL;
-	if (j->holds_exec_slot)
+	if (j->slot == SLOT_EXEC)
 		route_tenant_release_exec(a, j->tenant);
-	else if (!j->holds_no_slot)
+	else if (j->slot == SLOT_PENDING)
 		route_tenant_release_pending(a, j->tenant);
 }
 
@@ -1015,7 +1019,7 @@ static int start_approved(struct exec_job *j, const char *by)
 		return rc;
 	}
 	route_tenant_release_pending(a, j->tenant);
-	j->holds_exec_slot = true;
+	j->slot = SLOT_EXEC;
 	publish_decision(j, "approved", by, NULL, at);
 	pthread_mutex_lock(&j->pmu);
 	j->started_mono = mono_ms(); /* its progress counts from now */
@@ -1059,6 +1063,7 @@ static int park_locked(struct http_req *r, struct exec_job *j, const struct stor
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
 	j->pend = pending_new(run, o->approval_timeout_ms);
+	j->slot = SLOT_PENDING;
 	j->requested_by = row->requested_by ? xstrdup(row->requested_by) : NULL;
 	j->next = e->jobs;
 	e->jobs = j;
@@ -1090,7 +1095,7 @@ static int end_withdrawn_locked(struct http_req *r, struct exec_job *j, const st
 				const struct route_exec_opts *o)
 {
 	struct route_execs *e = r->app->execs;
-	j->holds_no_slot = true;
+	j->slot = SLOT_NONE;
 	j->next = e->jobs;
 	e->jobs = j;
 	first_answer_locked(r, j, row, o);
@@ -1126,7 +1131,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 			j->id, j->tenant->name);
 	if (o->approval)
 		return park_locked(r, j, row, run, o);
-	j->holds_exec_slot = true;
+	j->slot = SLOT_EXEC;
 
 	j->next = e->jobs;
 	e->jobs = j;
