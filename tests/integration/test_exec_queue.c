@@ -266,6 +266,18 @@ static void test_same_id_waiting(void **state)
 	free(text);
 }
 
+/* Join the stream request b, which must have answered 200: its body (a
+ * new string). */
+static char *stream_body(struct bg_req *b)
+{
+	json_decref(bg_join(b));
+	assert_int_equal(b->rc, 0);
+	it_expect_status(&b->resp, 200);
+	char *body = xasprintf("%.*s", (int)b->resp.len, b->resp.body);
+	it_resp_free(&b->resp);
+	return body;
+}
+
 /* A stream request waits too; its stream starts with the command. */
 static void test_stream_waits(void **state)
 {
@@ -277,25 +289,17 @@ static void test_stream_waits(void **state)
 	wait_queued(&srv, 1);
 	assert_int_equal(it_get_json(&srv, tok, "/exec/t-s", NULL), 404);
 	open_gate(&srv, "gate-ta");
-	json_decref(bg_join(&c));
-	assert_int_equal(c.rc, 0);
-	it_expect_status(&c.resp, 200);
-	char *body = xasprintf("%.*s", (int)c.resp.len, c.resp.body);
+	char *body = stream_body(&c);
 	assert_non_null(strstr(body, "event: start"));
 	assert_non_null(strstr(body, "event: exit"));
 	assert_non_null(strstr(body, "streamed"));
 	free(body);
-	it_resp_free(&c.resp);
 	open_gate(&srv, "gate-tb");
 	json_decref(join_ok(&a));
 	json_decref(join_ok(&b));
 }
 
-/* POST /exec/{id}/cancel of a request waiting for a slot: 202, and the
- * request (plain or streamed) ends cancelled without running, as a
- * command cancelled while it waits for approval does (exit_code 143, a
- * row in state cancelled, the same result to a retry of its id); its
- * place passes to the next request. */
+/* POST /exec/{id}/cancel as acme: the status; *out (optional) the body. */
 static long cancel(const char *id, json_t **out)
 {
 	char *path = xasprintf("/exec/%s/cancel", id);
@@ -309,6 +313,11 @@ static long cancel(const char *id, json_t **out)
 	return st;
 }
 
+/* POST /exec/{id}/cancel of a request waiting for a slot: 202, and the
+ * request (plain or streamed) ends cancelled without running, as a
+ * command cancelled while it waits for approval does (exit_code 143, a
+ * row in state cancelled, the same result to a retry of its id); its
+ * place passes to the next request. */
 static void test_cancel_waiting(void **state)
 {
 	(void)state;
@@ -338,20 +347,18 @@ static void test_cancel_waiting(void **state)
 
 	assert_int_equal(cancel("k-y", &v), 202);
 	json_decref(v);
-	json_decref(bg_join(&y));
-	it_expect_status(&y.resp, 200);
-	char *body = xasprintf("%.*s", (int)y.resp.len, y.resp.body);
+	char *body = stream_body(&y);
 	/* It never started: no `start`, only its `exit`. */
 	assert_null(strstr(body, "event: start"));
 	assert_non_null(strstr(body, "event: exit"));
 	assert_non_null(strstr(body, "\"cancelled\":true"));
 	free(body);
-	it_resp_free(&y.resp);
 	wait_queued(&srv, 0);
 	assert_int_equal(metric(&srv, "sandboxd_exec_queue_refused_total{reason=\"cancelled\"}"),
 			 cancelled + 2);
 
-	/* Its place is gone: the next request waits alone and runs first. */
+	/* Their places are gone: the next request waits alone, and runs in
+	 * the first slot that frees (before b's gate opens). */
 	bg_exec(&n, &srv, tok, json_pack("{s:s, s:s}", "command", "echo next", "id", "k-next"), NULL);
 	wait_queued(&srv, 1);
 	open_gate(&srv, "gate-ka");
