@@ -82,7 +82,7 @@ static void run_job(struct http_pool *p, struct http_req *r, int64_t waited_ns)
 		return;
 	}
 	r->defer = true;
-	r->pool_rc = r->route->handler(r);
+	r->pool_rc = r->pool_work ? r->pool_work(r) : r->route->handler(r);
 	r->defer = false;
 }
 
@@ -174,7 +174,8 @@ void http_pool_submit(struct http_pool *p, struct http_req *r)
 {
 	const char *key = r->authed || r->audit_tenant ? r->claims.tenant : "";
 	r->on_resume = pool_answer;
-	http_suspend(r); /* before a worker can possibly resume it */
+	r->pool_item = (struct http_fairq_item){0}; /* a request may come back (http_pool_then) */
+	http_suspend(r);			    /* before a worker can possibly resume it */
 	pthread_mutex_lock(&p->mu);
 	int rc = p->stopping					 ? -SBX_E_BACKEND
 		 : http_fairq_push(p->q, key, &r->pool_item) < 0 ? -SBX_E_TOO_MANY
@@ -199,7 +200,24 @@ static int pool_answer(struct http_req *r)
 		r->hang_up = true; /* nobody to answer: the connection closes now */
 		return 0;
 	}
+	http_resume_fn then = r->pool_then;
+	r->pool_then = r->pool_work = NULL;
+	if (r->pool_rc == 0 && then && r->pool_state == JOB_RUNNING)
+		return then(r);
 	return r->pool_rc < 0 ? r->pool_rc : -EIO;
+}
+
+int http_pool_then(struct http_pool *p, struct http_req *r, int (*work)(struct http_req *r),
+		   int (*then)(struct http_req *r))
+{
+	if (!p) {
+		int rc = work(r);
+		return rc < 0 || r->status ? rc : then(r);
+	}
+	r->pool_work = work;
+	r->pool_then = then;
+	http_pool_submit(p, r);
+	return 0;
 }
 
 void http_pool_stop(struct http_pool *p)

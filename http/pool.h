@@ -57,6 +57,17 @@ void http_pool_free(struct http_pool **p);
  * (429, 503) is answered through the same resume. */
 void http_pool_submit(struct http_pool *p, struct http_req *r);
 
+/* Event thread, inside the handler of a route that is not RF_POOL: its
+ * blocking part (file writes, a walk of a directory). r is suspended and
+ * work(r) runs on a worker as an RF_POOL handler does (the same queues,
+ * caps and refusals; its replies kept); once work returns 0 without
+ * answering, then(r) runs back on the event thread as the connection's
+ * resume, where it may answer, fail or suspend again (an exec waiting for
+ * its exit). The handler returns what this returns: 0 with a pool; without
+ * one (p NULL) both parts run here, at once. */
+int http_pool_then(struct http_pool *p, struct http_req *r, int (*work)(struct http_req *r),
+		   int (*then)(struct http_req *r));
+
 /* Event thread: an RF_NOWAIT request was answered without the pool. */
 void http_pool_count_inline(struct http_pool *p);
 

@@ -95,10 +95,17 @@ struct http_req {
 	int pool_rc;		       /* the handler's return, or the refusal */
 	int64_t pool_watch;	       /* disconnect watch while queued */
 	int64_t pool_enq_ns;	       /* when it was queued */
+	http_resume_fn pool_work;      /* the blocking part a handler handed over (http_pool_then);
+					  NULL: the route's handler */
+	http_resume_fn pool_then;      /* its next part, on the event thread, once pool_work returned 0 */
 	bool defer;		       /* a worker runs the handler: replies are kept, not queued */
 	struct MHD_Response *deferred; /* the kept reply */
 	int deferred_status;
 	bool completed_ok; /* set before on_free: the response went out whole */
+	/* What a handler's pool part left for its next part (http_pool_then),
+	 * owned: freed with stash_free at completion unless a part took it. */
+	void *stash;
+	void (*stash_free)(void *stash);
 };
 
 /* Record an error for the dispatcher to render; returns code (negative). */

@@ -469,6 +469,8 @@ void http_complete(struct http_req *r, bool ok)
 	free_params(r);
 	if (r->deferred) /* made by a worker, never queued: the client left */
 		MHD_destroy_response(r->deferred);
+	if (r->stash_free)
+		r->stash_free(r->stash);
 	json_decref(r->json);
 	buf_free(&r->body);
 	free(r->url);

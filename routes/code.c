@@ -8,7 +8,10 @@
  * The snippet is stored as .sandboxd-code-<sha256 prefix>.<ext> in the
  * session directory: named by its content, so concurrent runs of one
  * session never overwrite each other's, and written before the first
- * snapshot, so it is not listed in files_changed. */
+ * snapshot, so it is not listed in files_changed. The inputs, the snippet
+ * and that snapshot are file work (a thousand files written and fsync'ed):
+ * they run on the file pool, fairly between tenants like every file route,
+ * and only POST /exec's start comes back to the event thread. */
 #include "routes/code.h"
 
 #include <errno.h>
@@ -23,6 +26,7 @@
 #include "common/log.h"
 #include "common/xmalloc.h"
 #include "http/errors.h"
+#include "http/pool.h"
 #include "routes/app.h"
 #include "routes/provider.h"
 #include "routes/exec_registry.h"
@@ -121,6 +125,45 @@ void route_exec_extras_hash(const struct route_exec_extras *x, json_t *canon)
 				    json_pack("[I, I]", (json_int_t)x->cols, (json_int_t)x->rows));
 }
 
+static void snapshot_stash_free(void *stash)
+{
+	struct sbx_snapshot *s = stash;
+	sbx_snapshot_free(&s);
+}
+
+static int take_snapshot(struct http_req *r, struct sbx_snapshot **out)
+{
+	int rc =
+	    sbx_snapshot_take(r->tenant->ws, r->session_rel, (size_t)r->app->cfg->changes_max_files, out);
+	if (rc < 0)
+		return http_fail(r, rc, "cannot list the session directory: %s", sbx_strerror(rc));
+	return 0;
+}
+
+/* Pool: the snapshot before the run, kept for POST /exec's start. */
+static int snapshot_work(struct http_req *r)
+{
+	struct sbx_snapshot *s = NULL;
+	int rc = route_session(r);
+	if (rc == 0)
+		rc = take_snapshot(r, &s);
+	if (rc < 0)
+		return rc;
+	r->stash = s;
+	r->stash_free = snapshot_stash_free;
+	return 0;
+}
+
+bool route_exec_snapshot_deferred(struct http_req *r, int *rc)
+{
+	/* A remote tenant's track_changes is refused by POST /exec itself. */
+	if (r->stash_free || !r->tenant || r->tenant->provider ||
+	    !json_is_true(json_object_get(r->json, "track_changes")))
+		return false;
+	*rc = http_pool_then(r->env->pool, r, snapshot_work, route_exec_post);
+	return true;
+}
+
 int route_exec_extras_apply(struct http_req *r, const struct route_exec_extras *x, struct sbx_exec_req *run,
 			    struct route_exec_opts *o)
 {
@@ -132,11 +175,13 @@ int route_exec_extras_apply(struct http_req *r, const struct route_exec_extras *
 	o->background = x->background;
 	if (!x->track_changes)
 		return 0;
-	int rc = sbx_snapshot_take(r->tenant->ws, r->session_rel, (size_t)r->app->cfg->changes_max_files,
-				   &o->before);
-	if (rc < 0)
-		return http_fail(r, rc, "cannot list the session directory: %s", sbx_strerror(rc));
-	return 0;
+	if (r->stash_free == snapshot_stash_free) { /* taken on the pool */
+		o->before = r->stash;
+		r->stash = NULL;
+		r->stash_free = NULL;
+		return 0;
+	}
+	return take_snapshot(r, &o->before);
 }
 
 void route_code_add_changes(struct app *a, const struct sbx_workspace *ws, const struct sbx_snapshot *before,
@@ -320,10 +365,9 @@ static bool id_used(struct http_req *r)
 	return true;
 }
 
-int route_code_post(struct http_req *r)
+/* Pool: the fields, the inputs, the snippet, the command, the snapshot. */
+static int code_work(struct http_req *r)
 {
-	if (r->tenant && r->tenant->provider)
-		return route_provider_refuse(r, "POST /code");
 	const struct language *l = NULL;
 	json_t *code = NULL, *files = NULL, *args = NULL;
 	char snippet[SBX_PATH_MAX + 16];
@@ -347,5 +391,12 @@ int route_code_post(struct http_req *r)
 	if (rc < 0)
 		return rc;
 	json_object_set_new(r->json, "track_changes", json_true());
-	return route_exec_post(r);
+	return snapshot_work(r);
+}
+
+int route_code_post(struct http_req *r)
+{
+	if (r->tenant && r->tenant->provider)
+		return route_provider_refuse(r, "POST /code");
+	return http_pool_then(r->env->pool, r, code_work, route_exec_post);
 }

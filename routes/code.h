@@ -3,7 +3,8 @@
  * answered with the ShellResult and files_changed), and the POST /exec
  * fields they add (track_changes, background, stdin_pipe, tty, cols,
  * rows), read, checked and applied here so that routes/exec.c keeps one
- * line per step. HTTP threads only. */
+ * line per step. HTTP threads, except the file work (POST /code's inputs,
+ * the first snapshot of track_changes), which runs on the file pool. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,9 +42,16 @@ int route_exec_extras_check(struct http_req *r, const struct route_exec_extras *
 /* Add the fields that change what runs to the idempotency key (only
  * those set, so keys of plain requests stay what they were). */
 void route_exec_extras_hash(const struct route_exec_extras *x, json_t *canon);
+/* POST /exec with track_changes, at its start: the snapshot before the
+ * run walks the session directory (up to changes-max-files entries), so
+ * it is taken on the file pool (http_pool_then), and POST /exec starts
+ * again on the event thread with it. true when it was handed over (the
+ * handler returns *rc); false when there is nothing to take, or it is
+ * taken already. */
+bool route_exec_snapshot_deferred(struct http_req *r, int *rc);
 /* Fill run (stdin pipe, terminal, stdin bound) and o (background, the
- * snapshot before the run when track_changes). 0, or an error after
- * http_fail (the snapshot could not be taken). */
+ * snapshot before the run when track_changes: the one the pool took). 0,
+ * or an error after http_fail (the snapshot could not be taken). */
 int route_exec_extras_apply(struct http_req *r, const struct route_exec_extras *x, struct sbx_exec_req *run,
 			    struct route_exec_opts *o);
 

@@ -419,7 +419,10 @@ static int start(struct http_req *r, struct exec_request *q)
 int route_exec_post(struct http_req *r)
 {
 	struct exec_request q;
-	int rc = parse_request(r, &q);
+	int rc = 0;
+	if (route_exec_snapshot_deferred(r, &rc)) /* track_changes: its file work first, on the pool */
+		return rc;
+	rc = parse_request(r, &q);
 	if (rc == 0)
 		rc = check_cwd(r, &q);
 	if (rc == 0 && !r->tenant->provider) /* a remote tenant's images are the back's */

@@ -424,6 +424,19 @@ int it_http(struct it_server *s, const char *method, const char *path, const cha
 	return rc == CURLE_OK ? 0 : -1;
 }
 
+long it_metric(struct it_server *s, const char *token, const char *series)
+{
+	struct it_resp r;
+	assert_int_equal(it_http(s, "GET", "/metrics", token, NULL, NULL, 0, &r), 0);
+	it_expect_status(&r, 200);
+	char *key = xasprintf("\n%s ", series);
+	const char *p = strstr(r.body, key);
+	long v = p ? strtol(p + strlen(key), NULL, 10) : -1;
+	free(key);
+	it_resp_free(&r);
+	return v;
+}
+
 char *it_header(const struct it_resp *r, const char *name)
 {
 	size_t n = strlen(name);

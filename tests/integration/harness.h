@@ -103,6 +103,10 @@ int it_http(struct it_server *s, const char *method, const char *path, const cha
 	    const char *const *headers, const void *body, size_t len, struct it_resp *out);
 /* Value of a response header (case-insensitive), or NULL; caller frees. */
 char *it_header(const struct it_resp *r, const char *name);
+/* The value of the Prometheus series `series` (name and labels as
+ * written, e.g. sandboxd_pool_running{tenant="acme"}) in GET /metrics
+ * read with token; -1 when absent. */
+long it_metric(struct it_server *s, const char *token, const char *series);
 /* Parsed JSON body (new reference) or NULL. */
 json_t *it_json(const struct it_resp *r);
 /* The error code of a wire error body, or "" — borrowed from a static buffer. */
