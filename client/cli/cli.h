@@ -5,6 +5,8 @@
  * exit status. */
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
 
 #include "client/sandboxd.h"
 
@@ -27,6 +29,24 @@ int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_print_json(json_t *o);
 /* A sandbox path argument: "sandbox:PATH" or ":PATH" -> PATH, else NULL. */
 const char *cli_remote(const char *arg);
+
+/* A remote command's output on the user's terminal: the command is a
+ * tenant's, so its escape sequences must not drive the terminal (retitle
+ * it, clear it, rewrite what was shown). Unless raw, control characters
+ * but LF and TAB are printed in caret notation (ESC as ^[, DEL as ^?; a
+ * CR only before an LF), C1 and bidi controls as <U+XXXX>, bytes that are
+ * not UTF-8 as \xHH. One per stream (a sequence cut between chunks is
+ * held for the next); flush at the end. */
+struct cli_term {
+	bool raw;		/* --raw: the bytes as they came */
+	bool cr;		/* a CR waits for the next byte */
+	unsigned char carry[4]; /* an incomplete UTF-8 character */
+	size_t ncarry;
+};
+void cli_term_write(struct cli_term *t, FILE *f, const char *data, size_t len);
+void cli_term_flush(struct cli_term *t, FILE *f);
+/* One whole string so (a command, a session key, an audit target). */
+void cli_term_puts(FILE *f, const char *s, size_t len);
 
 int cmd_exec(struct cli *c, int argc, char **argv);
 int cmd_cancel(struct cli *c, int argc, char **argv);

@@ -24,25 +24,13 @@ struct run {
 	char id[72]; /* known once the server accepted the exec */
 	bool cancel_sent;
 	struct sbxc_cancel *stop;
+	struct cli_term out[2]; /* stdout, stderr (client/cli/term.c) */
 };
-
-static void write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return; /* a closed pipe: the output has nowhere to go */
-		p += w;
-		n -= (size_t)w;
-	}
-}
 
 static int on_output(void *arg, int stream, const char *data, size_t len)
 {
-	(void)arg;
-	write_all(stream == 2 ? STDERR_FILENO : STDOUT_FILENO, data, len);
+	struct run *r = arg;
+	cli_term_write(&r->out[stream == 2], stream == 2 ? stderr : stdout, data, len);
 	return 0;
 }
 
@@ -138,15 +126,20 @@ struct exec_args {
 	char *command;
 	struct buf in;
 	bool with_stdin;
+	bool raw; /* --raw: the output's bytes as they came */
 };
 
 static int parse_exec(int argc, char **argv, struct exec_args *a)
 {
-	static const struct option opts[] = {
-	    {"env", required_argument, NULL, 'e'},     {"cwd", required_argument, NULL, 'w'},
-	    {"timeout", required_argument, NULL, 't'}, {"idle-timeout", required_argument, NULL, 'I'},
-	    {"stdin", no_argument, NULL, 'i'},	       {"max-output", required_argument, NULL, 'm'},
-	    {"id", required_argument, NULL, 'x'},      {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {{"env", required_argument, NULL, 'e'},
+					     {"cwd", required_argument, NULL, 'w'},
+					     {"timeout", required_argument, NULL, 't'},
+					     {"idle-timeout", required_argument, NULL, 'I'},
+					     {"stdin", no_argument, NULL, 'i'},
+					     {"max-output", required_argument, NULL, 'm'},
+					     {"id", required_argument, NULL, 'x'},
+					     {"raw", no_argument, NULL, 'R'},
+					     {NULL, 0, NULL, 0}};
 	int ch;
 	bool ok = true;
 	while (ok && (ch = getopt_long(argc, argv, "+e:w:t:i", opts, NULL)) != -1) {
@@ -168,6 +161,8 @@ static int parse_exec(int argc, char **argv, struct exec_args *a)
 			a->req.id = optarg;
 		} else if (ch == 'i') {
 			a->with_stdin = true;
+		} else if (ch == 'R') {
+			a->raw = true;
 		} else {
 			return CLI_USAGE;
 		}
@@ -188,7 +183,7 @@ static int parse_exec(int argc, char **argv, struct exec_args *a)
 
 static int run_exec(struct cli *c, struct exec_args *a)
 {
-	struct run r = {.c = c};
+	struct run r = {.c = c, .out = {{.raw = a->raw}, {.raw = a->raw}}};
 	pthread_mutex_init(&r.lock, NULL);
 	sbxc_cancel_new(&r.stop);
 	sigset_t set, old;
@@ -204,6 +199,8 @@ static int run_exec(struct cli *c, struct exec_args *a)
 	struct sbxc_result res;
 	struct sbxc_err err;
 	int rc = sbxc_exec(c->h, &call, &a->req, c->json ? NULL : on_output, on_started, &r, &res, &err);
+	cli_term_flush(&r.out[0], stdout);
+	cli_term_flush(&r.out[1], stderr);
 	pthread_kill(t, SIGUSR1);
 	pthread_join(t, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -15,7 +15,7 @@ static const struct {
 	int (*fn)(struct cli *, int, char **);
 	const char *help;
 } commands[] = {
-    {"exec", cmd_exec, "exec [-e NAME=VALUE]... [-w DIR] [-t SECONDS] [-i] [--id ID] -- COMMAND..."},
+    {"exec", cmd_exec, "exec [-e NAME=VALUE]... [-w DIR] [-t SECONDS] [-i] [--id ID] [--raw] -- COMMAND..."},
     {"cancel", cmd_cancel, "cancel EXEC_ID"},
     {"cp", cmd_cp, "cp [--no-verify] SRC DST        (one of them sandbox:PATH or :PATH; - is stdin/stdout)"},
     {"cat", cmd_cat, "cat PATH..."},
@@ -39,6 +39,9 @@ static void help(FILE *f)
 	       "SANDBOXD_CA_FILE.\n\nCommands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(f, "  sbx %s\n", commands[i].help);
+	fprintf(f, "\nexec prints the command's output with its control characters made visible (ESC as ^[,\n"
+		   "C1 and bidi controls as <U+XXXX>, bytes that are not UTF-8 as \\xHH), so that it cannot\n"
+		   "drive your terminal; --raw prints the bytes as they came.\n");
 }
 
 int cli_usage(const char *fmt, ...)

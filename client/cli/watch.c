@@ -21,18 +21,30 @@ static void on_stop_signal(int sig)
 struct watch {
 	struct cli *c;
 	long count, max;
+	struct cli_term out; /* the commands' output, neutralised (cli.h) */
 };
 
-static void print_human(const struct sbxc_event *ev, json_t *d)
+/* A string field of an event, as cli_term_puts prints it. */
+static void put_field(json_t *d, const char *name)
+{
+	json_t *v = json_object_get(d, name);
+	cli_term_puts(stdout, json_string_value(v) ?: "", json_string_length(v));
+}
+
+/* What tenants wrote (output, commands, sessions) is neutralised: a
+ * command's escape sequences must not drive the watcher's terminal. */
+static void print_human(struct watch *w, const struct sbxc_event *ev, json_t *d)
 {
 	const char *exec = json_string_value(json_object_get(d, "id"));
 	if (strcmp(ev->name, "output") == 0) {
 		json_t *data = json_object_get(d, "data");
-		fwrite(json_string_value(data) ?: "", 1, json_string_length(data), stdout);
+		cli_term_write(&w->out, stdout, json_string_value(data) ?: "", json_string_length(data));
 	} else if (strcmp(ev->name, "start") == 0) {
-		printf("start     %s %s: %s\n", exec ?: "-",
-		       json_string_value(json_object_get(d, "session")) ?: "",
-		       json_string_value(json_object_get(d, "command")) ?: "");
+		printf("start     %s ", exec ?: "-");
+		put_field(d, "session");
+		fputs(": ", stdout);
+		put_field(d, "command");
+		fputs("\n", stdout);
 	} else if (strcmp(ev->name, "heartbeat") == 0) {
 		printf("heartbeat %s %lldms stdout=%lld stderr=%lld\n", exec ?: "-",
 		       (long long)json_integer_value(json_object_get(d, "elapsed_ms")),
@@ -48,7 +60,9 @@ static void print_human(const struct sbxc_event *ev, json_t *d)
 		printf("gap       events before %lld are no longer kept (sbx ls of execs: GET /execs)\n",
 		       (long long)json_integer_value(json_object_get(d, "first_id")));
 	} else {
-		printf("%-9s %.*s\n", ev->name, (int)ev->data_len, ev->data);
+		printf("%-9s ", ev->name);
+		cli_term_puts(stdout, ev->data, ev->data_len);
+		fputs("\n", stdout);
 	}
 }
 
@@ -62,7 +76,7 @@ static int on_event(void *arg, const struct sbxc_event *ev)
 			json_object_set_new(o, "data", json_stringn(ev->data, ev->data_len));
 		cli_print_json(o);
 	} else {
-		print_human(ev, d);
+		print_human(w, ev, d);
 	}
 	json_decref(d);
 	fflush(stdout);
@@ -110,8 +124,10 @@ int cmd_watch(struct cli *c, int argc, char **argv)
 
 static void print_record(const struct sbxc_audit_record *r)
 {
-	printf("%-8lld %-27s %-3ld %-6s %-6s %-22s %s\n", (long long)r->id, r->at ?: "", r->status,
-	       r->outcome ?: "", r->method ?: "", r->route ?: "", r->target ?: "");
+	printf("%-8lld %-27s %-3ld %-6s %-6s %-22s ", (long long)r->id, r->at ?: "", r->status,
+	       r->outcome ?: "", r->method ?: "", r->route ?: "");
+	cli_term_puts(stdout, r->target ?: "", strlen(r->target ?: "")); /* a tenant's command or path */
+	fputs("\n", stdout);
 }
 
 static json_t *record_json(const struct sbxc_audit_record *r)

@@ -179,6 +179,42 @@ static void test_exec_exit_codes_and_output(void **state)
 	run_free(&r);
 }
 
+/* A command's output cannot drive the user's terminal (issue 26): escape
+ * sequences (a window title, clear screen), other controls, C1 controls
+ * and bidi controls are printed visibly (caret notation, <U+XXXX>), on
+ * both streams; line feeds, tabs and CR LF stay; --raw prints the bytes
+ * as they came. */
+static void test_exec_neutralises_terminal_escapes(void **state)
+{
+	(void)state;
+	const char *cmd = "printf '\\033]0;x\\007\\033[2J|a\\tb\\r\\nc\\rd\\302\\233e\\342\\200\\256f\\n'; "
+			  "printf '\\033[31merr\\n' >&2";
+	struct run r = SBX(tok, "exec", "--", cmd);
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.out, "^[]0;x^G^[[2J|a\tb\r\nc^Md<U+009B>e<U+202E>f\n");
+	assert_string_equal(r.err, "^[[31merr\n");
+	run_free(&r);
+	r = SBX(tok, "exec", "--raw", "--", cmd);
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.out, "\033]0;x\007\033[2J|a\tb\r\nc\rd\302\233e\342\200\256f\n");
+	assert_string_equal(r.err, "\033[31merr\n");
+	run_free(&r);
+	/* watch and audit show a command with an ESC in it the same way */
+	r = SBX(tok, "exec", "--id", "cli-esc-1", "--", "true # \033]0;t\007");
+	assert_int_equal(r.status, 0);
+	run_free(&r);
+	r = SBX(tok, "watch", "--exec", "cli-esc-1");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, ": true # ^[]0;t^G\n"));
+	assert_null(strchr(r.out, '\033'));
+	run_free(&r);
+	r = SBX(audit_tok, "audit", "--route", "/exec");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "true # ^[]0;t^G\n"));
+	assert_null(strchr(r.out, '\033'));
+	run_free(&r);
+}
+
 /* Ctrl-C: SIGINT to sbx cancels the remote command, which the API then
  * reports as cancelled; sbx exits with the command's status (SIGTERM). */
 static void test_exec_ctrl_c_cancels(void **state)
@@ -425,6 +461,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_exec_exit_codes_and_output),
+	    cmocka_unit_test(test_exec_neutralises_terminal_escapes),
 	    cmocka_unit_test(test_exec_ctrl_c_cancels),
 	    cmocka_unit_test(test_cp_both_ways),
 	    cmocka_unit_test(test_json_outputs),
