@@ -619,6 +619,27 @@ static struct tenant_feed *feed_of(struct http_hub *h, const char *tenant)
 	return f;
 }
 
+void http_hub_forget_tenant(struct http_hub *h, const char *tenant)
+{
+	pthread_mutex_lock(&h->mu);
+	struct tenant_feed *f = feed_find(h, tenant);
+	if (f) { /* next_id stays: ids never go backwards */
+		size_t cap = f->ring.cap, max = f->ring.max_bytes;
+		ring_free(&f->ring);
+		ring_init(&f->ring, cap, max);
+	}
+	/* Its exec channels keep publishing (their commands are being
+	 * killed) under a name no tenant can have. */
+	for (struct http_hub_channel *c = h->channels; c; c = c->next)
+		if (strcmp(c->tenant, tenant) == 0)
+			snprintf(c->tenant, sizeof c->tenant, "%s", "(removed)");
+	for (struct sub *s = h->subs; s; s = s->next)
+		if ((s->feed && strcmp(s->tenant, tenant) == 0) ||
+		    (s->chan && strcmp(s->chan->tenant, "(removed)") == 0))
+			end_stream(s);
+	pthread_mutex_unlock(&h->mu);
+}
+
 /* An exec's event in the feeds: the tenant's own (its ids) and the
  * every-tenant view (ids of its own). In a feed no event is the last. */
 static void publish_feed(struct http_hub *h, const char *tenant, const char *event, enum msg_kind kind,

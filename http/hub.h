@@ -47,6 +47,12 @@ void http_hub_channel_output(struct http_hub *h, struct http_hub_channel *c, int
  * stream of the channel ends and the channel is released. */
 void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_t *result, json_t *error);
 
+/* A life of the tenant ended (removed, or removed and added again): its
+ * feed's replay is emptied, its streams (feed and exec) end, and its
+ * exec channels no longer answer to its name, so the next life of the
+ * name never reads the earlier one's events. Any thread. */
+void http_hub_forget_tenant(struct http_hub *h, const char *tenant);
+
 /* An event of the tenant's feed alone (no exec channel): data (borrowed)
  * gets a `tenant` field. For the approval of commands: `pending_approval`
  * and `decision`. Any thread. */

@@ -11,10 +11,13 @@
 #include "common/utf8.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "common/log.h"
 #include "http/auditgate.h"
+#include "http/hub.h"
 #include "http/metrics.h"
 #include "http/route.h"
 #include "routes/admit.h"
+#include "routes/exec_registry.h"
 #include "routes/policy.h"
 #include "routes/provider.h"
 #include "routes/routes.h"
@@ -101,6 +104,9 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	    .duration_ms = ms,
 	    .client = r->client,
 	    .sub = named && r->claims.sub[0] ? r->claims.sub : NULL,
+	    .incarnation = named && r->tenant && strcmp(r->tenant->name, r->claims.tenant) == 0
+			       ? r->tenant->incarnation
+			       : 0,
 	};
 	int rc = store_audit_append(a->store, &rec);
 	free(tried);
@@ -262,6 +268,7 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	t->key.key = t->keybuf;
 	t->key.key_len = st.key_len;
 	t->key.operator_tenant = st.operator_tenant;
+	t->incarnation = st.incarnation;
 	t->uid = (uid_t)(a->cfg->uid_base + st.slot);
 	t->gid = (gid_t)(a->cfg->uid_base + st.slot);
 	unserved_why(a, st.slot, t->unserved, sizeof t->unserved);
@@ -283,8 +290,57 @@ fail:
 	return rc;
 }
 
+/* A life of a tenant ended (removed, or removed and added again under
+ * its name): nothing of it may serve the next life. Its commands are
+ * killed (no process of its uid stays), its events forgotten, its disk
+ * image let go. name comes from the store, not from a request. */
+static void life_ended(struct app *a, const char *name, int64_t incarnation, bool removed)
+{
+	log_msg("info", "tenant %s (life %lld) %s: its commands are stopped and its events dropped", name,
+		(long long)incarnation, removed ? "was removed" : "was removed and added again");
+	if (a->execs)
+		route_execs_stop_life(a->execs, name, incarnation);
+	if (a->hub)
+		http_hub_forget_tenant(a->hub, name);
+	route_storage_forget(a, name);
+}
+
+/* Another process (`sandboxd tenant add|remove|set`) changed the store:
+ * every cached tenant is checked now, so that neither a removed tenant
+ * nor a removed-and-added-again one is served from the cache for the
+ * rest of its few seconds, and the commands of an ended life stop even
+ * when nobody asks for its name again. */
+static void recheck_cache(struct app *a)
+{
+	if (!store_changed_elsewhere(a->store, &a->store_seen))
+		return;
+	pthread_mutex_lock(&a->tenants_lock);
+	size_t n = a->ntenants;
+	char(*names)[64] = n ? xcalloc(n, sizeof *names) : NULL;
+	int64_t *lives = n ? xcalloc(n, sizeof *lives) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		snprintf(names[i], sizeof names[i], "%s", a->tenants[i]->name);
+		lives[i] = a->tenants[i]->incarnation;
+		a->tenants[i]->loaded_at_ms = -TENANT_TTL_MS; /* stale: read again at the next use */
+	}
+	pthread_mutex_unlock(&a->tenants_lock);
+	for (size_t i = 0; i < n; i++) {
+		struct store_tenant st;
+		int rc = store_tenant_get(a->store, names[i], &st);
+		if (rc == 0 && st.incarnation != lives[i])
+			life_ended(a, names[i], lives[i], false);
+		else if (rc == -ENOENT)
+			life_ended(a, names[i], lives[i], true);
+		if (rc == 0)
+			store_tenant_clear(&st);
+	}
+	free(names);
+	free(lives);
+}
+
 static int tenant_get(struct app *a, const char *name, struct tenant **out)
 {
+	recheck_cache(a);
 	int64_t now = now_ms();
 	pthread_mutex_lock(&a->tenants_lock);
 	for (size_t i = 0; i < a->ntenants; i++) {
@@ -304,7 +360,8 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 	struct tenant *fresh = NULL;
 	int rc = load(a, name, &fresh);
 
-	bool removed = false;
+	bool removed = false, readded = false;
+	int64_t ended = 0;
 	pthread_mutex_lock(&a->tenants_lock);
 	/* Replace (or drop) the cached entry; in-flight holders keep theirs. */
 	for (size_t i = 0; i < a->ntenants; i++) {
@@ -312,6 +369,8 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 		if (strcmp(t->name, name) != 0)
 			continue;
 		removed = rc == -ENOENT;
+		readded = rc == 0 && fresh->incarnation != t->incarnation;
+		ended = t->incarnation;
 		if (t->refs == 0)
 			tenant_free(t);
 		else
@@ -335,8 +394,8 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 		*out = fresh;
 	}
 	pthread_mutex_unlock(&a->tenants_lock);
-	if (removed) /* a name from the store, not from a request */
-		route_storage_forget(a, name);
+	if (removed || readded) /* a name from the store, not from a request */
+		life_ended(a, name, ended, removed);
 	return rc;
 }
 

@@ -40,6 +40,7 @@ struct tenant {
 	uid_t uid;
 	gid_t gid;
 	int64_t loaded_at_ms;
+	int64_t incarnation;		 /* this life of the name (store_tenant.incarnation) */
 	int refs;			 /* under app->tenants_lock */
 	struct tenant_load *load;	 /* shared by every cached generation of this tenant */
 	int quota_rc;			 /* its disk quota could not be applied: -errno (routes/storage.c) */
@@ -78,10 +79,11 @@ struct app {
 	struct sbx_backend *const *backends; /* every backend offered (`backends`), started once */
 	size_t nbackends;
 	struct http_metrics *metrics;
-	struct http_hub *hub;		    /* live events */
-	struct http_watch *watch;	    /* disconnect watcher for suspended requests */
-	struct route_execs *execs;	    /* commands running now (routes/exec.c) */
-	struct route_jobs *jobs;	    /* commands of provider tenants (routes/provider.h) */
+	struct http_hub *hub;	   /* live events */
+	struct http_watch *watch;  /* disconnect watcher for suspended requests */
+	struct route_execs *execs; /* commands running now (routes/exec.c) */
+	int64_t store_seen;	   /* PRAGMA data_version last seen (routes/app.c), under the store's lock */
+	struct route_jobs *jobs;   /* commands of provider tenants (routes/provider.h) */
 	struct http_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
 	struct http_env http;		    /* what the HTTP layer reaches: cfg, table, metrics, hooks */
 	struct sbx_nodes nodes;		    /* cfg->nodes parsed: the cluster's other nodes */

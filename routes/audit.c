@@ -111,6 +111,9 @@ static int parse_filter(struct http_req *r, struct audit_query *q)
 			return http_fail(r, -SBX_E_SCOPE,
 					 "tenant= needs the admin scope of an operator tenant");
 		q->tenant = xstrdup(r->claims.tenant);
+		/* Its own life only: a tenant removed and added again under
+		 * this name was another tenant (issue 26 item 10). */
+		q->f.incarnation = r->tenant ? r->tenant->incarnation : -1;
 	}
 	q->f.tenant = q->tenant;
 	q->f.session = q->session;

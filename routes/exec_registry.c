@@ -841,6 +841,7 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 					     : ", and its queue of requests waiting for one is full");
 		}
 		row->started_at = now_ms();
+		row->incarnation = r->tenant->incarnation;
 		pthread_mutex_lock(&e->mu);
 		rc = store_exec_begin(a->store, row);
 		if (rc == 0)
@@ -1256,6 +1257,33 @@ void route_execs_cancel_all_pending(struct route_execs *e)
 		list = j->expired_next;
 		end_cancelled(j);
 	}
+}
+
+void route_execs_stop_life(struct route_execs *e, const char *tenant, int64_t incarnation)
+{
+	struct exec_job *list = NULL;
+	int killed = 0;
+	pthread_mutex_lock(&e->mu);
+	for (struct exec_job *j = e->jobs; j; j = j->next) {
+		if (j->finished || strcmp(j->tenant->name, tenant) != 0 ||
+		    j->tenant->incarnation != incarnation)
+			continue;
+		if (take_decision_locked(j)) {
+			j->expired_next = list;
+			list = j;
+		} else if (j->handle) {
+			route_jobs_kill(e->app, j->handle);
+			killed++;
+		}
+	}
+	pthread_mutex_unlock(&e->mu);
+	while (list) {
+		struct exec_job *j = list;
+		list = j->expired_next;
+		end_cancelled(j);
+	}
+	if (killed)
+		log_msg("info", "tenant %s was removed: %d of its commands killed", tenant, killed);
 }
 
 /* The approvals thread's look at the jobs (lock held): those past their

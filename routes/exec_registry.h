@@ -115,5 +115,10 @@ json_t *route_execs_progress(struct route_execs *e, const char *tenant, const ch
 int route_execs_stop_session(struct route_execs *e, const char *tenant, const char *key, size_t key_len,
 			     int64_t wait_ms);
 
+/* A life of the tenant ended (removed, or removed and added again):
+ * every exec it has here is stopped, SIGKILL for those running, cancelled
+ * for those waiting for approval, so no process of its uid outlives it. */
+void route_execs_stop_life(struct route_execs *e, const char *tenant, int64_t incarnation);
+
 /* The runner handle of the running exec (tenant, id), or 0. */
 uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const char *id);

@@ -20,6 +20,7 @@
 #include "routes/policy.h"
 #include "sandbox/diskimg.h"
 #include "server/datadir.h"
+#include "server/leftovers.h"
 #include "store/store.h"
 
 static int open_store(struct sbx_config *cfg, bool migrate, struct store **s)
@@ -151,7 +152,69 @@ static int secret_of(struct store_tenant *t, const struct cli_args *a, char **ge
 	return 0;
 }
 
-static int tenant_add(struct store *s, const struct cli_args *a)
+/* A name whose directory is still there (a removed tenant's workspace
+ * or disk image, files of its uid) is refused unless the operator says:
+ * --fresh moves it aside, --reuse-leftovers gives it to the new tenant,
+ * with the removed one's uid slot (its files' owner), once no process of
+ * that uid runs. 0 to go on (*reuse_slot: the slot to take, or -1), else
+ * the exit status. */
+static int leftovers_for_add(struct store *s, const struct sbx_config *cfg, const struct cli_args *a,
+			     const char *name, int64_t *reuse_slot)
+{
+	struct store_tenant live;
+	if (store_tenant_get(s, name, &live) == 0) {
+		store_tenant_clear(&live);
+		return 0; /* store_tenant_add says it exists */
+	}
+	if (a->fresh && a->reuse_leftovers) {
+		fprintf(stderr, "sandboxd: give --fresh or --reuse-leftovers, not both\n");
+		return 2;
+	}
+	int64_t slot = -1, life = 0;
+	if (store_tenant_last_life(s, name, &slot, &life) < 0)
+		slot = -1;
+	if (!srv_leftovers_present(cfg, name))
+		return 0;
+	if (!a->fresh && !a->reuse_leftovers) {
+		fprintf(
+		    stderr,
+		    "sandboxd: %s/tenants/%s is still there (a removed tenant %s's workspace or disk image, "
+		    "owned by its uid): add with --fresh to move it aside to %s/removed/ and start empty, or "
+		    "with --reuse-leftovers to give it to the new tenant\n",
+		    cfg->data_dir, name, name, cfg->data_dir);
+		return 1;
+	}
+	if (a->fresh) {
+		char dest[512];
+		int rc = srv_leftovers_move_aside(cfg, name, life, dest, sizeof dest);
+		if (rc < 0) {
+			fprintf(stderr, "sandboxd: cannot move %s/tenants/%s aside: %s\n", cfg->data_dir,
+				name, sbx_strerror(rc));
+			return 1;
+		}
+		printf("the leftovers of %s are moved to %s\n", name, dest);
+		return 0;
+	}
+	if (slot >= 0) {
+		int n = srv_uid_processes((uid_t)(cfg->uid_base + slot));
+		if (n > 0) {
+			fprintf(stderr,
+				"sandboxd: %d processes of the removed %s's uid %lld still run: stop them "
+				"(or the "
+				"server) first\n",
+				n, name, (long long)(cfg->uid_base + slot));
+			return 1;
+		}
+	} else {
+		printf("(no earlier life of %s is recorded: the new tenant gets a new uid, and files of "
+		       "another uid in its workspace stay that uid's)\n",
+		       name);
+	}
+	*reuse_slot = slot;
+	return 0;
+}
+
+static int tenant_add(struct store *s, const struct sbx_config *cfg, const struct cli_args *a)
 {
 	if (a->nwords != 2) {
 		fprintf(stderr, "sandboxd: usage: tenant add NAME [--secret-file F | --public-key F --alg "
@@ -167,19 +230,27 @@ static int tenant_add(struct store *s, const struct cli_args *a)
 		fprintf(stderr, "sandboxd: give --secret-file or --public-key, not both\n");
 		return 2;
 	}
+	int64_t reuse_slot = -1;
+	int rc = leftovers_for_add(s, cfg, a, name, &reuse_slot);
+	if (rc != 0)
+		return rc;
 	struct store_tenant t = {0};
 	snprintf(t.name, sizeof t.name, "%s", name);
 	t.operator_tenant = a->operator_tenant;
 	t.created_at = now_ms();
 	char *generated = NULL;
-	int rc = a->public_key ? public_key_of(&t, a) : secret_of(&t, a, &generated);
+	rc = a->public_key ? public_key_of(&t, a) : secret_of(&t, a, &generated);
 	if (rc != 0)
 		return rc;
-	rc = store_tenant_add(s, &t);
+	rc = store_tenant_add(s, &t, reuse_slot);
 	free(t.key);
 	if (rc < 0) {
 		if (rc == -EEXIST)
 			fprintf(stderr, "sandboxd: tenant %s exists\n", name);
+		else if (rc == -EBUSY)
+			fprintf(stderr,
+				"sandboxd: the uid slot %lld of the removed %s is another tenant's now\n",
+				(long long)reuse_slot, name);
 		else
 			fprintf(stderr, "sandboxd: cannot add tenant %s: %s\n", name, sbx_strerror(rc));
 		free(generated);
@@ -287,6 +358,40 @@ static void detach_image(const struct sbx_config *cfg, const char *name)
 	free(tdir);
 }
 
+/* Remove the tenant (its rows go by cascade; its audit rows stay, of its
+ * life), then its directory: moved aside by default, so that an
+ * operator's mistake loses nothing and no later tenant of the name or of
+ * its uid slot finds it; deleted with --purge. */
+static int tenant_remove(struct store *s, const struct sbx_config *cfg, const char *name, bool purge)
+{
+	int64_t life = 0;
+	int rc = store_tenant_remove(s, name, &life);
+	if (rc == -ENOENT) {
+		fprintf(stderr, "sandboxd: no tenant %s\n", name);
+		return 1;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot remove tenant %s\n", name);
+		return 1;
+	}
+	printf("tenant %s removed\n", name);
+	detach_image(cfg, name);
+	char dest[512];
+	rc = purge ? srv_leftovers_purge(cfg, name, life, dest, sizeof dest)
+		   : srv_leftovers_move_aside(cfg, name, life, dest, sizeof dest);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot %s the directory of %s: %s (left at %s)\n",
+			purge ? "delete" : "move aside", name, sbx_strerror(rc),
+			dest[0] ? dest : "its place under tenants/");
+		return 1;
+	}
+	if (!purge && dest[0])
+		printf("its directory (workspace or disk image) is moved to %s\n", dest);
+	else if (purge)
+		printf("its directory (workspace or disk image) is deleted\n");
+	return 0;
+}
+
 int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 {
 	if (a->nwords < 1) {
@@ -300,7 +405,7 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 	int status = 2;
 	const char *verb = a->words[0];
 	if (strcmp(verb, "add") == 0) {
-		status = tenant_add(s, a);
+		status = tenant_add(s, cfg, a);
 	} else if (strcmp(verb, "list") == 0) {
 		struct store_tenant *v = NULL;
 		size_t n = 0;
@@ -323,19 +428,7 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 	} else if (strcmp(verb, "show") == 0 && a->nwords == 2) {
 		status = tenant_show(s, cfg, a->words[1]);
 	} else if (strcmp(verb, "remove") == 0 && a->nwords == 2) {
-		int rc = store_tenant_remove(s, a->words[1]);
-		if (rc == -ENOENT) {
-			fprintf(stderr, "sandboxd: no tenant %s\n", a->words[1]);
-			status = 1;
-		} else if (rc < 0) {
-			fprintf(stderr, "sandboxd: cannot remove tenant %s\n", a->words[1]);
-			status = 1;
-		} else {
-			printf("tenant %s removed (its workspace directory is left on disk: %s/tenants/%s)\n",
-			       a->words[1], cfg->data_dir, a->words[1]);
-			detach_image(cfg, a->words[1]);
-			status = 0;
-		}
+		status = tenant_remove(s, cfg, a->words[1], a->purge);
 	} else {
 		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | list | remove NAME | set NAME "
 				"KEY=VALUE ... | show NAME\n");

@@ -12,7 +12,9 @@ struct cli_args {
 	const char *token_file; /* audit --all-nodes: the token for nodes without a token-file */
 	long long ttl, limit;
 	bool operator_tenant;
-	bool all_nodes; /* audit: every node of `nodes` */
+	bool reuse_leftovers, fresh; /* tenant add: what to do with a removed tenant's directory */
+	bool purge;		     /* tenant remove: delete its directory instead of moving it aside */
+	bool all_nodes;		     /* audit: every node of `nodes` */
 	/* image build/import */
 	const char *packages, *variant, *oci, *rootfs;
 };

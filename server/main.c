@@ -17,7 +17,8 @@ static const char usage[] =
     "                 [--backend bwrap|local] [--allow-unsafe-local]\n"
     "                 [--tls-cert FILE --tls-key FILE] [--set KEY=VALUE ...]\n"
     "  sandboxd tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n"
-    "  sandboxd tenant list | remove NAME\n"
+    "                      [--reuse-leftovers | --fresh]\n"
+    "  sandboxd tenant list | remove NAME [--purge]\n"
     "  sandboxd tenant set NAME KEY=VALUE ... | show NAME\n"
     "  sandboxd image build NAME [--packages P1,P2] [--variant essential|apt|...]\n"
     "  sandboxd image import NAME --oci DIR | --rootfs FILE.tar[.gz]\n"
@@ -72,6 +73,9 @@ enum {
 	O_VARIANT,
 	O_OCI,
 	O_ROOTFS,
+	O_REUSE_LEFTOVERS,
+	O_FRESH,
+	O_PURGE,
 };
 
 static const struct option options[] = {
@@ -104,6 +108,9 @@ static const struct option options[] = {
     {"variant", required_argument, NULL, O_VARIANT},
     {"oci", required_argument, NULL, O_OCI},
     {"rootfs", required_argument, NULL, O_ROOTFS},
+    {"reuse-leftovers", no_argument, NULL, O_REUSE_LEFTOVERS},
+    {"fresh", no_argument, NULL, O_FRESH},
+    {"purge", no_argument, NULL, O_PURGE},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -159,6 +166,15 @@ static int arg_option(int c, struct cli_args *a)
 		return 0;
 	case O_OPERATOR:
 		a->operator_tenant = true;
+		return 0;
+	case O_REUSE_LEFTOVERS:
+		a->reuse_leftovers = true;
+		return 0;
+	case O_FRESH:
+		a->fresh = true;
+		return 0;
+	case O_PURGE:
+		a->purge = true;
 		return 0;
 	case O_TENANT:
 		a->tenant = optarg;

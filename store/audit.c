@@ -109,7 +109,7 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 	return 0;
 }
 
-#define AUDIT_COLS 15
+#define AUDIT_COLS 16
 /* Records per multi-row INSERT: one statement for AUDIT_ROWS records costs
  * a third less per row than one each (the statement's setup, halt and
  * reset are per statement). A group holding a bad record is written again
@@ -117,8 +117,8 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 #define AUDIT_ROWS 16
 #define AUDIT_INSERT                                                                                         \
 	"INSERT INTO audit (at, tenant, session, request_id, method, route, target, status, outcome, "       \
-	"exit_code, bytes_in, bytes_out, duration_ms, client, sub) VALUES "
-#define AUDIT_VALUES "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+	"exit_code, bytes_in, bytes_out, duration_ms, client, sub, incarnation) VALUES "
+#define AUDIT_VALUES "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 static char insert_many_sql[sizeof AUDIT_INSERT + AUDIT_ROWS * sizeof AUDIT_VALUES];
 
@@ -159,6 +159,8 @@ static int bind_rec(sqlite3_stmt *st, int base, const struct store_audit *a)
 	rc |= sqlite3_bind_double(st, base + 13, a->duration_ms);
 	rc |= bind_str(st, base + 14, a->client);
 	rc |= bind_str(st, base + 15, a->sub);
+	if (a->incarnation > 0)
+		rc |= sqlite3_bind_int64(st, base + 16, a->incarnation);
 	return rc == SQLITE_OK ? 0 : -SBX_E_STORE;
 }
 
@@ -380,6 +382,8 @@ static int prepare_query(sqlite3 *db, const struct store_audit_filter *f, const 
 		sql_add(&b, " AND id >= (SELECT min(id) FROM audit INDEXED BY audit_at WHERE at >= ?)");
 	if (f->tenant)
 		sql_add(&b, " AND tenant = ?");
+	if (f->tenant && f->incarnation != 0)
+		sql_add(&b, " AND incarnation = ?");
 	if (f->since)
 		sql_add(&b, " AND at >= ?");
 	if (f->until)
@@ -403,6 +407,8 @@ static int prepare_query(sqlite3 *db, const struct store_audit_filter *f, const 
 		sqlite3_bind_int64(st, i++, f->since);
 	if (f->tenant)
 		store_bind_text(st, i++, f->tenant);
+	if (f->tenant && f->incarnation != 0)
+		sqlite3_bind_int64(st, i++, f->incarnation);
 	if (f->since)
 		sqlite3_bind_int64(st, i++, f->since);
 	if (f->until)

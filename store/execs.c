@@ -18,7 +18,8 @@
 
 #define EXEC_COLS                                                                                            \
 	"tenant, id, session, command, cwd, request_hash, state, exit_code, result, started_at, "            \
-	"finished_at, exit_event_id, policy, requested_by, decision, decided_by, decided_at, reason"
+	"finished_at, exit_event_id, policy, requested_by, decision, decided_by, decided_at, reason, "       \
+	"incarnation"
 
 static void exec_from_row(sqlite3_stmt *st, void *dst)
 {
@@ -46,6 +47,7 @@ static void exec_from_row(sqlite3_stmt *st, void *dst)
 	e->decided_by = store_col_strdup(st, 15);
 	e->decided_at = sqlite3_column_int64(st, 16);
 	e->reason = store_col_strdup(st, 17);
+	e->incarnation = sqlite3_column_int64(st, 18);
 }
 
 static void exec_clear(void *e)
@@ -60,11 +62,12 @@ int store_exec_begin(struct store *s, const struct store_exec *e)
 	return store_run(
 	    s, ST_EXEC_INSERT,
 	    "INSERT INTO execs (tenant, id, session, command, cwd, request_hash, state, started_at, policy, "
-	    "requested_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+	    "requested_by, incarnation) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+	    "COALESCE(NULLIF(?11, 0), (SELECT incarnation FROM tenants WHERE name = ?1), 0))",
 	    Q_ARGS(Q_TEXT(e->tenant), Q_TEXT(e->id), Q_BLOB(e->session ? e->session : "", e->session_len),
 		   Q_TEXT(e->command), Q_TEXT(e->cwd), Q_TEXT(e->request_hash),
 		   Q_TEXT(e->state[0] ? e->state : "running"), Q_INT(e->started_at), Q_TEXT(e->policy),
-		   Q_TEXT(e->requested_by)));
+		   Q_TEXT(e->requested_by), Q_INT(e->incarnation)));
 }
 
 int store_exec_decide(struct store *s, const char *tenant, const char *id, const char *decision,

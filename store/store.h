@@ -58,15 +58,27 @@ struct store_tenant {
 	bool operator_tenant;
 	int64_t slot; /* sandbox uid = uid_base + slot; assigned by add */
 	int64_t created_at;
+	int64_t incarnation; /* this life of the name (tenant_lives.id): assigned by add, never reused */
 };
-/* Insert; assigns the lowest free slot into t->slot. -EEXIST. */
-int store_tenant_add(struct store *s, struct store_tenant *t);
+/* Insert with a new incarnation. The slot is the lowest one no life
+ * (living or removed) ever held, so a new tenant never gets a uid whose
+ * files or processes another left; reuse_slot >= 0 asks for that slot
+ * instead (the name's own earlier slot, `tenant add --reuse-leftovers`):
+ * -EBUSY when a living tenant holds it. -EEXIST. */
+int store_tenant_add(struct store *s, struct store_tenant *t, int64_t reuse_slot);
+/* The last removed life of name: its slot and incarnation. -ENOENT. */
+int store_tenant_last_life(struct store *s, const char *name, int64_t *slot, int64_t *incarnation);
+/* Changes another connection (the CLI) committed since the last call
+ * differ from *seen: true then, and *seen is updated. Cheap (no I/O). */
+bool store_changed_elsewhere(struct store *s, int64_t *seen);
 /* -ENOENT. Free with store_tenant_clear. */
 int store_tenant_get(struct store *s, const char *name, struct store_tenant *out);
 /* All tenants by name. Free with store_tenants_free. */
 int store_tenant_list(struct store *s, struct store_tenant **out, size_t *n);
-/* Removes the tenant and, by cascade, its sessions, execs, transfers. -ENOENT. */
-int store_tenant_remove(struct store *s, const char *name);
+/* Removes the tenant and, by cascade, its sessions, execs, transfers and
+ * policy; its life is marked removed (its slot stays taken). *incarnation
+ * (may be NULL) gets the removed life's. -ENOENT. */
+int store_tenant_remove(struct store *s, const char *name, int64_t *incarnation);
 void store_tenant_clear(struct store_tenant *t);
 void store_tenants_free(struct store_tenant *t, size_t n);
 
@@ -135,6 +147,7 @@ struct store_exec {
 	char *decided_by;      /* owned: the approver's sub, or NULL */
 	int64_t decided_at;    /* 0: no decision */
 	char *reason;	       /* owned: why it was rejected, or NULL */
+	int64_t incarnation;   /* its tenant's life (store_tenant.incarnation); 0 at begin: the living one */
 };
 /* Insert a row in e->state, 'running' or 'pending_approval', with its
  * policy and requester (fail closed: the command must not start unless
@@ -207,7 +220,8 @@ struct store_audit {
 	int64_t bytes_in, bytes_out;
 	double duration_ms;
 	const char *client;
-	const char *sub; /* the token's sub claim; may be NULL */
+	const char *sub;     /* the token's sub claim; may be NULL */
+	int64_t incarnation; /* the tenant's life (0: none known, stored NULL) */
 };
 /* Queue one record for the batched writer (strings are copied). Never
  * blocks on the disk; commits happen in groups at least every 50 ms.
@@ -221,6 +235,7 @@ uint64_t store_audit_failures(struct store *s);
 
 struct store_audit_filter {
 	const char *tenant;   /* NULL: all tenants (admin) */
+	int64_t incarnation;  /* with tenant: only rows of that life (0: every life, operators) */
 	int64_t since, until; /* 0: open */
 	const char *session;  /* NULL: any */
 	size_t session_len;

@@ -24,7 +24,7 @@
 #include "it_policy.h"
 
 static struct it_server front, back;
-static char *tok_f, *tok_b, *tok_admin, *tok_globex_f, *tok_audit, *token_path;
+static char *tok_f, *tok_b, *tok_admin, *tok_globex_f, *tok_audit, *token_path, *tok_globex_b;
 
 static int setup(void **state)
 {
@@ -36,9 +36,10 @@ static int setup(void **state)
 	tok_f = it_token(&front, "acme", NULL);
 	tok_b = it_token(&back, "acme", NULL);
 	tok_globex_f = it_token(&front, "globex", NULL);
+	tok_globex_b = it_token(&back, "globex", NULL);
 	tok_admin = it_token(&front, "ops", "admin");
 	tok_audit = it_token(&front, "acme", "audit:read");
-	if (!tok_audit || !tok_f || !tok_b || !tok_admin || !tok_globex_f)
+	if (!tok_audit || !tok_f || !tok_b || !tok_admin || !tok_globex_f || !tok_globex_b)
 		return -1;
 	/* The back's token for the front, in a file (the policy holds its path). */
 	token_path = xasprintf("%s/back-token", front.dir);
@@ -61,6 +62,7 @@ static int teardown(void **state)
 	free(tok_b);
 	free(tok_admin);
 	free(tok_globex_f);
+	free(tok_globex_b);
 	free(tok_audit);
 	free(token_path);
 	return rc;
@@ -498,7 +500,7 @@ static void test_remote_hazards(void **state)
 	it_resp_free(&t);
 	/* ...then becomes remote, with a token file others may read. */
 	char *open_path = xasprintf("%s/open-token", front.dir);
-	assert_int_equal(it_write_file(open_path, tok_b, strlen(tok_b)), 0);
+	assert_int_equal(it_write_file(open_path, tok_globex_b, strlen(tok_globex_b)), 0);
 	assert_int_equal(chmod(open_path, 0644), 0);
 	char *body = xasprintf("{\"backend\":\"remote\",\"remote_url\":\"%s\",\"remote_token_file\":\"%s\"}",
 			       back.base, open_path);
@@ -510,9 +512,115 @@ static void test_remote_hazards(void **state)
 	assert_int_equal(it_http(&front, "GET", "/fs/exists?path=x", tok_globex_f, hdrs, NULL, 0, &t), 0);
 	it_expect_error(&t, 503, "backend_unavailable");
 	assert_non_null(strstr(t.body, "readable by it alone"));
+	assert_null(strstr(t.body, open_path)); /* the reason, not the server's path */
 	it_resp_free(&t);
 	free(url);
 	free(open_path);
+	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"backend\":null}", NULL), 200);
+}
+
+/* A front tenant's policy naming globex's back tenant, through a token
+ * file of its own: refused. */
+static long put_remote(const char *tenant, const char *url, const char *tok, const char *file, json_t **out)
+{
+	char *path = xasprintf("%s/%s", front.dir, file);
+	assert_int_equal(it_write_file(path, tok, strlen(tok)), 0);
+	assert_int_equal(chmod(path, 0600), 0);
+	char *body = xasprintf("{\"backend\":\"remote\",\"remote_url\":\"%s\",\"remote_token_file\":\"%s\"}",
+			       url, path);
+	long st = pol_put(&front, tok_admin, tenant, body, out);
+	free(body);
+	free(path);
+	return st;
+}
+
+/* Issue 26 item 11: two front tenants naming one back tenant would share
+ * its files. The second is refused when its policy is set, and at use
+ * when the token file changed to name a taken back tenant. */
+static void test_one_back_tenant_each(void **state)
+{
+	(void)state;
+	json_t *out = NULL;
+	/* acme's back tenant (acme), through another file and another spelling of the URL. */
+	char *url = xasprintf("%s/", back.base);
+	long st = put_remote("globex", url, tok_b, "globex-token", &out);
+	if (st != 409)
+		fprintf(stderr, "%s\n", json_dumps(out, 0));
+	assert_int_equal(st, 409);
+	assert_non_null(strstr(jstr(json_object_get(out, "error"), "message"), "acme"));
+	json_decref(out);
+	free(url);
+	/* Its own back tenant: accepted and served. */
+	assert_int_equal(put_remote("globex", back.base, tok_globex_b, "globex-token", NULL), 200);
+	const char *const hdrs[] = {"X-Session-Key: remote-suite", NULL};
+	struct it_resp r;
+	assert_int_equal(it_http(&front, "GET", "/fs/exists?path=docs", tok_globex_f, hdrs, NULL, 0, &r), 0);
+	it_expect_status(&r, 200);
+	assert_null(strstr(r.body, "true"));
+	it_resp_free(&r);
+	/* The file now holds acme's back token: refused at use, and acme
+	 * is still served. */
+	char *path = xasprintf("%s/globex-token", front.dir);
+	assert_int_equal(it_write_file(path, tok_b, strlen(tok_b)), 0);
+	free(path);
+	long until = it_now_ms() + 20000;
+	for (;;) {
+		assert_int_equal(it_http(&front, "GET", "/fs/exists?path=docs", tok_globex_f, hdrs, NULL, 0, &r), 0);
+		if (r.status != 200 || it_now_ms() > until)
+			break;
+		it_resp_free(&r);
+		usleep(100000);
+	}
+	it_expect_error(&r, 503, "backend_unavailable");
+	assert_null(strstr(r.body, "true"));
+	it_resp_free(&r);
+	struct it_resp a = req(&front, "GET", "/fs/exists?path=docs", NULL);
+	it_expect_status(&a, 200);
+	it_resp_free(&a);
+	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"backend\":null}", NULL), 200);
+}
+
+/* What a tenant reads of its back's failures: no URL, no file path of
+ * the server (the log has them). */
+static void test_errors_hide_internals(void **state)
+{
+	(void)state;
+	/* Nothing listens on loopback port 1. */
+	assert_int_equal(put_remote("globex", "http://127.0.0.1:1", tok_globex_b, "globex-token", NULL), 200);
+	const char *const hdrs[] = {"X-Session-Key: remote-suite", NULL};
+	const char *const probes[][2] = {{"GET", "/fs/exists?path=x"}, {"POST", "/exec"}};
+	for (size_t i = 0; i < 2; i++) {
+		struct it_resp r;
+		const char *body = i ? "{\"command\":\"true\"}" : NULL;
+		assert_int_equal(it_http(&front, probes[i][0], probes[i][1], tok_globex_f, hdrs, body,
+					 body ? strlen(body) : 0, &r),
+				 0);
+		it_expect_error(&r, 503, "backend_unavailable");
+		assert_null(strstr(r.body, "127.0.0.1"));
+		assert_null(strstr(r.body, "globex-token"));
+		assert_null(strstr(r.body, front.dir));
+		it_resp_free(&r);
+	}
+	/* A token file that is missing: the same. */
+	char *body = xasprintf("{\"remote_url\":\"%s\",\"remote_token_file\":\"%s/no-such-token\"}", back.base,
+			       front.dir);
+	assert_int_equal(pol_put(&front, tok_admin, "globex", body, NULL), 200);
+	free(body);
+	struct it_resp r;
+	long until = it_now_ms() + 20000;
+	for (;;) {
+		assert_int_equal(it_http(&front, "GET", "/fs/exists?path=x", tok_globex_f, hdrs, NULL, 0, &r), 0);
+		if (strstr(r.body, "token") || it_now_ms() > until)
+			break;
+		it_resp_free(&r);
+		usleep(100000);
+	}
+	it_expect_error(&r, 503, "backend_unavailable");
+	assert_null(strstr(r.body, "no-such-token"));
+	assert_null(strstr(r.body, front.dir));
+	assert_null(strstr(r.body, back.base));
+	it_resp_free(&r);
+	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"backend\":null}", NULL), 200);
 }
 
 int main(void)
@@ -526,6 +634,8 @@ int main(void)
 	    cmocka_unit_test(test_back_busy_passed_on),
 	    cmocka_unit_test(test_back_killed_and_restarted),
 	    cmocka_unit_test(test_remote_hazards),
+	    cmocka_unit_test(test_one_back_tenant_each),
+	    cmocka_unit_test(test_errors_hide_internals),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -103,7 +103,7 @@ static void add_tenant(struct store *s, const char *name, int64_t *slot)
 	struct store_tenant t = {.alg = "HS256", .key = (unsigned char *)"secret", .key_len = 6};
 
 	snprintf(t.name, sizeof t.name, "%s", name);
-	assert_int_equal(store_tenant_add(s, &t), 0);
+	assert_int_equal(store_tenant_add(s, &t, -1), 0);
 	if (slot)
 		*slot = t.slot;
 }
@@ -225,7 +225,7 @@ static void test_tenants(void **state)
 
 	t.key = (unsigned char *)pem;
 	t.key_len = sizeof pem - 1;
-	assert_int_equal(store_tenant_add(s, &t), 0);
+	assert_int_equal(store_tenant_add(s, &t, -1), 0);
 	assert_int_equal(t.slot, 0);
 	assert_true(t.created_at > 0);
 	add_tenant(s, "alice", &slot);
@@ -236,11 +236,11 @@ static void test_tenants(void **state)
 	/* Duplicate name. */
 	t.key = (unsigned char *)"x";
 	t.key_len = 1;
-	assert_int_equal(store_tenant_add(s, &t), -EEXIST);
+	assert_int_equal(store_tenant_add(s, &t, -1), -EEXIST);
 	/* An algorithm outside the schema. */
 	snprintf(t.name, sizeof t.name, "dave");
 	snprintf(t.alg, sizeof t.alg, "none");
-	assert_int_equal(store_tenant_add(s, &t), -EINVAL);
+	assert_int_equal(store_tenant_add(s, &t, -1), -EINVAL);
 
 	assert_int_equal(store_tenant_get(s, "bob", &g), 0);
 	assert_string_equal(g.name, "bob");
@@ -261,16 +261,32 @@ static void test_tenants(void **state)
 	assert_false(list[0].operator_tenant);
 	store_tenants_free(list, n);
 
-	/* Removing frees the slot; the next tenant takes the lowest one. */
-	assert_int_equal(store_tenant_remove(s, "alice"), 0);
-	assert_int_equal(store_tenant_remove(s, "alice"), -ENOENT);
+	/* A removed tenant's slot is not given again (its files and
+	 * processes were that uid's): the next tenant takes the lowest slot
+	 * no life ever held. */
+	int64_t life = 0, last_slot = -1, last_life = 0;
+	assert_int_equal(store_tenant_remove(s, "alice", &life), 0);
+	assert_true(life > 0);
+	assert_int_equal(store_tenant_remove(s, "alice", NULL), -ENOENT);
 	add_tenant(s, "erin", &slot);
-	assert_int_equal(slot, 1);
-	add_tenant(s, "frank", &slot);
 	assert_int_equal(slot, 3);
-	assert_int_equal(store_tenant_remove(s, "bob"), 0);
+	add_tenant(s, "frank", &slot);
+	assert_int_equal(slot, 4);
+	assert_int_equal(store_tenant_remove(s, "bob", NULL), 0);
 	add_tenant(s, "gina", &slot);
-	assert_int_equal(slot, 0);
+	assert_int_equal(slot, 5);
+	/* alice again is another life; asked to, it takes its old slot back. */
+	assert_int_equal(store_tenant_last_life(s, "alice", &last_slot, &last_life), 0);
+	assert_int_equal(last_slot, 1);
+	assert_int_equal(last_life, life);
+	struct store_tenant again = {
+	    .name = "alice", .alg = "HS256", .key = (unsigned char *)"k", .key_len = 1};
+	assert_int_equal(store_tenant_add(s, &again, last_slot), 0);
+	assert_int_equal(again.slot, 1);
+	assert_true(again.incarnation > life);
+	struct store_tenant other = {
+	    .name = "hal", .alg = "HS256", .key = (unsigned char *)"k", .key_len = 1};
+	assert_int_equal(store_tenant_add(s, &other, 1), -EBUSY);
 }
 
 static void fake_seg(const char *key, size_t len, unsigned salt, char *out);
@@ -310,7 +326,7 @@ static void test_tenant_remove_cascades(void **state)
 	assert_int_equal(store_exec_begin(s, &e), 0);
 	memset(t.token_hash, 7, 32);
 	assert_int_equal(store_transfer_mint(s, &t), 0);
-	assert_int_equal(store_tenant_remove(s, "alice"), 0);
+	assert_int_equal(store_tenant_remove(s, "alice", NULL), 0);
 	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM sessions"), 0);
 	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM execs"), 0);
 	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM transfers"), 0);

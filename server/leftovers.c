@@ -1,0 +1,111 @@
+#include "server/leftovers.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/xmalloc.h"
+#include "sandbox/rootimg_impl.h"
+
+bool srv_leftovers_present(const struct sbx_config *cfg, const char *name)
+{
+	char *tdir = xasprintf("%s/tenants/%s", cfg->data_dir, name);
+	struct stat st;
+	bool there = lstat(tdir, &st) == 0;
+	free(tdir);
+	return there;
+}
+
+/* removed/ under the data directory: 0700, so that no tenant's uid can
+ * reach what was moved there (a workspace is 0755 inside). */
+static int removed_dir(const struct sbx_config *cfg, char **out)
+{
+	char *dir = xasprintf("%s/removed", cfg->data_dir);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		int err = errno;
+		free(dir);
+		return -err;
+	}
+	struct stat st;
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || chmod(dir, 0700) < 0) {
+		free(dir);
+		return -ENOTDIR;
+	}
+	*out = dir;
+	return 0;
+}
+
+int srv_leftovers_move_aside(const struct sbx_config *cfg, const char *name, int64_t life, char *dest,
+			     size_t destsz)
+{
+	dest[0] = '\0';
+	if (!srv_leftovers_present(cfg, name))
+		return 0;
+	char *dir = NULL;
+	int rc = removed_dir(cfg, &dir);
+	if (rc < 0)
+		return rc;
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tm));
+	char *tdir = xasprintf("%s/tenants/%s", cfg->data_dir, name);
+	/* The life makes the name unique (0: a directory no life of the
+	 * store claims, e.g. left by a release before lives). */
+	snprintf(dest, destsz, "%s/%s.%s.%lld.%ld", dir, name, stamp, (long long)life, (long)getpid());
+	rc = rename(tdir, dest) < 0 ? -errno : 0;
+	if (rc < 0)
+		dest[0] = '\0';
+	free(tdir);
+	free(dir);
+	return rc;
+}
+
+int srv_leftovers_purge(const struct sbx_config *cfg, const char *name, int64_t life, char *dest,
+			size_t destsz)
+{
+	int rc = srv_leftovers_move_aside(cfg, name, life, dest, destsz);
+	if (rc < 0 || !dest[0])
+		return rc;
+	rc = rootimg_remove_tree(dest);
+	if (rc == 0)
+		dest[0] = '\0';
+	return rc;
+}
+
+/* The real uid on the "Uid:" line of /proc/<pid>/status, or -1. */
+static long status_uid(const char *pid)
+{
+	char path[300], line[256];
+	snprintf(path, sizeof path, "/proc/%s/status", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	long uid = -1;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, "Uid:", 4) == 0) {
+			uid = strtol(line + 4, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return uid;
+}
+
+int srv_uid_processes(uid_t uid)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && status_uid(e->d_name) == (long)uid)
+			n++;
+	closedir(d);
+	return n;
+}
