@@ -714,3 +714,22 @@ int auth_random(void *buf, size_t n)
 	}
 	return 0;
 }
+
+int auth_token_tenant_claim(const char *token, char *out, size_t outsz)
+{
+	const char *p = strchr(token, '.');
+	const char *q = p ? strchr(p + 1, '.') : NULL;
+	if (!q || outsz == 0)
+		return -EINVAL;
+	size_t len = (size_t)(q - p - 1), n = 0;
+	unsigned char *buf = xmalloc(b64url_decoded_max(len) + 1);
+	int rc = b64url_decode(p + 1, len, buf, &n);
+	json_t *pl = rc == 0 ? json_loadb((const char *)buf, n, 0, NULL) : NULL;
+	const char *t = json_string_value(json_object_get(pl, "tenant"));
+	rc = t && strlen(t) < outsz ? 0 : -EINVAL;
+	if (rc == 0)
+		snprintf(out, outsz, "%s", t);
+	json_decref(pl);
+	free(buf);
+	return rc;
+}

@@ -94,3 +94,8 @@ int auth_random(void *buf, size_t n);
 /* Check a PEM public key for a tenant registered with alg (RS256: RSA of
  * at least 2048 bits; ES256: EC P-256). 0, or -EINVAL with a reason. */
 int auth_check_public_key(const unsigned char *pem, size_t len, enum auth_alg alg, const char **why);
+
+/* The `tenant` claim of a JWT, read without verifying it (for naming
+ * what another server's token is for, never for trusting it). 0 or
+ * -EINVAL. */
+int auth_token_tenant_claim(const char *token, char *out, size_t outsz);

@@ -42,7 +42,7 @@ struct route_jobs {
 struct route_provider *route_provider_new(struct app *a, const char *tenant, const struct route_policy *p)
 {
 	if (strcmp(p->backend, "remote") == 0)
-		return route_remote_new(a, p);
+		return route_remote_new(a, tenant, p);
 	if (strcmp(p->backend, "ssh") == 0)
 		return route_ssh_new(a, tenant, p);
 	return NULL;

@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/log.h"
+#include "routes/remote.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/network.h"
@@ -537,6 +538,47 @@ static int remote_complete(const struct sbx_config *cfg, json_t *overrides, char
 	return rc;
 }
 
+/* One back tenant per front tenant (issue 26 item 11): two front tenants
+ * naming the same back tenant would read and change each other's files
+ * there. Refused when set (-EEXIST); a back tenant that cannot be told yet
+ * (its token file not there) is checked again at use (routes/remote.c). */
+static int back_unique(struct store *s, const struct sbx_config *cfg, const char *tenant, json_t *overrides,
+		       char *err, size_t errsz)
+{
+	struct route_policy p;
+	char mine[400], theirs[400], why[320];
+	if (route_policy_defaults(cfg, &p, err, errsz) < 0)
+		return -EINVAL;
+	int rc = apply(&p, overrides, NULL, err, errsz);
+	bool remote = rc == 0 && strcmp(p.backend, "remote") == 0 &&
+		      route_remote_back_of(&p, mine, sizeof mine, why, sizeof why) == 0;
+	route_policy_clear(&p);
+	if (!remote)
+		return rc;
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	if (store_tenant_list(s, &v, &n) < 0)
+		return -SBX_E_STORE;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		struct route_policy q;
+		if (strcmp(v[i].name, tenant) == 0 ||
+		    route_policy_load(s, cfg, v[i].name, &q, NULL, NULL) < 0)
+			continue;
+		if (strcmp(q.backend, "remote") == 0 &&
+		    route_remote_back_of(&q, theirs, sizeof theirs, why, sizeof why) == 0 &&
+		    strcmp(mine, theirs) == 0) {
+			snprintf(
+			    err, errsz,
+			    "tenant %s already names this back tenant (%s): one back tenant per front tenant",
+			    v[i].name, mine);
+			rc = -EEXIST;
+		}
+		route_policy_clear(&q);
+	}
+	store_tenants_free(v, n);
+	return rc;
+}
+
 int route_policy_update(struct store *s, const struct sbx_config *cfg, const char *tenant, json_t *changes,
 			json_t **change, char *err, size_t errsz)
 {
@@ -550,6 +592,8 @@ int route_policy_update(struct store *s, const struct sbx_config *cfg, const cha
 		rc = merge(next, changes, cfg, err, errsz);
 		if (rc == 0)
 			rc = remote_complete(cfg, next, err, errsz);
+		if (rc == 0)
+			rc = back_unique(s, cfg, tenant, next, err, errsz);
 		char *next_text = rc == 0 ? json_dumps(next, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 		if (rc == 0)
 			rc = store_policy_replace(s, tenant, text, next_text, now_ms());

@@ -4,16 +4,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth/auth.h"
 #include "client/sandboxd.h"
 #include "common/nowait.h"
 #include "common/config.h"
 #include "common/errors.h"
+#include "common/log.h"
 #include "common/timeutil.h"
 #include "common/secretfile.h"
 #include "common/xmalloc.h"
@@ -50,6 +53,106 @@ static char *read_token(const char *path, char *why, size_t whysz)
 	return buf;
 }
 
+int route_remote_back_of(const struct route_policy *p, char *out, size_t outsz, char *why, size_t whysz)
+{
+	if (!p->remote_url)
+		return -EINVAL;
+	size_t n = strlen(p->remote_url);
+	while (n > 0 && p->remote_url[n - 1] == '/')
+		n--;
+	char back[64] = "";
+	if (p->remote_tenant && *p->remote_tenant) {
+		snprintf(back, sizeof back, "%s", p->remote_tenant);
+	} else {
+		char *token = p->remote_token_file ? read_token(p->remote_token_file, why, whysz) : NULL;
+		int rc = token ? auth_token_tenant_claim(token, back, sizeof back) : -EINVAL;
+		if (token)
+			memset(token, 0, strlen(token));
+		free(token);
+		if (rc < 0) {
+			if (token)
+				snprintf(why, whysz, "the token in remote_token_file names no tenant");
+			return -EINVAL;
+		}
+	}
+	snprintf(out, outsz, "%.*s %s", (int)n, p->remote_url, back);
+	return 0;
+}
+
+/* Which front tenant holds each back tenant in this process: a second
+ * one naming it is refused at use as well (a policy set before this
+ * check, or a token file changed since). An entry goes with its last
+ * provider (the tenant cache reloads every few seconds). */
+struct back_entry {
+	char tenant[64];
+	char back[400];
+	int refs;
+	struct back_entry *next;
+};
+static pthread_mutex_t backs_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct back_entry *backs;
+
+/* 0, or -EEXIST with holder filled. */
+static int back_claim(const char *tenant, const char *back, char *holder, size_t holdersz)
+{
+	pthread_mutex_lock(&backs_mu);
+	struct back_entry *e = backs;
+	for (; e; e = e->next)
+		if (strcmp(e->back, back) == 0)
+			break;
+	int rc = 0;
+	if (e && strcmp(e->tenant, tenant) != 0) {
+		snprintf(holder, holdersz, "%s", e->tenant);
+		rc = -EEXIST;
+	} else if (e) {
+		e->refs++;
+	} else {
+		e = xcalloc(1, sizeof *e);
+		snprintf(e->tenant, sizeof e->tenant, "%s", tenant);
+		snprintf(e->back, sizeof e->back, "%s", back);
+		e->refs = 1;
+		e->next = backs;
+		backs = e;
+	}
+	pthread_mutex_unlock(&backs_mu);
+	return rc;
+}
+
+static void back_release(const char *back)
+{
+	pthread_mutex_lock(&backs_mu);
+	for (struct back_entry **pp = &backs; *pp; pp = &(*pp)->next) {
+		struct back_entry *e = *pp;
+		if (strcmp(e->back, back) != 0)
+			continue;
+		if (--e->refs == 0) {
+			*pp = e->next;
+			free(e);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&backs_mu);
+}
+
+/* What the tenant reads of why: the reason without the server's paths
+ * and URLs (the log has them whole). */
+static void tenant_why(struct route_remote *rr, const char *reason)
+{
+	log_msg("warn", "backend remote: tenant %s (%s): %s", rr->tenant, rr->url, rr->why);
+	snprintf(rr->why, sizeof rr->why,
+		 "the tenant's remote backend is not usable: %s (the server's log has the details)", reason);
+}
+
+/* Why a token file was refused, in words that name no path. */
+static const char *token_reason(const char *why)
+{
+	if (strstr(why, "readable by it alone"))
+		return "its token file must be readable by it alone";
+	if (strstr(why, "one token"))
+		return "its token file must hold one token";
+	return "its token file cannot be read";
+}
+
 static void open_handle(struct route_remote *rr, const struct app *a, const struct route_policy *p)
 {
 	if (!route_policy_backend_offered(a->cfg, "remote")) {
@@ -63,18 +166,33 @@ static void open_handle(struct route_remote *rr, const struct app *a, const stru
 		return;
 	}
 	char *token = read_token(p->remote_token_file, rr->why, sizeof rr->why);
-	if (!token)
+	if (!token) {
+		tenant_why(rr, token_reason(rr->why));
 		return;
-	const struct sbxc_opts o = {.base_url = p->remote_url,
-				    .token = token,
-				    .tenant = p->remote_tenant,
-				    .connect_timeout_ms = CONNECT_TIMEOUT_MS,
-				    .timeout_ms = CALL_TIMEOUT_MS,
-				    .max_retries = -1,
-				    .max_body_bytes = (size_t)a->cfg->max_buffered_bytes + 65536,
-				    .user_agent = "sandboxd-remote/" SANDBOXD_VERSION};
-	if (sbxc_new(&rr->h, &o) < 0)
-		snprintf(rr->why, sizeof rr->why, "remote_url %s is not usable", p->remote_url);
+	}
+	char holder[64];
+	if (route_remote_back_of(p, rr->back, sizeof rr->back, rr->why, sizeof rr->why) < 0) {
+		tenant_why(rr, "the back tenant it names cannot be told (set remote_tenant)");
+	} else if (back_claim(rr->tenant, rr->back, holder, sizeof holder) < 0) {
+		snprintf(rr->why, sizeof rr->why, "back tenant %.200s is front tenant %s's", rr->back,
+			 holder);
+		tenant_why(rr, "refused: another tenant of this server already uses the back tenant it names "
+			       "(one back tenant per front tenant)");
+	} else {
+		rr->back_claimed = true;
+		const struct sbxc_opts o = {.base_url = p->remote_url,
+					    .token = token,
+					    .tenant = p->remote_tenant,
+					    .connect_timeout_ms = CONNECT_TIMEOUT_MS,
+					    .timeout_ms = CALL_TIMEOUT_MS,
+					    .max_retries = -1,
+					    .max_body_bytes = (size_t)a->cfg->max_buffered_bytes + 65536,
+					    .user_agent = "sandboxd-remote/" SANDBOXD_VERSION};
+		if (sbxc_new(&rr->h, &o) < 0) {
+			snprintf(rr->why, sizeof rr->why, "remote_url %s is not usable", p->remote_url);
+			tenant_why(rr, "its remote_url is not usable");
+		}
+	}
 	memset(token, 0, strlen(token));
 	free(token);
 }
@@ -82,17 +200,20 @@ static void open_handle(struct route_remote *rr, const struct app *a, const stru
 static void remote_free(struct route_provider *p)
 {
 	struct route_remote *rr = (struct route_remote *)p;
+	if (rr->back_claimed)
+		back_release(rr->back);
 	sbxc_free(&rr->h);
 	free(rr);
 }
 
 static const struct route_provider_ops remote_ops;
 
-struct route_provider *route_remote_new(const struct app *a, const struct route_policy *p)
+struct route_provider *route_remote_new(const struct app *a, const char *tenant, const struct route_policy *p)
 {
 	struct route_remote *rr = xcalloc(1, sizeof *rr);
 	rr->base.ops = &remote_ops;
 	snprintf(rr->url, sizeof rr->url, "%s", p->remote_url ? p->remote_url : "(none)");
+	snprintf(rr->tenant, sizeof rr->tenant, "%s", tenant);
 	open_handle(rr, a, p);
 	return &rr->base;
 }
@@ -107,7 +228,12 @@ int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const
 			 refused_us ? "refused this server's token (check remote_token_file)"
 				    : sbxc_err_text(e, rc, text, sizeof text));
 		route_jobs_note_down(r->app, "remote", what);
-		return http_fail(r, -SBX_E_BACKEND, "the tenant's remote sandboxd %s", what);
+		/* The log and /readyz (the operator's) name the back; the
+		 * tenant's answer names neither its URL nor the token file. */
+		log_msg("warn", "backend remote: tenant %s, request %s: %s", rr->tenant, r->request_id, what);
+		return http_fail(r, -SBX_E_BACKEND,
+				 "the tenant's remote sandboxd %s (the server's log has the details)",
+				 refused_us ? "refused this server's token" : "cannot be reached");
 	}
 	if (e->retry_after_s > 0)
 		r->retry_after_s = e->retry_after_s;

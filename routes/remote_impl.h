@@ -9,7 +9,10 @@ struct route_remote {
 	struct route_provider base;
 	struct sbxc *h; /* NULL: unusable, why says */
 	char why[320];
-	char url[256]; /* remote_url, for messages */
+	char url[256];	   /* remote_url, for the server's log only */
+	char tenant[64];   /* the front tenant */
+	char back[400];	   /* route_remote_back_of, "" when unknown */
+	bool back_claimed; /* back is this tenant's in the process-wide table */
 };
 
 /* One call's settings and error, for request r. */

@@ -39,7 +39,7 @@ int route_tenant_policy_put(struct http_req *r)
 	int rc = route_policy_update(r->app->store, r->app->cfg, name, r->json, &change, err, sizeof err);
 	if (rc == -ENOENT)
 		return http_fail(r, rc, "no tenant %s", name);
-	if (rc == -EINVAL)
+	if (rc == -EINVAL || rc == -EEXIST)
 		return http_fail(r, rc, "%s", err);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot store the policy of %s", name);
