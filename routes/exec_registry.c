@@ -156,10 +156,13 @@ static void job_put_locked(struct exec_job *j)
 	free(j);
 }
 
-static struct exec_job *find_locked(struct route_execs *e, const char *tenant, const char *id)
+/* life: the tenant's life whose exec it must be (0: any life of the
+ * name, for callers that found its row in the store first). */
+static struct exec_job *find_locked(struct route_execs *e, const char *tenant, int64_t life, const char *id)
 {
 	for (struct exec_job *j = e->jobs; j; j = j->next)
-		if (strcmp(j->id, id) == 0 && strcmp(j->tenant->name, tenant) == 0)
+		if (strcmp(j->id, id) == 0 && strcmp(j->tenant->name, tenant) == 0 &&
+		    (!life || j->tenant->incarnation == life))
 			return j;
 	return NULL;
 }
@@ -509,7 +512,7 @@ json_t *route_execs_progress(struct route_execs *e, const char *tenant, const ch
 {
 	json_t *o = NULL;
 	pthread_mutex_lock(&e->mu);
-	struct exec_job *j = find_locked(e, tenant, id);
+	struct exec_job *j = find_locked(e, tenant, 0, id);
 	if (j && !j->finished) {
 		size_t n = 0;
 		pthread_mutex_lock(&j->pmu);
@@ -569,7 +572,7 @@ uint64_t route_execs_handle(struct route_execs *e, const char *tenant, const cha
 {
 	uint64_t handle = 0;
 	pthread_mutex_lock(&e->mu);
-	struct exec_job *j = find_locked(e, tenant, id);
+	struct exec_job *j = find_locked(e, tenant, 0, id);
 	if (j && !j->finished)
 		handle = j->handle;
 	pthread_mutex_unlock(&e->mu);
@@ -694,7 +697,7 @@ static int join_running(struct http_req *r, const char *id, bool stream)
 	int rc = -ENOENT;
 	struct route_execs *e = r->app->execs;
 	pthread_mutex_lock(&e->mu);
-	struct exec_job *j = find_locked(e, r->tenant->name, id);
+	struct exec_job *j = find_locked(e, r->tenant->name, r->tenant->incarnation, id);
 	if (j && !j->finished) {
 		if (!stream) {
 			wait_on_locked(r, j);
@@ -1205,7 +1208,7 @@ int route_execs_decide(struct http_req *r, const char *id, bool approve, const c
 		return http_fail(r, -SBX_E_FORBIDDEN,
 				 "deciding needs a token that names its holder (a sub claim)");
 	pthread_mutex_lock(&e->mu);
-	struct exec_job *j = find_locked(e, r->tenant->name, id);
+	struct exec_job *j = find_locked(e, r->tenant->name, r->tenant->incarnation, id);
 	if (!j || !j->pend || j->pend->deciding || j->finished) {
 		pthread_mutex_unlock(&e->mu);
 		return route_execs_answer_state(r, id, "is not waiting for approval");
@@ -1234,7 +1237,7 @@ int route_execs_decide(struct http_req *r, const char *id, bool approve, const c
 bool route_execs_cancel_pending(struct route_execs *e, const char *tenant, const char *id)
 {
 	pthread_mutex_lock(&e->mu);
-	struct exec_job *j = find_locked(e, tenant, id);
+	struct exec_job *j = find_locked(e, tenant, 0, id);
 	bool taken = j && take_decision_locked(j);
 	pthread_mutex_unlock(&e->mu);
 	if (taken)

@@ -69,7 +69,8 @@ int store_tenant_add(struct store *s, struct store_tenant *t, int64_t reuse_slot
 /* The last removed life of name: its slot and incarnation. -ENOENT. */
 int store_tenant_last_life(struct store *s, const char *name, int64_t *slot, int64_t *incarnation);
 /* Changes another connection (the CLI) committed since the last call
- * differ from *seen: true then, and *seen is updated. Cheap (no I/O). */
+ * differ from *seen: true then, and *seen is updated. Cheap (no I/O), and
+ * false without looking when the store's lock is held (never waits). */
 bool store_changed_elsewhere(struct store *s, int64_t *seen);
 /* -ENOENT. Free with store_tenant_clear. */
 int store_tenant_get(struct store *s, const char *name, struct store_tenant *out);

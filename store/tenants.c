@@ -180,7 +180,12 @@ out:
 bool store_changed_elsewhere(struct store *s, int64_t *seen)
 {
 	bool changed = false;
-	pthread_mutex_lock(&s->lock);
+	/* Never wait for the lock (the audit writer's group commit holds
+	 * it): a request must not queue behind the disk for this. A check
+	 * skipped is made at a later request, and the tenant cache's own
+	 * reload (every few seconds) compares lives too. */
+	if (pthread_mutex_trylock(&s->lock) != 0)
+		return false;
 	sqlite3_stmt *st = store_stmt(s, ST_DATA_VERSION, "PRAGMA data_version");
 	if (st && sqlite3_step(st) == SQLITE_ROW) {
 		int64_t v = sqlite3_column_int64(st, 0);

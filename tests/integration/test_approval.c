@@ -126,8 +126,8 @@ static json_t *audit_of(const char *route, const char *target)
 		json_t *rec;
 		size_t i;
 		json_array_foreach(json_object_get(page, "records"), i, rec) {
-			if (jstr(rec, "target") && strcmp(jstr(rec, "target"), target) == 0)
-				found = json_incref(rec);
+			if (!found && jstr(rec, "target") && strcmp(jstr(rec, "target"), target) == 0)
+				found = json_incref(rec); /* the first: a later request may match too */
 		}
 		json_decref(page);
 		if (!found)

@@ -565,7 +565,8 @@ static void test_one_back_tenant_each(void **state)
 	free(path);
 	long until = it_now_ms() + 20000;
 	for (;;) {
-		assert_int_equal(it_http(&front, "GET", "/fs/exists?path=docs", tok_globex_f, hdrs, NULL, 0, &r), 0);
+		assert_int_equal(
+		    it_http(&front, "GET", "/fs/exists?path=docs", tok_globex_f, hdrs, NULL, 0, &r), 0);
 		if (r.status != 200 || it_now_ms() > until)
 			break;
 		it_resp_free(&r);
@@ -602,14 +603,15 @@ static void test_errors_hide_internals(void **state)
 		it_resp_free(&r);
 	}
 	/* A token file that is missing: the same. */
-	char *body = xasprintf("{\"remote_url\":\"%s\",\"remote_token_file\":\"%s/no-such-token\"}", back.base,
-			       front.dir);
+	char *body = xasprintf("{\"remote_url\":\"%s\",\"remote_token_file\":\"%s/no-such-token\"}",
+			       back.base, front.dir);
 	assert_int_equal(pol_put(&front, tok_admin, "globex", body, NULL), 200);
 	free(body);
 	struct it_resp r;
 	long until = it_now_ms() + 20000;
 	for (;;) {
-		assert_int_equal(it_http(&front, "GET", "/fs/exists?path=x", tok_globex_f, hdrs, NULL, 0, &r), 0);
+		assert_int_equal(it_http(&front, "GET", "/fs/exists?path=x", tok_globex_f, hdrs, NULL, 0, &r),
+				 0);
 		if (strstr(r.body, "token") || it_now_ms() > until)
 			break;
 		it_resp_free(&r);
