@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <curl/curl.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,46 @@ static char *wait_new_token(const char *tenant)
 	}
 }
 
+/* The tenant feed (GET /events) from its first kept event, read until an
+ * event of exec `until` arrives (or the deadline): the replay, in order. */
+struct grab {
+	char *buf;
+	size_t len;
+	const char *until;
+};
+
+static size_t grab_write(char *p, size_t sz, size_t nm, void *ud)
+{
+	struct grab *g = ud;
+	size_t n = sz * nm;
+	g->buf = xrealloc(g->buf, g->len + n + 1);
+	memcpy(g->buf + g->len, p, n);
+	g->len += n;
+	g->buf[g->len] = '\0';
+	return strstr(g->buf, g->until) ? 0 : n; /* 0 ends the transfer */
+}
+
+static char *feed_until(const char *tok, const char *until)
+{
+	struct grab g = {.buf = xstrdup(""), .until = until};
+	char *url = xasprintf("%s/events", srv.base);
+	char *auth = xasprintf("Authorization: Bearer %s", tok);
+	struct curl_slist *h = curl_slist_append(NULL, auth);
+	h = curl_slist_append(h, "Last-Event-ID: 1");
+	CURL *c = curl_easy_init();
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, grab_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &g);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)DEADLINE_MS);
+	curl_easy_perform(c);
+	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
+	free(auth);
+	free(url);
+	return g.buf;
+}
+
 static int entries(const char *dir) /* -1: no such directory */
 {
 	DIR *d = opendir(dir);
@@ -141,6 +182,13 @@ static void test_readded_is_new(void **state)
 	long long lo = 0;
 	audit_max(tok, &lo);
 	assert_true(lo == 0 || lo > old_max);
+	/* The feed's replay holds the new life's events, none of the old's. */
+	x = ex_ok(&srv, tok, NULL, json_pack("{s:s, s:s}", "command", "echo new", "id", "new-exec"));
+	json_decref(x);
+	char *feed = feed_until(tok, "new-exec");
+	assert_non_null(strstr(feed, "new-exec"));
+	assert_null(strstr(feed, "old-exec"));
+	free(feed);
 	/* Another uid, and nothing of the old one still runs. */
 	long new_uid = uid_of(tok);
 	assert_true(new_uid != old_uid);
