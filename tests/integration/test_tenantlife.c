@@ -149,10 +149,11 @@ static void test_readded_is_new(void **state)
 	json_decref(x);
 	long old_uid = uid_of(old);
 	/* A background command of the old tenant, running when it goes. */
-	assert_int_equal(ex_post(&srv, old, NULL,
-				 json_pack("{s:s, s:b}", "command", "sleep 6061", "background", 1), NULL,
-				 NULL),
-			 202);
+	assert_int_equal(
+	    ex_post(&srv, old, NULL,
+		    json_pack("{s:s, s:s, s:b}", "command", "sleep 6061", "id", "old-bg", "background", 1),
+		    NULL, NULL),
+	    202);
 	long until = it_now_ms() + DEADLINE_MS;
 	while (host_procs_of_uid((uid_t)old_uid, "sleep", "6061") < 1 && it_now_ms() < until)
 		usleep(50000);
@@ -178,6 +179,13 @@ static void test_readded_is_new(void **state)
 	free(ws);
 	/* The old exec is not its exec. */
 	it_expect_error_at(&srv, "GET", "/exec/old-exec", tok, 404, "not_found");
+	it_expect_error_at(&srv, "GET", "/exec/old-bg", tok, 404, "not_found"); /* was running */
+	json_t *list = NULL;
+	assert_int_equal(it_get_json(&srv, tok, "/execs", &list), 200);
+	char *lt = json_dumps(list, 0);
+	assert_null(strstr(lt, "old-"));
+	free(lt);
+	json_decref(list);
 	/* None of the old audit rows: every one it sees is newer. */
 	long long lo = 0;
 	audit_max(tok, &lo);
