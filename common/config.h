@@ -50,7 +50,9 @@ struct sbx_config {
 	int64_t tenant_disk_quota_bytes, tenant_disk_quota_inodes; /* disk quota per tenant (0: none) */
 	char *disk_quota;	     /* how it is enforced: "auto", "project", "image" or "none" */
 	int64_t store_reserve_bytes; /* free space kept for the store: tenant work refused below it */
-	int64_t events_replay;	     /* feed events kept per tenant for Last-Event-ID */
+	/* one image import: data written, entries made, expansion per archive byte (0: no bound) */
+	int64_t image_import_max_bytes, image_import_max_entries, image_import_max_ratio;
+	int64_t events_replay; /* feed events kept per tenant for Last-Event-ID */
 	bool use_cgroups;
 	bool metrics_public; /* /metrics without a token */
 	int64_t shutdown_grace_s;

@@ -68,13 +68,26 @@ int sbx_rootimg_remove(const char *dir, const char *name, char *err, size_t errs
 int sbx_rootimg_build(const char *dir, const char *name, const char *packages, const char *variant, char *err,
 		      size_t errsz);
 
+/* What one import may put on the data disk (the configuration's
+ * image-import-* keys and store-reserve-bytes); 0 in a field: no bound. */
+struct sbx_rootimg_limits {
+	uint64_t max_bytes;	/* file data written, all layers together */
+	uint64_t max_entries;	/* files, directories and links made */
+	uint64_t max_ratio;	/* data written per byte of archive, past the first 64 MiB */
+	uint64_t reserve_bytes; /* free space kept on the images' filesystem */
+};
+
 /* Import image name from a root filesystem tarball (tar, optionally
  * gzip/xz/zstd/bzip2-compressed), or from an OCI image layout directory
  * (index.json -> manifest -> layers applied in order, whiteouts honoured,
- * digests checked). Entries with absolute paths, ".." components, links
- * leaving the tree, or paths through a symlink are refused, and the whole
- * import with them (-EPERM). Files are owned by root, without set-id bits
- * and without group or other write permission. -EEXIST, -EINVAL, -EIO. */
-int sbx_rootimg_import_rootfs(const char *dir, const char *name, const char *tarball, char *err,
-			      size_t errsz);
-int sbx_rootimg_import_oci(const char *dir, const char *name, const char *layout, char *err, size_t errsz);
+ * digests and sizes checked, every blob a regular file). Entries with
+ * absolute paths, ".." components, links leaving the tree, paths through
+ * a symlink, and whiteouts naming "." or ".." are refused, and the whole
+ * import with them (-EPERM); hard links are made inside the tree. Files
+ * are owned by root, without set-id bits and without group or other
+ * write permission. Beyond a bound of lim: -EFBIG (-ENOSPC for the
+ * reserve), and nothing is kept. -EEXIST, -EINVAL, -EIO. */
+int sbx_rootimg_import_rootfs(const char *dir, const char *name, const char *tarball,
+			      const struct sbx_rootimg_limits *lim, char *err, size_t errsz);
+int sbx_rootimg_import_oci(const char *dir, const char *name, const char *layout,
+			   const struct sbx_rootimg_limits *lim, char *err, size_t errsz);

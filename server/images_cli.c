@@ -107,10 +107,17 @@ static int image_rm(struct store *s, struct sbx_config *cfg, const char *dir, co
 	return 0;
 }
 
-static int image_make(const char *dir, const char *verb, const char *name, const struct cli_args *a)
+static int image_make(const struct sbx_config *cfg, const char *dir, const char *verb, const char *name,
+		      const struct cli_args *a)
 {
 	char err[1024] = "";
 	int rc;
+	/* The reserve is the store's: an import must not take the room the
+	 * server keeps for its records (images live on the same data disk). */
+	const struct sbx_rootimg_limits lim = {.max_bytes = (uint64_t)cfg->image_import_max_bytes,
+					       .max_entries = (uint64_t)cfg->image_import_max_entries,
+					       .max_ratio = (uint64_t)cfg->image_import_max_ratio,
+					       .reserve_bytes = (uint64_t)cfg->store_reserve_bytes};
 	if (geteuid() != 0) {
 		fprintf(stderr,
 			"sandboxd: image %s must run as root: an image is root's, so that no tenant "
@@ -124,9 +131,9 @@ static int image_make(const char *dir, const char *verb, const char *name, const
 		fprintf(stderr, "sandboxd: image import NAME wants --oci DIR or --rootfs FILE\n");
 		return 2;
 	} else if (a->oci) {
-		rc = sbx_rootimg_import_oci(dir, name, a->oci, err, sizeof err);
+		rc = sbx_rootimg_import_oci(dir, name, a->oci, &lim, err, sizeof err);
 	} else {
-		rc = sbx_rootimg_import_rootfs(dir, name, a->rootfs, err, sizeof err);
+		rc = sbx_rootimg_import_rootfs(dir, name, a->rootfs, &lim, err, sizeof err);
 	}
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: image %s %s: %s\n", verb, name, *err ? err : sbx_strerror(rc));
@@ -158,7 +165,7 @@ int cli_image(struct sbx_config *cfg, const struct cli_args *a)
 	else if (strcmp(verb, "rm") == 0)
 		status = image_rm(s, cfg, dir, a->words[1]);
 	else
-		status = image_make(dir, verb, a->words[1], a);
+		status = image_make(cfg, dir, verb, a->words[1], a);
 	free(dir);
 	store_close(&s);
 	return status;
