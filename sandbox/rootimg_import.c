@@ -567,6 +567,38 @@ static int vet_entry(struct extract *x, struct archive_entry *e, char *path, siz
 	return 0;
 }
 
+/* The directory rel beneath the root (no symlink on the way), made
+ * where missing (0755, as libarchive makes the missing parents of a
+ * file); O_PATH, or -1 with errno. */
+static int make_dirs_beneath(int root, const char *rel)
+{
+	int d = open_beneath(root, rel);
+	if (d >= 0 || errno != ENOENT || !*rel)
+		return d;
+	const char *base;
+	char *parent = split_path(rel, &base);
+	int pd = make_dirs_beneath(root, parent);
+	int e = pd < 0 || (mkdirat(pd, base, 0755) < 0 && errno != EEXIST) ? errno : 0;
+	if (pd >= 0)
+		close(pd);
+	free(parent);
+	if (e) {
+		errno = e;
+		return -1;
+	}
+	return open_beneath(root, rel);
+}
+
+/* Why a hard link cannot be made (an fd of its two was not opened). */
+static const char *link_why(int e, bool target)
+{
+	if (e == ELOOP || e == EXDEV)
+		return "a symlink is on the way";
+	if (e == ENOENT || e == ENOTDIR)
+		return target ? "its target is not in the image" : "its directory is not a directory";
+	return strerror(e);
+}
+
 /* Link path to the existing target, both resolved beneath the root with
  * no symlink on the way: the target must be a file or a symlink of this
  * image (never a directory), and what was at path is replaced as tar
@@ -575,10 +607,11 @@ static int make_hardlink(struct extract *x, const char *path, const char *target
 {
 	const char *base, *tbase;
 	char *dir = split_path(path, &base), *tdir = split_path(target, &tbase);
-	int d = open_beneath(x->root, dir), td = open_beneath(x->root, tdir);
+	int td = open_beneath(x->root, tdir), te = errno;
+	int d = td >= 0 ? make_dirs_beneath(x->root, dir) : -1;
 	struct stat st, old;
-	int rc = d < 0 || td < 0 ? -errno : 0;
-	const char *why = "its directories are not directories of the image (a symlink on the way?)";
+	int rc = td < 0 || d < 0 ? -EPERM : 0;
+	const char *why = td < 0 ? link_why(te, true) : d < 0 ? link_why(errno, false) : "";
 	if (rc == 0 && (fstatat(td, tbase, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))) {
 		rc = -EPERM;
 		why = "its target is not a file of the image";

@@ -55,6 +55,7 @@ static const char gen_py[] =
     "    add(t, 'usr/bin/python3', b'the interpreter\\n', 0o755)\n"
     "    add(t, 'usr/bin/python3.11', kind=tarfile.LNKTYPE, link='usr/bin/python3')\n"
     "    add(t, './usr/lib/py/alias', kind=tarfile.LNKTYPE, link='./usr/bin/python3')\n"
+    "    add(t, 'usr/made/here/py', kind=tarfile.LNKTYPE, link='usr/bin/python3')\n"
     "def hostile(name, entries):\n"
     "    with tarfile.open(work + '/' + name + '.tar', 'w') as t:\n"
     "        dirs(t, ['usr', 'usr/bin']); add(t, 'usr/bin/real', b'x')\n"
@@ -66,6 +67,7 @@ static const char gen_py[] =
     "hostile('hl-in-symlinked-dir', [('sl/x', 'usr/bin/real')])\n"
     "hostile('hl-to-dir', [('x', 'usr')])\n"
     "hostile('hl-to-root', [('x', '.')])\n"
+    "hostile('hl-to-nothing', [('x', 'usr/bin/nothing')])\n"
     "class Zeros(io.RawIOBase):\n"
     "    def __init__(self, n): self.n = n\n"
     "    def readable(self): return True\n"
@@ -247,8 +249,9 @@ static void test_bounds(void **state)
 	assert_int_equal(it_sh("'%s' image rm many --data-dir '%s' >/dev/null", it_bin(), srv.dir), 0);
 }
 
-/* Hard links are made, not dropped: three names, one inode, in a command
- * on the image; links through a symlink or to a directory are refused. */
+/* Hard links are made, not dropped: four names (one in directories the
+ * archive does not list), one inode, in a command on the image; links
+ * through a symlink, to a directory or to nothing are refused. */
 static void test_hard_links(void **state)
 {
 	(void)state;
@@ -256,15 +259,16 @@ static void test_hard_links(void **state)
 	assert_int_equal(
 	    it_sh("'%s' tenant set acme image=linked --data-dir '%s' >/dev/null", it_bin(), srv.dir), 0);
 	json_t *r = ex_run(&srv, tok,
-			   "cd /usr && set -- $(stat -c '%i %h' bin/python3 bin/python3.11 lib/py/alias) && "
-			   "[ $1 = $3 ] && [ $1 = $5 ] && echo one inode, links $2 $4 $6; "
-			   "cat bin/python3.11 lib/py/alias");
-	assert_string_equal(ex_stdout_ok(r), "one inode, links 3 3 3\nthe interpreter\nthe interpreter\n");
+			   "cd /usr && set -- $(stat -c '%i %h' bin/python3 bin/python3.11 lib/py/alias "
+			   "made/here/py) && [ $1 = $3 ] && [ $1 = $5 ] && [ $1 = $7 ] && "
+			   "echo one inode, links $2 $4 $6 $8; cat bin/python3.11 lib/py/alias");
+	assert_string_equal(ex_stdout_ok(r), "one inode, links 4 4 4 4\nthe interpreter\nthe interpreter\n");
 	json_decref(r);
 	assert_int_equal(
 	    it_sh("'%s' tenant set acme image=none --data-dir '%s' >/dev/null", it_bin(), srv.dir), 0);
-	static const char *const bad[] = {"hl-via-symlink.tar", "hl-via-outside.tar",
-					  "hl-in-symlinked-dir.tar", "hl-to-dir.tar", "hl-to-root.tar"};
+	static const char *const bad[] = {"hl-via-symlink.tar",	     "hl-via-outside.tar",
+					  "hl-in-symlinked-dir.tar", "hl-to-dir.tar",
+					  "hl-to-root.tar",	     "hl-to-nothing.tar"};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		refused("hostile", "refused", "--rootfs", bad[i], "");
 		assert_victim_intact();
