@@ -22,9 +22,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/timeutil.h"
 #include "common/xmalloc.h"
 
 #define LOOP_MAJOR_NR 7u
+#define STALE_WAIT_MS 10000
 #define ATTACH_TRIES 8
 #define MOUNT_OPTS "discard,errors=remount-ro"
 
@@ -253,8 +255,7 @@ static int resize_image(struct sbx_diskimg *d, const char *img, const struct sbx
 
 /* ---- mounts ---- */
 
-/* The backing file of loop device minor min, or "" */
-static void backing_file(unsigned min, char *out, size_t outsz)
+void sbx_diskimg_loop_file(unsigned min, char *out, size_t outsz)
 {
 	char path[96];
 	snprintf(path, sizeof path, "/sys/dev/block/%u:%u/loop/backing_file", LOOP_MAJOR_NR, min);
@@ -278,7 +279,7 @@ static int mounted_state(const char *tdir, const char *ws, const char *img)
 	if (sw.st_dev == st.st_dev)
 		return 0;
 	char back[PATH_MAX], *real = realpath(img, NULL);
-	backing_file(minor(sw.st_dev), back, sizeof back);
+	sbx_diskimg_loop_file(minor(sw.st_dev), back, sizeof back);
 	bool ours = major(sw.st_dev) == LOOP_MAJOR_NR && real && strcmp(back, real) == 0;
 	free(real);
 	return ours ? 1 : -EBUSY;
@@ -347,12 +348,59 @@ static void remember(struct sbx_diskimg *d, const char *tdir)
 	d->attached[d->nattached++] = xstrdup(tdir);
 }
 
+/* The loop device ("loop3") attached to the image at real path real, or
+ * false. */
+static bool image_attached(const char *real, char *dev, size_t devsz)
+{
+	DIR *d = opendir("/sys/block");
+	bool found = false;
+	for (struct dirent *e; d && !found && (e = readdir(d));) {
+		unsigned nr;
+		char back[PATH_MAX];
+		if (sscanf(e->d_name, "loop%u", &nr) != 1)
+			continue;
+		sbx_diskimg_loop_file(nr, back, sizeof back);
+		found = strcmp(back, real) == 0;
+		if (found)
+			snprintf(dev, devsz, "%s", e->d_name);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* An image still attached to a loop device, yet not mounted here, is an
+ * earlier run's whose namespace the kernel is still tearing down (a
+ * crash a moment ago; its autoclear device goes with it): waited for,
+ * bounded. Mounting it a second time through another device would
+ * corrupt it. */
+static int wait_released(const char *img, char *why, size_t whysz)
+{
+	char *real = realpath(img, NULL), dev[64] = "";
+	int64_t until = mono_ns() + (int64_t)STALE_WAIT_MS * 1000000;
+	bool busy = real && image_attached(real, dev, sizeof dev);
+	while (busy && mono_ns() < until) {
+		usleep(50000);
+		busy = image_attached(real, dev, sizeof dev);
+	}
+	free(real);
+	if (busy)
+		snprintf(why, whysz,
+			 "%s is still attached to /dev/%s (another mount of it, elsewhere, is in use): not "
+			 "mounted a second time",
+			 img, dev);
+	return busy ? -EBUSY : 0;
+}
+
 /* Called with d->lock held. */
 static int mount_image(struct sbx_diskimg *d, const char *tdir, const char *ws, const char *img, char *why,
 		       size_t whysz)
 {
 	char dev[64];
-	int lfd = loop_attach(img, dev, sizeof dev);
+	int lfd = wait_released(img, why, whysz);
+	if (lfd < 0)
+		return lfd;
+	lfd = loop_attach(img, dev, sizeof dev);
 	if (lfd < 0) {
 		snprintf(why, whysz, "%s",
 			 lfd == -ENOSPC ? "no loop device is free on the host"

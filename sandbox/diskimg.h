@@ -13,10 +13,15 @@
  * LOOP_CTL_GET_FREE on /dev/loop-control, LOOP_CONFIGURE with
  * LO_FLAGS_AUTOCLEAR (the loop device frees itself when its last mount
  * goes), then mount(2) with nodev,nosuid,discard (freed blocks go back
- * to the data directory's filesystem). The server's mount namespace is
- * the host's, so a mount outlives a crash: the next start finds it (the
- * workspace's device is a loop device whose backing file is the image)
- * and reuses it rather than stacking a second one.
+ * to the data directory's filesystem). The mounts are made in a mount
+ * namespace of the server's own (sbx_diskimg_own_ns, slave of the
+ * host's: nothing propagates out), so they die with the server however it
+ * ends: the kernel tears the namespace down when its last process exits
+ * (bwrap children have --die-with-parent), and autoclear frees the loop
+ * devices. Only the server and what it spawns see them; the CLI enters
+ * the running server's namespace to unmount (sbx_diskimg_detach_in_server).
+ * An image still attached to a loop device (a namespace not yet torn
+ * down) is waited for, never mounted a second time.
  *
  * Size changes are made offline, while the image is not mounted (at
  * start, after a graceful shutdown unmounted it): e2fsck -fp, then
@@ -67,6 +72,27 @@ void sbx_diskimg_detach_all(struct sbx_diskimg *d);
 /* Use and size of tdir's image (statfs of its mounted filesystem);
  * -ENOENT when it is not mounted. */
 int sbx_diskimg_usage(const char *tdir, struct sbx_quota_usage *out);
+
+/* Image mode, before any thread: take <data_dir>/images.lock (-EBUSY, the
+ * holder's pid in why, while another server holds it: two servers must
+ * not mount one image), unmount what earlier runs of this data directory
+ * left mounted in the host's namespace (image mounts at a point under
+ * <data_dir>/tenants whose loop device's file is under it too: other
+ * servers' are never touched) and release their loop devices, then move
+ * the process into a mount namespace of its own, a slave of the host's.
+ * *lock_fd stays open for the process's life; *swept counts the mounts
+ * swept. 0 or -errno with why. */
+int sbx_diskimg_own_ns(const char *data_dir, int *lock_fd, int *swept, char *why, size_t whysz);
+
+/* sbx_diskimg_detach(tdir) in the mount namespace of the server holding
+ * data_dir's images.lock (its pid in *pid), from a child process (setns
+ * needs a single thread): 0 or 1 as sbx_diskimg_detach, -ESRCH when no
+ * server holds the lock, else -errno. For the CLI. */
+int sbx_diskimg_detach_in_server(const char *data_dir, const char *tdir, pid_t *pid);
+
+/* The file behind loop device minor min ("" when it is detached; sysfs
+ * adds " (deleted)" to one removed while attached). */
+void sbx_diskimg_loop_file(unsigned min, char *out, size_t outsz);
 
 /* Loop devices on the host: *attached of *total have a backing file now;
  * *max is the loop module's max_loop (0: created on demand). */

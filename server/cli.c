@@ -345,12 +345,23 @@ static int tenant_show(struct store *s, struct sbx_config *cfg, const char *name
 
 /* A removed tenant's disk image (disk-quota=image) is unmounted now,
  * which frees its loop device once nothing uses it; the image file is
- * left with the rest of its directory. A running server notices the
- * removal within seconds and would do the same. */
+ * left with the rest of its directory. The image is mounted in the
+ * running server's mount namespace (sandbox/diskimg.h): entered for the
+ * unmount; an earlier version's mount on the host goes too. A running
+ * server notices the removal within seconds and would do the same. */
 static void detach_image(const struct sbx_config *cfg, const char *name)
 {
 	char *tdir = xasprintf("%s/tenants/%s", cfg->data_dir, name);
 	int rc = sbx_diskimg_detach(tdir);
+	pid_t pid = 0;
+	int r = sbx_diskimg_detach_in_server(cfg->data_dir, tdir, &pid);
+	if (r < 0 && r != -ESRCH)
+		fprintf(stderr,
+			"sandboxd: cannot unmount %s/workspace in the running server's mount namespace (pid "
+			"%d): %s; the server unmounts it when it next sees the tenant gone\n",
+			tdir, (int)pid, sbx_strerror(r));
+	else if (rc >= 0 && r > 0)
+		rc = r;
 	if (rc > 0)
 		printf("its disk image %s/disk.img is unmounted (its loop device is released)\n", tdir);
 	else if (rc < 0)

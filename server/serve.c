@@ -139,6 +139,7 @@ struct server {
 	struct sbx_quota *quota;
 	struct sbx_uids uids;
 	struct sbx_diskimg *diskimg;
+	int images_lock; /* image mode: <data>/images.lock, held while serving */
 	enum disk_mode disk_mode;
 	struct app app;
 	bool app_ready;
@@ -270,18 +271,42 @@ static int choose_disk_mode(struct server *s)
 	return 0;
 }
 
+/* Image mode: the images are mounted in a mount namespace of the
+ * server's own, so that a crash (SIGKILL, OOM) releases them with the
+ * process instead of leaving loop mounts on the host (sandbox/diskimg.h).
+ * What earlier runs of this data directory left on the host goes first.
+ * Before any thread: a thread made before would stay in the host's. */
+static int own_mount_ns(struct server *s)
+{
+	char why[512] = "";
+	int swept = 0;
+	int rc = sbx_diskimg_own_ns(s->cfg->data_dir, &s->images_lock, &swept, why, sizeof why);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: disk-quota=image: %s\n", why);
+		return rc;
+	}
+	if (swept > 0)
+		log_msg("info",
+			"unmounted %d disk images an earlier run of this data directory left mounted on "
+			"the host",
+			swept);
+	return 0;
+}
+
 static int open_store(struct server *s)
 {
 	char err[512] = "";
 	if (srv_prepare_data_dir(s->cfg) < 0)
 		return -EIO;
-	int rc = store_open(&s->store, s->cfg->db_path, true, err, sizeof err);
+	/* The store starts its audit writer thread. */
+	int rc = choose_disk_mode(s);
+	if (rc < 0 || (s->disk_mode == DISK_IMAGE && (rc = own_mount_ns(s)) < 0))
+		return rc;
+	rc = store_open(&s->store, s->cfg->db_path, true, err, sizeof err);
 	if (rc < 0) {
 		fprintf(stderr, "sandboxd: %s: %s\n", s->cfg->db_path, *err ? err : sbx_strerror(rc));
 		return rc;
 	}
-	if ((rc = choose_disk_mode(s)) < 0)
-		return rc;
 	int lost = 0, failed = 0;
 	store_recover(s->store, &lost, &failed);
 	if (lost || failed)
@@ -530,6 +555,8 @@ static void server_free(struct server *s)
 	 * a cancelled exec still running keeps its image until it ends). */
 	sbx_diskimg_detach_all(s->diskimg);
 	sbx_diskimg_free(&s->diskimg);
+	if (s->images_lock >= 0)
+		close(s->images_lock);
 	sbx_quota_free(&s->quota);
 }
 
@@ -558,7 +585,7 @@ static int setup_uids(struct server *s)
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 {
 	(void)args;
-	struct server s = {.cfg = cfg};
+	struct server s = {.cfg = cfg, .images_lock = -1};
 	int status = 1;
 
 	if (check_backend_option(cfg) < 0)

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/loop.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -305,6 +308,108 @@ static void remove_cgroups(const struct it_server *s)
 	}
 }
 
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape_mountinfo(char *s)
+{
+	char *o = s;
+	for (; *s; s++) {
+		unsigned v;
+		if (s[0] == '\\' && sscanf(s + 1, "%3o", &v) == 1 && s[1] && s[2] && s[3]) {
+			*o++ = (char)v;
+			s += 3;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+}
+
+/* Mounts in this (the host's) namespace at a point under prefix; with
+ * release, detached. */
+static int mounts_under(const char *prefix, bool release)
+{
+	int n = 0;
+	char line[8192], point[4096];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	while (f && fgets(line, sizeof line, f)) {
+		if (sscanf(line, "%*u %*u %*s %*s %4095s", point) != 1)
+			continue;
+		unescape_mountinfo(point);
+		if (strncmp(point, prefix, strlen(prefix)) != 0)
+			continue;
+		n++;
+		if (release) {
+			fprintf(stderr, "harness: left mounted: %s", line);
+			(void)umount2(point, MNT_DETACH);
+		}
+	}
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Loop devices whose backing file is under prefix; with release,
+ * cleared (on one still in use that only sets autoclear). */
+static int loops_under(const char *prefix, bool release)
+{
+	int n = 0;
+	DIR *d = opendir("/sys/block");
+	for (struct dirent *e; d && (e = readdir(d));) {
+		char path[300], back[4096] = "";
+		if (strncmp(e->d_name, "loop", 4) != 0)
+			continue;
+		snprintf(path, sizeof path, "/sys/block/%s/loop/backing_file", e->d_name);
+		FILE *f = fopen(path, "re");
+		bool ours = f && fgets(back, sizeof back, f) && strncmp(back, prefix, strlen(prefix)) == 0;
+		if (f)
+			fclose(f);
+		if (!ours)
+			continue;
+		n++;
+		if (release)
+			fprintf(stderr, "harness: left attached: /dev/%s to %s", e->d_name, back);
+		snprintf(path, sizeof path, "/dev/%s", e->d_name);
+		int fd = release ? open(path, O_RDWR | O_CLOEXEC) : -1;
+		if (fd >= 0) {
+			(void)ioctl(fd, LOOP_CLR_FD, 0);
+			close(fd);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whatever a test did, a server gone (even killed) leaves no mount and no
+ * loop device of its data directory on the host: its images live in its
+ * own mount namespace, which dies with it (the kernel may take a moment).
+ * Anything left is released, then the suite fails. */
+static void check_nothing_left(const struct it_server *s)
+{
+	char *real = realpath(s->dir, NULL), *prefix = xasprintf("%s/", real ? real : s->dir);
+	free(real);
+	long until = mono_ms() + 15000;
+	bool quiet = true;
+	while (quiet && (mounts_under(prefix, false) > 0 || loops_under(prefix, false) > 0))
+		quiet = mono_ms() < until && usleep(50000) == 0;
+	if (!quiet) {
+		fprintf(stderr, "harness: the server of %s left mounts or loop devices on the host\n",
+			s->dir);
+		for (int i = 0; i < 16 && mounts_under(prefix, true) > 0; i++)
+			;
+		loops_under(prefix, true);
+		it_fail_at_exit();
+	}
+	free(prefix);
+}
+
 void it_cleanup(struct it_server *s)
 {
 	if (s->pid > 0) {
@@ -313,6 +418,7 @@ void it_cleanup(struct it_server *s)
 	}
 	if (!*s->dir)
 		return;
+	check_nothing_left(s);
 	if (getenv("IT_KEEP")) {
 		fprintf(stderr, "harness: kept %s (log %s)\n", s->dir, s->log);
 		return;

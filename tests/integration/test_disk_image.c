@@ -6,7 +6,9 @@
  * tenant goes on, deleting recovers, the sandbox sees the mount and
  * cannot undo it, restarts (graceful and kill -9) keep the files without
  * stacking mounts, tenant removal and shutdown release the loop devices,
- * and nothing is left mounted or attached at the end. Needs root and loop
+ * a crash releases them too (the mounts live in the server's own mount
+ * namespace: the host never sees them), and nothing is left mounted or
+ * attached at the end. Needs root and loop
  * devices (77 without). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +52,23 @@ static int mounts_of(const char *what)
 	return n;
 }
 
+/* The same in the server's mount namespace, where the images are. */
+static int srv_mounts_of(const char *what)
+{
+	char *path = xasprintf("/proc/%d/mountinfo", (int)srv.pid);
+	char *mi = it_read_file(path, NULL);
+	int n = count_lines(mi, what);
+	free(mi);
+	free(path);
+	return n;
+}
+
+/* rel (under the data directory) as the server sees it. */
+static char *srv_path(const char *rel)
+{
+	return xasprintf("/proc/%d/root%s/%s", (int)srv.pid, srv.dir, rel);
+}
+
 static int loops_of(const char *what)
 {
 	FILE *p = popen("losetup -a 2>/dev/null", "r");
@@ -68,19 +86,11 @@ static char *ws_of(const char *tenant)
 	return xasprintf("%s/tenants/%s/workspace ", srv.dir, tenant);
 }
 
-/* Whatever happened: nothing of the test stays mounted (a failed case
- * may leave a server's mount behind), then the data goes. */
+/* Whatever happened, the server goes and the data with it; the harness
+ * fails the suite if anything of it stays mounted or attached on the
+ * host (and releases it). */
 static void force_down(void)
 {
-	if (srv.pid > 0)
-		it_stop(&srv, SIGKILL);
-	static const char *const names[] = {"acme", "globex", "ops", "legacy"};
-	for (size_t i = 0; srv.dir[0] && i < sizeof names / sizeof names[0]; i++) {
-		char *ws = xasprintf("%s/tenants/%s/workspace", srv.dir, names[i]);
-		while (umount2(ws, MNT_DETACH) == 0)
-			;
-		free(ws);
-	}
 	it_cleanup(&srv);
 }
 
@@ -134,7 +144,11 @@ static void test_reports_image_mode(void **state)
 	assert_non_null(strstr(log, "disk quotas: an ext4 image per tenant"));
 	free(log);
 
-	char *ws = ws_of("acme"), *mi = it_read_file("/proc/self/mountinfo", NULL);
+	/* Mounted in the server's namespace only: the host sees none. */
+	assert_int_equal(mounts_of(srv.dir), 0);
+	char *mpath = xasprintf("/proc/%d/mountinfo", (int)srv.pid);
+	char *ws = ws_of("acme"), *mi = it_read_file(mpath, NULL);
+	free(mpath);
 	assert_int_equal(count_lines(mi, ws), 1);
 	const char *line = strstr(mi, ws);
 	assert_non_null(strstr(line, "nosuid,nodev"));
@@ -169,9 +183,9 @@ static void test_sandbox_sees_the_mount(void **state)
 	json_decref(r);
 	/* Still mounted, once, and what the command wrote is in the image. */
 	char *ws = ws_of("acme");
-	assert_int_equal(mounts_of(ws), 1);
+	assert_int_equal(srv_mounts_of(ws), 1);
 	free(ws);
-	char *f = xasprintf("%s/tenants/acme/workspace/mine.txt", srv.dir);
+	char *f = srv_path("tenants/acme/workspace/mine.txt");
 	char *text = it_read_file(f, NULL);
 	assert_string_equal(text, "hi\n");
 	free(text);
@@ -243,7 +257,8 @@ static void test_image_stops_only_its_tenant(void **state)
 
 static void expect_file(const char *tenant, const char *rel, const char *want)
 {
-	char *f = xasprintf("%s/tenants/%s/workspace/%s", srv.dir, tenant, rel);
+	char *in = xasprintf("tenants/%s/workspace/%s", tenant, rel), *f = srv_path(in);
+	free(in);
 	char *text = it_read_file(f, NULL);
 	assert_non_null(text);
 	assert_string_equal(text, want);
@@ -252,8 +267,9 @@ static void expect_file(const char *tenant, const char *rel, const char *want)
 }
 
 /* Graceful stop: unmounted, loop devices freed; restart: the files are
- * back. kill -9: the mount outlives the server; the next start reuses
- * it (one mount, one loop device), and the files are there. */
+ * back. kill -9: the mount dies with the server's namespace (nothing on
+ * the host); the next start mounts it again (one mount, one loop
+ * device), and the files are there. */
 static void test_restarts_keep_files_without_stacking(void **state)
 {
 	(void)state;
@@ -263,12 +279,12 @@ static void test_restarts_keep_files_without_stacking(void **state)
 	assert_int_equal(loops_of(srv.dir), 0);
 	assert_int_equal(it_restart(&srv, extra), 0);
 	expect_file("acme", "mine.txt", "hi\n");
-	assert_int_equal(mounts_of(ws), 1);
+	assert_int_equal(srv_mounts_of(ws), 1);
 
 	assert_int_equal(it_stop(&srv, SIGKILL), 128 + SIGKILL);
-	assert_int_equal(mounts_of(ws), 1);
+	assert_int_equal(mounts_of(ws), 0);
 	assert_int_equal(it_restart(&srv, extra), 0);
-	assert_int_equal(mounts_of(ws), 1);
+	assert_int_equal(srv_mounts_of(ws), 1);
 	assert_int_equal(loops_of(img), 1);
 	json_t *r = ex_run(&srv, tok_a, "cat /workspace/mine.txt");
 	assert_string_equal(ex_stdout_ok(r), "hi\n");
@@ -319,13 +335,13 @@ static void test_tenant_remove_releases_the_loop(void **state)
 {
 	(void)state;
 	char *ws = ws_of("globex"), *img = xasprintf("%s/tenants/globex/disk.img", srv.dir);
-	assert_int_equal(mounts_of(ws), 1);
+	assert_int_equal(srv_mounts_of(ws), 1);
 	int st = 0;
 	char *out = it_cli(&srv, &st, "tenant remove globex");
 	assert_int_equal(st, 0);
 	assert_non_null(strstr(out, "is unmounted"));
 	free(out);
-	assert_int_equal(mounts_of(ws), 0);
+	assert_int_equal(srv_mounts_of(ws), 0);
 	/* The server drops the tenant when it reads it again (401 from then
 	 * on) and with it its last open file on the image: the loop device
 	 * goes. (A route that records no session: until then the cached
@@ -342,7 +358,7 @@ static void test_tenant_remove_releases_the_loop(void **state)
 	while (loops_of(img) != 0 && it_now_ms() < until)
 		usleep(50000);
 	assert_int_equal(loops_of(img), 0);
-	assert_int_equal(mounts_of(ws), 0);
+	assert_int_equal(srv_mounts_of(ws), 0);
 	free(ws);
 	free(img);
 }
@@ -366,10 +382,68 @@ static void test_existing_files_are_not_hidden(void **state)
 	it_resp_free(&w);
 	expect_file("legacy", "old.txt", "old\n");
 	char *ws = ws_of("legacy");
-	assert_int_equal(mounts_of(ws), 0);
+	assert_int_equal(srv_mounts_of(ws), 0);
 	free(ws);
 	free(dir);
 	free(tok);
+}
+
+/* The loop device behind tenant's workspace in the server's mount
+ * namespace ("loop3"), or "" (none). */
+static void server_loop_of(const char *tenant, char *out, size_t outsz)
+{
+	char *mif = xasprintf("/proc/%d/mountinfo", (int)srv.pid), *ws = ws_of(tenant);
+	char *mi = it_read_file(mif, NULL);
+	const char *line = mi ? strstr(mi, ws) : NULL, *dev = line ? strstr(line, " - ext4 /dev/") : NULL;
+	out[0] = '\0';
+	if (dev)
+		snprintf(out, outsz, "%.*s", (int)strcspn(dev + 13, " \n"), dev + 13);
+	free(mi);
+	free(ws);
+	free(mif);
+}
+
+/* Whether /dev/<loop> is still attached to img (its sysfs backing file). */
+static bool loop_backs(const char *loop, const char *img)
+{
+	char *path = xasprintf("/sys/block/%s/loop/backing_file", loop);
+	char *back = it_read_file(path, NULL);
+	bool busy = back && strncmp(back, img, strlen(img)) == 0;
+	free(back);
+	free(path);
+	return busy;
+}
+
+/* A crash (SIGKILL) releases the images: the server's mounts live in a
+ * mount namespace of its own, which the kernel tears down with its last
+ * process, and the autoclear loop devices go with them. Nothing of the
+ * data directory is left in the host's mount table. Then a restart
+ * mounts the image again, files kept. */
+static void test_crash_releases_mounts(void **state)
+{
+	(void)state;
+	json_t *r = ex_run(&srv, tok_a, "echo kept > /workspace/crash.txt && echo wrote");
+	assert_string_equal(ex_stdout_ok(r), "wrote\n");
+	json_decref(r);
+	char loop[32], img[300];
+	snprintf(img, sizeof img, "%s/tenants/acme/disk.img", srv.dir);
+	server_loop_of("acme", loop, sizeof loop);
+	assert_true(loop[0] != '\0');
+	assert_true(loop_backs(loop, img));
+	assert_int_equal(it_stop(&srv, SIGKILL), 128 + SIGKILL);
+	long until = it_now_ms() + 15000;
+	while ((mounts_of(srv.dir) != 0 || loop_backs(loop, img) || loops_of(img) != 0) &&
+	       it_now_ms() < until)
+		usleep(50000);
+	if (mounts_of(srv.dir) != 0)
+		it_sh("grep -F '%s' /proc/self/mountinfo >&2", srv.dir);
+	assert_int_equal(mounts_of(srv.dir), 0);
+	assert_false(loop_backs(loop, img));
+	assert_int_equal(loops_of(img), 0);
+	assert_int_equal(it_restart(&srv, extra), 0);
+	r = ex_run(&srv, tok_a, "cat /workspace/crash.txt");
+	assert_string_equal(ex_stdout_ok(r), "kept\n");
+	json_decref(r);
 }
 
 int main(void)
@@ -387,6 +461,7 @@ int main(void)
 	    cmocka_unit_test(test_quota_grows_and_refuses_shrink),
 	    cmocka_unit_test(test_tenant_remove_releases_the_loop),
 	    cmocka_unit_test(test_existing_files_are_not_hidden),
+	    cmocka_unit_test(test_crash_releases_mounts),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
