@@ -78,6 +78,23 @@ retry usermod --add-subuids "$range-$((range + 65535))" --add-subgids "$range-$(
 mkdir -m 755 "$dir/data"
 chown "$range:$range" "$dir/data" # the volume belongs to container root
 uid=$(id -u "$user") gid=$(id -g "$user")
+# The "container" runs the binary as that user: a checkout under a 0700
+# directory (a fresh clone in a private home) would fail below with a bare
+# "Permission denied". Say which directory, and how to fix it.
+as_user() { setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"; }
+real=$(realpath "$bin")
+if ! as_user test -x "$real"; then
+  blocked=$real d=
+  for part in $(printf '%s' "${real#/}" | tr '/' ' '); do
+    d=$d/$part
+    as_user test -x "$d" || { blocked=$d; break; }
+  done
+  echo "skipped: $real cannot be run by uid $uid: $blocked (mode $(stat -c %04a "$blocked"), owner" \
+    "$(stat -c %u "$blocked")) is not searchable by it. The test runs sandboxd as another user, so" \
+    "the checkout and build directory must be reachable by every user: chmod o+x $blocked (0711" \
+    "is enough), or clone and build under a directory every user can search (README, \"Tests\")"
+  exit 77
+fi
 
 # `docker exec` (and, with --pid --fork --mount-proc, `docker run`): root
 # of a user namespace mapped onto the range.

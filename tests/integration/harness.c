@@ -213,8 +213,71 @@ int it_start_under(struct it_server *s, const char *parent, const char *const *e
 	return start_fresh(s, parent, extra);
 }
 
+/* In a child as uid:gid (no supplementary groups): the first directory
+ * on path's way it may not search, written to fd; exit 0 when it can run
+ * path. */
+static void probe_as(const char *path, uid_t uid, gid_t gid, int fd)
+{
+	if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+		_exit(2);
+	if (access(path, X_OK) == 0)
+		_exit(0);
+	char dir[4096];
+	for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+		snprintf(dir, sizeof dir, "%.*s", (int)(p - path), path);
+		if (access(dir, X_OK) < 0) {
+			ssize_t n = write(fd, dir, strlen(dir));
+			(void)n;
+			_exit(1);
+		}
+	}
+	_exit(1);
+}
+
+int it_runnable_as(const char *bin, uid_t uid, gid_t gid, char *why, size_t whysz)
+{
+	char *real = realpath(bin, NULL), blocked[4096] = "";
+	int p[2];
+	if (!real || pipe(p) < 0) {
+		snprintf(why, whysz, "cannot resolve %s: %s", bin, strerror(errno));
+		free(real);
+		return -1;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0)
+		probe_as(real, uid, gid, p[1]);
+	close(p[1]);
+	ssize_t n = pid > 0 ? read(p[0], blocked, sizeof blocked - 1) : -1;
+	blocked[n > 0 ? n : 0] = '\0';
+	close(p[0]);
+	int st = 0;
+	while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	int rc = pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	struct stat sb;
+	if (rc < 0 && blocked[0] && stat(blocked, &sb) == 0)
+		snprintf(why, whysz,
+			 "%s cannot be run by uid %u: %s (mode %04o, owner %u) is not searchable by it. The "
+			 "test runs sandboxd as another user, so the checkout and build directory must be "
+			 "reachable by every user: chmod o+x %s (0711 is enough), or clone and build under a "
+			 "directory every user can search (README, \"Tests\")",
+			 real, (unsigned)uid, blocked, (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid,
+			 blocked);
+	else if (rc < 0)
+		snprintf(why, whysz, "%s cannot be run by uid %u (not executable by it)", real,
+			 (unsigned)uid);
+	free(real);
+	return rc;
+}
+
 int it_start_as(struct it_server *s, uid_t uid, gid_t gid, const char *const *extra)
 {
+	char why[8192];
+	if (it_runnable_as(it_bin(), uid, gid, why, sizeof why) < 0) {
+		fprintf(stderr, "harness: %s\n", why);
+		return -1;
+	}
 	memset(s, 0, sizeof *s);
 	s->as_user = true;
 	s->as_uid = uid;

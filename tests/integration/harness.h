@@ -41,6 +41,11 @@ int it_start_under(struct it_server *s, const char *parent, const char *const *e
  * server and every it_cli call (tenant add, token, ...) run as that user
  * (setpriv --reuid --regid --clear-groups); the test must be root. */
 int it_start_as(struct it_server *s, uid_t uid, gid_t gid, const char *const *extra);
+/* 0 when uid:gid (no supplementary groups) can run bin; else -1 with why
+ * naming the first directory on its way that user cannot search and how
+ * to fix it (a checkout under a 0700 directory). Tests whose server runs
+ * as another user skip (77) with why. */
+int it_runnable_as(const char *bin, uid_t uid, gid_t gid, char *why, size_t whysz);
 /* Like it_start but on an existing data directory (restart). */
 int it_restart(struct it_server *s, const char *const *extra);
 /* Defines setup() and teardown(), the group fixture of a suite whose

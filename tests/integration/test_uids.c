@@ -725,6 +725,12 @@ int main(void)
 		fprintf(stderr, "test_uids: cannot create the user\n");
 		return 1;
 	}
+	char why[8192];
+	if (it_runnable_as(it_bin(), uid, gid, why, sizeof why) < 0) {
+		fprintf(stderr, "skipped: %s\n", why);
+		user_del();
+		return 77;
+	}
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid == 0)
