@@ -89,9 +89,13 @@ static char *ws_of(const char *tenant)
 /* Whatever happened, the server goes and the data with it; the harness
  * fails the suite if anything of it stays mounted or attached on the
  * host (and releases it). */
+static char decoy[64]; /* test_start_sweeps_old_host_mounts's other data directory */
+
 static void force_down(void)
 {
 	it_cleanup(&srv);
+	if (decoy[0])
+		it_sh_quiet("umount -l '%s/tenants/acme/workspace'; rm -rf '%s'", decoy, decoy);
 }
 
 static int setup(void **state)
@@ -414,6 +418,42 @@ static bool loop_backs(const char *loop, const char *img)
 	return busy;
 }
 
+/* What an earlier version left on the host (it mounted in the host's
+ * namespace, and a crash kept the mount) is unmounted at the next start,
+ * and the image mounted again in the server's own namespace, files kept;
+ * another data directory's image mount, of the same shape, is not
+ * touched. */
+static void test_start_sweeps_old_host_mounts(void **state)
+{
+	(void)state;
+	snprintf(decoy, sizeof decoy, "/tmp/sandboxd-decoy-XXXXXX");
+	assert_non_null(mkdtemp(decoy));
+	char *dimg = xasprintf("%s/tenants/acme/disk.img", decoy),
+	     *dws = xasprintf("%s/tenants/acme/workspace", decoy);
+	assert_int_equal(it_sh_quiet("mkdir -p '%s' && truncate -s 8M '%s' && mkfs.ext4 -q -F '%s' && "
+				     "mount -o loop,nodev,nosuid '%s' '%s'",
+				     dws, dimg, dimg, dimg, dws),
+			 0);
+	char *ws = ws_of("acme"), *img = xasprintf("%s/tenants/acme/disk.img", srv.dir);
+	assert_true(srv.pid <= 0 || it_stop(&srv, SIGTERM) == 0);
+	ws[strlen(ws) - 1] = '\0'; /* ws_of ends in a space, for mountinfo */
+	assert_int_equal(it_sh("mount -o loop,nodev,nosuid '%s' '%s'", img, ws), 0);
+	assert_int_equal(mounts_of(ws), 1);
+	assert_int_equal(it_restart(&srv, extra), 0);
+	assert_int_equal(mounts_of(srv.dir), 0);
+	expect_file("acme", "mine.txt", "hi\n");
+	char *log = it_read_file(srv.log, NULL);
+	assert_non_null(strstr(log, "unmounted 1 disk images an earlier run of this data directory left"));
+	free(log);
+	assert_int_equal(mounts_of(dws), 1);
+	assert_int_equal(it_sh("umount '%s' && rm -rf '%s'", dws, decoy), 0);
+	decoy[0] = '\0';
+	free(ws);
+	free(img);
+	free(dws);
+	free(dimg);
+}
+
 /* A crash (SIGKILL) releases the images: the server's mounts live in a
  * mount namespace of its own, which the kernel tears down with its last
  * process, and the autoclear loop devices go with them. Nothing of the
@@ -461,6 +501,7 @@ int main(void)
 	    cmocka_unit_test(test_quota_grows_and_refuses_shrink),
 	    cmocka_unit_test(test_tenant_remove_releases_the_loop),
 	    cmocka_unit_test(test_existing_files_are_not_hidden),
+	    cmocka_unit_test(test_start_sweeps_old_host_mounts),
 	    cmocka_unit_test(test_crash_releases_mounts),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
