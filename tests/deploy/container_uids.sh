@@ -92,7 +92,8 @@ if ! as_user test -x "$real"; then
   echo "skipped: $real cannot be run by uid $uid: $blocked (mode $(stat -c %04a "$blocked"), owner" \
     "$(stat -c %u "$blocked")) is not searchable by it. The test runs sandboxd as another user, so" \
     "the checkout and build directory must be reachable by every user: chmod o+x $blocked (0711" \
-    "is enough), or clone and build under a directory every user can search (README, \"Tests\")"
+    "is enough), or clone and build under a directory every user can search (README: \"Tests need" \
+    "a checkout that every user can reach\")"
   exit 77
 fi
 
