@@ -1,6 +1,8 @@
 /* sandbox/diskimg without a loop device: what it says of a directory that
  * is no image's mount, refusals that must come before anything is made,
- * and the loop-device count. (Attaching, filling, restarting and removing
+ * the loop-device count, and the refusals of the images' own mount
+ * namespace (a thread made before it, a data directory another server
+ * holds). (Attaching, filling, restarting and removing
  * images for real: tests/integration/test_disk_image.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,15 +10,19 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/xmalloc.h"
 #include "sandbox/diskimg.h"
 #include "unit.h"
 
@@ -99,6 +105,58 @@ static void test_probe_needs_sys_admin(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A thread made before the mount namespace would stay in the host's, and
+ * its mounts with it: refused, nothing taken. */
+static void *idle(void *arg)
+{
+	pthread_barrier_wait(arg);
+	pthread_barrier_wait(arg);
+	return NULL;
+}
+
+static void test_own_ns_refused_with_a_thread(void **state)
+{
+	(void)state;
+	pthread_barrier_t b;
+	pthread_t t;
+	pthread_barrier_init(&b, NULL, 2);
+	assert_int_equal(pthread_create(&t, NULL, idle, &b), 0);
+	pthread_barrier_wait(&b);
+	char why[512] = "";
+	int lock = 7, swept = 7;
+	assert_int_equal(sbx_diskimg_own_ns(dir, &lock, &swept, why, sizeof why), -EBUSY);
+	assert_non_null(strstr(why, "before any thread"));
+	assert_int_equal(lock, -1);
+	pthread_barrier_wait(&b);
+	pthread_join(t, NULL);
+	pthread_barrier_destroy(&b);
+	char *path = xasprintf("%s/images.lock", dir);
+	assert_int_equal(access(path, F_OK), -1);
+	free(path);
+}
+
+/* A second server on the same data directory would mount the same images
+ * through other loop devices: refused, naming the holder; the CLI finds
+ * the holder (and, in a child, refuses a pid that is not a server's). */
+static void test_own_ns_refused_while_held(void **state)
+{
+	(void)state;
+	char *path = xasprintf("%s/images.lock", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+	assert_int_equal(pwrite(fd, "4242\n", 5, 0), 5);
+	char why[512] = "";
+	int lock = 7, swept = 7;
+	assert_int_equal(sbx_diskimg_own_ns(dir, &lock, &swept, why, sizeof why), -EBUSY);
+	assert_non_null(strstr(why, "another sandboxd (pid 4242)"));
+	assert_int_equal(lock, -1);
+	close(fd);
+	pid_t pid = 0;
+	assert_int_equal(sbx_diskimg_detach_in_server(dir, dir, &pid), -ESRCH);
+	free(path);
+}
+
 /* Loop devices: never more attached than exist. */
 static void test_loop_count(void **state)
 {
@@ -115,6 +173,8 @@ int main(void)
 	    cmocka_unit_test(test_refusals_make_nothing),
 	    cmocka_unit_test(test_probe_needs_sys_admin),
 	    cmocka_unit_test(test_loop_count),
+	    cmocka_unit_test(test_own_ns_refused_with_a_thread),
+	    cmocka_unit_test(test_own_ns_refused_while_held),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
