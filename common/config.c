@@ -125,6 +125,8 @@ static const struct option_spec specs[] = {
     I("image-import-max-bytes", image_import_max_bytes, "17179869184", 0, INT64_MAX),
     I("image-import-max-entries", image_import_max_entries, "2000000", 0, INT64_MAX),
     I("image-import-max-ratio", image_import_max_ratio, "100", 0, 1000000),
+    I("tenant-store-max-bytes", tenant_store_max_bytes, "1073741824", 0, INT64_MAX),
+    I("tenant-store-max-rows", tenant_store_max_rows, "1000000", 0, INT64_MAX),
     I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX),
     I("nofile-limit", nofile_limit, "1024", 0, 1048576),
     I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),

@@ -52,6 +52,7 @@ struct sbx_config {
 	int64_t store_reserve_bytes; /* free space kept for the store: tenant work refused below it */
 	/* one image import: data written, entries made, expansion per archive byte (0: no bound) */
 	int64_t image_import_max_bytes, image_import_max_entries, image_import_max_ratio;
+	int64_t tenant_store_max_bytes, tenant_store_max_rows; /* what the store holds per tenant (0: none) */
 	int64_t events_replay; /* feed events kept per tenant for Last-Event-ID */
 	bool use_cgroups;
 	bool metrics_public; /* /metrics without a token */

@@ -22,6 +22,7 @@ static const char *const project_text[] = {
     [SBX_E_LANGUAGE - SBX_E_BASE] = "language not available",
     [SBX_E_REJECTED - SBX_E_BASE] = "rejected",
     [SBX_E_NO_IMAGE - SBX_E_BASE] = "no such image",
+    [SBX_E_STORE_BUDGET - SBX_E_BASE] = "the tenant's store budget is used up",
 };
 
 const char *sbx_strerror(int rc)

@@ -24,6 +24,8 @@ enum sbx_error {
 	SBX_E_LANGUAGE,	      /* 422 unsupported_language */
 	SBX_E_REJECTED,	      /* 403 rejected: a person (or the approval timeout) said no */
 	SBX_E_NO_IMAGE,	      /* 422 unknown_image: an exec names a root image that does not exist */
+	SBX_E_STORE_BUDGET, /* 507 store_budget_exceeded: what the store holds for the tenant is at its budget
+			     */
 };
 
 /* What a negative return means, for logs and messages: strerror for an

@@ -63,6 +63,10 @@ static const struct {
     {SBX_E_RESERVE,
      {507, "insufficient_storage",
       "the server's disk is nearly full and keeps its last space for its records; retry later"}},
+    {SBX_E_STORE_BUDGET,
+     {507, "store_budget_exceeded",
+      "the server's records of this tenant are at its budget (error.details): they are freed as retention "
+      "deletes old rows, or ask the operator for a larger budget"}},
 };
 
 struct http_wire_error http_wire_error(int code)

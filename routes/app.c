@@ -30,7 +30,6 @@
 /* How long a cached tenant is trusted before it is read again, so that
  * `sandboxd tenant remove` (another process) takes effect quickly. */
 #define TENANT_TTL_MS 5000
-#define ATTEMPT_MAX 1024 /* bytes of an attempted command or path in the audit */
 
 static int tenant_get(struct app *a, const char *name, struct tenant **out);
 
@@ -73,10 +72,8 @@ static char *attempted(const struct http_req *r)
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !v; i++)
 		v = json_string_value(json_object_get(j, keys[i]));
 	char *out = NULL;
-	if (v) {
-		size_t n = strlen(v), len = 0;
-		out = utf8_sanitize(v, n < ATTEMPT_MAX ? n : ATTEMPT_MAX, &len);
-	}
+	if (v) /* bounded, and its full length said, as every audit target */
+		out = store_audit_target_cap(v, strlen(v));
 	json_decref(j);
 	return out;
 }
@@ -236,6 +233,8 @@ static int load_provider(struct app *a, struct tenant *t)
 	if (route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL) < 0)
 		return -SBX_E_STORE; /* never a remote tenant's files served here */
 	t->provider = route_provider_new(a, t->name, &p);
+	t->store_max_bytes = p.store_max_bytes;
+	t->store_max_rows = p.store_max_rows;
 	route_policy_clear(&p);
 	return 0;
 }

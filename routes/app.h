@@ -47,6 +47,7 @@ struct tenant {
 	char unserved[192];		 /* why the uid mode cannot serve it ("": served; then ws is NULL) */
 	char quota_why[256];		 /* why quota_rc (image mode) */
 	struct route_provider *provider; /* remote, ssh: files and commands elsewhere (routes/provider.h) */
+	int64_t store_max_bytes, store_max_rows; /* its store budget, from its policy at load (0: none) */
 };
 
 /* Work a tenant has running now; lives as long as the app, so that a

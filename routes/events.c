@@ -7,6 +7,7 @@
 #include "common/errors.h"
 #include "routes/app.h"
 #include "routes/exec.h"
+#include "routes/exec_row.h"
 #include "routes/routes.h"
 #include "http/hub.h"
 #include "store/store.h"
@@ -61,7 +62,10 @@ int route_exec_events(struct http_req *r)
 		store_exec_clear(&ex);
 		return http_fail(r, -SBX_E_REJECTED, "exec %s was rejected", id);
 	}
-	json_t *res = ex.result ? json_loads(ex.result, 0, NULL) : NULL;
+	/* Another tenant's exec (admin): its row's window, as this request
+	 * holds no other tenant's workspace to rebuild it from. */
+	bool own = r->tenant && strcmp(tenant, r->tenant->name) == 0;
+	json_t *res = route_exec_result_load(own ? r->tenant : NULL, ex.result);
 	json_t *start = route_exec_start_json(&ex);
 	bool running = strcmp(ex.state, "running") == 0 || strcmp(ex.state, "pending_approval") == 0;
 	int64_t exit_id = ex.exit_event_id;

@@ -25,6 +25,7 @@
 #include "http/fields.h"
 #include "http/errors.h"
 #include "routes/exec_registry.h"
+#include "routes/exec_row.h"
 #include "routes/fs.h"
 #include "routes/policy.h"
 #include "routes/images.h"
@@ -169,6 +170,16 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 		return rc;
 	if (q->command_len == 0 || memchr(q->command, '\0', q->command_len))
 		return http_fail(r, -EINVAL, "command must be a non-empty string without NUL bytes");
+	if (q->command_len > ROUTE_EXEC_COMMAND_MAX) {
+		/* One argument of sh -c: the kernel would refuse it at execve.
+		 * Refused before anything is stored; the audit keeps its head. */
+		http_set_target(r, q->command);
+		return http_fail(
+		    r, -EINVAL,
+		    "command is %zu bytes; at most %d can run (the kernel's MAX_ARG_STRLEN): put a "
+		    "longer script in a file and run that",
+		    q->command_len, ROUTE_EXEC_COMMAND_MAX);
+	}
 	if (q->image && (q->image_len > 63 || strlen(q->image) != q->image_len))
 		return http_fail(r, -EINVAL, "image must match [a-z0-9][a-z0-9._-]{0,62} (or be none)");
 	if (q->id && !id_ok(q->id, q->id_len))
@@ -466,7 +477,7 @@ static json_t *exec_view(const struct http_req *r, const struct store_exec *ex, 
 			    ex->requested_by ? json_string(ex->requested_by) : json_null());
 	json_object_set_new(o, "approval", approval_json(ex));
 	if (with_result) {
-		json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;
+		json_t *res = route_exec_result_load(r->tenant, ex->result);
 		json_object_set_new(o, "result", res ? res : json_null());
 	}
 	return o;

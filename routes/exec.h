@@ -10,6 +10,12 @@ struct app;
 struct http_req;
 struct store_exec;
 
+/* The longest command POST /exec takes: it is one argument of sh -c,
+ * and the kernel refuses an argument over MAX_ARG_STRLEN (32 pages,
+ * 131072 bytes, its NUL included) at execve. Longer: 400 bad_request,
+ * before anything is stored. */
+#define ROUTE_EXEC_COMMAND_MAX 131071
+
 /* Start the registry (and its completion thread) with the limits every
  * command runs under, computed here once from a->cfg; a->backend and
  * a->drop_privs must be set. */

@@ -18,6 +18,7 @@
 #include "routes/app.h"
 #include "http/errors.h"
 #include "routes/exec.h"
+#include "routes/exec_row.h"
 #include "http/hub.h"
 #include "http/metrics.h"
 #include "http/req.h"
@@ -66,7 +67,9 @@ struct exec_job {
 	struct waiter *waiters; /* under registry lock */
 	struct exec_job *next;
 	/* The exit, set by whoever queues it, read by the completion thread. */
-	json_t *result;	   /* NULL: never started */
+	json_t *result;	     /* NULL: never started */
+	bool spill_whole[2]; /* stdout, stderr: the row may keep less (routes/exec_row.h) */
+	size_t window;
 	int error;	   /* with result NULL */
 	const char *state; /* with result: exited, timed_out, cancelled */
 	int exit_code;
@@ -225,7 +228,7 @@ static void record_exit(struct app *a, struct exec_job *j)
 	} else {
 		if (j->before)
 			route_code_add_changes(a, j->tenant->ws, j->before, j->result);
-		char *text = json_dumps(j->result, JSON_COMPACT);
+		char *text = route_exec_row_text(j->result, j->spill_whole, j->window);
 		int64_t exit_id = http_hub_channel_exit_id(a->hub, j->chan);
 		if (store_exec_finish(a->store, j->tenant->name, j->id, j->state, j->exit_code, text,
 				      j->finished_at_ms, exit_id) < 0)
@@ -324,6 +327,9 @@ static void set_exit(struct exec_job *j, const struct sbx_event *ev, int spawn_e
 	}
 	if (res) {
 		j->result = result_json(j->id, res);
+		j->spill_whole[0] = res->stdout_spill_whole;
+		j->spill_whole[1] = res->stderr_spill_whole;
+		j->window = res->window;
 		j->state = state_of(res);
 		j->exit_code = res->exit_code;
 		j->finished_at_ms = res->finished_at_ms;
@@ -729,7 +735,7 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 		return http_fail(r, -SBX_E_CONFLICT,
 				 "exec %s was lost in a restart of the server; use a new id", id);
 	}
-	json_t *res = json_loads(ex->result, 0, NULL);
+	json_t *res = route_exec_result_load(r->tenant, ex->result);
 	json_t *start = route_exec_start_json(ex);
 	int64_t exit_id = ex->exit_event_id;
 	store_exec_clear(ex);
@@ -755,7 +761,7 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 static int reply_view(struct http_req *r, struct store_exec *ex)
 {
 	json_t *o = route_exec_start_json(ex);
-	json_t *res = ex->result ? json_loads(ex->result, 0, NULL) : NULL;
+	json_t *res = route_exec_result_load(r->tenant, ex->result);
 	bool running = strcmp(ex->state, "running") == 0 || strcmp(ex->state, "pending_approval") == 0;
 	json_object_set_new(o, "state", json_string(ex->state));
 	json_object_set_new(o, "result", res ? res : json_null());

@@ -55,6 +55,8 @@ static const struct policy_key {
     {"max_execs", PK_INT, offsetof(struct route_policy, max_execs), 1, 100000},
     {"exec_queue", PK_INT, offsetof(struct route_policy, exec_queue), 0, 100000},
     {"max_transfers", PK_INT, offsetof(struct route_policy, max_transfers), 1, 100000},
+    {"store_max_bytes", PK_INT, offsetof(struct route_policy, store_max_bytes), 0, INT64_MAX},
+    {"store_max_rows", PK_INT, offsetof(struct route_policy, store_max_rows), 0, INT64_MAX},
     {"network", PK_NETWORK, 0, 0, 0},
     {"approval", PK_APPROVAL, 0, 0, 0},
     {"image", PK_IMAGE, 0, 0, 0},
@@ -310,6 +312,8 @@ int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, 
 	p->max_execs = cfg->tenant_max_execs;
 	p->exec_queue = cfg->tenant_exec_queue;
 	p->max_transfers = cfg->tenant_max_transfers;
+	p->store_max_bytes = cfg->tenant_store_max_bytes;
+	p->store_max_rows = cfg->tenant_store_max_rows;
 	json_t *net = json_string(cfg->network ? cfg->network : "none");
 	int rc = set_value(p, key_find("network"), net, err, errsz);
 	json_decref(net);

@@ -17,6 +17,8 @@
  *   tenant_nproc_budget       all the tenant's commands together; 0: none
  *   tenant_cpu_budget_millicores  their CPU time together (1000: one core); 0: none, else >= 10
  *   max_execs, max_transfers  concurrent commands / streaming transfers
+ *   store_max_bytes, store_max_rows  what the store may hold for the tenant (its exec and
+ *                             audit rows); 0: no limit. Past it: 507 store_budget_exceeded
  *   exec_queue                POST /exec requests that wait for one of max_execs (then 429);
  *                             0: 429 at once
  *   network                   "none", or an egress allowlist (sandbox/backend.h's grammar)
@@ -55,6 +57,7 @@ struct route_policy {
 	int64_t tenant_mem_budget_bytes, tenant_nproc_budget, tenant_cpu_budget_millicores;
 	int64_t max_execs, max_transfers;
 	int64_t exec_queue;
+	int64_t store_max_bytes, store_max_rows;
 	char *network;	/* owned; NULL: no network */
 	char image[64]; /* "": the host's /usr */
 	char *images;	/* owned; NULL: none (comma-separated names) */

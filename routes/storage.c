@@ -18,6 +18,7 @@
 #include "sandbox/diskimg.h"
 #include "sandbox/quota.h"
 #include "sandbox/workspace.h"
+#include "store/store.h"
 
 /* Below this much free space an ENOSPC is the filesystem's, not a quota's. */
 #define FS_FULL_BYTES (1u << 20)
@@ -96,6 +97,32 @@ bool route_storage_low(struct app *a, uint64_t *avail, uint64_t *total)
 	return known && ds.avail_bytes < (uint64_t)a->cfg->store_reserve_bytes;
 }
 
+/* The tenant's own limit on the store: the rows and bytes its exec and
+ * audit rows take (store_usage_get). Only it is refused at its budget;
+ * a store that cannot say lets the work through (the reserve still
+ * guards the disk). */
+static int budget_guard(struct http_req *r)
+{
+	const struct tenant *t = r->tenant;
+	int64_t rows = 0, bytes = 0;
+	if (!t || (t->store_max_bytes <= 0 && t->store_max_rows <= 0))
+		return 0;
+	if (store_usage_get(r->app->store, t->name, &rows, &bytes) < 0)
+		return 0;
+	bool over_bytes = t->store_max_bytes > 0 && bytes >= t->store_max_bytes;
+	bool over_rows = t->store_max_rows > 0 && rows >= t->store_max_rows;
+	if (!over_bytes && !over_rows)
+		return 0;
+	json_decref(r->error_details);
+	r->error_details = json_pack("{s:I, s:I, s:I, s:I}", "usage_bytes", (json_int_t)bytes, "limit_bytes",
+				     (json_int_t)t->store_max_bytes, "usage_rows", (json_int_t)rows,
+				     "limit_rows", (json_int_t)t->store_max_rows);
+	return http_fail(r, -SBX_E_STORE_BUDGET,
+			 "the server's records of tenant %s are at its store budget: %" PRId64 " of %" PRId64
+			 " bytes, %" PRId64 " of %" PRId64 " rows; new work is refused",
+			 t->name, bytes, t->store_max_bytes, rows, t->store_max_rows);
+}
+
 int route_storage_guard(struct http_req *r)
 {
 	struct app *a = r->app;
@@ -103,6 +130,9 @@ int route_storage_guard(struct http_req *r)
 	if (r->tenant && r->tenant->quota_rc < 0)
 		return http_fail(r, -SBX_E_BACKEND, "the disk quota of this tenant cannot be applied (%s)",
 				 sbx_strerror(r->tenant->quota_rc));
+	int rc = budget_guard(r);
+	if (rc < 0)
+		return rc;
 	if (!route_storage_low(a, &avail, &total))
 		return 0;
 	json_decref(r->error_details);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/utf8.h"
@@ -14,6 +15,7 @@
 
 struct sbx_collector {
 	size_t max;
+	size_t spill_at; /* the spill file opens when output passes this */
 	size_t head_max; /* floor(40 % of max) */
 	size_t tail_max; /* the rest: the ring's capacity */
 	char *head;	 /* head_max bytes, allocated on first feed */
@@ -45,6 +47,7 @@ int sbx_collector_new(struct sbx_collector **out, size_t max, struct sbx_workspa
 	/* floor(max * 0.4) without floating point or overflow */
 	c->head_max = max / 5 * 2 + (max % 5) * 2 / 5;
 	c->tail_max = max - c->head_max;
+	c->spill_at = max < SBX_COLLECTOR_ROW_WINDOW ? max : SBX_COLLECTOR_ROW_WINDOW;
 	c->ws = ws;
 	c->spill_rel = (ws && spill_rel && spill_cap > 0) ? xstrdup(spill_rel) : NULL;
 	c->spill_cap = spill_cap;
@@ -90,8 +93,8 @@ static int spill_open(struct sbx_collector *c)
 	return 0;
 }
 
-/* The window is about to overflow for the first time: nothing has been
- * dropped yet, so head + ring is the whole stream so far. */
+/* Output passes spill_at (at most the window) for the first time:
+ * nothing has been dropped yet, so head + ring is the whole stream so far. */
 static void spill_start(struct sbx_collector *c)
 {
 	size_t first;
@@ -141,7 +144,7 @@ int sbx_collector_feed(struct sbx_collector *c, const void *p, size_t n)
 
 	if (!c || n == 0)
 		return 0;
-	if (!c->spill_tried && c->total + n > c->max)
+	if (!c->spill_tried && c->total + n > c->spill_at)
 		spill_start(c);
 	if (c->spill_tried)
 		spill_write(c, b, n);
@@ -175,6 +178,11 @@ bool sbx_collector_truncated(const struct sbx_collector *c)
 const char *sbx_collector_spill_path(const struct sbx_collector *c)
 {
 	return c ? c->spill_wire : NULL;
+}
+
+bool sbx_collector_spill_whole(const struct sbx_collector *c)
+{
+	return c && c->spill_wire && !c->spill_err && c->spill_written == c->total;
 }
 
 /* Copy the last k bytes of what the window keeps, in stream order, into
@@ -308,4 +316,77 @@ void sbx_collector_free(struct sbx_collector **pc)
 	free(c->spill_wire);
 	free(c);
 	*pc = NULL;
+}
+
+/* Feed n bytes of fd from offset off into c. */
+static int replay_feed(struct sbx_collector *c, int fd, uint64_t off, uint64_t n)
+{
+	char buf[65536];
+
+	while (n > 0) {
+		size_t want = n < sizeof buf ? (size_t)n : sizeof buf;
+		ssize_t got = pread(fd, buf, want, (off_t)off);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return -EIO;
+		sbx_collector_feed(c, buf, (size_t)got);
+		off += (uint64_t)got;
+		n -= (uint64_t)got;
+	}
+	return 0;
+}
+
+int sbx_collector_replay(int fd, size_t max, uint64_t total, const char *spill_wire, char **text, size_t *len)
+{
+	struct sbx_collector *c = NULL;
+	struct stat st;
+	int rc;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != total)
+		return -EBADF;
+	sbx_collector_new(&c, max, NULL, NULL, 0);
+	c->spill_tried = true; /* replaying: nothing is teed again */
+	if (total <= max) {
+		rc = replay_feed(c, fd, 0, total);
+	} else {
+		/* the head, then only the bytes the ring would keep */
+		rc = replay_feed(c, fd, 0, c->head_max);
+		c->total += total - c->head_max - c->tail_max;
+		if (rc == 0)
+			rc = replay_feed(c, fd, total - c->tail_max, c->tail_max);
+	}
+	if (rc == 0) {
+		c->spill_wire = xstrdup(spill_wire);
+		c->spill_written = total;
+		sbx_collector_finish(c, text, len);
+	}
+	sbx_collector_free(&c);
+	return rc;
+}
+
+void sbx_window_cut(const char *text, size_t len, size_t window, const char *spill_wire, char **out,
+		    size_t *outlen)
+{
+	if (len <= window) {
+		*out = xstrndup(text, len);
+		*outlen = len;
+		return;
+	}
+	size_t head = utf8_cut_end(text, window / 5 * 2);
+	size_t tail_from = len - (window - window / 5 * 2);
+	tail_from += utf8_cut_start(text + tail_from, len - tail_from);
+	char *marker =
+	    xasprintf("\n[... sandboxd: %zu bytes of this result omitted here; the whole result is "
+		      "rebuilt from %s ...]\n",
+		      tail_from - head, spill_wire);
+	size_t ml = strlen(marker), tl = len - tail_from;
+	char *res = xmalloc(head + ml + tl + 1);
+	memcpy(res, text, head);
+	memcpy(res + head, marker, ml);
+	memcpy(res + head + ml, text + tail_from, tl);
+	res[head + ml + tl] = '\0';
+	free(marker);
+	*out = res;
+	*outlen = head + ml + tl;
 }

@@ -637,6 +637,9 @@ static void report_exit(struct lane *r, struct job *j)
 	res.stdout_spill = sp ? xstrdup(sp) : NULL;
 	sp = sbx_collector_spill_path(j->err);
 	res.stderr_spill = sp ? xstrdup(sp) : NULL;
+	res.stdout_spill_whole = sbx_collector_spill_whole(j->out);
+	res.stderr_spill_whole = sbx_collector_spill_whole(j->err);
+	res.window = j->req.max_output_bytes;
 	res.started_at_ms = j->started_at;
 	res.finished_at_ms = now_ms();
 	emit(j, &ev, 0);

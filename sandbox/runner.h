@@ -60,6 +60,10 @@ struct sbx_exec_result {
 	uint64_t stdout_bytes, stderr_bytes;
 	char *stdout_spill; /* wire path or NULL */
 	char *stderr_spill;
+	/* The spill file holds the whole stream, so the window can be
+	 * rebuilt from it (collector.h); window: max_output_bytes. */
+	bool stdout_spill_whole, stderr_spill_whole;
+	size_t window;
 	int64_t started_at_ms, finished_at_ms; /* Unix epoch ms */
 };
 void sbx_exec_result_clear(struct sbx_exec_result *r);

@@ -11,6 +11,7 @@
 
 #include "common/timeutil.h"
 #include "common/errors.h"
+#include "common/utf8.h"
 #include "common/xmalloc.h"
 
 /* Records queued and not yet taken by the writer; past it, drop and count. */
@@ -20,6 +21,9 @@
  * full batch cuts it short. */
 #define AUDIT_WINDOW_MS 10
 #define AUDIT_BATCH_WAKE 1024
+/* Room kept for the truncation marker, so a capped target is at most
+ * STORE_AUDIT_TARGET_MAX bytes and capping it again changes nothing. */
+#define AUDIT_MARKER_ROOM 96
 
 struct audit_rec {
 	struct store_audit a;
@@ -47,8 +51,30 @@ static const char *pack(char **cur, const void *p, size_t n, bool nul)
 	return dst;
 }
 
-static struct audit_rec *rec_copy(const struct store_audit *a)
+char *store_audit_target_cap(const char *target, size_t n)
 {
+	size_t keep = n, len = 0;
+
+	if (n > STORE_AUDIT_TARGET_MAX)
+		keep = utf8_cut_end(target, STORE_AUDIT_TARGET_MAX - AUDIT_MARKER_ROOM);
+	char *clean = utf8_sanitize(target, keep, &len);
+	if (keep == n)
+		return clean;
+	char *out =
+	    xasprintf("%s [... sandboxd: target truncated: %zu of %zu bytes kept ...]", clean, keep, n);
+	free(clean);
+	return out;
+}
+
+static struct audit_rec *rec_copy(const struct store_audit *in)
+{
+	/* Whatever a caller gives, a row's target stays bounded: a 15 MB
+	 * command must not become 15 MB of audit. */
+	struct store_audit capped = *in;
+	const struct store_audit *a = &capped;
+	char *target = NULL;
+	if (in->target && strlen(in->target) > STORE_AUDIT_TARGET_MAX)
+		capped.target = target = store_audit_target_cap(in->target, strlen(in->target));
 	/* NOT NULL columns get "" for NULL; outcome is stored as given. */
 	const char *tenant = a->tenant ? a->tenant : "";
 	const char *request_id = a->request_id ? a->request_id : "";
@@ -72,6 +98,7 @@ static struct audit_rec *rec_copy(const struct store_audit *a)
 	r->a.client = pack(&cur, a->client, a->client ? strlen(a->client) : 0, true);
 	r->a.sub = pack(&cur, a->sub, a->sub ? strlen(a->sub) : 0, true);
 	r->seq = 0;
+	free(target);
 	return r;
 }
 

@@ -49,6 +49,13 @@ typedef void (*store_pruned_exec_cb)(void *ctx, const char *tenant, const char *
 int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch, store_pruned_exec_cb cb,
 		void *ctx, int64_t *deleted);
 
+/* ---- usage.c ---- */
+/* What the store holds on tenant's behalf (its exec and audit rows, kept
+ * up to date by triggers of migration 0007): *rows, and *bytes their
+ * texts and blobs plus a fixed overhead per row. 0 and 0 for a tenant
+ * with no rows. Deleting rows (retention, removal) lowers both. */
+int store_usage_get(struct store *s, const char *tenant, int64_t *rows, int64_t *bytes);
+
 /* ---- tenants.c ---- */
 struct store_tenant {
 	char name[64];
@@ -224,7 +231,16 @@ struct store_audit {
 	const char *sub;     /* the token's sub claim; may be NULL */
 	int64_t incarnation; /* the tenant's life (0: none known, stored NULL) */
 };
-/* Queue one record for the batched writer (strings are copied). Never
+/* The most bytes of a target an audit row keeps. A longer target (a
+ * command, a path, a policy change) is cut at a character boundary and
+ * ends with " [... sandboxd: target truncated: K of N bytes kept ...]",
+ * N its full length; the whole row stays within this bound. */
+#define STORE_AUDIT_TARGET_MAX 4096
+/* target[0..n) as an audit row keeps it: valid UTF-8, capped as above.
+ * Caller frees. */
+char *store_audit_target_cap(const char *target, size_t n);
+/* Queue one record for the batched writer (strings are copied; the
+ * target is capped by store_audit_target_cap). Never
  * blocks on the disk; commits happen in groups at least every 50 ms.
  * Returns 0, or -SBX_E_STORE when the queue is over its bound (the record
  * is dropped and counted). */

@@ -69,7 +69,10 @@ static void test_defaults_follow_the_configuration(void **state)
 	assert_int_equal(json_integer_value(json_object_get(j, "tenant_cpu_budget_millicores")),
 			 cfg.tenant_cpu_budget_millicores);
 	assert_int_equal(json_integer_value(json_object_get(j, "exec_queue")), cfg.tenant_exec_queue);
-	assert_int_equal(json_object_size(j), 16);
+	assert_int_equal(json_integer_value(json_object_get(j, "store_max_bytes")),
+			 cfg.tenant_store_max_bytes);
+	assert_int_equal(json_integer_value(json_object_get(j, "store_max_rows")), cfg.tenant_store_max_rows);
+	assert_int_equal(json_object_size(j), 18);
 	json_decref(j);
 	route_policy_clear(&p);
 }

@@ -368,6 +368,66 @@ static void test_spill_full_stream(void **state)
 	sbx_collector_free(&c);
 }
 
+/* The window an exec row leaves out is rebuilt from the spill file as
+ * finish gave it: for a stream that fitted the window (but passed the
+ * row's) and one that did not, raw bytes and broken UTF-8 included. */
+static void replay_case(struct fixture *f, size_t max, size_t n)
+{
+	struct sbx_collector *c = NULL;
+	char *in = xmalloc(n), *text = NULL, *again = NULL, path[256];
+	size_t len = 0, alen = 0;
+
+	for (size_t i = 0; i < n; i++)
+		in[i] = (char)(i * 7 + i / 251);
+	assert_int_equal(sbx_collector_new(&c, max, f->ws, ".sandboxd/spill/re.stdout", 1ull << 30), 0);
+	feed_chunks(c, in, SBX_COLLECTOR_ROW_WINDOW, 4093);
+	assert_null(sbx_collector_spill_path(c)); /* not past the row window yet */
+	feed_chunks(c, in + SBX_COLLECTOR_ROW_WINDOW, n - SBX_COLLECTOR_ROW_WINDOW, 4093);
+	assert_non_null(sbx_collector_spill_path(c));
+	assert_true(sbx_collector_spill_whole(c));
+	sbx_collector_finish(c, &text, &len);
+	snprintf(path, sizeof(path), "%s/.sandboxd/spill/re.stdout", f->dir);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(sbx_collector_replay(fd, max, n, sbx_collector_spill_path(c), &again, &alen), 0);
+	assert_int_equal(alen, len);
+	assert_memory_equal(again, text, len);
+	/* a file of another size (a command cut it) is not replayed */
+	assert_int_equal(sbx_collector_replay(fd, max, n + 1, "x", &again, &alen), -EBADF);
+	close(fd);
+	free(again);
+	free(text);
+	free(in);
+	sbx_collector_free(&c);
+}
+
+static void test_replay_matches_finish(void **state)
+{
+	replay_case(*state, 1u << 20, 300000);	       /* fits the window */
+	replay_case(*state, 200001, 1000003);	       /* truncated, odd sizes */
+	replay_case(*state, 8u << 20, (8u << 20) + 1); /* one byte over */
+}
+
+/* A row's cut of a window text: bounded, valid UTF-8 at both cuts. */
+static void test_window_cut(void **state)
+{
+	(void)state;
+	size_t n = 3 * SBX_COLLECTOR_ROW_WINDOW, len = 0;
+	char *in = xmalloc(n), *out = NULL;
+	for (size_t i = 0; i + 3 <= n; i += 3)
+		memcpy(in + i, "\xE2\x82\xAC", 3); /* U+20AC: any cut could split it */
+	sbx_window_cut(in, n, SBX_COLLECTOR_ROW_WINDOW, "/workspace/.sandboxd/spill/x.stdout", &out, &len);
+	assert_true(len < SBX_COLLECTOR_ROW_WINDOW + 200);
+	assert_true(utf8_valid(out, len));
+	assert_non_null(memmem(out, len, "/workspace/.sandboxd/spill/x.stdout", 35));
+	free(out);
+	sbx_window_cut(in, 30, SBX_COLLECTOR_ROW_WINDOW, "x", &out, &len);
+	assert_int_equal(len, 30);
+	assert_memory_equal(out, in, 30);
+	free(out);
+	free(in);
+}
+
 static void test_spill_cap_and_retrunc(void **state)
 {
 	struct fixture *f = *state;
@@ -464,6 +524,8 @@ int main(void)
 	    UNIT_TEST_FX(test_spill_full_stream),
 	    UNIT_TEST_FX(test_spill_cap_and_retrunc),
 	    cmocka_unit_test(test_tail_line),
+	    UNIT_TEST_FX(test_replay_matches_finish),
+	    cmocka_unit_test(test_window_cut),
 	    cmocka_unit_test(test_tail_line_after_truncation),
 	};
 

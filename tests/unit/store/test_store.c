@@ -1185,6 +1185,72 @@ static void test_audit_threads(void **state)
 	assert_int_equal(store_audit_failures(s), 0);
 }
 
+static void no_spill(void *ctx, const char *tenant, const char *id)
+{
+	(void)ctx;
+	(void)tenant;
+	(void)id;
+}
+
+/* What the store holds per tenant follows its rows: inserts and results
+ * add, retention and tenant removal take away, to the byte; and an audit
+ * target is capped with its full length said. */
+static void test_usage(void **state)
+{
+	struct fx *f = *state;
+	struct store *s = open_ok(f);
+	int64_t rows = -1, bytes = -1, deleted = 0;
+
+	add_tenant(s, "alice", NULL);
+	add_tenant(s, "bob", NULL);
+	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(rows, 0);
+	assert_int_equal(bytes, 0);
+	struct store_exec e = mk_exec("alice", "e1", "s1", 100);
+	assert_int_equal(store_exec_begin(s, &e), 0);
+	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(rows, 1);
+	int64_t one = bytes;
+	assert_true(one > 0);
+	char *big = malloc(100001);
+	assert_non_null(big);
+	memset(big, 'r', 100000);
+	big[100000] = '\0';
+	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 0, big, 200, 2), 0);
+	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(bytes, one + 100000);
+
+	/* a 100 kB target is kept as at most STORE_AUDIT_TARGET_MAX bytes */
+	struct store_audit a = mk_audit(150, "alice", "/exec", "error");
+	a.target = big;
+	assert_int_equal(store_audit_append(s, &a), 0);
+	assert_int_equal(store_audit_flush(s), 0);
+	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(rows, 2);
+	assert_true(bytes < one + 100000 + STORE_AUDIT_TARGET_MAX + 1024);
+	assert_true(raw_int(f->path, "SELECT length(target) FROM audit") <= STORE_AUDIT_TARGET_MAX);
+	assert_int_equal(
+	    raw_int(f->path, "SELECT count(*) FROM audit WHERE target LIKE '%of 100000 bytes kept%'"), 1);
+	assert_int_equal(store_usage_get(s, "bob", &rows, &bytes), 0);
+	assert_int_equal(rows, 0);
+
+	/* retention frees it all */
+	assert_int_equal(store_prune(s, 1000, 0, 100, no_spill, NULL, &deleted), 0);
+	assert_int_equal(deleted, 2);
+	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(rows, 0);
+	assert_int_equal(bytes, 0);
+
+	/* so does removing the tenant (its execs go by cascade) */
+	e = mk_exec("alice", "e2", "s1", 2000);
+	assert_int_equal(store_exec_begin(s, &e), 0);
+	assert_int_equal(store_tenant_remove(s, "alice"), 0);
+	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(rows, 0);
+	assert_int_equal(bytes, 0);
+	free(big);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1210,6 +1276,7 @@ int main(void)
 	    UNIT_TEST_FX(test_audit_bad_record),
 	    UNIT_TEST_FX(test_audit_groups),
 	    UNIT_TEST_FX(test_audit_threads),
+	    UNIT_TEST_FX(test_usage),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
