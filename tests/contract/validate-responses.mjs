@@ -53,7 +53,7 @@ const CODES_BY_STATUS = {
   429: ['too_many_requests'],
   500: ['internal'],
   503: ['backend_unavailable', 'store_unavailable'],
-  507: ['insufficient_storage', 'quota_exceeded'], // quota_exceeded: the spec's, issue 13 (not in wire.md's table)
+  507: ['insufficient_storage', 'quota_exceeded', 'store_budget_exceeded'], // quota_exceeded (issue 13), store_budget_exceeded (issue 26): the spec's, not in wire.md's table
 };
 
 // The spec's "Errors": retry_hint is a string for these, otherwise null.
