@@ -464,8 +464,9 @@ static int ul_write(struct http_req *r, const char *data, size_t len)
 	if (u->n - u->guarded >= UPLOAD_GUARD_BYTES) {
 		u->guarded = u->n;
 		if ((rc = route_storage_guard(r)) < 0) {
-			snprintf(u->why, sizeof u->why,
-				 "refused after %" PRIu64 " bytes: the disk is nearly full", u->n);
+			/* the reserve, or the tenant's store budget: as the 507 says */
+			snprintf(u->why, sizeof u->why, "refused after %" PRIu64 " bytes: %s", u->n,
+				 r->error_msg ? r->error_msg : "no room on the disk");
 			ul_fail(r, u);
 			return rc;
 		}
