@@ -86,7 +86,12 @@ const struct http_route route_table[] = {
      .handler = route_session_delete},
     /* exec.c */
     {.method = "POST", .pattern = "/exec", .scope = EXEC, .flags = RF_JSON, .handler = route_exec_post},
-    {.method = "GET", .pattern = "/exec/{id}", .scope = EXEC | AUDIT, .handler = route_exec_get},
+    /* On the pool: a window past the row's is read from the spill file (routes/exec_row.h). */
+    {.method = "GET",
+     .pattern = "/exec/{id}",
+     .scope = EXEC | AUDIT,
+     .flags = RF_POOL,
+     .handler = route_exec_get},
     {.method = "POST", .pattern = "/exec/{id}/cancel", .scope = EXEC, .handler = route_exec_cancel},
     {.method = "GET", .pattern = "/execs", .scope = EXEC | AUDIT, .handler = route_exec_list},
     /* exec_io.c, code.c */
