@@ -107,7 +107,7 @@ static int budget_guard(struct http_req *r)
 	int64_t rows = 0, bytes = 0;
 	if (!t || (t->store_max_bytes <= 0 && t->store_max_rows <= 0))
 		return 0;
-	if (store_usage_get(r->app->store, t->name, &rows, &bytes) < 0)
+	if (store_usage_get(r->app->store, t->name, t->incarnation, &rows, &bytes) < 0)
 		return 0;
 	bool over_bytes = t->store_max_bytes > 0 && bytes >= t->store_max_bytes;
 	bool over_rows = t->store_max_rows > 0 && rows >= t->store_max_rows;

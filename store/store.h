@@ -53,8 +53,11 @@ int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch,
 /* What the store holds on tenant's behalf (its exec and audit rows, kept
  * up to date by triggers of migration 0007): *rows, and *bytes their
  * texts and blobs plus a fixed overhead per row. 0 and 0 for a tenant
- * with no rows. Deleting rows (retention, removal) lowers both. */
-int store_usage_get(struct store *s, const char *tenant, int64_t *rows, int64_t *bytes);
+ * with no rows. Deleting rows (retention, removal) lowers both. Counted
+ * per life: incarnation names one (store_tenant.incarnation), 0 sums every
+ * life of the name (an earlier life's audit rows, kept until retention,
+ * never count against a tenant added again under its name). */
+int store_usage_get(struct store *s, const char *tenant, int64_t incarnation, int64_t *rows, int64_t *bytes);
 
 /* ---- tenants.c ---- */
 struct store_tenant {

@@ -18,11 +18,13 @@ static void usage_from_row(sqlite3_stmt *st, void *dst)
 
 static const struct store_row usage_row = {sizeof(struct usage_row), usage_from_row, NULL};
 
-int store_usage_get(struct store *s, const char *tenant, int64_t *rows, int64_t *bytes)
+int store_usage_get(struct store *s, const char *tenant, int64_t incarnation, int64_t *rows, int64_t *bytes)
 {
 	struct usage_row u = {0, 0};
-	int r = store_get(s, ST_USAGE_GET, "SELECT rows, bytes FROM store_usage WHERE tenant = ?1",
-			  &usage_row, &u, Q_ARGS(Q_TEXT(tenant)));
+	int r = store_get(s, ST_USAGE_GET,
+			  "SELECT ifnull(sum(rows), 0), ifnull(sum(bytes), 0) FROM store_usage "
+			  "WHERE tenant = ?1 AND (?2 = 0 OR life = ?2)",
+			  &usage_row, &u, Q_ARGS(Q_TEXT(tenant), Q_INT(incarnation)));
 	if (r == -ENOENT)
 		r = 0;
 	if (r == 0) {

@@ -1203,12 +1203,12 @@ static void test_usage(void **state)
 
 	add_tenant(s, "alice", NULL);
 	add_tenant(s, "bob", NULL);
-	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(rows, 0);
 	assert_int_equal(bytes, 0);
 	struct store_exec e = mk_exec("alice", "e1", "s1", 100);
 	assert_int_equal(store_exec_begin(s, &e), 0);
-	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(rows, 1);
 	int64_t one = bytes;
 	assert_true(one > 0);
@@ -1217,7 +1217,7 @@ static void test_usage(void **state)
 	memset(big, 'r', 100000);
 	big[100000] = '\0';
 	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 0, big, 200, 2), 0);
-	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(bytes, one + 100000);
 
 	/* a 100 kB target is kept as at most STORE_AUDIT_TARGET_MAX bytes */
@@ -1225,27 +1225,49 @@ static void test_usage(void **state)
 	a.target = big;
 	assert_int_equal(store_audit_append(s, &a), 0);
 	assert_int_equal(store_audit_flush(s), 0);
-	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(rows, 2);
 	assert_true(bytes < one + 100000 + STORE_AUDIT_TARGET_MAX + 1024);
 	assert_true(raw_int(f->path, "SELECT length(target) FROM audit") <= STORE_AUDIT_TARGET_MAX);
 	assert_int_equal(
 	    raw_int(f->path, "SELECT count(*) FROM audit WHERE target LIKE '%of 100000 bytes kept%'"), 1);
-	assert_int_equal(store_usage_get(s, "bob", &rows, &bytes), 0);
+	assert_int_equal(store_usage_get(s, "bob", 0, &rows, &bytes), 0);
 	assert_int_equal(rows, 0);
 
 	/* retention frees it all */
 	assert_int_equal(store_prune(s, 1000, 0, 100, no_spill, NULL, &deleted), 0);
 	assert_int_equal(deleted, 2);
-	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(rows, 0);
 	assert_int_equal(bytes, 0);
 
 	/* so does removing the tenant (its execs go by cascade) */
+	struct store_tenant old;
+	assert_int_equal(store_tenant_get(s, "alice", &old), 0);
 	e = mk_exec("alice", "e2", "s1", 2000);
 	assert_int_equal(store_exec_begin(s, &e), 0);
-	assert_int_equal(store_tenant_remove(s, "alice"), 0);
-	assert_int_equal(store_usage_get(s, "alice", &rows, &bytes), 0);
+	a = mk_audit(2100, "alice", "/exec", "ok");
+	a.incarnation = old.incarnation;
+	assert_int_equal(store_audit_append(s, &a), 0);
+	assert_int_equal(store_audit_flush(s), 0);
+	assert_int_equal(store_tenant_remove(s, "alice", NULL), 0);
+	assert_int_equal(store_usage_get(s, "alice", old.incarnation, &rows, &bytes), 0);
+	assert_int_equal(rows, 1); /* the old life's audit row, kept until retention */
+
+	/* and a tenant added again under the name owes nothing of the old
+	 * life's rows: its budget counts its own */
+	add_tenant(s, "alice", NULL);
+	struct store_tenant now;
+	assert_int_equal(store_tenant_get(s, "alice", &now), 0);
+	assert_true(now.incarnation != old.incarnation);
+	int64_t life = now.incarnation;
+	store_tenant_clear(&old);
+	store_tenant_clear(&now);
+	assert_int_equal(store_usage_get(s, "alice", life, &rows, &bytes), 0);
+	assert_int_equal(rows, 0);
+	assert_int_equal(bytes, 0);
+	assert_int_equal(store_prune(s, 3000, 0, 100, no_spill, NULL, &deleted), 0);
+	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(rows, 0);
 	assert_int_equal(bytes, 0);
 	free(big);
