@@ -26,6 +26,11 @@ struct sbx_config {
 	 * left), and one tenant's waiting requests (429 beyond). */
 	int64_t fs_threads, fs_threads_per_tenant, fs_queue_per_tenant;
 	int64_t runner_threads; /* threads that start and own commands (0: one per core) */
+	/* network on request (sandbox/netpool.h, sandbox/network.h): setup
+	 * threads, one tenant's setups at once and network commands at once,
+	 * each command's open and per-second new connections, name resolution */
+	int64_t network_setup_threads, network_setups_per_tenant, network_tenant_commands;
+	int64_t network_conn_max, network_conn_per_s, network_resolve_ms;
 	int64_t connection_timeout_s;
 	int64_t max_connections;
 	int64_t max_connections_per_ip;

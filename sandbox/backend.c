@@ -544,7 +544,8 @@ struct sbx_backend_net {
 
 /* The command's namespace, ready (filtered, pasta attached), or NULL
  * without net_allow. */
-static int net_up(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_netns **out)
+int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req,
+			    const struct sbx_net_limits *lim, struct sbx_netns **out)
 {
 	char err[256];
 	int rc;
@@ -556,7 +557,7 @@ static int net_up(struct sbx_backend *b, const struct sbx_spawn_req *req, struct
 		log_msg("error", "command %" PRIu64 " refused: network on request %s", req->seq, err);
 		return -SBX_E_BACKEND;
 	}
-	rc = sbx_netns_up(req->net_allow, out, err, sizeof(err));
+	rc = sbx_netns_up(req->net_allow, lim, out, err, sizeof(err));
 	if (rc < 0)
 		log_msg("error", "command %" PRIu64 " refused: its network: %s", req->seq, err);
 	return rc;
@@ -772,14 +773,17 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 	int i, rc;
 
 	sbx_launch_init(&l);
+	net = req ? req->net_ready : NULL; /* ours now, whatever happens */
 	if (!b || !req || !pid || !pidfd || !req->command || !req->workspace_host_dir ||
 	    !sbx_cwd_rel_ok(req->cwd_rel)) {
 		rc = -EINVAL;
 		goto out;
 	}
-	rc = net_up(b, req, &net);
-	if (rc < 0)
-		goto out;
+	if (!net && req->net_allow) {
+		rc = sbx_backend_net_prepare(b, req, NULL, &net);
+		if (rc < 0)
+			goto out;
+	}
 	l.net = net;
 	l.netns_fd = sbx_netns_fd(net);
 	rc = b->ops->prepare(b, req, &l);

@@ -32,6 +32,10 @@ struct sbx_spawn_req {
 	 * HOST:PORT or HOST:LO-HI, HOST a DNS name, an IPv4 address or CIDR, or
 	 * an IPv6 address or CIDR in brackets; no port: every port. */
 	const char *net_allow;
+	/* With net_allow: the command's namespace already made for it off
+	 * the runner thread (sandbox/netpool.h), or NULL (then the spawn
+	 * makes it itself, blocking). The spawn takes it whatever it returns. */
+	struct sbx_netns *net_ready;
 	/* NULL: the host's /usr; else the host path of a root image's root
 	 * filesystem (sandbox/rootimg.h, held open by the caller until the
 	 * command ends), whose /usr, /bin... and /etc pieces are bound instead.

@@ -94,9 +94,9 @@ static int64_t mono_ms(void)
 }
 
 /* Wait for every lookup until the deadline. */
-static void wait_lookups(struct gaicb **list, size_t n)
+static void wait_lookups(struct gaicb **list, size_t n, unsigned ms)
 {
-	int64_t deadline = mono_ms() + SBX_NET_RESOLVE_MS;
+	int64_t deadline = mono_ms() + ms;
 
 	for (;;) {
 		size_t busy = 0;
@@ -111,13 +111,25 @@ static void wait_lookups(struct gaicb **list, size_t n)
 	}
 }
 
-/* One resolved address of entry e: a destination (and a hosts line). */
-static void add_resolved(const struct sbx_net_entry *e, const struct sockaddr *sa, struct sbx_net_allow *dest,
-			 struct buf *hosts, size_t *loop)
+static bool covered(const struct sbx_net_allow *a, int family, const uint8_t *addr)
+{
+	for (size_t i = 0; i < a->n; i++) {
+		if (sbx_net_covers(&a->e[i], family, addr))
+			return true;
+	}
+	return false;
+}
+
+/* One resolved address of a's entry e: a destination and a hosts line.
+ * An internal address (loopback, private, link-local, metadata) only
+ * when a literal entry of a covers it, and then only the hosts line: the
+ * literal entry says which ports; else neither (a name's owner must not
+ * choose where on the host or its network a command connects). */
+static void add_resolved(const struct sbx_net_allow *a, const struct sbx_net_entry *e,
+			 const struct sockaddr *sa, struct sbx_net_allow *dest, struct buf *hosts)
 {
 	struct sbx_net_entry *d = &dest->e[dest->n];
 	char text[INET6_ADDRSTRLEN];
-	size_t ports = (size_t)(e->hi - e->lo) + 1;
 
 	memset(d, 0, sizeof(*d));
 	d->family = sa->sa_family;
@@ -130,34 +142,32 @@ static void add_resolved(const struct sbx_net_entry *e, const struct sockaddr *s
 	d->hi = e->hi;
 	d->has_port = e->has_port;
 	inet_ntop(d->family, d->addr, text, sizeof(text));
-	buf_appendf(hosts, "%s\t%s\n", text, e->name);
-	/* As sbx_net_allow_check would refuse the address written out. */
-	if (sbx_net_is_never(d->family, d->addr, d->prefix) || (d->addr[0] == 127 && d->family == AF_INET) ||
-	    (d->family == AF_INET6 && IN6_IS_ADDR_LOOPBACK((const struct in6_addr *)d->addr))) {
-		if (!sbx_net_is_host_loopback(d->family, d->addr, d->prefix) || !e->has_port ||
-		    *loop + ports > SBX_NET_LOOP_PORTS_MAX)
+	if (sbx_net_is_internal(d->family, d->addr)) {
+		if (!covered(a, d->family, d->addr))
 			return;
-		*loop += ports;
+		buf_appendf(hosts, "%s\t%s\n", text, e->name);
+		return;
 	}
+	buf_appendf(hosts, "%s\t%s\n", text, e->name);
 	dest->n++;
 }
 
-static void add_results(const struct sbx_net_entry *e, const struct addrinfo *ai, struct sbx_net_allow *dest,
-			size_t cap, struct buf *hosts, size_t *loop)
+static void add_results(const struct sbx_net_allow *a, const struct sbx_net_entry *e,
+			const struct addrinfo *ai, struct sbx_net_allow *dest, size_t cap, struct buf *hosts)
 {
 	for (; ai && dest->n < cap; ai = ai->ai_next) {
 		if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
-			add_resolved(e, ai->ai_addr, dest, hosts, loop);
+			add_resolved(a, e, ai->ai_addr, dest, hosts);
 	}
 }
 
 /* dest gets the address entries of a, with its names resolved; hosts
  * the names' lines. Names that do not resolve in time are left out. */
-static void resolve(const struct sbx_net_allow *a, struct sbx_net_allow *dest, struct buf *hosts)
+static void resolve(const struct sbx_net_allow *a, unsigned ms, struct sbx_net_allow *dest, struct buf *hosts)
 {
 	struct lookup *lk[SBX_NET_ENTRIES_MAX];
 	struct gaicb *list[SBX_NET_ENTRIES_MAX];
-	size_t n = 0, loop = 0, cap = SBX_NET_ENTRIES_MAX * 16;
+	size_t n = 0, cap = SBX_NET_ENTRIES_MAX * 16;
 
 	late_collect();
 	dest->e = xcalloc(cap, sizeof(*dest->e));
@@ -165,9 +175,6 @@ static void resolve(const struct sbx_net_allow *a, struct sbx_net_allow *dest, s
 		if (a->e[i].family) {
 			dest->e[dest->n] = a->e[i];
 			dest->e[dest->n++].name = NULL;
-			loop += sbx_net_is_host_loopback(a->e[i].family, a->e[i].addr, a->e[i].prefix)
-				    ? (size_t)(a->e[i].hi - a->e[i].lo) + 1
-				    : 0;
 			continue;
 		}
 		lk[n] = xcalloc(1, sizeof(*lk[n]));
@@ -182,12 +189,12 @@ static void resolve(const struct sbx_net_allow *a, struct sbx_net_allow *dest, s
 	 * without a result). */
 	if (n)
 		getaddrinfo_a(GAI_NOWAIT, list, (int)n, NULL);
-	wait_lookups(list, n);
+	wait_lookups(list, n, ms);
 	for (size_t i = 0, k = 0; i < a->n; i++) {
 		if (a->e[i].family)
 			continue;
 		if (gai_error(&lk[k]->cb) == 0)
-			add_results(&a->e[i], lk[k]->cb.ar_result, dest, cap, hosts, &loop);
+			add_results(a, &a->e[i], lk[k]->cb.ar_result, dest, cap, hosts);
 		if (gai_error(&lk[k]->cb) == EAI_INPROGRESS && gai_cancel(&lk[k]->cb) != EAI_CANCELED)
 			late_add(lk[k]);
 		else
@@ -450,7 +457,8 @@ void sbx_netns_down(struct sbx_netns **pn)
 }
 
 /* The namespace for dest: filter first, then pasta. */
-static int build(struct sbx_netns *n, const struct sbx_net_allow *dest, char *err, size_t errsz)
+static int build(struct sbx_netns *n, const struct sbx_net_allow *dest, const struct sbx_net_limits *lim,
+		 char *err, size_t errsz)
 {
 	struct buf rules, ports;
 	int rc;
@@ -461,7 +469,7 @@ static int build(struct sbx_netns *n, const struct sbx_net_allow *dest, char *er
 	if (n->fd < 0) {
 		snprintf(err, errsz, "cannot make a network namespace: %s", strerror(-n->fd));
 		rc = -SBX_E_BACKEND;
-	} else if (sbx_net_ruleset(dest->e, dest->n, &rules) < 0 ||
+	} else if (sbx_net_ruleset(dest->e, dest->n, lim, &rules) < 0 ||
 		   sbx_net_pasta_ports(dest->e, dest->n, &ports) < 0) {
 		snprintf(err, errsz, "the allowlist's rules are too long");
 		rc = -SBX_E_BACKEND;
@@ -481,7 +489,8 @@ static int build(struct sbx_netns *n, const struct sbx_net_allow *dest, char *er
 	return rc;
 }
 
-int sbx_netns_up(const char *spec, struct sbx_netns **out, char *err, size_t errsz)
+int sbx_netns_up(const char *spec, const struct sbx_net_limits *lim, struct sbx_netns **out, char *err,
+		 size_t errsz)
 {
 	struct sbx_net_allow a = {0}, dest = {0};
 	struct sbx_netns *n;
@@ -493,12 +502,12 @@ int sbx_netns_up(const char *spec, struct sbx_netns **out, char *err, size_t err
 		return rc;
 	buf_init(&hosts, NET_TEXT_MAX);
 	buf_appendf(&hosts, HOSTS_BASE);
-	resolve(&a, &dest, &hosts);
+	resolve(&a, lim && lim->resolve_ms ? lim->resolve_ms : SBX_NET_RESOLVE_MS, &dest, &hosts);
 	n = xcalloc(1, sizeof(*n));
 	n->fd = -1;
 	n->pasta_pidfd = -1;
 	n->hosts = buf_steal(&hosts, NULL);
-	rc = build(n, &dest, err, errsz);
+	rc = build(n, &dest, lim, err, errsz);
 	if (rc < 0)
 		sbx_netns_down(&n);
 	else
@@ -535,7 +544,7 @@ static void health_probe(void)
 		snprintf(health_msg, sizeof(health_msg), "unavailable: no /dev/net/tun");
 		return;
 	}
-	if (sbx_netns_up("127.0.0.1:1", &n, err, sizeof(err)) < 0) {
+	if (sbx_netns_up("127.0.0.1:1", NULL, &n, err, sizeof(err)) < 0) {
 		snprintf(health_msg, sizeof(health_msg), "unavailable: %s", err);
 		return;
 	}

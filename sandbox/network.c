@@ -31,6 +31,24 @@ static const struct cidr never[] = {
     {AF_INET, {168, 63, 129, 16}, 32, "168.63.129.16"},
     {AF_INET6, {0xfe, 0x80}, 10, "fe80::/10"},
     {AF_INET6, {0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54}, 128, "fd00:ec2::254"},
+    /* IPv6 forms of IPv4 addresses: pasta connects to them from the host
+     * with an IPv6 socket, which the host maps to IPv4 (::ffff:169.254.
+     * 169.254 is 169.254.169.254), or a NAT64 gateway translates; the
+     * namespace's IPv4 rules never see them. A sandbox uses IPv4. */
+    {AF_INET6, {[10] = 0xff, [11] = 0xff}, 96, "::ffff:0:0/96"},
+    {AF_INET6, {0x00, 0x64, 0xff, 0x9b}, 96, "64:ff9b::/96"},
+    {AF_INET6, {0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}, 48, "64:ff9b:1::/48"},
+};
+
+/* Resolved addresses in these ranges (and the never ones) are kept only
+ * when a literal entry of the allowlist covers them: a name is no way to
+ * reach the host's or the local network's private services (DNS
+ * rebinding: the name's owner chooses its addresses). */
+static const struct cidr internal[] = {
+    {AF_INET, {127}, 8, "127.0.0.0/8"},	       {AF_INET, {10}, 8, "10.0.0.0/8"},
+    {AF_INET, {172, 16}, 12, "172.16.0.0/12"}, {AF_INET, {192, 168}, 16, "192.168.0.0/16"},
+    {AF_INET, {100, 64}, 10, "100.64.0.0/10"}, {AF_INET6, {[15] = 1}, 128, "::1"},
+    {AF_INET6, {0xfc}, 7, "fc00::/7"},	       {AF_INET6, {0xfe, 0xc0}, 10, "fec0::/10"},
 };
 
 static const uint8_t lo4[16] = {127, 0, 0, 1};
@@ -90,6 +108,50 @@ bool sbx_net_is_never(int family, const uint8_t *addr, unsigned prefix)
 			return true;
 	}
 	return false;
+}
+
+/* a/prefix and c share an address. */
+static bool overlaps(int family, const uint8_t *a, unsigned prefix, const struct cidr *c)
+{
+	struct cidr wide = {family, {0}, prefix, ""};
+
+	if (family != c->family)
+		return false;
+	memcpy(wide.addr, a, addr_len(family));
+	return within(family, a, prefix, c) || within(family, c->addr, c->prefix, &wide);
+}
+
+/* The never range a/prefix overlaps (NULL: none). */
+static const struct cidr *never_overlap(int family, const uint8_t *a, unsigned prefix)
+{
+	for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+		if (overlaps(family, a, prefix, &never[i]))
+			return &never[i];
+	}
+	return NULL;
+}
+
+bool sbx_net_is_internal(int family, const uint8_t *addr)
+{
+	unsigned full = (unsigned)addr_len(family) * 8;
+
+	if (sbx_net_is_never(family, addr, full))
+		return true;
+	for (size_t i = 0; i < sizeof(internal) / sizeof(internal[0]); i++) {
+		if (within(family, addr, full, &internal[i]))
+			return true;
+	}
+	return false;
+}
+
+bool sbx_net_covers(const struct sbx_net_entry *e, int family, const uint8_t *addr)
+{
+	struct cidr c = {e->family, {0}, e->prefix, ""};
+
+	if (!e->family)
+		return false;
+	memcpy(c.addr, e->addr, addr_len(e->family));
+	return within(family, addr, (unsigned)addr_len(family) * 8, &c);
 }
 
 bool sbx_net_is_host_loopback(int family, const uint8_t *addr, unsigned prefix)
@@ -236,14 +298,24 @@ static int entry_rules(const struct sbx_net_entry *e, const char *s, int n, char
 	    {AF_INET6, {[15] = 1}, 128, "::1"},
 	};
 	const struct cidr zero = {e->family, {0}, addr_len(e->family) * 8, ""};
+	const struct cidr *nv;
 
 	if (!e->family)
 		return 0;
 	if (!host_bits_zero(e->family, e->addr, e->prefix))
 		return fail(err, errsz, "'%.*s': the address has bits set beyond its prefix", n, s);
 	if (sbx_net_is_never(e->family, e->addr, e->prefix))
-		return fail(err, errsz, "'%.*s': link-local and metadata addresses are never reachable", n,
-			    s);
+		return fail(err, errsz,
+			    "'%.*s': link-local, metadata and IPv6-embedded IPv4 (::ffff:0:0/96, NAT64) "
+			    "addresses are never reachable",
+			    n, s);
+	/* Only "everything" may contain a never range (the filter carves
+	 * them out); a narrower CIDR around one names it by mistake. */
+	nv = never_overlap(e->family, e->addr, e->prefix);
+	if (nv && e->prefix > 0)
+		return fail(err, errsz,
+			    "'%.*s': overlaps %s, which is never reachable (name the ranges around it)", n, s,
+			    nv->text);
 	if (within(e->family, e->addr, e->prefix, &zero))
 		return fail(err, errsz, "'%.*s': the unspecified address is no destination", n, s);
 	for (size_t i = 0; i < 2; i++) {
@@ -456,10 +528,38 @@ static void never_rules(struct buf *b)
 			    never[i].family == AF_INET ? "ip" : "ip6", never[i].text);
 }
 
-int sbx_net_ruleset(const struct sbx_net_entry *d, size_t n, struct buf *out)
+/* New TCP connections that leave the namespace (through pasta's tap, or
+ * to a forwarded host loopback port) are marked, then bounded: at most
+ * conn_max open (conntrack counts live ones, not TIME_WAIT) and
+ * conn_per_s new per second. The sandbox's own loopback is not counted.
+ * Nothing in the sandbox can set a mark (no CAP_NET_ADMIN). */
+static void limit_rules(struct buf *b, const struct sbx_net_entry *d, size_t n,
+			const struct sbx_net_limits *lim)
+{
+	struct buf ports;
+	unsigned max = lim && lim->conn_max ? lim->conn_max : SBX_NET_CONN_MAX;
+	unsigned rate = lim && lim->conn_per_s ? lim->conn_per_s : SBX_NET_CONN_PER_S;
+
+	buf_init(&ports, 1 << 16);
+	loop_port_list(&ports, d, n, 0);
+	buf_appendf(b, "\t\tct state new oif != lo meta l4proto tcp meta mark set 0x5bd\n");
+	if (ports.len)
+		buf_appendf(b, "\t\tct state new oif lo tcp dport { %s } meta mark set 0x5bd\n",
+			    buf_cstr(&ports));
+	buf_appendf(b,
+		    "\t\tct state new meta mark 0x5bd ct count over %u reject with tcp reset\n"
+		    "\t\tct state new meta mark 0x5bd limit rate over %u/second burst %u packets reject with "
+		    "tcp reset\n",
+		    max, rate, rate * 2);
+	buf_free(&ports);
+}
+
+int sbx_net_ruleset(const struct sbx_net_entry *d, size_t n, const struct sbx_net_limits *lim,
+		    struct buf *out)
 {
 	buf_appendf(out, "table inet sandboxd {\n\tchain output {\n"
 			 "\t\ttype filter hook output priority 0; policy drop;\n");
+	limit_rules(out, d, n, lim);
 	loopback_rules(out, d, n);
 	never_rules(out);
 	buf_appendf(out, "\t\tct state established,related accept\n"

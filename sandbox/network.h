@@ -66,7 +66,23 @@
 #define SBX_NET_SPEC_MAX 4096	   /* bytes of an allowlist */
 #define SBX_NET_ENTRIES_MAX 64	   /* entries of an allowlist */
 #define SBX_NET_LOOP_PORTS_MAX 256 /* host loopback ports forwarded per command */
-#define SBX_NET_RESOLVE_MS 2000	   /* all names of one command together */
+#define SBX_NET_RESOLVE_MS 2000	   /* all names of one command together (the default) */
+
+/* What one command's namespace allows besides the allowlist (0 in a
+ * field: its default). New TCP connections out of the sandbox (to the
+ * host's loopback ports or through pasta) are refused with a reset
+ * beyond conn_max open at once or beyond conn_per_s per second (burst:
+ * twice that): pasta makes one host socket per connection, and each
+ * closed one lingers in TIME_WAIT on the host for a minute, so a command
+ * churning connections would otherwise use up the host's ports to that
+ * destination. resolve_ms bounds the names' resolution. */
+struct sbx_net_limits {
+	unsigned conn_max;   /* default SBX_NET_CONN_MAX */
+	unsigned conn_per_s; /* default SBX_NET_CONN_PER_S */
+	unsigned resolve_ms; /* default SBX_NET_RESOLVE_MS */
+};
+#define SBX_NET_CONN_MAX 64
+#define SBX_NET_CONN_PER_S 10
 
 /* One allowlist entry. family is AF_INET or AF_INET6 with addr (network
  * byte order) and prefix, or 0 for a DNS name (name, resolved at start).

@@ -21,6 +21,8 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/collector.h"
+#include "sandbox/netplan.h"
+#include "sandbox/netpool.h"
 #include "sandbox/rootimg.h"
 #include "sandbox/workspace.h"
 
@@ -72,6 +74,15 @@ struct job {
 	char **env;
 	sbx_event_cb cb;
 	void *ctx;
+	struct lane *lane;
+
+	/* Network setup (sandbox/netpool.h): sent to the setup threads once;
+	 * net and net_rc are written by the setup thread before it queues
+	 * the job back (under r->mu), read by the runner after. held: the
+	 * pool counts this job against its tenant until it is freed. */
+	bool net_sent, net_held;
+	struct sbx_netns *net;
+	int net_rc;
 
 	/* runner thread only from here */
 	struct watch w[W_COUNT];
@@ -98,6 +109,7 @@ struct lane {
 	struct job *pending, *pending_tail;
 	bool cancel_dirty;
 	bool stop;
+	size_t at_pool; /* jobs whose network setup is on the pool (under mu) */
 	/* atomic: read without mu by the dispatcher and the figures */
 	_Atomic size_t active; /* owned: queued or running */
 	_Atomic size_t queued; /* not started yet */
@@ -127,6 +139,7 @@ struct sbx_runner {
 	_Atomic uint64_t next_seq; /* job handle = seq * n + lane */
 	_Atomic size_t rr;	   /* where the dispatcher's scan starts */
 	_Atomic unsigned spawning; /* threads inside sbx_backend_spawn now */
+	struct sbx_netpool *net;   /* network setups, off the runner threads */
 	_Atomic uint64_t overlap[SBX_RUNNER_MAX_THREADS];
 };
 
@@ -172,6 +185,9 @@ static void job_free(struct job *j)
 		free(j->env);
 	}
 	free(j->in_buf);
+	sbx_netns_down(&j->net);
+	if (j->net_held)
+		sbx_netpool_release(j->lane->owner->net, j->req.spawn.uid);
 	free(j);
 }
 
@@ -460,7 +476,10 @@ static int job_start(struct lane *r, struct job *j)
 		goto out;
 	j->start_mono = mono_ms();
 	j->started_at = now_ms();
+	j->req.spawn.net_ready = j->net; /* the spawn's now */
+	j->net = NULL;
 	rc = spawn_counted(r, j, &pid, &pidfd);
+	j->req.spawn.net_ready = NULL;
 	j->req.spawn.stdin_fd = j->req.spawn.stdout_fd = j->req.spawn.stderr_fd = -1;
 	if (rc)
 		goto out;
@@ -771,6 +790,56 @@ static void apply_control_locked(struct lane *r, struct job *j, int64_t now)
 	j->resize_req = false;
 }
 
+static void wake(struct lane *r);
+
+/* The setup thread is done with q: queue it back to its lane. */
+static void net_done(void *ctx, struct sbx_netns *ns, int rc)
+{
+	struct job *q = ctx;
+	struct lane *r = q->lane;
+
+	pthread_mutex_lock(&r->mu);
+	q->net = ns;
+	q->net_rc = rc;
+	q->next_q = NULL;
+	if (r->pending_tail)
+		r->pending_tail->next_q = q;
+	else
+		r->pending = q;
+	r->pending_tail = q;
+	r->at_pool--;
+	pthread_mutex_unlock(&r->mu);
+	wake(r);
+}
+
+static bool net_skip(void *ctx)
+{
+	struct job *q = ctx;
+	bool skip;
+
+	pthread_mutex_lock(&q->lane->mu);
+	skip = q->cancel_req;
+	pthread_mutex_unlock(&q->lane->mu);
+	return skip;
+}
+
+/* Resolution and namespace off this thread (sandbox/netpool.h): 0 when
+ * the setup is queued, else why the job cannot start. */
+static int net_send(struct lane *r, struct job *q)
+{
+	int rc;
+
+	q->lane = r;
+	pthread_mutex_lock(&r->mu);
+	rc = sbx_netpool_submit(r->owner->net, q->req.backend, &q->req.spawn, net_done, net_skip, q);
+	if (rc == 0) {
+		q->net_sent = q->net_held = true;
+		r->at_pool++;
+	}
+	pthread_mutex_unlock(&r->mu);
+	return rc;
+}
+
 /* New jobs and cancel requests from other threads. */
 static void take_control(struct lane *r)
 {
@@ -793,6 +862,13 @@ static void take_control(struct lane *r)
 		rc = q->cancel_req ? -ECANCELED : 0;
 		q->cancel_req = false;
 		pthread_mutex_unlock(&r->mu);
+		if (!rc && q->net_allow && !q->net_sent) {
+			rc = net_send(r, q);
+			if (!rc)
+				continue; /* back in pending once its namespace is made */
+		}
+		if (!rc && q->net_sent)
+			rc = q->net_rc;
 		if (!rc)
 			rc = job_start(r, q);
 		r->queued--;
@@ -845,7 +921,7 @@ static bool should_stop(struct lane *r)
 	if (r->running)
 		return false;
 	pthread_mutex_lock(&r->mu);
-	stop = r->stop && !r->pending;
+	stop = r->stop && !r->pending && !r->at_pool;
 	pthread_mutex_unlock(&r->mu);
 	return stop;
 }
@@ -1029,6 +1105,7 @@ static bool lane_wait_done(struct lane *r, const struct timespec *until)
 
 static void runner_release(struct sbx_runner *rn)
 {
+	sbx_netpool_free(&rn->net);
 	for (size_t i = 0; i < rn->n; i++)
 		lane_release(&rn->lanes[i]);
 	free(rn->lanes);
@@ -1046,6 +1123,7 @@ int sbx_runner_new(struct sbx_runner **out, size_t threads)
 	rn = xcalloc(1, sizeof(*rn));
 	rn->lanes = xcalloc(threads, sizeof(*rn->lanes));
 	rn->next_seq = 1;
+	sbx_netpool_new(&rn->net);
 	for (; made < threads && rc == 0; made++)
 		rc = lane_init(&rn->lanes[made], rn, made);
 	rn->n = made;
@@ -1120,6 +1198,19 @@ int64_t sbx_runner_busy_ms(struct sbx_runner *rn, const char **step)
 		}
 	}
 	return worst > 0 ? worst : 0;
+}
+
+void sbx_runner_net_config(struct sbx_runner *rn, const struct sbx_netpool_config *c)
+{
+	if (rn)
+		sbx_netpool_configure(rn->net, c);
+}
+
+void sbx_runner_net_counts(struct sbx_runner *rn, unsigned *waiting, unsigned *running)
+{
+	*waiting = *running = 0;
+	if (rn)
+		sbx_netpool_counts(rn->net, waiting, running);
 }
 
 void sbx_runner_free(struct sbx_runner **pr)

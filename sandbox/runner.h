@@ -107,6 +107,15 @@ typedef void (*sbx_event_cb)(void *ctx, const struct sbx_event *ev, int spawn_er
 /* threads: 1..SBX_RUNNER_MAX_THREADS (else -EINVAL), each started at
  * once and named runner-<i>. */
 int sbx_runner_new(struct sbx_runner **out, size_t threads);
+/* Network on request: a job with spawn.net_allow gets its namespace
+ * from the runner's setup threads (sandbox/netpool.h) before its runner
+ * thread spawns it, so names that resolve slowly hold no runner thread.
+ * Configure before the first submission (defaults otherwise). A tenant's
+ * network job beyond c->commands_per_tenant ends with spawn_error
+ * -SBX_E_TOO_MANY. Counts: setups waiting for a thread and running. */
+struct sbx_netpool_config;
+void sbx_runner_net_config(struct sbx_runner *r, const struct sbx_netpool_config *c);
+void sbx_runner_net_counts(struct sbx_runner *r, unsigned *waiting, unsigned *running);
 /* Refuse new jobs (submit: -ESHUTDOWN), cancel every running job, wait
  * until each is reaped and reported, and stop the threads. Afterwards the
  * runner stays valid memory: cancel answers -ESRCH. Idempotent. Never call

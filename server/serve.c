@@ -32,6 +32,7 @@
 #include "sandbox/diskimg.h"
 #include "sandbox/fsops.h"
 #include "sandbox/quota.h"
+#include "sandbox/netpool.h"
 #include "sandbox/runner.h"
 #include "sandbox/uids.h"
 #include "sandbox/reaper.h"
@@ -389,9 +390,18 @@ static int start_backend(struct server *s)
 	size_t nrun =
 	    s->cfg->runner_threads > 0 ? (size_t)s->cfg->runner_threads : (size_t)(ncpu > 0 ? ncpu : 1);
 	int rc = sbx_runner_new(&s->runner, nrun < SBX_RUNNER_MAX_THREADS ? nrun : SBX_RUNNER_MAX_THREADS);
-	if (rc < 0)
+	if (rc < 0) {
 		fprintf(stderr, "sandboxd: cannot start the runner: %s\n", sbx_strerror(rc));
-	return rc;
+		return rc;
+	}
+	struct sbx_netpool_config nc = {.threads = (unsigned)s->cfg->network_setup_threads,
+					.setups_per_tenant = (unsigned)s->cfg->network_setups_per_tenant,
+					.commands_per_tenant = (unsigned)s->cfg->network_tenant_commands,
+					.limits = {.conn_max = (unsigned)s->cfg->network_conn_max,
+						   .conn_per_s = (unsigned)s->cfg->network_conn_per_s,
+						   .resolve_ms = (unsigned)s->cfg->network_resolve_ms}};
+	sbx_runner_net_config(s->runner, &nc);
+	return 0;
 }
 
 /* The pool of file work (http/pool.h), sized from the configuration: by

@@ -100,6 +100,95 @@ static void test_bad_specs(void **state)
 	bad("127.0.0.1:1-200,[::1]:1-100", "loopback ports");
 }
 
+/* IPv6 forms of IPv4 addresses (mapped, NAT64) reach IPv4 on the host
+ * through pasta's IPv6 sockets, and a CIDR around a never range names
+ * it: refused at parse time (issue 26). "Everything" stays allowed: the
+ * filter carves the never ranges out of it. */
+static void test_embedded_and_overlap(void **state)
+{
+	(void)state;
+	bad("[::ffff:169.254.169.254]", "never reachable");
+	bad("[::ffff:10.0.0.1]:80", "never reachable");
+	bad("[::ffff:0:0/96]", "never reachable");
+	bad("[64:ff9b::/96]", "never reachable");
+	bad("[64:ff9b::a9fe:a9fe]:80", "never reachable");
+	bad("[64:ff9b:1::/48]", "never reachable");
+	bad("169.254.0.0/15", "overlaps 169.254.0.0/16");
+	bad("128.0.0.0/1:443", "overlaps");
+	bad("168.63.0.0/16", "overlaps 168.63.129.16");
+	bad("[fe00::/7]", "overlaps fe80::/10");
+	bad("[::/64]", "overlaps ::ffff:0:0/96");
+	bad("[64::/16]", "overlaps 64:ff9b::/96");
+	good("0.0.0.0/0");
+	good("[::/0]:443");
+	good("169.0.0.0/9");
+	good("[2001:db8::/32]");
+}
+
+/* Every new TCP connection out of the namespace is marked and bounded
+ * (open at once, and per second), before any accept. */
+static void test_conn_limits(void **state)
+{
+	struct sbx_net_allow a = {0};
+	struct sbx_net_limits lim = {.conn_max = 7, .conn_per_s = 3};
+	struct buf rules;
+	char err[128];
+	const char *r, *mark, *count, *rate, *accept;
+
+	(void)state;
+	assert_int_equal(sbx_net_allow_parse("127.0.0.1:8080,10.0.0.0/8:443", &a, err, sizeof(err)), 0);
+	buf_init(&rules, 1 << 20);
+	assert_int_equal(sbx_net_ruleset(a.e, a.n, &lim, &rules), 0);
+	r = buf_cstr(&rules);
+	mark = strstr(r, "ct state new oif != lo meta l4proto tcp meta mark set 0x5bd");
+	assert_non_null(mark);
+	assert_non_null(strstr(r, "ct state new oif lo tcp dport { 8080 } meta mark set 0x5bd"));
+	count = strstr(r, "meta mark 0x5bd ct count over 7 reject with tcp reset");
+	rate = strstr(r, "meta mark 0x5bd limit rate over 3/second burst 6 packets reject with tcp reset");
+	accept = strstr(r, "accept");
+	assert_non_null(count);
+	assert_non_null(rate);
+	assert_true(mark < count && count < rate && rate < accept);
+	buf_reset(&rules);
+	assert_int_equal(sbx_net_ruleset(a.e, a.n, NULL, &rules), 0);
+	assert_non_null(strstr(buf_cstr(&rules), "ct count over 64 "));
+	assert_non_null(strstr(buf_cstr(&rules), "limit rate over 10/second burst 20 packets"));
+	buf_free(&rules);
+	sbx_net_allow_clear(&a);
+}
+
+/* A name's addresses: internal ones only under a literal entry. */
+static void test_internal(void **state)
+{
+	struct sbx_net_allow a = {0};
+	uint8_t ip[16] = {0};
+	char err[128];
+	const char *inside[] = {"127.0.0.1",   "10.1.2.3",   "172.20.0.1",
+				"192.168.1.1", "100.64.0.1", "169.254.169.254"};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(inside) / sizeof(inside[0]); i++) {
+		inet_pton(AF_INET, inside[i], ip);
+		if (!sbx_net_is_internal(AF_INET, ip))
+			fail_msg("%s is not internal", inside[i]);
+	}
+	inet_pton(AF_INET, "192.0.2.1", ip);
+	assert_false(sbx_net_is_internal(AF_INET, ip));
+	inet_pton(AF_INET6, "::ffff:169.254.169.254", ip);
+	assert_true(sbx_net_is_internal(AF_INET6, ip));
+	inet_pton(AF_INET6, "fd12::1", ip);
+	assert_true(sbx_net_is_internal(AF_INET6, ip));
+	inet_pton(AF_INET6, "2001:db8::1", ip);
+	assert_false(sbx_net_is_internal(AF_INET6, ip));
+	assert_int_equal(sbx_net_allow_parse("db.example:5432,10.0.0.0/8:5432", &a, err, sizeof(err)), 0);
+	inet_pton(AF_INET, "10.1.2.3", ip);
+	assert_false(sbx_net_covers(&a.e[0], AF_INET, ip)); /* a name covers nothing */
+	assert_true(sbx_net_covers(&a.e[1], AF_INET, ip));
+	inet_pton(AF_INET, "11.1.2.3", ip);
+	assert_false(sbx_net_covers(&a.e[1], AF_INET, ip));
+	sbx_net_allow_clear(&a);
+}
+
 static void test_limits(void **state)
 {
 	struct buf b;
@@ -158,7 +247,7 @@ static void test_ruleset(void **state)
 	    sbx_net_allow_parse("127.0.0.1:8080,[::1]:9000-9001,0.0.0.0/0:443", &a, err, sizeof(err)), 0);
 	buf_init(&rules, 1 << 20);
 	buf_init(&ports, 1 << 20);
-	assert_int_equal(sbx_net_ruleset(a.e, a.n, &rules), 0);
+	assert_int_equal(sbx_net_ruleset(a.e, a.n, NULL, &rules), 0);
 	assert_int_equal(sbx_net_pasta_ports(a.e, a.n, &ports), 0);
 	assert_string_equal(buf_cstr(&ports), "8080,9000-9001");
 	r = buf_cstr(&rules);
@@ -188,7 +277,7 @@ static void test_ruleset(void **state)
 	buf_init(&rules, 1 << 20);
 	assert_int_equal(sbx_net_pasta_ports(a.e, a.n, &ports), 0);
 	assert_string_equal(buf_cstr(&ports), "8079-8081,9000-9001,65535");
-	assert_int_equal(sbx_net_ruleset(a.e, a.n, &rules), 0);
+	assert_int_equal(sbx_net_ruleset(a.e, a.n, NULL, &rules), 0);
 	assert_non_null(strstr(buf_cstr(&rules), "ip daddr 127.0.0.1 tcp dport { 8079-8081,65535 } accept"));
 	assert_non_null(strstr(buf_cstr(&rules), "ip6 daddr ::1 tcp dport { 8080,9000-9001 } accept"));
 	buf_free(&rules);
@@ -205,9 +294,10 @@ static void test_ruleset(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_good_specs), cmocka_unit_test(test_bad_specs),
-	    cmocka_unit_test(test_limits),     cmocka_unit_test(test_parse_fields),
-	    cmocka_unit_test(test_ruleset),
+	    cmocka_unit_test(test_good_specs),	cmocka_unit_test(test_bad_specs),
+	    cmocka_unit_test(test_limits),	cmocka_unit_test(test_parse_fields),
+	    cmocka_unit_test(test_ruleset),	cmocka_unit_test(test_embedded_and_overlap),
+	    cmocka_unit_test(test_conn_limits), cmocka_unit_test(test_internal),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
