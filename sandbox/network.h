@@ -35,7 +35,9 @@
  *     pasta forwards, which are reachable only at the address the
  *     allowlist names;
  *   - the host's loopback only through entries naming 127.0.0.1 or [::1]
- *     (or a name resolving to them) with a port or range: pasta forwards
+ *     (a name resolving to them only with such an entry too: names
+ *     reach internal addresses only under a literal entry, netns.c)
+ *     with a port or range: pasta forwards
  *     exactly those ports of the namespace's 127.0.0.1 / [::1] to the
  *     host's; every other host loopback port (sandboxd's own included) is
  *     refused. A CIDR such as 0.0.0.0/0 does not include the host's
@@ -51,10 +53,15 @@
  *     Refused TCP connections get a reset, others an ICMP
  *     administratively-prohibited, so clients fail at once.
  * Names: the server resolves the allowlist's names when the command
- * starts (getaddrinfo, at most SBX_NET_RESOLVE_MS for all of them
- * together) and writes them into the sandbox's /etc/hosts; the sandbox
- * has no resolver (empty resolv.conf), so DNS cannot carry data out. A
- * name that does not resolve in time is left out (its connections fail).
+ * starts (getaddrinfo on a setup thread, sandbox/netpool.h, at most
+ * sbx_net_limits.resolve_ms for all of them together) and writes them
+ * into the sandbox's /etc/hosts; the sandbox has no resolver (empty
+ * resolv.conf), so DNS cannot carry data out. A name that does not
+ * resolve in time is left out (its connections fail), and so are its
+ * loopback, private, CGNAT, link-local and metadata addresses unless a
+ * literal entry covers them (the name's owner chooses its addresses).
+ * Never reachable either: the IPv6 forms of IPv4 addresses
+ * (::ffff:0:0/96, NAT64), which pasta's IPv6 sockets reach as IPv4.
  *
  * A command with network costs about 60 ms more to start (measured on a
  * busy 2-core VM: pasta ~45 ms, nft ~10 ms, run side by side) and one

@@ -875,6 +875,11 @@ static void take_control(struct lane *r)
 		if (rc) {
 			struct sbx_event ev = {.kind = SBX_EV_EXIT};
 
+			if (rc == -SBX_E_TOO_MANY && q->net_allow && !q->net_sent) {
+				ev.message = "the tenant runs its limit of commands with network at once "
+					     "(network-tenant-commands)";
+				ev.retry_after_s = 1;
+			}
 			unregister(r, q);
 			emit(q, &ev, rc);
 			job_free(q);

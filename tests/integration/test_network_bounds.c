@@ -33,7 +33,7 @@
 #include "it_policy.h"
 
 #define SLOW_NAME "slow.example"
-#define A_COMMANDS 8
+#define A_COMMANDS 8 /* network-tenant-commands, the default */
 #define SETUPS_PER_TENANT 2
 #define CONN_MAX 3
 #define CONN_PER_S 2
@@ -307,6 +307,18 @@ static void test_slow_names_hold_nobody(void **state)
 	if (ports > SETUPS_PER_TENANT)
 		fail_msg("%d of tenant A's lookups in flight at once, want at most %d", ports,
 			 SETUPS_PER_TENANT);
+
+	/* A's network commands are at network-tenant-commands (8 by
+	 * default): one more is refused at once, and nothing else of A. */
+	struct it_resp r;
+	assert_int_equal(
+	    ex_post(&srv, tok_a, NULL, json_pack("{s:s, s:b}", "command", "true", "network", 1), NULL, &r),
+	    429);
+	it_expect_error(&r, 429, "too_many_requests");
+	it_resp_free(&r);
+	v = ex_run(&srv, tok_a, "echo a");
+	assert_string_equal(ex_stdout_ok(v), "a\n");
+	json_decref(v);
 
 	/* Release: every A command then runs (its name unresolved). */
 	dns.release = true;
