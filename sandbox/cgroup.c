@@ -877,6 +877,14 @@ static int prepare_one(size_t i, const char *root, const char *rel, uid_t uid, u
 	if (rc < 0)
 		return rc;
 	*made = true;
+	if (i == H_MEMORY) {
+		/* A helper moved in later (the command's pasta, sandbox/backend.c)
+		 * brings the memory it already uses along. Best effort: kernels
+		 * without the file (v1 deprecates it) leave that charge where it
+		 * was made. */
+		snprintf(file, sizeof(file), "%s/memory.move_charge_at_immigrate", path);
+		(void)write_file(file, "1");
+	}
 	if (v && ctrls[i].limit_file) {
 		snprintf(file, sizeof(file), "%s/%s", path, ctrls[i].limit_file);
 		snprintf(val, sizeof(val), "%" PRIu64, v);

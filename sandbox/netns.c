@@ -427,6 +427,11 @@ static int new_netns(void)
 	return fd;
 }
 
+pid_t sbx_netns_helper_pid(const struct sbx_netns *n)
+{
+	return n && n->pasta > 0 ? n->pasta : -1;
+}
+
 int sbx_netns_fd(const struct sbx_netns *n)
 {
 	return n ? n->fd : -1;

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sandbox/network.h"
 
@@ -46,6 +47,8 @@ int sbx_netns_fd(const struct sbx_netns *n);
 const char *sbx_netns_hosts(const struct sbx_netns *n);
 /* Kill and reap pasta, close the namespace. Accepts NULL; sets *n NULL. */
 void sbx_netns_down(struct sbx_netns **n);
+/* pasta's pid (-1: none), for moving it into the command's groups. */
+pid_t sbx_netns_helper_pid(const struct sbx_netns *n);
 
 /* The namespace of req (with net_allow) for backend b, made with lim:
  * the backend's network health, then sbx_netns_up; failures are logged

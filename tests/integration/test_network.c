@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -218,6 +219,102 @@ static void test_policy_refuses_hidden_metadata(void **state)
 	}
 }
 
+/* The server's pasta child (its pid, 0: none yet). */
+static pid_t pasta_of(pid_t server)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	pid_t found = 0;
+
+	while (d && !found && (de = readdir(d))) {
+		char path[300], stat[512];
+		int ppid = 0;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		if (de->d_name[0] < '1' || de->d_name[0] > '9' || !(f = fopen(path, "re")))
+			continue;
+		if (fgets(stat, sizeof(stat), f) && (strstr(stat, "(pasta") || strstr(stat, "(passt"))) {
+			const char *p = strrchr(stat, ')');
+			if (p && sscanf(p + 1, " %*c %d", &ppid) == 1 && ppid == server)
+				found = (pid_t)strtol(de->d_name, NULL, 10);
+		}
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* The line of hierarchy ctl ("memory", "pids") in /proc/pid/cgroup. */
+static char *cgroup_of(pid_t pid, const char *ctl)
+{
+	char path[64], line[512], *got = NULL;
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	FILE *f = fopen(path, "re");
+	while (f && !got && fgets(line, sizeof(line), f)) {
+		char *c = strchr(line, ':'), *e = c ? strchr(c + 1, ':') : NULL;
+		if (e && (size_t)(e - c - 1) == strlen(ctl) && strncmp(c + 1, ctl, strlen(ctl)) == 0)
+			got = xstrdup(e + 1);
+	}
+	if (f)
+		fclose(f);
+	return got;
+}
+
+/* A command's pasta is charged to the command's groups (its memory and
+ * pids, below the tenant's budget), not the server's own (issue 26). */
+static void test_pasta_in_tenant_group(void **state)
+{
+	(void)state;
+	char *kv = xasprintf("network=127.0.0.1:%d", allowed.port);
+	assert_int_equal(pol_cli(&srv, "acme", kv), 0);
+	json_t *res = NULL;
+	long st = ex_post(&srv, tok, NULL,
+			  json_pack("{s:s, s:b, s:b, s:i}", "command", "sleep 30", "network", 1, "background",
+				    1, "timeout_s", 60),
+			  &res, NULL);
+	assert_true(st == 202 || st == 200);
+	char *id = xstrdup(jstr(res, "id"));
+	json_decref(res);
+	json_t *v = ex_wait_state(&srv, tok, id, "running", 20000);
+	assert_non_null(v);
+	json_decref(v);
+	pid_t pasta = 0;
+	for (long until = it_now_ms() + 20000; !pasta && it_now_ms() < until; usleep(50000))
+		pasta = pasta_of(srv.pid);
+	if (pasta <= 0) {
+		it_sh("ps -eo pid,ppid,comm,args | grep -i -e pasta -e 'sandboxd serve' | grep -v grep >&2; "
+		      "echo server %d >&2",
+		      (int)srv.pid);
+		fail_msg("no pasta child of the server");
+	}
+	const char *ctls[] = {"memory", "pids"};
+	for (size_t i = 0; i < 2; i++) {
+		char *cg = NULL;
+		/* joined before the command starts; the command is running */
+		for (long until = it_now_ms() + 20000; it_now_ms() < until; usleep(50000)) {
+			free(cg);
+			cg = cgroup_of(pasta, ctls[i]);
+			if (cg && strstr(cg, "/u") && strstr(cg, "/j"))
+				break;
+		}
+		if (!cg || !strstr(cg, "/u") || !strstr(cg, "/j"))
+			fail_msg("pasta's %s group is %s, not the command's", ctls[i], cg ? cg : "(none)");
+		free(cg);
+	}
+	char path[128];
+	snprintf(path, sizeof(path), "/exec/%s/cancel", id);
+	struct it_resp r;
+	assert_int_equal(it_http(&srv, "POST", path, tok, NULL, "", 0, &r), 0);
+	it_resp_free(&r);
+	v = ex_wait_state(&srv, tok, id, "cancelled|exited", 20000);
+	assert_non_null(v);
+	json_decref(v);
+	free(id);
+	free(kv);
+}
+
 /* /readyz says, per backend, whether network on request runs here. */
 static void test_readyz(void **state)
 {
@@ -240,6 +337,7 @@ int main(void)
 	    cmocka_unit_test(test_without),
 	    cmocka_unit_test(test_readyz),
 	    cmocka_unit_test(test_policy_refuses_hidden_metadata),
+	    cmocka_unit_test(test_pasta_in_tenant_group),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
