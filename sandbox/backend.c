@@ -557,7 +557,9 @@ int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *r
 		log_msg("error", "command %" PRIu64 " refused: network on request %s", req->seq, err);
 		return -SBX_E_BACKEND;
 	}
-	rc = sbx_netns_up(req->net_allow, lim, out, err, sizeof(err));
+	/* pasta in the tenant's helper group, not the server's */
+	struct sbx_net_cgroup cg = {b->cgroup_root, req->uid, req->seq, &req->limits};
+	rc = sbx_netns_up(req->net_allow, lim, b->cgroups ? &cg : NULL, out, err, sizeof(err));
 	if (rc < 0)
 		log_msg("error", "command %" PRIu64 " refused: its network: %s", req->seq, err);
 	return rc;
@@ -764,28 +766,6 @@ static int set_std_fds(struct sbx_launch *l, const struct sbx_spawn_req *req, in
 	return 0;
 }
 
-/* The command's pasta into the command's groups (memory, with what it
- * already uses, and pids), so that it counts against the command's limits
- * and the tenant's budget instead of the server's group. A helper that
- * does not fit refuses the command. Before the command starts: nothing of
- * it runs yet. */
-static int adopt_helper(struct sbx_launch *l, const struct sbx_spawn_req *req, const struct sbx_netns *net)
-{
-	pid_t helper = sbx_netns_helper_pid(net);
-	char line[32];
-	int len = snprintf(line, sizeof(line), "%d\n", (int)helper);
-
-	for (int i = 0; helper > 0 && i < l->n_cgroup_fds; i++) {
-		if (write(l->cgroup_fds[i], line, (size_t)len) != len) {
-			log_msg("error",
-				"command %" PRIu64 " refused: its network helper cannot join its cgroup: %s",
-				req->seq, strerror(errno));
-			return -SBX_E_BACKEND;
-		}
-	}
-	return 0;
-}
-
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
 {
 	struct sbx_launch l;
@@ -834,11 +814,6 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		}
 		l.n_cgroup_fds = n;
 		cgroup_made = true;
-		rc = adopt_helper(&l, req, net);
-		if (rc < 0) {
-			sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq); /* pasta goes with it */
-			goto out;
-		}
 	}
 
 	rc = sbx_launch_start(&l, pid, pidfd);

@@ -877,14 +877,6 @@ static int prepare_one(size_t i, const char *root, const char *rel, uid_t uid, u
 	if (rc < 0)
 		return rc;
 	*made = true;
-	if (i == H_MEMORY) {
-		/* A helper moved in later (the command's pasta, sandbox/backend.c)
-		 * brings the memory it already uses along. Best effort: kernels
-		 * without the file (v1 deprecates it) leave that charge where it
-		 * was made. */
-		snprintf(file, sizeof(file), "%s/memory.move_charge_at_immigrate", path);
-		(void)write_file(file, "1");
-	}
 	if (v && ctrls[i].limit_file) {
 		snprintf(file, sizeof(file), "%s/%s", path, ctrls[i].limit_file);
 		snprintf(val, sizeof(val), "%" PRIu64, v);
@@ -935,6 +927,59 @@ int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct s
 			rmdir_group(path);
 	}
 	return rc;
+}
+
+static int helper_path(char *out, size_t outsz, const char *hier, const char *root, uid_t uid, uint64_t seq)
+{
+	int n = snprintf(out, outsz, CG_ROOT "/%s/%s/u%u/n%" PRIu64, hier, root, (unsigned)uid, seq);
+
+	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
+}
+
+int sbx_cgroup_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+			      int fds[SBX_CGROUP_MAX])
+{
+	char rel[300], path[600], file[640];
+	int n = 0, rc = 0;
+
+	for (size_t i = 0; i < SBX_CGROUP_MAX; i++)
+		fds[i] = -1;
+	if (!name_ok(root))
+		return -EINVAL;
+	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
+	for (size_t i = 0; i < H_N && rc == 0; i++) {
+		if (!layout.dir[i][0])
+			continue;
+		rc = ensure_parent(i, root, rel, uid, budget_of(i, lim));
+		if (rc == 0)
+			rc = helper_path(path, sizeof(path), layout.dir[i], root, uid, seq);
+		if (rc == 0 && mkdir(path, 0755) < 0 && errno != EEXIST)
+			rc = -errno;
+		snprintf(file, sizeof(file), "%s/cgroup.procs", path);
+		if (rc == 0 && (fds[n++] = open(file, O_WRONLY | O_CLOEXEC)) < 0)
+			rc = -errno;
+	}
+	if (rc == 0)
+		return n;
+	for (size_t i = 0; i < SBX_CGROUP_MAX; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+	sbx_cgroup_helper_remove(root, uid, seq);
+	return rc;
+}
+
+void sbx_cgroup_helper_remove(const char *root, uid_t uid, uint64_t seq)
+{
+	char path[600];
+
+	if (!name_ok(root))
+		return;
+	for (size_t i = 0; i < H_N; i++) {
+		if (layout.dir[i][0] && helper_path(path, sizeof(path), layout.dir[i], root, uid, seq) == 0)
+			rmdir_group(path);
+	}
 }
 
 void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq)

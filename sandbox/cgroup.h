@@ -51,6 +51,17 @@ bool sbx_cgroup_cpu(const char **acct);
 int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
 		       int fds[SBX_CGROUP_MAX]);
 
+/* The group of the command seq's helpers (its pasta): u<uid>/n<seq> in
+ * every hierarchy in use, below the tenant's budget (set as by
+ * sbx_cgroup_prepare) and without limits of its own, so what the helpers
+ * use counts against the tenant, not the server. cgroup.procs of each
+ * opened into fds; how many, or -errno with nothing left behind. Remove
+ * it (killing what is left) with sbx_cgroup_helper_remove once the
+ * helpers are reaped. */
+int sbx_cgroup_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+			      int fds[SBX_CGROUP_MAX]);
+void sbx_cgroup_helper_remove(const char *root, uid_t uid, uint64_t seq);
+
 /* The tenant's current use: memory.usage_in_bytes and pids.current of
  * u<uid>. 0, -ENOENT (no group yet), other -errno. */
 int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc);

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/netplan.h"
 
 #define PASTA_PATH "/usr/bin/pasta"
@@ -37,6 +38,12 @@ struct sbx_netns {
 	pid_t pasta;
 	int pasta_pidfd;
 	char *hosts;
+	/* pasta's group (sbx_cgroup_helper_prepare), NULL: none */
+	char *cg_root;
+	uid_t cg_uid;
+	uint64_t cg_seq;
+	int cg_fds[SBX_CGROUP_MAX];
+	int n_cg_fds;
 };
 
 /* ---- names ---- */
@@ -373,6 +380,9 @@ static int start_pasta(struct sbx_netns *ns, const char *ports, char *err, size_
 
 		rc = nsfd < 0 ? -errno : sbx_launch_keep(&l, nsfd); /* fd 4: the namespace */
 	}
+	for (int i = 0; i < ns->n_cg_fds; i++)
+		l.cgroup_fds[i] = ns->cg_fds[i]; /* joined before its exec: all it uses is charged there */
+	l.n_cgroup_fds = ns->n_cg_fds;
 	if (rc >= 0)
 		rc = helper_start(&l, -1, NULL, errfd, &ns->pasta, &ns->pasta_pidfd);
 	if (rc < 0)
@@ -456,6 +466,11 @@ void sbx_netns_down(struct sbx_netns **pn)
 	}
 	if (n->fd >= 0)
 		close(n->fd);
+	for (int i = 0; i < n->n_cg_fds; i++)
+		close(n->cg_fds[i]);
+	if (n->cg_root)
+		sbx_cgroup_helper_remove(n->cg_root, n->cg_uid, n->cg_seq);
+	free(n->cg_root);
 	free(n->hosts);
 	free(n);
 	*pn = NULL;
@@ -494,8 +509,27 @@ static int build(struct sbx_netns *n, const struct sbx_net_allow *dest, const st
 	return rc;
 }
 
-int sbx_netns_up(const char *spec, const struct sbx_net_limits *lim, struct sbx_netns **out, char *err,
-		 size_t errsz)
+/* pasta's group, before pasta starts. */
+static int helper_group(struct sbx_netns *n, const struct sbx_net_cgroup *cg, char *err, size_t errsz)
+{
+	int rc;
+
+	if (!cg)
+		return 0;
+	rc = sbx_cgroup_helper_prepare(cg->root, cg->uid, cg->seq, cg->lim, n->cg_fds);
+	if (rc < 0) {
+		snprintf(err, errsz, "cannot make pasta's cgroup: %s", strerror(-rc));
+		return -SBX_E_BACKEND;
+	}
+	n->n_cg_fds = rc;
+	n->cg_root = xstrdup(cg->root);
+	n->cg_uid = cg->uid;
+	n->cg_seq = cg->seq;
+	return 0;
+}
+
+int sbx_netns_up(const char *spec, const struct sbx_net_limits *lim, const struct sbx_net_cgroup *cg,
+		 struct sbx_netns **out, char *err, size_t errsz)
 {
 	struct sbx_net_allow a = {0}, dest = {0};
 	struct sbx_netns *n;
@@ -512,7 +546,9 @@ int sbx_netns_up(const char *spec, const struct sbx_net_limits *lim, struct sbx_
 	n->fd = -1;
 	n->pasta_pidfd = -1;
 	n->hosts = buf_steal(&hosts, NULL);
-	rc = build(n, &dest, lim, err, errsz);
+	rc = helper_group(n, cg, err, errsz);
+	if (rc == 0)
+		rc = build(n, &dest, lim, err, errsz);
 	if (rc < 0)
 		sbx_netns_down(&n);
 	else
@@ -549,7 +585,7 @@ static void health_probe(void)
 		snprintf(health_msg, sizeof(health_msg), "unavailable: no /dev/net/tun");
 		return;
 	}
-	if (sbx_netns_up("127.0.0.1:1", NULL, &n, err, sizeof(err)) < 0) {
+	if (sbx_netns_up("127.0.0.1:1", NULL, NULL, &n, err, sizeof(err)) < 0) {
 		snprintf(health_msg, sizeof(health_msg), "unavailable: %s", err);
 		return;
 	}

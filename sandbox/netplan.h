@@ -34,20 +34,29 @@ struct sbx_netns;
 
 /* Parse spec, resolve its names (lim->resolve_ms at most), make the
  * namespace, install the filter (with lim's bounds; NULL: the defaults),
- * attach pasta and wait until it is ready. Blocks for as long: call it
+ * attach pasta (with cg: in the tenant's helper group u<uid>/n<seq>,
+ * sandbox/cgroup.h, removed by sbx_netns_down; NULL: where the server
+ * is) and wait until it is ready. Blocks for as long: call it
  * from a setup thread (sandbox/netpool.h), never a runner's, and from a
  * long-lived one (pasta's PR_SET_PDEATHSIG follows the thread). On failure nothing is left behind and err
  * says why (logged by the caller). Errors: -EINVAL (bad spec), -SBX_E_BACKEND (the host cannot: no pasta,
  * nft, root; a step failed). */
-int sbx_netns_up(const char *spec, const struct sbx_net_limits *lim, struct sbx_netns **out, char *err,
-		 size_t errsz);
+struct sbx_limits;
+struct sbx_net_cgroup {
+	const char *root; /* the backend's cgroup root */
+	uid_t uid;
+	uint64_t seq;
+	const struct sbx_limits *lim; /* the tenant's budgets */
+};
+int sbx_netns_up(const char *spec, const struct sbx_net_limits *lim, const struct sbx_net_cgroup *cg,
+		 struct sbx_netns **out, char *err, size_t errsz);
 /* The namespace (for setns; owned by n) and the /etc/hosts text for the
  * sandbox (localhost plus the resolved names; owned by n). */
 int sbx_netns_fd(const struct sbx_netns *n);
 const char *sbx_netns_hosts(const struct sbx_netns *n);
 /* Kill and reap pasta, close the namespace. Accepts NULL; sets *n NULL. */
 void sbx_netns_down(struct sbx_netns **n);
-/* pasta's pid (-1: none), for moving it into the command's groups. */
+/* pasta's pid (-1: none). */
 pid_t sbx_netns_helper_pid(const struct sbx_netns *n);
 
 /* The namespace of req (with net_allow) for backend b, made with lim:

@@ -24,9 +24,9 @@
  *   4. once both are done, the command (bwrap --share-net) joins the
  *      namespace (the launcher's setns, as root, before it drops to the
  *      tenant's uid).
- * pasta joins the command's cgroups (memory, with what it already uses,
- * and pids) before the command starts, so it counts against the
- * command's limits and the tenant's budget (sandbox/backend.c).
+ * pasta runs in its tenant's helper group (sandbox/cgroup.h, joined
+ * before its exec), so what it uses counts against the tenant's budget,
+ * not the server's group.
  * When the command is reaped (sbx_backend_reap), pasta is killed and
  * waited for and the namespace's last reference closed: the kernel frees
  * it with its rules. pasta runs with PR_SET_PDEATHSIG, so a server that

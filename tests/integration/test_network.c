@@ -262,8 +262,9 @@ static char *cgroup_of(pid_t pid, const char *ctl)
 	return got;
 }
 
-/* A command's pasta is charged to the command's groups (its memory and
- * pids, below the tenant's budget), not the server's own (issue 26). */
+/* A command's pasta is charged to its tenant: it runs in a helper group
+ * below the tenant's budget (u<uid>/n<seq>, memory and pids), joined
+ * before its exec, not in the server's own group (issue 26). */
 static void test_pasta_in_tenant_group(void **state)
 {
 	(void)state;
@@ -296,11 +297,30 @@ static void test_pasta_in_tenant_group(void **state)
 		for (long until = it_now_ms() + 20000; it_now_ms() < until; usleep(50000)) {
 			free(cg);
 			cg = cgroup_of(pasta, ctls[i]);
-			if (cg && strstr(cg, "/u") && strstr(cg, "/j"))
+			if (cg && strstr(cg, "/u") && strstr(cg, "/n"))
 				break;
 		}
-		if (!cg || !strstr(cg, "/u") || !strstr(cg, "/j"))
-			fail_msg("pasta's %s group is %s, not the command's", ctls[i], cg ? cg : "(none)");
+		if (!cg || !strstr(cg, "/u") || !strstr(cg, "/n"))
+			fail_msg("pasta's %s group is %s, not its tenant's helper group", ctls[i],
+				 cg ? cg : "(none)");
+		if (i == 0) {
+			/* all it uses is charged there */
+			char *p = xasprintf("/sys/fs/cgroup/memory%.*s/memory.usage_in_bytes",
+					    (int)strcspn(cg, "\n"), cg);
+			char *status = xasprintf("/proc/%d/status", (int)pasta);
+			char *mtext = it_read_file(p, NULL), *stext = it_read_file(status, NULL);
+			const char *anon = stext ? strstr(stext, "RssAnon:") : NULL;
+			long long usage = mtext ? strtoll(mtext, NULL, 10) : -1,
+				  rss = anon ? strtoll(anon + 8, NULL, 10) * 1024 : -1;
+			fprintf(stderr, "pasta RssAnon %lld, its group uses %lld\n", rss, usage);
+			if (usage < rss || rss < 0)
+				fail_msg("the command's memory group uses %lld, less than pasta's %lld",
+					 usage, rss);
+			free(mtext);
+			free(stext);
+			free(status);
+			free(p);
+		}
 		free(cg);
 	}
 	char path[128];
