@@ -154,6 +154,15 @@ static void runner_metrics(struct app *a, struct buf *out)
 	for (size_t k = 0; k < n; k++)
 		buf_appendf(out, "sandboxd_runner_spawn_overlap_total{others=\"%zu\"} %llu\n", k,
 			    (unsigned long long)ov[k]);
+	unsigned waiting, running;
+	sbx_runner_net_counts(a->runner, &waiting, &running);
+	buf_appendf(
+	    out,
+	    "# HELP sandboxd_network_setups Network setups of commands (names, namespace, pasta) by "
+	    "state: waiting for a setup thread or for their tenant's turn, or running.\n"
+	    "# TYPE sandboxd_network_setups gauge\n"
+	    "sandboxd_network_setups{state=\"waiting\"} %u\nsandboxd_network_setups{state=\"running\"} %u\n",
+	    waiting, running);
 }
 
 /* How tenants get uids; several sharing one without the operator's

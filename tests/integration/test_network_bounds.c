@@ -64,7 +64,7 @@ struct counter {
 static struct it_server srv;
 static struct dns dns;
 static struct counter held;
-static char *tok_a, *tok_b;
+static char *tok_a, *tok_b, *tok_ops;
 static char resolv_path[64];
 
 static void dns_answer(int fd, uint8_t *q, ssize_t n, const struct sockaddr_in *from)
@@ -213,7 +213,24 @@ static void counter_stop(struct counter *c)
 	counter_reset(c);
 }
 
-static const struct it_tok toks[] = {{&tok_a, "acme", NULL}, {&tok_b, "globex", NULL}};
+static const struct it_tok toks[] = {
+    {&tok_a, "acme", NULL}, {&tok_b, "globex", NULL}, {&tok_ops, "ops", "admin"}};
+
+/* The value of sandboxd_network_setups{state="<state>"} in /metrics. */
+static long setups_gauge(const char *state)
+{
+	struct it_resp m;
+	char *key = xasprintf("sandboxd_network_setups{state=\"%s\"} ", state);
+	long v = -1;
+
+	assert_int_equal(it_http(&srv, "GET", "/metrics", tok_ops, NULL, NULL, 0, &m), 0);
+	const char *p = m.body ? strstr(m.body, key) : NULL;
+	if (p)
+		v = strtol(p + strlen(key), NULL, 10);
+	it_resp_free(&m);
+	free(key);
+	return v;
+}
 
 static int setup(void **state)
 {
@@ -307,6 +324,11 @@ static void test_slow_names_hold_nobody(void **state)
 	if (ports > SETUPS_PER_TENANT)
 		fail_msg("%d of tenant A's lookups in flight at once, want at most %d", ports,
 			 SETUPS_PER_TENANT);
+	long running = setups_gauge("running"), waiting = setups_gauge("waiting");
+	fprintf(stderr, "setups: %ld running, %ld waiting\n", running, waiting);
+	if (running < 1 || running > SETUPS_PER_TENANT || running + waiting != A_COMMANDS)
+		fail_msg("setups: %ld running, %ld waiting; want 1..%d running of A's %d", running, waiting,
+			 SETUPS_PER_TENANT, A_COMMANDS);
 
 	/* A's network commands are at network-tenant-commands (8 by
 	 * default): one more is refused at once, and nothing else of A. */
