@@ -25,6 +25,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
 #include "sandbox/netplan.h"
+#include "sandbox/rootimg.h"
 #include "sandbox/seccomp.h"
 
 #define BWRAP_DEFAULT_PATH "/usr/bin/bwrap"
@@ -185,29 +186,28 @@ static int blob_keep(struct sbx_launch *l, const struct blob *b, const char *nam
 	return sbx_launch_keep(l, fd);
 }
 
-/* The system of the sandbox: root's /usr read-only, and its merged-/usr
- * layout (/bin -> usr/bin becomes a symlink in the sandbox, a real
- * directory a read-only bind). root is "" for the host, else a root
- * image's rootfs: there only real directories are bound (lstat), never a
- * symlink, which bwrap would follow on the host. */
-static void add_system(struct sbx_strv *sv, const char *root)
+/* The host's system in the sandbox: its /usr read-only, and its
+ * merged-/usr layout (/bin -> usr/bin becomes a symlink in the sandbox,
+ * a real directory a read-only bind). The host is trusted: its paths are
+ * bound by name. */
+static void add_system(struct sbx_strv *sv)
 {
-	static const char *const dirs[] = {"bin", "sbin", "lib", "lib64", "lib32", "libx32"};
-	char path[PATH_MAX], target[PATH_MAX];
+	char target[PATH_MAX];
 	struct stat st;
-	size_t i;
 
 	sbx_strv_add(sv, "--ro-bind");
-	sbx_strv_addf(sv, "%s/usr", root);
 	sbx_strv_add(sv, "/usr");
-	for (i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		ssize_t n;
+	sbx_strv_add(sv, "/usr");
+	for (size_t i = 1; i < SBX_ROOTIMG_SYS_ETC; i++) {
+		const char *path = sbx_rootimg_sys_path[i];
+		char abs[16];
 
-		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
-		if (lstat(path, &st) < 0)
+		snprintf(abs, sizeof(abs), "/%s", path);
+		if (lstat(abs, &st) < 0)
 			continue;
 		if (S_ISLNK(st.st_mode)) {
-			n = readlink(path, target, sizeof(target) - 1);
+			ssize_t n = readlink(abs, target, sizeof(target) - 1);
+
 			if (n <= 0)
 				continue;
 			target[n] = '\0';
@@ -216,12 +216,65 @@ static void add_system(struct sbx_strv *sv, const char *root)
 				continue;
 			sbx_strv_add(sv, "--symlink");
 			sbx_strv_add(sv, target);
-			sbx_strv_addf(sv, "/%s", dirs[i]);
+			sbx_strv_add(sv, abs);
 		} else if (S_ISDIR(st.st_mode)) {
 			sbx_strv_add(sv, "--ro-bind");
-			sbx_strv_add(sv, path);
-			sbx_strv_addf(sv, "/%s", dirs[i]);
+			sbx_strv_add(sv, abs);
+			sbx_strv_add(sv, abs);
 		}
+	}
+}
+
+/* An image's system as the child holds it: the fds sbx_rootimg_sys_open
+ * opened inside the image (their numbers in the child; -1 none) and the
+ * links into /usr it found. bwrap binds the open files (--ro-bind-fd):
+ * no path of the image is resolved again, on the host, by anyone. */
+struct image_sys {
+	int fd[SBX_ROOTIMG_SYS_N];
+	struct sbx_rootimg_sys sys;
+};
+
+/* Open the system of the image at rootfs and hand its fds to the child.
+ * 0, or -SBX_E_BACKEND when the image is not (or no longer) one the
+ * server binds (the route checked it when the command was accepted). */
+static int keep_image(struct sbx_launch *l, const char *rootfs, struct image_sys *img)
+{
+	char err[256];
+	int root = open(rootfs, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int rc = root < 0 ? -errno : sbx_rootimg_sys_open(root, &img->sys, err, sizeof(err));
+
+	if (root >= 0)
+		close(root);
+	if (rc < 0) {
+		log_msg("error", "bwrap: the image at %s cannot be used: %s", rootfs,
+			root < 0 ? strerror(-rc) : err);
+		return -SBX_E_BACKEND;
+	}
+	for (size_t i = 0; i < SBX_ROOTIMG_SYS_N; i++) {
+		int fd = img->sys.fd[i];
+
+		img->sys.fd[i] = -1; /* the launch's from here on */
+		img->fd[i] = fd < 0 ? -1 : sbx_launch_keep(l, fd);
+		if (fd >= 0 && img->fd[i] < 0) {
+			sbx_rootimg_sys_close(&img->sys);
+			return img->fd[i];
+		}
+	}
+	return 0;
+}
+
+/* Entry i of the image, bound read-only by fd at its own path (or made
+ * again as its link into /usr). */
+static void add_image_entry(struct sbx_strv *sv, const struct image_sys *img, size_t i)
+{
+	if (img->fd[i] >= 0) {
+		sbx_strv_add(sv, "--ro-bind-fd");
+		sbx_strv_addf(sv, "%d", img->fd[i]);
+		sbx_strv_addf(sv, "/%s", sbx_rootimg_sys_path[i]);
+	} else if (img->sys.link[i][0]) {
+		sbx_strv_add(sv, "--symlink");
+		sbx_strv_add(sv, img->sys.link[i]);
+		sbx_strv_addf(sv, "/%s", sbx_rootimg_sys_path[i]);
 	}
 }
 
@@ -230,11 +283,30 @@ static const char *const head_fixed[] = {
     "ALL",	     "--clearenv",
 };
 
-static void build_head(struct sbx_strv *sv, const char *root)
+/* The fixed front, then the system: the host's (img NULL) or an image's
+ * usr, bin, sbin and lib*. */
+static void build_head(struct sbx_strv *sv, const struct image_sys *img)
 {
 	for (size_t i = 0; i < sizeof(head_fixed) / sizeof(head_fixed[0]); i++)
 		sbx_strv_add(sv, head_fixed[i]);
-	add_system(sv, root);
+	if (!img)
+		add_system(sv);
+	for (size_t i = 0; img && i < SBX_ROOTIMG_SYS_ETC; i++)
+		add_image_entry(sv, img, i);
+}
+
+/* The front of a command's options: the host's (made once) or, on an
+ * image (rootfs), one with the image's system handed to the child. */
+static int add_head(const struct bwrap *bw, struct sbx_launch *l, const char *rootfs, struct sbx_strv *args,
+		    struct image_sys *img)
+{
+	int rc = rootfs ? keep_image(l, rootfs, img) : 0;
+
+	if (rootfs && rc == 0)
+		build_head(args, img);
+	for (size_t i = 0; !rootfs && i < bw->head.n; i++)
+		sbx_strv_add(args, bw->head.v[i]);
+	return rc;
 }
 
 /* Run argv (bwrap_path) with stdout captured into out (at most outsz-1
@@ -349,7 +421,7 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 		blob_make(&bw->etc[i], etc_fixed_name[i], text, strlen(text));
 	}
 	pthread_mutex_init(&bw->ids_mu, NULL);
-	build_head(&bw->head, "");
+	build_head(&bw->head, NULL);
 	probe(bw);
 	sbx_net_health(NULL, 0); /* its one probe, now rather than in a command's turn */
 	b->priv = bw;
@@ -393,19 +465,12 @@ static void setenv_arg(struct sbx_strv *args, const char *name, size_t name_len,
 	free(n);
 }
 
-/* /etc/<name> of root bound read-only where it exists; of an image only
- * when it is of the type expected (a symlink would be followed on the
- * host). */
-static void add_etc_bind(struct sbx_strv *args, const char *root, const char *name, mode_t type)
+/* /etc/<name> of the host bound read-only where it exists (an image's:
+ * add_image_entry). */
+static void add_etc_bind(struct sbx_strv *args, const char *name)
 {
-	char path[PATH_MAX];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "%s/etc/%s", root, name);
-	if (root[0] && (lstat(path, &st) < 0 || (st.st_mode & S_IFMT) != type))
-		return;
 	sbx_strv_add(args, "--ro-bind-try");
-	sbx_strv_add(args, path);
+	sbx_strv_addf(args, "/etc/%s", name);
 	sbx_strv_addf(args, "/etc/%s", name);
 }
 
@@ -467,7 +532,7 @@ static int keep_ids(struct bwrap *bw, struct sbx_launch *l, uid_t uid, gid_t gid
  * group) and sealed; only a command with network gets a hosts of its
  * own. */
 static int add_etc(struct bwrap *bw, struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid,
-		   const char *root)
+		   const struct image_sys *img)
 {
 	static const char *const names[2 + ETC_FIXED] = {"passwd",	"group",	 "hosts",
 							 "resolv.conf", "nsswitch.conf", "hostname"};
@@ -500,8 +565,12 @@ static int add_etc(struct bwrap *bw, struct sbx_launch *l, struct sbx_strv *args
 		sbx_strv_addf(args, "%d", fds[i]);
 		sbx_strv_addf(args, "/etc/%s", names[i]);
 	}
-	add_etc_bind(args, root, "ld.so.cache", S_IFREG);
-	add_etc_bind(args, root, "alternatives", S_IFDIR);
+	for (size_t j = SBX_ROOTIMG_SYS_ETC; img && j < SBX_ROOTIMG_SYS_N; j++)
+		add_image_entry(args, img, j);
+	if (!img) {
+		add_etc_bind(args, "ld.so.cache");
+		add_etc_bind(args, "alternatives");
+	}
 	return 0;
 }
 
@@ -565,6 +634,7 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 	uid_t uid = drop ? req->uid : getuid();
 	gid_t gid = drop ? req->gid : getgid();
 	struct sbx_strv args = {0};
+	struct image_sys img;
 	size_t i;
 	int rc, fd;
 
@@ -581,18 +651,16 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 		rc = fd;
 		goto out;
 	}
-	if (req->rootfs)
-		build_head(&args, req->rootfs);
-	else
-		for (i = 0; i < bw->head.n; i++)
-			sbx_strv_add(&args, bw->head.v[i]);
+	rc = add_head(bw, l, req->rootfs, &args, &img);
+	if (rc < 0)
+		goto out;
 	/* The namespace the dispatch made and filtered (l->netns_fd, joined
 	 * before bwrap runs) instead of a new one without any network. */
 	if (l->net)
 		sbx_strv_add(&args, "--share-net");
 	sbx_strv_add(&args, "--seccomp");
 	sbx_strv_addf(&args, "%d", fd);
-	rc = add_etc(bw, l, &args, uid, gid, req->rootfs ? req->rootfs : "");
+	rc = add_etc(bw, l, &args, uid, gid, req->rootfs ? &img : NULL);
 	if (rc < 0)
 		goto out;
 	add_mounts(&args, req, rel);

@@ -23,7 +23,7 @@ void sbx_strv_free(struct sbx_strv *sv);
 
 #define SBX_LAUNCH_MAX_RLIMITS 5
 #define SBX_LAUNCH_MAX_CGROUPS 4 /* SBX_CGROUP_MAX (sandbox/cgroup.h) */
-#define SBX_LAUNCH_MAX_KEEP 12
+#define SBX_LAUNCH_MAX_KEEP 24	 /* bwrap: 8 of its own and up to 9 of an image (sandbox/rootimg.h) */
 
 /* Everything the child does between clone and execve, decided in the
  * parent so the child only makes system calls. */

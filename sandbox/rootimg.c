@@ -53,22 +53,160 @@ bool sbx_rootimg_name_ok(const char *name)
 /* A path of the image the server binds or trusts must be root's and not
  * writable by anyone else: a tenant (or any other local user) able to
  * change it could change what every command on the image runs. */
-static int check_owned(int dirfd, const char *rel, int type, char *err, size_t errsz)
+static int check_mode(const struct stat *st, const char *shown, mode_t type, char *err, size_t errsz)
+{
+	if ((st->st_mode & S_IFMT) != type) {
+		snprintf(err, errsz, "%s is not a %s", shown, type == S_IFDIR ? "directory" : "file");
+		return -ENOEXEC;
+	}
+	if (st->st_uid != 0 || (st->st_mode & (S_IWGRP | S_IWOTH))) {
+		snprintf(err, errsz, "%s must be owned by root and writable by root only", shown);
+		return -EPERM;
+	}
+	return 0;
+}
+
+static int check_owned(int dirfd, const char *rel, mode_t type, char *err, size_t errsz)
 {
 	struct stat st;
 	if (fstatat(dirfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		snprintf(err, errsz, "%s is missing", rel);
 		return -ENOEXEC;
 	}
-	if ((st.st_mode & S_IFMT) != (mode_t)type) {
-		snprintf(err, errsz, "%s is not a %s", rel, type == S_IFDIR ? "directory" : "file");
-		return -ENOEXEC;
+	return check_mode(&st, rel, type, err, errsz);
+}
+
+const char *const sbx_rootimg_sys_path[SBX_ROOTIMG_SYS_N] = {
+    "usr", "bin", "sbin", "lib", "lib64", "lib32", "libx32", "etc/ld.so.cache", "etc/alternatives"};
+
+enum { SYS_USR = 0, SYS_LDCACHE = SBX_ROOTIMG_SYS_ETC };
+
+/* name beneath dirfd, one component, never through or at a symlink
+ * (ELOOP); an O_PATH fd or -errno. */
+static int open_in(int dirfd, const char *name)
+{
+	struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+			       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+	int fd = (int)syscall(SYS_openat2, dirfd, name, &how, sizeof how);
+	return fd < 0 ? -errno : fd;
+}
+
+/* A link of bin, sbin or lib* that the sandbox can have as a link of its
+ * own: into /usr, without "..", so it means the same inside. */
+static bool link_into_usr(const char *t)
+{
+	const char *r = t[0] == '/' ? t + 1 : t;
+	if (strncmp(r, "usr/", 4) != 0)
+		return false;
+	for (const char *p = r; (p = strstr(p, "..")); p += 2)
+		if ((p == r || p[-1] == '/') && (p[2] == '/' || p[2] == '\0'))
+			return false;
+	return true;
+}
+
+/* rel (name beneath dirfd) refused as a link: its target in the reason. */
+static int refuse_link(int dirfd, const char *name, const char *rel, char *err, size_t errsz)
+{
+	char t[SBX_ROOTIMG_LINK_MAX];
+	ssize_t n = readlinkat(dirfd, name, t, sizeof t - 1);
+	t[n > 0 ? n : 0] = '\0';
+	snprintf(err, errsz,
+		 "rootfs/%s is a symlink (to %s): refused, the server binds it and would follow it on the "
+		 "host; it must be a real %s of the image",
+		 rel, n > 0 ? t : "?", strcmp(rel, "etc/ld.so.cache") == 0 ? "file" : "directory");
+	return -ELOOP;
+}
+
+/* fd (of rel) is of type and root's, writable by root only. */
+static int check_fd(int fd, const char *rel, mode_t type, char *err, size_t errsz)
+{
+	struct stat st;
+	char shown[64];
+	snprintf(shown, sizeof shown, "rootfs/%s", rel);
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errsz, "cannot stat %s: %s", shown, strerror(errno));
+		return -errno;
 	}
-	if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-		snprintf(err, errsz, "%s must be owned by root and writable by root only", rel);
-		return -EPERM;
+	return check_mode(&st, shown, type, err, errsz);
+}
+
+/* Entry i (its last component name beneath dirfd) into s. */
+static int sys_one(int dirfd, size_t i, struct sbx_rootimg_sys *s, char *err, size_t errsz)
+{
+	const char *rel = sbx_rootimg_sys_path[i], *slash = strchr(rel, '/');
+	const char *name = slash ? slash + 1 : rel;
+	int fd = open_in(dirfd, name);
+	if (fd == -ENOENT && i != SYS_USR)
+		return 0;
+	if (fd == -ELOOP && i > SYS_USR && i < SBX_ROOTIMG_SYS_ETC) {
+		ssize_t n = readlinkat(dirfd, name, s->link[i], sizeof s->link[i] - 1);
+		s->link[i][n > 0 ? n : 0] = '\0';
+		if (n > 0 && (size_t)n < sizeof s->link[i] - 1 && link_into_usr(s->link[i]))
+			return 0;
+		snprintf(err, errsz,
+			 "rootfs/%s is a symlink (to %.*s) that does not stay in /usr: refused, only links "
+			 "into /usr are made again inside the sandbox",
+			 rel, 80, n > 0 ? s->link[i] : "?");
+		s->link[i][0] = '\0';
+		return -ELOOP;
 	}
-	return 0;
+	if (fd == -ELOOP)
+		return refuse_link(dirfd, name, rel, err, errsz);
+	if (fd < 0) {
+		snprintf(err, errsz, "rootfs/%s %s", rel, fd == -ENOENT ? "is missing" : strerror(-fd));
+		return fd == -ENOENT ? -ENOEXEC : fd;
+	}
+	s->fd[i] = fd;
+	return check_fd(fd, rel, i == SYS_LDCACHE ? S_IFREG : S_IFDIR, err, errsz);
+}
+
+int sbx_rootimg_sys_open(int rootfd, struct sbx_rootimg_sys *s, char *err, size_t errsz)
+{
+	int rc = 0, etc = -1;
+	memset(s, 0, sizeof *s);
+	for (size_t i = 0; i < SBX_ROOTIMG_SYS_N; i++)
+		s->fd[i] = -1;
+	for (size_t i = 0; i < SBX_ROOTIMG_SYS_ETC && rc == 0; i++)
+		rc = sys_one(rootfd, i, s, err, errsz);
+	/* etc itself is looked at first: through a link of it, its entries
+	 * would be a host directory's */
+	if (rc == 0 && (etc = open_in(rootfd, "etc")) == -ELOOP)
+		rc = refuse_link(rootfd, "etc", "etc", err, errsz);
+	else if (rc == 0 && etc >= 0)
+		rc = check_fd(etc, "etc", S_IFDIR, err, errsz);
+	for (size_t i = SBX_ROOTIMG_SYS_ETC; i < SBX_ROOTIMG_SYS_N && rc == 0 && etc >= 0; i++)
+		rc = sys_one(etc, i, s, err, errsz);
+	if (etc >= 0)
+		close(etc);
+	if (rc < 0)
+		sbx_rootimg_sys_close(s);
+	return rc;
+}
+
+void sbx_rootimg_sys_close(struct sbx_rootimg_sys *s)
+{
+	for (size_t i = 0; i < SBX_ROOTIMG_SYS_N; i++) {
+		if (s->fd[i] >= 0)
+			close(s->fd[i]);
+		s->fd[i] = -1;
+	}
+}
+
+/* The system of the image at rootfs/ beneath dirfd is one the server can
+ * bind (sbx_rootimg_sys_open). */
+static int check_sys(int dirfd, const char *rootfs, char *err, size_t errsz)
+{
+	int root = openat(dirfd, rootfs, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (root < 0) {
+		snprintf(err, errsz, "cannot open rootfs: %s", strerror(errno));
+		return errno == ELOOP ? -ENOEXEC : -errno;
+	}
+	struct sbx_rootimg_sys s;
+	int rc = sbx_rootimg_sys_open(root, &s, err, errsz);
+	if (rc == 0)
+		sbx_rootimg_sys_close(&s);
+	close(root);
+	return rc;
 }
 
 /* /bin/sh must resolve inside the image (absolute links are the image's,
@@ -101,10 +239,10 @@ static int check_image(int dirfd, char *err, size_t errsz)
 	if (rc == 0)
 		rc = check_owned(dirfd, "rootfs", S_IFDIR, err, errsz);
 	if (rc == 0)
-		rc = check_owned(dirfd, "rootfs/usr", S_IFDIR, err, errsz);
+		rc = check_sys(dirfd, "rootfs", err, errsz);
 	if (rc == 0)
 		rc = check_shell(dirfd, err, errsz);
-	return rc;
+	return rc == -ELOOP ? -ENOEXEC : rc;
 }
 
 /* The image's directory, opened and flocked (op), checked to be still at
@@ -391,6 +529,15 @@ static int write_manifest(const char *path, json_t *m)
 int rootimg_stage_commit(struct rootimg_stage *st, const char *name, json_t *packages, json_t *source,
 			 char *err, size_t errsz)
 {
+	/* What a command would refuse is refused here, before the image is
+	 * anyone's: an import's links are the tarball author's choice. */
+	int rc = check_sys(AT_FDCWD, st->rootfs, err, errsz);
+	if (rc < 0 && rc != -ENOEXEC && rc != -EPERM) {
+		json_decref(packages);
+		json_decref(source);
+		return rc == -ELOOP ? -EPERM : rc;
+	}
+	err[0] = '\0';	/* a missing /usr only makes it unusable, as a missing /bin/sh does */
 	tree_bytes = 0; /* the command line's single thread only */
 	nftw(st->rootfs, add_size, 32, FTW_PHYS | FTW_MOUNT);
 	char when[32];
@@ -401,7 +548,7 @@ int rootimg_stage_commit(struct rootimg_stage *st, const char *name, json_t *pac
 	json_t *m = json_pack("{s:s, s:o, s:I, s:s, s:o}", "name", name, "packages", packages, "size_bytes",
 			      (json_int_t)tree_bytes, "created_at", when, "source", source);
 	char *mpath = xasprintf("%s/manifest.json", st->tmp);
-	int rc = write_manifest(mpath, m);
+	rc = write_manifest(mpath, m);
 	free(mpath);
 	json_decref(m);
 	if (rc < 0) {

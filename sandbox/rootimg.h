@@ -48,12 +48,42 @@ struct sbx_rootimg_ref;
 
 /* Open image name for use. -ENOENT (no such image), -EINVAL (bad name),
  * -EPERM (not owned by root, or writable by others: err says which
- * path), -ENOEXEC (no /usr directory or no /bin/sh in it). */
+ * path), -ENOEXEC (no /usr directory, no /bin/sh in it, or a path the
+ * server binds is a symlink: sbx_rootimg_sys_open). */
 int sbx_rootimg_open(const char *dir, const char *name, struct sbx_rootimg_ref **out, char *err,
 		     size_t errsz);
 /* The host path of the image's root filesystem; borrowed from ref. */
 const char *sbx_rootimg_rootfs(const struct sbx_rootimg_ref *ref);
 void sbx_rootimg_close(struct sbx_rootimg_ref **ref);
+
+/* What the server takes from an image's rootfs, in this order: "usr",
+ * "bin", "sbin", "lib", "lib64", "lib32", "libx32" (bound at their
+ * names), "etc/ld.so.cache" and "etc/alternatives" (bound there where
+ * they exist). */
+#define SBX_ROOTIMG_SYS_N 9
+#define SBX_ROOTIMG_SYS_ETC 7 /* the first of the etc entries */
+#define SBX_ROOTIMG_LINK_MAX 128
+extern const char *const sbx_rootimg_sys_path[SBX_ROOTIMG_SYS_N];
+
+/* Those paths opened beneath the rootfs: an O_PATH fd of each (-1: absent,
+ * or a link) to bind by fd, and for bin, sbin and lib* the target of a
+ * link into /usr, which the sandbox gets as a link of its own. */
+struct sbx_rootimg_sys {
+	int fd[SBX_ROOTIMG_SYS_N];
+	char link[SBX_ROOTIMG_SYS_N][SBX_ROOTIMG_LINK_MAX]; /* "" when none */
+};
+
+/* Open the system of the image whose rootfs is the directory rootfd, each
+ * path resolved inside it without following any symlink
+ * (openat2 RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS): what bwrap is given
+ * is what was opened, never a path it would resolve again on the host.
+ * Refused, err saying which path: -ELOOP when usr, etc, etc/ld.so.cache
+ * or etc/alternatives is a symlink, or bin, sbin or a lib* is one that
+ * does not stay in /usr; -ENOEXEC when usr is missing or one is of
+ * another type; -EPERM when one is not root's or is writable by others. Import (at the commit),
+ * sbx_rootimg_open and the bwrap backend all use it, so what an import accepts is what a command gets. */
+int sbx_rootimg_sys_open(int rootfd, struct sbx_rootimg_sys *s, char *err, size_t errsz);
+void sbx_rootimg_sys_close(struct sbx_rootimg_sys *s);
 
 /* Remove image name: -ENOENT, -EBUSY when a command runs on it. The
  * caller checks that no tenant selects it. */

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,53 @@ static void test_usable_and_held(void **state)
 	assert_int_equal(sbx_rootimg_open(dir, "../x", &ref, err, sizeof err), -EINVAL);
 }
 
+/* rel made a symlink to target: open refuses it, naming rel (want_err),
+ * or accepts it (want_err 0); then rel is removed again. */
+static void link_case(const char *rel, const char *target, int want_err)
+{
+	struct sbx_rootimg_ref *ref = NULL;
+	char err[200] = "";
+	assert_int_equal(symlink(target, at(rel)), 0);
+	int rc = sbx_rootimg_open(dir, "img", &ref, err, sizeof err);
+	if (rc != want_err)
+		fprintf(stderr, "%s -> %s: %d %s\n", rel, target, rc, err);
+	assert_int_equal(rc, want_err);
+	if (want_err)
+		assert_non_null(strstr(err, rel + strlen("rootfs/")));
+	sbx_rootimg_close(&ref);
+	assert_int_equal(unlink(at(rel)), 0);
+}
+
+/* What the server binds is never a symlink, which bwrap would follow on
+ * the host: etc and its bound entries, and bin, sbin, lib* other than
+ * links into /usr (made again inside the sandbox). */
+static void test_links_refused(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	link_case("rootfs/etc", "/etc", -ENOEXEC);
+	link_case("rootfs/lib32", "/usr/lib", 0);
+	link_case("rootfs/lib32", "usr/../../lib", -ENOEXEC);
+	link_case("rootfs/sbin", "/sbin", -ENOEXEC);
+	assert_int_equal(mkdir(at("rootfs/etc"), 0755), 0);
+	link_case("rootfs/etc/alternatives", "/etc/alternatives", -ENOEXEC);
+	link_case("rootfs/etc/ld.so.cache", "/etc/ld.so.cache", -ENOEXEC);
+	/* and the system it opens is the image's own, by fd */
+	int root = open(at("rootfs"), O_PATH | O_DIRECTORY);
+	assert_true(root >= 0);
+	struct sbx_rootimg_sys sys;
+	char err[200];
+	assert_int_equal(sbx_rootimg_sys_open(root, &sys, err, sizeof err), 0);
+	assert_true(sys.fd[0] >= 0); /* usr */
+	assert_string_equal(sys.link[1], "usr/bin");
+	assert_int_equal(sys.fd[1], -1);
+	assert_int_equal(sys.fd[SBX_ROOTIMG_SYS_N - 1], -1); /* no alternatives */
+	sbx_rootimg_sys_close(&sys);
+	close(root);
+	assert_int_equal(rmdir(at("rootfs/etc")), 0);
+}
+
 static void test_unusable(void **state)
 {
 	(void)state;
@@ -141,6 +189,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_usable_and_held),
+	    cmocka_unit_test(test_links_refused),
 	    cmocka_unit_test(test_unusable),
 	};
 	return cmocka_run_group_tests_name("rootimg", tests, setup, teardown);
