@@ -434,7 +434,7 @@ static int attach_locked(struct sbx_diskimg *d, const char *tdir, const char *ws
 		snprintf(why, whysz, "%s is a mount point of something other than %s", ws, img);
 		return m;
 	}
-	if (mkdir(ws, 0755) < 0 && errno != EEXIST)
+	if (mkdir(ws, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	int rc = 0;
 	if (access(img, F_OK) < 0) {

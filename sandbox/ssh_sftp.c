@@ -69,6 +69,18 @@ static int mkdir_p(struct sbx_ssh_conn *c, const char *abs)
 	}
 }
 
+/* ssh_root 0700 when the account owns it, as a local workspace is
+ * (sandbox/workspace.h), also one made 0755 before: its files are
+ * readable by every other account on the host otherwise. One the account
+ * cannot chmod (not its own) stays as the operator made it. */
+static void make_private(struct sbx_ssh_conn *c)
+{
+	sftp_attributes a = sftp_stat(c->sftp, c->root);
+	if (a && (a->permissions & 077))
+		(void)sftp_chmod(c->sftp, c->root, a->permissions & 07700);
+	sftp_attributes_free(a);
+}
+
 int sbx_ssh_sftp_open(struct sbx_ssh_conn *c, const char *root, char *why, size_t whysz)
 {
 	c->sftp = sftp_new(c->s);
@@ -85,6 +97,7 @@ int sbx_ssh_sftp_open(struct sbx_ssh_conn *c, const char *root, char *why, size_
 	}
 	snprintf(c->root, sizeof c->root, "%s", canon);
 	ssh_string_free_char(canon);
+	make_private(c);
 	return 0;
 }
 

@@ -97,6 +97,20 @@ out:
 	return r;
 }
 
+/* The workspace root 0700, also one an older server made 0755: its files
+ * are 0644, so only this keeps any other uid (another tenant's command,
+ * should it ever see the host's tree) out of them. The server, root,
+ * reaches it anyway; the owner is the tenant's uid (or the server's). */
+static int make_private(int pathfd)
+{
+	int fd = openat(pathfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int r = fd < 0 || fchmod(fd, 0700) < 0 ? -errno : 0;
+
+	if (fd >= 0)
+		close(fd);
+	return r;
+}
+
 int sbx_workspace_open(struct sbx_workspace **out, const char *host_dir, const struct sbx_owner *owner)
 {
 	struct sbx_workspace *ws = NULL;
@@ -117,6 +131,9 @@ int sbx_workspace_open(struct sbx_workspace **out, const char *host_dir, const s
 		r = -errno;
 		goto out;
 	}
+	r = make_private(fd);
+	if (r < 0)
+		goto out;
 	ws = xcalloc(1, sizeof *ws);
 	ws->dirfd = fd;
 	fd = -1;

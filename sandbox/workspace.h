@@ -41,7 +41,8 @@ struct sbx_owner {
 struct sbx_workspace;
 
 /* Open the workspace at host_dir (creating it, and its parents, 0755, if
- * missing; owned by owner) and keep an O_PATH|O_DIRECTORY fd on it.
+ * missing; owned by owner; host_dir itself made 0700, also when it was
+ * there already) and keep an O_PATH|O_DIRECTORY fd on it.
  * Errors: negative errno. *out untouched on failure. */
 int sbx_workspace_open(struct sbx_workspace **out, const char *host_dir, const struct sbx_owner *owner);
 void sbx_workspace_free(struct sbx_workspace **ws);

@@ -158,9 +158,14 @@ static void test_reports_image_mode(void **state)
 	assert_non_null(strstr(line, "nosuid,nodev"));
 	assert_non_null(strstr(line, " - ext4 /dev/loop"));
 	free(mi);
+	/* the image's root is the tenant's alone, as any workspace is */
+	struct stat sb;
+	free(ws);
+	ws = xasprintf("%s/tenants/acme/workspace", srv.dir);
+	assert_int_equal(stat(ws, &sb), 0);
+	assert_int_equal(sb.st_mode & 07777, 0700);
 	free(ws);
 	char *img = xasprintf("%s/tenants/acme/disk.img", srv.dir);
-	struct stat sb;
 	assert_int_equal(stat(img, &sb), 0);
 	assert_int_equal(sb.st_size, QUOTA_BYTES);
 	assert_int_equal(sb.st_mode & 0777, 0600);

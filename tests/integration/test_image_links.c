@@ -252,6 +252,64 @@ static void test_etc_link_into_workspace(void **state)
 	free(pub);
 }
 
+/* uid of the owner of path, or -1 */
+static long owner_of(const char *path, unsigned *mode)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -1;
+	*mode = st.st_mode & 07777;
+	return (long)st.st_uid;
+}
+
+/* globex's files, as acme's uid sees them on the host: nothing */
+static void expect_private(const char *ws, const char *file)
+{
+	unsigned mode = 0, amode = 0;
+	long gx = owner_of(ws, &mode);
+	char *aws = xasprintf("%s/tenants/acme/workspace", srv.dir);
+	long acme = owner_of(aws, &amode);
+	free(aws);
+	assert_true(gx > 0 && acme > 0 && gx != acme);
+	int rc = it_sh("setpriv --reuid=%ld --regid=%ld --clear-groups sh -c \"cat '%s' || ls '%s' || "
+		       "find '%s' -name 'gx-*'\" 2>/dev/null | grep -q .",
+		       acme, acme, file, ws, ws);
+	if (rc == 0)
+		fprintf(stderr, "acme's uid %ld reads %s (mode %o)\n", acme, file, mode);
+	assert_int_not_equal(rc, 0);
+	assert_int_equal(mode, 0700);
+	assert_int_equal(amode, 0700);
+}
+
+static void test_workspaces_private(void **state)
+{
+	(void)state;
+	static const char secret[] = "gx-secret-content";
+	struct it_resp hr;
+	assert_int_equal(it_http(&srv, "PUT", "/fs/write?path=/workspace/gx-secret.txt", tok_globex, NULL,
+				 secret, strlen(secret), &hr),
+			 0);
+	assert_int_equal(hr.status, 200);
+	it_resp_free(&hr);
+	char *ws = xasprintf("%s/tenants/globex/workspace", srv.dir);
+	char *file = xasprintf("%s/gx-secret.txt", ws); /* no session: the workspace's root */
+	struct stat st;
+	assert_int_equal(stat(file, &st), 0);
+	expect_private(ws, file);
+	/* and globex still works in it */
+	json_t *r = ex_run(&srv, tok_globex, "cat /workspace/gx-secret.txt && echo more > gx-2 && cat gx-2");
+	assert_string_equal(ex_stdout_ok(r), "gx-secret-contentmore\n");
+	json_decref(r);
+	/* a workspace of an older server (0755) is tightened at start */
+	assert_int_equal(it_stop(&srv, SIGTERM), 0);
+	assert_int_equal(chmod(ws, 0755), 0);
+	const char *const extra[] = {"--set", it_uid_base_arg(NULL), NULL};
+	assert_int_equal(it_restart(&srv, extra), 0);
+	expect_private(ws, file);
+	free(file);
+	free(ws);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -259,10 +317,9 @@ int main(void)
 		return 77;
 	}
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_base_runs),
-	    cmocka_unit_test(test_etc_link_to_host),
-	    cmocka_unit_test(test_other_links_to_host),
-	    cmocka_unit_test(test_etc_link_into_workspace),
+	    cmocka_unit_test(test_base_runs),		cmocka_unit_test(test_etc_link_to_host),
+	    cmocka_unit_test(test_other_links_to_host), cmocka_unit_test(test_etc_link_into_workspace),
+	    cmocka_unit_test(test_workspaces_private),
 	};
 	return cmocka_run_group_tests_name("image_links", tests, setup, teardown);
 }

@@ -362,6 +362,12 @@ static void test_files_equal(void **state)
 	assert_string_equal(data, "hello, host\n");
 	free(data);
 	free(host);
+	/* ssh_root is the user's alone, as a local workspace is (made 0755 above) */
+	struct stat rst;
+	host = xasprintf("%s/root", dir);
+	assert_int_equal(stat(host, &rst), 0);
+	assert_int_equal(rst.st_mode & 07777, 0700);
+	free(host);
 	same("GET", "/fs/read?path=docs/a.txt", NULL, 200);
 	same("GET", "/fs/read_buffer?path=docs/a.txt", NULL, 200);
 	same("GET", "/fs/stat?path=docs/a.txt", NULL, 200);
