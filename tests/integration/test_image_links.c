@@ -39,11 +39,8 @@ static int cli(char **out, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	char *args = NULL;
-	if (vasprintf(&args, fmt, ap) < 0)
-		abort();
+	char *args = xvasprintf(fmt, ap), *o = xasprintf("%s/cli.out", work);
 	va_end(ap);
-	char *o = xasprintf("%s/cli.out", work);
 	int st = it_sh_quiet("'%s' %s --data-dir '%s' > '%s' 2>&1", it_bin(), args, srv.dir, o);
 	free(args);
 	size_t len = 0;
