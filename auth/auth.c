@@ -490,6 +490,33 @@ static int check_signature(const char *token, size_t len, const struct parts *p,
 	return 0;
 }
 
+/* The key a token is checked with: the approver key when it says so
+ * (kid "approver"; its bytes NULL when the tenant has none, which
+ * check_signature refuses), else the main key. */
+static struct auth_key key_for(const struct auth_key *k, bool approver)
+{
+	if (!approver)
+		return *k;
+	return (struct auth_key){.alg = k->approver_alg,
+				 .key = k->approver_key,
+				 .key_len = k->approver_key_len,
+				 .operator_tenant = k->operator_tenant};
+}
+
+/* Whether the header names the approver key: 0 and *approver, or
+ * -EACCES for a kid that is not a string. Other kids are the main key's
+ * (libraries add their own). */
+static int approver_kid(const json_t *hdr, bool *approver, const char **why)
+{
+	const json_t *kid = json_object_get(hdr, "kid");
+	if (kid && !json_is_string(kid)) {
+		*why = "bad kid";
+		return -EACCES;
+	}
+	*approver = kid && json_str_eq(kid, AUTH_KID_APPROVER);
+	return 0;
+}
+
 /* One verification under way: the tenant's key, once looked up (the
  * look-up takes a reference for the caller's request: at most once). */
 struct attempt {
@@ -526,7 +553,15 @@ static int verify_full(const char *token, size_t len, const struct auth_config *
 	if (!a->have_key && (rc = find_key(lookup, ctx, a->v.tenant, &a->key, why)) < 0)
 		goto out;
 	a->have_key = true;
-	if ((rc = check_signature(token, len, &p, hdr, &a->key, why)) < 0 ||
+	if ((rc = approver_kid(hdr, &a->v.approver, why)) < 0)
+		goto out;
+	struct auth_key use = key_for(&a->key, a->v.approver);
+	if (a->v.approver && !use.key) {
+		*why = "no approver key";
+		rc = -EACCES;
+		goto out;
+	}
+	if ((rc = check_signature(token, len, &p, hdr, &use, why)) < 0 ||
 	    (rc = check_claims(pl, cfg, leeway, now, &a->v, why)) < 0)
 		goto out;
 	rc = -EACCES;
@@ -560,9 +595,31 @@ static int verify_cached(struct auth_cache *c, const char *token, size_t len, in
 	if (rc < 0)
 		return rc;
 	a->have_key = true;
-	if (!auth_cache_key_is(c, &ref, &a->key))
+	struct auth_key used = key_for(&a->key, a->v.approver);
+	if (!auth_cache_key_is(c, &ref, &used))
 		return 1;
 	return check_times(&a->v, leeway, now, why);
+}
+
+/* The scopes a verified token has: what it asks, cut by the key that
+ * signed it. approve only from the approver key, and that key only
+ * decides and reads; admin only for an operator tenant's main key. */
+static void apply_key_limits(const struct auth_verified *v, const struct auth_key *k, struct auth_claims *out)
+{
+	out->scopes = v->scopes;
+	out->approver = v->approver;
+	if (v->approver) {
+		out->scopes &= AUTH_SCOPES_APPROVER;
+		return;
+	}
+	if (out->scopes & AUTH_SCOPE_APPROVE) {
+		out->scopes &= ~(unsigned)AUTH_SCOPE_APPROVE;
+		out->approve_refused = true;
+	}
+	if ((out->scopes & AUTH_SCOPE_ADMIN) && !k->operator_tenant) {
+		out->scopes &= ~(unsigned)AUTH_SCOPE_ADMIN;
+		out->admin_refused = true;
+	}
 }
 
 /* Errors: -EACCES for a refused token; -EINVAL for a caller's mistake; a
@@ -594,16 +651,14 @@ int auth_verify(const char *token, size_t len, const struct auth_config *cfg, in
 	rc = cache ? verify_cached(cache, token, len, leeway, now, lookup, lookup_ctx, &a, &reason) : 1;
 	if (rc == 1) {
 		rc = verify_full(token, len, cfg, leeway, now, lookup, lookup_ctx, &a, &reason);
-		if (rc == 0 && cache)
-			auth_cache_put(cache, token, len, &a.v, &a.key);
+		if (rc == 0 && cache) {
+			struct auth_key used = key_for(&a.key, a.v.approver);
+			auth_cache_put(cache, token, len, &a.v, &used);
+		}
 	}
 	if (rc < 0)
 		goto out;
-	out->scopes = a.v.scopes;
-	if ((out->scopes & AUTH_SCOPE_ADMIN) && !a.key.operator_tenant) {
-		out->scopes &= ~(unsigned)AUTH_SCOPE_ADMIN;
-		out->admin_refused = true;
-	}
+	apply_key_limits(&a.v, &a.key, out);
 	memcpy(out->tenant, a.v.tenant, sizeof out->tenant);
 	memcpy(out->sub, a.v.sub, sizeof out->sub);
 	out->exp = a.v.exp;
@@ -644,6 +699,12 @@ static int set_field(json_t *obj, const char *name, json_t *v)
 char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char *tenant, const char *scope,
 		      const char *sub, int64_t iat, int64_t exp, const char *audience)
 {
+	return auth_mint_hs256_kid(secret, secret_len, NULL, tenant, scope, sub, iat, exp, audience);
+}
+
+char *auth_mint_hs256_kid(const unsigned char *secret, size_t secret_len, const char *kid, const char *tenant,
+			  const char *scope, const char *sub, int64_t iat, int64_t exp, const char *audience)
+{
 	json_t *hdr = NULL, *pl = NULL;
 	char *hdr_json = NULL, *pl_json = NULL, *tok = NULL;
 	unsigned char md[EVP_MAX_MD_SIZE];
@@ -657,7 +718,9 @@ char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char
 	pl = json_object();
 	if (!hdr || !pl)
 		goto out;
-	if (set_field(hdr, "alg", json_string("HS256")) < 0 || set_field(hdr, "typ", json_string("JWT")) < 0)
+	if (set_field(hdr, "alg", json_string("HS256")) < 0 ||
+	    set_field(hdr, "typ", json_string("JWT")) < 0 ||
+	    (kid && set_field(hdr, "kid", json_string(kid)) < 0))
 		goto out;
 	if (set_field(pl, "tenant", json_string(tenant)) < 0 || set_field(pl, "iat", json_integer(iat)) < 0 ||
 	    set_field(pl, "exp", json_integer(exp)) < 0)

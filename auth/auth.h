@@ -19,6 +19,13 @@ enum auth_scope {
 	AUTH_SCOPE_APPROVE = 1u << 5, /* decide on commands that wait for approval */
 };
 #define AUTH_SCOPE_DEFAULT (AUTH_SCOPE_FS_READ | AUTH_SCOPE_FS_WRITE | AUTH_SCOPE_EXEC)
+/* What a token of a tenant's approver key may do, whatever it asks:
+ * decide, and read the commands it decides on (the exec, the lists, the
+ * feeds). approve comes from that key only: a token of the main key
+ * (which a gateway holds) never carries it. */
+#define AUTH_SCOPES_APPROVER (AUTH_SCOPE_APPROVE | AUTH_SCOPE_AUDIT_READ)
+/* The JWS header kid of a token signed with the approver key. */
+#define AUTH_KID_APPROVER "approver"
 /* Parse a space-separated scope string. Unknown scope names are ignored
  * (a token for a newer server still works for what this one knows).
  * Returns the bits. */
@@ -26,12 +33,17 @@ unsigned auth_scopes_parse(const char *s);
 /* "fs:read fs:write ..." for bits, into out. */
 void auth_scopes_format(unsigned bits, char *out, size_t outsz);
 
-/* A tenant's registered key, as the store keeps it. */
+/* A tenant's registered keys, as the store keeps them: the main key,
+ * and optionally the approver key (approver_key NULL: none), the only
+ * key whose tokens approve (header kid "approver"). */
 struct auth_key {
 	enum auth_alg alg;
 	const unsigned char *key; /* HS256: the secret bytes; RS256/ES256: PEM public key */
 	size_t key_len;
 	bool operator_tenant; /* may its tokens carry admin? */
+	enum auth_alg approver_alg;
+	const unsigned char *approver_key;
+	size_t approver_key_len;
 };
 
 /* Look up the key of a tenant. Return 0 and fill *key (borrowed until the
@@ -65,6 +77,8 @@ struct auth_claims {
 	unsigned scopes;	/* admin cleared unless the tenant is an operator */
 	bool admin_refused;	/* the token asked for admin but its tenant is no operator */
 	char sub[AUTH_SUB_MAX]; /* the holder (sub claim), "" when absent */
+	bool approver;		/* signed with the approver key: scopes within AUTH_SCOPES_APPROVER */
+	bool approve_refused;	/* the token asked for approve but was signed with the main key */
 };
 
 /* Verify a compact JWT: size cap; header alg must be the tenant's
@@ -77,7 +91,10 @@ struct auth_claims {
  * nbf and iat (integers, optional), aud (string or array of strings;
  * required and must match when cfg->audience is set), scope (string,
  * optional), sub (string of 1..128 bytes without control characters,
- * optional: who holds the token, e.g. the person at a dashboard). now is Unix seconds.
+ * optional: who holds the token, e.g. the person at a dashboard). A
+ * header kid "approver" selects the tenant's approver key (none
+ * registered: refused): such a token's scopes are cut to
+ * AUTH_SCOPES_APPROVER; any other token loses approve. now is Unix seconds.
  * Errors: -EACCES for every refusal (401), with a short reason for the
  * log in why (never sent to the client in detail). */
 int auth_verify(const char *token, size_t len, const struct auth_config *cfg, int64_t now,
@@ -87,6 +104,10 @@ int auth_verify(const char *token, size_t len, const struct auth_config *cfg, in
  * be NULL (no such claim). Returns a fresh string (free()) or NULL on error. */
 char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char *tenant, const char *scope,
 		      const char *sub, int64_t iat, int64_t exp, const char *audience);
+/* The same with a header kid (NULL: none; AUTH_KID_APPROVER for a token
+ * of the approver key). */
+char *auth_mint_hs256_kid(const unsigned char *secret, size_t secret_len, const char *kid, const char *tenant,
+			  const char *scope, const char *sub, int64_t iat, int64_t exp, const char *audience);
 
 /* Fill buf with n random bytes from the kernel (getrandom). 0 or -errno. */
 int auth_random(void *buf, size_t n);

@@ -19,6 +19,7 @@ struct auth_verified {
 	bool has_nbf;
 	unsigned scopes;
 	char sub[AUTH_SUB_MAX];
+	bool approver; /* verified with the approver key (kid "approver") */
 };
 
 /* Where a hit was found, to check its key after the tenant's look-up. */

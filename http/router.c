@@ -123,6 +123,14 @@ static int authorise(struct http_req *r)
 					 "this route needs the admin scope of an operator tenant");
 		return 0;
 	}
+	if (rt->scope == AUTH_SCOPE_APPROVE && r->claims.approve_refused)
+		return http_fail(r, -SBX_E_SCOPE,
+				 "only a token of the tenant's approver key approves or rejects (header kid "
+				 "\"approver\"; `sandboxd tenant set-approver`): the main key cannot");
+	if (rt->scope && !(r->claims.scopes & rt->scope) && r->claims.approver)
+		return http_fail(r, -SBX_E_SCOPE,
+				 "a token of the approver key only approves, rejects and reads (approve, "
+				 "audit:read)");
 	if (rt->scope && !(r->claims.scopes & rt->scope)) {
 		char need[96];
 		auth_scopes_format(rt->scope, need, sizeof need);

@@ -149,6 +149,7 @@ static void tenant_free(struct tenant *t)
 	route_provider_free(&t->provider);
 	sbx_workspace_free(&t->ws);
 	free(t->keybuf);
+	free(t->approver_keybuf);
 	free(t);
 }
 
@@ -268,6 +269,13 @@ static int load(struct app *a, const char *name, struct tenant **out)
 	t->key.key_len = st.key_len;
 	t->key.operator_tenant = st.operator_tenant;
 	t->incarnation = st.incarnation;
+	/* An approver key the server cannot read approves nothing: kept out. */
+	if (st.approver_key && auth_alg_parse(st.approver_alg, &t->key.approver_alg) == 0) {
+		t->approver_keybuf = st.approver_key;
+		st.approver_key = NULL;
+		t->key.approver_key = t->approver_keybuf;
+		t->key.approver_key_len = st.approver_key_len;
+	}
 	t->uid = (uid_t)(a->cfg->uid_base + st.slot);
 	t->gid = (gid_t)(a->cfg->uid_base + st.slot);
 	unserved_why(a, st.slot, t->unserved, sizeof t->unserved);
@@ -285,6 +293,7 @@ fail:
 	store_tenant_clear(&st);
 	route_provider_free(&t->provider);
 	free(t->keybuf);
+	free(t->approver_keybuf);
 	free(t);
 	return rc;
 }

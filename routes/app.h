@@ -34,8 +34,8 @@ enum disk_mode { DISK_NONE, DISK_PROJECT, DISK_IMAGE };
  * a tenant removed meanwhile stays valid until its last request ends. */
 struct tenant {
 	char name[64];
-	struct auth_key key; /* key.key points into keybuf */
-	unsigned char *keybuf;
+	struct auth_key key; /* key.key points into keybuf, key.approver_key into approver_keybuf */
+	unsigned char *keybuf, *approver_keybuf;
 	struct sbx_workspace *ws;
 	uid_t uid;
 	gid_t gid;

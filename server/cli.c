@@ -266,9 +266,9 @@ static int tenant_add(struct store *s, const struct sbx_config *cfg, const struc
 	return 0;
 }
 
-/* The audit row of a policy change made here: who (the Unix user), the
- * tenant, and the old and new values. */
-static void audit_policy_change(struct store *s, const char *tenant, json_t *change)
+/* The audit row of a change made here (route "tenant set", "tenant
+ * set-approver"): who (the Unix user), the tenant, and what changed. */
+static void audit_cli_change(struct store *s, const char *tenant, const char *route, json_t *change)
 {
 	json_object_set_new(change, "tenant", json_string(tenant));
 	char *target = json_dumps(change, JSON_COMPACT | JSON_SORT_KEYS);
@@ -280,7 +280,7 @@ static void audit_policy_change(struct store *s, const char *tenant, json_t *cha
 				  .tenant = tenant,
 				  .request_id = rid,
 				  .method = "CLI",
-				  .route = "tenant set",
+				  .route = route,
 				  .target = target,
 				  .status = 200,
 				  .outcome = "ok",
@@ -326,7 +326,7 @@ static int tenant_set(struct store *s, struct sbx_config *cfg, const struct cli_
 				      : sbx_strerror(rc));
 		return rc == -EINVAL ? 2 : 1;
 	}
-	audit_policy_change(s, a->words[1], change);
+	audit_cli_change(s, a->words[1], "tenant set", change);
 	json_decref(change);
 	json_t *view = NULL;
 	return route_policy_view(s, cfg, a->words[1], &view) == 0 ? print_json(view) : 1;
@@ -341,6 +341,84 @@ static int tenant_show(struct store *s, struct sbx_config *cfg, const char *name
 		return 1;
 	}
 	return print_json(view);
+}
+
+/* The key a new approver key must not be: the tenant's main key (its
+ * gateway holds it, and would approve its own requests). 0, or the exit
+ * status (said on stderr). */
+static int approver_differs(struct store *s, const char *name, const struct store_tenant *k)
+{
+	struct store_tenant t;
+	int rc = store_tenant_get(s, name, &t);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: %s\n", rc == -ENOENT ? "no such tenant" : sbx_strerror(rc));
+		return 1;
+	}
+	bool same =
+	    strcmp(t.alg, k->alg) == 0 && t.key_len == k->key_len && memcmp(t.key, k->key, t.key_len) == 0;
+	store_tenant_clear(&t);
+	if (same)
+		fprintf(stderr, "sandboxd: the approver key must not be the tenant's main key (whoever holds "
+				"that, a gateway, would approve its own requests)\n");
+	return same ? 1 : 0;
+}
+
+/* tenant set-approver NAME [--secret-file F | --public-key F --alg A]:
+ * the key of the tenant's approve tokens (README "Approval"); a fresh
+ * HS256 secret, shown once, without a file. A running server takes it
+ * within seconds (its tenant cache). */
+static int tenant_set_approver(struct store *s, const struct cli_args *a)
+{
+	if (a->nwords != 2 || (a->secret_file && a->public_key)) {
+		fprintf(stderr, "sandboxd: usage: tenant set-approver NAME [--secret-file F | --public-key F "
+				"--alg RS256|ES256]\n");
+		return 2;
+	}
+	struct store_tenant k = {0};
+	char *generated = NULL;
+	int rc = a->public_key ? public_key_of(&k, a) : secret_of(&k, a, &generated);
+	if (rc == 0)
+		rc = approver_differs(s, a->words[1], &k);
+	if (rc == 0 && (rc = store_tenant_set_approver(s, a->words[1], k.alg, k.key, k.key_len)) < 0) {
+		fprintf(stderr, "sandboxd: cannot set the approver key of %s: %s\n", a->words[1],
+			rc == -ENOENT ? "no such tenant" : sbx_strerror(rc));
+		rc = 1;
+	}
+	free(k.key);
+	if (rc == 0) {
+		json_t *change = json_pack("{s:s}", "approver_alg", k.alg);
+		audit_cli_change(s, a->words[1], "tenant set-approver", change);
+		json_decref(change);
+		printf("tenant %s: approver key set (%s); only its tokens approve or reject\n", a->words[1],
+		       k.alg);
+		if (generated)
+			printf(
+			    "approver secret: %s\n(shown once; give it to the people who approve, never to "
+			    "the gateway)\n",
+			    generated);
+	}
+	free(generated);
+	return rc;
+}
+
+/* tenant clear-approver NAME: nothing of the tenant can be approved any
+ * more (commands that wait for approval are rejected at the timeout). */
+static int tenant_clear_approver(struct store *s, const struct cli_args *a)
+{
+	if (a->nwords != 2) {
+		fprintf(stderr, "sandboxd: usage: tenant clear-approver NAME\n");
+		return 2;
+	}
+	int rc = store_tenant_set_approver(s, a->words[1], NULL, NULL, 0);
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: %s\n", rc == -ENOENT ? "no such tenant" : sbx_strerror(rc));
+		return 1;
+	}
+	json_t *change = json_pack("{s:n}", "approver_alg");
+	audit_cli_change(s, a->words[1], "tenant set-approver", change);
+	json_decref(change);
+	printf("tenant %s: approver key removed\n", a->words[1]);
+	return 0;
 }
 
 /* A removed tenant's disk image (disk-quota=image) is unmounted now,
@@ -407,7 +485,7 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 {
 	if (a->nwords < 1) {
 		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | list | remove NAME | set NAME "
-				"KEY=VALUE ... | show NAME\n");
+				"KEY=VALUE ... | show NAME | set-approver NAME ... | clear-approver NAME\n");
 		return 2;
 	}
 	struct store *s = NULL;
@@ -424,28 +502,62 @@ int cli_tenant(struct sbx_config *cfg, const struct cli_args *a)
 			fprintf(stderr, "sandboxd: cannot list tenants\n");
 			status = 1;
 		} else {
-			printf("%-32s %-6s %-9s %s\n", "NAME", "ALG", "OPERATOR", "CREATED");
+			printf("%-32s %-6s %-9s %-8s %s\n", "NAME", "ALG", "OPERATOR", "APPROVER", "CREATED");
 			for (size_t i = 0; i < n; i++) {
 				char ts[40];
 				rfc3339_ms(v[i].created_at, ts, sizeof ts);
-				printf("%-32s %-6s %-9s %s\n", v[i].name, v[i].alg,
-				       v[i].operator_tenant ? "yes" : "no", ts);
+				printf("%-32s %-6s %-9s %-8s %s\n", v[i].name, v[i].alg,
+				       v[i].operator_tenant ? "yes" : "no",
+				       v[i].approver_alg[0] ? v[i].approver_alg : "-", ts);
 			}
 			store_tenants_free(v, n);
 			status = 0;
 		}
 	} else if (strcmp(verb, "set") == 0) {
 		status = tenant_set(s, cfg, a);
+	} else if (strcmp(verb, "set-approver") == 0) {
+		status = tenant_set_approver(s, a);
+	} else if (strcmp(verb, "clear-approver") == 0) {
+		status = tenant_clear_approver(s, a);
 	} else if (strcmp(verb, "show") == 0 && a->nwords == 2) {
 		status = tenant_show(s, cfg, a->words[1]);
 	} else if (strcmp(verb, "remove") == 0 && a->nwords == 2) {
 		status = tenant_remove(s, cfg, a->words[1], a->purge);
 	} else {
 		fprintf(stderr, "sandboxd: usage: tenant add NAME ... | list | remove NAME | set NAME "
-				"KEY=VALUE ... | show NAME\n");
+				"KEY=VALUE ... | show NAME | set-approver NAME ... | clear-approver NAME\n");
 	}
 	store_close(&s);
 	return status;
+}
+
+/* Whether this CLI can mint the token asked for: an approve token only
+ * with the tenant's approver key (the main key's never approve) and
+ * only the scopes that key's tokens keep; an HS256 key either way. 0,
+ * or -1 said on stderr. */
+static int token_key_check(const struct store_tenant *t, const struct cli_args *a, bool approver)
+{
+	const char *alg = approver ? t->approver_alg : t->alg;
+	if (approver && !t->approver_key) {
+		fprintf(stderr,
+			"sandboxd: tenant %s has no approver key: approve tokens are signed with it, never "
+			"with the main key (sandboxd tenant set-approver %s)\n",
+			a->tenant, a->tenant);
+		return -1;
+	}
+	if (approver && (auth_scopes_parse(a->scope) & ~(unsigned)AUTH_SCOPES_APPROVER)) {
+		fprintf(stderr, "sandboxd: an approve token carries only approve and audit:read (the "
+				"approver key never runs commands or touches files)\n");
+		return -1;
+	}
+	if (strcmp(alg, "HS256") != 0) {
+		fprintf(stderr,
+			"sandboxd: tenant %s's %s key is %s: mint its tokens with its private key%s\n",
+			a->tenant, approver ? "approver" : "main", alg,
+			approver ? " (header kid \"approver\")" : "");
+		return -1;
+	}
+	return 0;
 }
 
 int cli_token(struct sbx_config *cfg, const struct cli_args *a)
@@ -464,9 +576,8 @@ int cli_token(struct sbx_config *cfg, const struct cli_args *a)
 		fprintf(stderr, "sandboxd: no tenant %s\n", a->tenant);
 		goto out;
 	}
-	if (strcmp(t.alg, "HS256") != 0) {
-		fprintf(stderr, "sandboxd: tenant %s uses %s: mint its tokens with its private key\n",
-			a->tenant, t.alg);
+	bool approver = a->scope && (auth_scopes_parse(a->scope) & AUTH_SCOPE_APPROVE);
+	if (token_key_check(&t, a, approver) < 0) {
 		store_tenant_clear(&t);
 		goto out;
 	}
@@ -476,8 +587,10 @@ int cli_token(struct sbx_config *cfg, const struct cli_args *a)
 		store_tenant_clear(&t);
 		goto out;
 	}
-	char *tok =
-	    auth_mint_hs256(t.key, t.key_len, t.name, a->scope, a->sub, now, now + a->ttl, cfg->audience);
+	char *tok = approver ? auth_mint_hs256_kid(t.approver_key, t.approver_key_len, AUTH_KID_APPROVER,
+						   t.name, a->scope, a->sub, now, now + a->ttl, cfg->audience)
+			     : auth_mint_hs256(t.key, t.key_len, t.name, a->scope, a->sub, now, now + a->ttl,
+					       cfg->audience);
 	store_tenant_clear(&t);
 	if (!tok) {
 		fprintf(stderr, "sandboxd: cannot mint a token\n");

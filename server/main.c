@@ -20,6 +20,8 @@ static const char usage[] =
     "                      [--reuse-leftovers | --fresh]\n"
     "  sandboxd tenant list | remove NAME [--purge]\n"
     "  sandboxd tenant set NAME KEY=VALUE ... | show NAME\n"
+    "  sandboxd tenant set-approver NAME [--secret-file F | --public-key F --alg RS256|ES256]\n"
+    "  sandboxd tenant clear-approver NAME\n"
     "  sandboxd image build NAME [--packages P1,P2] [--variant essential|apt|...]\n"
     "  sandboxd image import NAME --oci DIR | --rootfs FILE.tar[.gz]\n"
     "  sandboxd image list [--format table|json] | rm NAME\n"

@@ -69,6 +69,9 @@ struct store_tenant {
 	int64_t slot; /* sandbox uid = uid_base + slot; assigned by add */
 	int64_t created_at;
 	int64_t incarnation; /* this life of the name (tenant_lives.id): assigned by add, never reused */
+	char approver_alg[8];	     /* "" when no approver key is registered */
+	unsigned char *approver_key; /* owned; NULL when none */
+	size_t approver_key_len;
 };
 /* Insert with a new incarnation. The slot is the lowest one no life
  * (living or removed) ever held, so a new tenant never gets a uid whose
@@ -86,6 +89,10 @@ bool store_changed_elsewhere(struct store *s, int64_t *seen);
 int store_tenant_get(struct store *s, const char *name, struct store_tenant *out);
 /* All tenants by name. Free with store_tenants_free. */
 int store_tenant_list(struct store *s, struct store_tenant **out, size_t *n);
+/* Register (alg and key) or, with alg NULL, drop the tenant's approver
+ * key (the key of its approve tokens). -ENOENT: no such tenant. */
+int store_tenant_set_approver(struct store *s, const char *name, const char *alg, const unsigned char *key,
+			      size_t key_len);
 /* Removes the tenant and, by cascade, its sessions, execs, transfers and
  * policy; its life is marked removed (its slot stays taken). *incarnation
  * (may be NULL) gets the removed life's. -ENOENT. */

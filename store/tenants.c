@@ -9,6 +9,8 @@
 #include "common/errors.h"
 
 #define TENANT_COLS "name, alg, key, operator, slot, created_at, incarnation"
+/* Read with the tenant; written only by store_tenant_set_approver. */
+#define TENANT_READ_COLS TENANT_COLS ", approver_alg, approver_key"
 
 static void tenant_from_row(sqlite3_stmt *st, void *dst)
 {
@@ -22,6 +24,10 @@ static void tenant_from_row(sqlite3_stmt *st, void *dst)
 	t->slot = sqlite3_column_int64(st, 4);
 	t->created_at = sqlite3_column_int64(st, 5);
 	t->incarnation = sqlite3_column_int64(st, 6);
+	if (sqlite3_column_type(st, 7) == SQLITE_TEXT && sqlite3_column_type(st, 8) == SQLITE_BLOB) {
+		store_col_copy(st, 7, t->approver_alg, sizeof t->approver_alg);
+		t->approver_key = (unsigned char *)store_col_blobdup(st, 8, &t->approver_key_len);
+	}
 }
 
 static void tenant_clear(void *t)
@@ -110,19 +116,29 @@ out:
 
 int store_tenant_get(struct store *s, const char *name, struct store_tenant *out)
 {
-	return store_get(s, ST_TENANT_GET, "SELECT " TENANT_COLS " FROM tenants WHERE name = ?1", &tenant_row,
-			 out, Q_ARGS(Q_TEXT(name)));
+	return store_get(s, ST_TENANT_GET, "SELECT " TENANT_READ_COLS " FROM tenants WHERE name = ?1",
+			 &tenant_row, out, Q_ARGS(Q_TEXT(name)));
 }
 
 int store_tenant_list(struct store *s, struct store_tenant **out, size_t *n)
 {
 	void *v;
-	int r = store_list(s, ST_TENANT_LIST, "SELECT " TENANT_COLS " FROM tenants ORDER BY name",
+	int r = store_list(s, ST_TENANT_LIST, "SELECT " TENANT_READ_COLS " FROM tenants ORDER BY name",
 			   &tenant_row, &v, n, Q_NOARGS);
 
 	if (!r)
 		*out = v;
 	return r;
+}
+
+int store_tenant_set_approver(struct store *s, const char *name, const char *alg, const unsigned char *key,
+			      size_t key_len)
+{
+	bool set = alg && key && key_len;
+	return store_run_one(
+	    s, ST_TENANT_SET_APPROVER,
+	    "UPDATE tenants SET approver_alg = ?2, approver_key = ?3 WHERE name = ?1",
+	    Q_ARGS(Q_TEXT(name), set ? Q_TEXT(alg) : Q_NULL, set ? Q_BLOB(key, key_len) : Q_NULL));
 }
 
 int store_tenant_last_life(struct store *s, const char *name, int64_t *slot, int64_t *incarnation)
@@ -203,6 +219,7 @@ void store_tenant_clear(struct store_tenant *t)
 	if (!t)
 		return;
 	free(t->key);
+	free(t->approver_key);
 	memset(t, 0, sizeof *t);
 }
 

@@ -32,6 +32,8 @@ cleanup() {
 trap cleanup EXIT
 
 "$bin" tenant add acme --data-dir "$dir" >/dev/null
+# Approve tokens are signed with the tenant's approver key, never its main key.
+"$bin" tenant set-approver acme --data-dir "$dir" >/dev/null
 # Commands that mention needs-approval wait for a person (the approval tests).
 "$bin" tenant set acme 'approval=["*needs-approval*"]' --data-dir "$dir" >/dev/null
 port=$(node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth/auth.h"
 #include "common/buf.h"
 #include "common/xmalloc.h"
 
@@ -104,6 +105,14 @@ char *it_token_sub(struct it_server *s, const char *tenant, const char *scope, c
 	free(args);
 	out[strcspn(out, "\n")] = '\0';
 	return out;
+}
+
+char *it_token_hs256(const char *secret, const char *kid, const char *tenant, const char *scope,
+		     const char *sub)
+{
+	int64_t now = (int64_t)time(NULL);
+	return auth_mint_hs256_kid((const unsigned char *)secret, strlen(secret), kid, tenant, scope, sub,
+				   now, now + 600, NULL);
 }
 
 static int wait_healthy(struct it_server *s)
@@ -192,9 +201,12 @@ static int start_fresh(struct it_server *s, const char *parent, const char *cons
 	/* The log stays in /tmp whatever disk the data is on. */
 	snprintf(s->log, sizeof s->log, "/tmp/%s.log", strrchr(s->dir, '/') + 1);
 	int st = 0;
+	/* acme and globex have approver keys: the approval suites' approve
+	 * tokens are minted with them (`sandboxd token --scope approve`). */
 	static const char *const tenants[] = {"tenant add acme", "tenant add globex",
-					      "tenant add ops --operator"};
-	for (size_t i = 0; i < 3; i++) {
+					      "tenant add ops --operator", "tenant set-approver acme",
+					      "tenant set-approver globex"};
+	for (size_t i = 0; i < sizeof tenants / sizeof tenants[0]; i++) {
 		free(it_cli(s, &st, tenants[i]));
 		if (st != 0)
 			return -1;

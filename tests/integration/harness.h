@@ -30,8 +30,8 @@ struct it_resp {
 
 /* The binary under test ($SANDBOXD_BIN). */
 const char *it_bin(void);
-/* Make a data directory with tenants "acme" and "globex" (HS256) and
- * "ops" (HS256, operator), then start `serve` with extra args (NULL
+/* Make a data directory with tenants "acme" and "globex" (HS256, each
+ * with an HS256 approver key) and "ops" (HS256, operator), then start `serve` with extra args (NULL
  * terminated, may be NULL). Waits for /healthz. 0 or -1. */
 int it_start(struct it_server *s, const char *const *extra);
 /* Like it_start with the data directory made under parent (a test's own
@@ -84,6 +84,11 @@ char *it_cli(struct it_server *s, int *status, const char *args);
 char *it_token(struct it_server *s, const char *tenant, const char *scope);
 /* The same with a sub claim (NULL: none). */
 char *it_token_sub(struct it_server *s, const char *tenant, const char *scope, const char *sub);
+/* An HS256 token signed here with secret (a tenant registered with
+ * --secret-file), whatever the CLI would mint: the tokens a gateway that
+ * holds its tenant's key can make. kid NULL: no kid header. Caller frees. */
+char *it_token_hs256(const char *secret, const char *kid, const char *tenant, const char *scope,
+		     const char *sub);
 
 /* A suite's tokens as a table: where each goes, its tenant and its scope
  * (NULL: the default scopes). it_mint_all fills every *out and returns 0

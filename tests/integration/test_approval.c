@@ -31,7 +31,9 @@ static int mint(void)
 {
 	tok_req = it_token_sub(&srv, "acme", "exec fs:read", "agent-1");
 	tok_alice = it_token_sub(&srv, "acme", "approve audit:read", "alice");
-	tok_self = it_token_sub(&srv, "acme", "exec approve", "agent-1");
+	/* An approver token with the requester's sub (approver keys never
+	 * carry exec: the requester asks with its own token). */
+	tok_self = it_token_sub(&srv, "acme", "approve", "agent-1");
 	tok_nosub = it_token(&srv, "acme", "approve");
 	tok_exec_only = it_token_sub(&srv, "acme", "exec", "carol");
 	tok_admin = it_token_sub(&srv, "ops", "admin audit:read", "olga");
@@ -339,7 +341,7 @@ static void test_self_approval_refused(void **state)
 {
 	(void)state;
 	struct bg_req b;
-	bg_exec(&b, &srv, tok_self, json_pack("{s:s, s:s}", "command", "echo mine", "id", "ap-5"), NULL);
+	bg_exec(&b, &srv, tok_req, json_pack("{s:s, s:s}", "command", "echo mine", "id", "ap-5"), NULL);
 	json_t *v = ex_wait_state(&srv, tok_alice, "ap-5", "pending_approval", 20000);
 	assert_non_null(v);
 	json_decref(v);

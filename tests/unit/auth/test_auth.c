@@ -26,6 +26,7 @@
 static const unsigned char secret[] = "0123456789abcdef0123456789abcdef";
 static const unsigned char ops_secret[] = "fedcba9876543210fedcba9876543210";
 static const unsigned char wrong_secret[] = "0123456789abcdef0123456789abcdeX";
+static const unsigned char approver_secret[] = "approver-secret-0123456789abcdef";
 #define SECRET_LEN 32
 
 struct keys {
@@ -399,13 +400,29 @@ static int group_setup(void **state)
 	EVP_PKEY_free(rsa);
 	EVP_PKEY_free(ec);
 
-	tenants[0] = (struct tenant){"acme", {AUTH_ALG_HS256, secret, SECRET_LEN, false}};
-	tenants[1] = (struct tenant){"ops", {AUTH_ALG_HS256, ops_secret, SECRET_LEN, true}};
+	/* acme has an approver key (HS256); ec1's is the RSA public key. */
+	tenants[0] = (struct tenant){"acme",
+				     {.alg = AUTH_ALG_HS256,
+				      .key = secret,
+				      .key_len = SECRET_LEN,
+				      .approver_alg = AUTH_ALG_HS256,
+				      .approver_key = approver_secret,
+				      .approver_key_len = SECRET_LEN}};
+	tenants[1] = (struct tenant){
+	    "ops",
+	    {.alg = AUTH_ALG_HS256, .key = ops_secret, .key_len = SECRET_LEN, .operator_tenant = true}};
 	tenants[2] = (struct tenant){
-	    "rsa1", {AUTH_ALG_RS256, (unsigned char *)keys.rsa_pub, strlen(keys.rsa_pub), false}};
-	tenants[3] = (struct tenant){
-	    "ec1", {AUTH_ALG_ES256, (unsigned char *)keys.ec_pub, strlen(keys.ec_pub), false}};
-	tenants[4] = (struct tenant){"nokey", {AUTH_ALG_HS256, (const unsigned char *)"", 0, false}};
+	    "rsa1",
+	    {.alg = AUTH_ALG_RS256, .key = (unsigned char *)keys.rsa_pub, .key_len = strlen(keys.rsa_pub)}};
+	tenants[3] = (struct tenant){"ec1",
+				     {.alg = AUTH_ALG_ES256,
+				      .key = (unsigned char *)keys.ec_pub,
+				      .key_len = strlen(keys.ec_pub),
+				      .approver_alg = AUTH_ALG_RS256,
+				      .approver_key = (unsigned char *)keys.rsa_pub,
+				      .approver_key_len = strlen(keys.rsa_pub)}};
+	tenants[4] =
+	    (struct tenant){"nokey", {.alg = AUTH_ALG_HS256, .key = (const unsigned char *)"", .key_len = 0}};
 	(void)state;
 	return 0;
 }
@@ -422,16 +439,61 @@ static int group_teardown(void **state)
 
 /* ---- accepted tokens ---- */
 
+/* approve comes from the approver key alone (issue 26): a token of the
+ * main key (the gateway's) loses it; the approver key's tokens keep only
+ * approve and audit:read; kid "approver" is checked with that key, never
+ * the main one, and refused where the tenant has none. */
+static void test_approver_key(void **state)
+{
+	struct auth_claims c;
+	const char *greedy = "approve audit:read exec fs:read fs:write admin";
+	char *tok = auth_mint_hs256(secret, SECRET_LEN, "acme", greedy, "gateway", NOW, NOW + 60, NULL);
+	expect_ok(tok, NULL, &c);
+	assert_int_equal(c.scopes,
+			 AUTH_SCOPE_AUDIT_READ | AUTH_SCOPE_EXEC | AUTH_SCOPE_FS_READ | AUTH_SCOPE_FS_WRITE);
+	assert_true(c.approve_refused);
+	assert_false(c.approver);
+	free(tok);
+	tok = auth_mint_hs256_kid(approver_secret, SECRET_LEN, AUTH_KID_APPROVER, "acme", greedy, "alice",
+				  NOW, NOW + 60, NULL);
+	expect_ok(tok, NULL, &c);
+	assert_int_equal(c.scopes, AUTH_SCOPES_APPROVER);
+	assert_true(c.approver);
+	free(tok);
+	/* No scope claim: the default scopes, none of which an approver keeps. */
+	tok = auth_mint_hs256_kid(approver_secret, SECRET_LEN, AUTH_KID_APPROVER, "acme", NULL, "alice", NOW,
+				  NOW + 60, NULL);
+	expect_ok(tok, NULL, &c);
+	assert_int_equal(c.scopes, 0);
+	free(tok);
+	/* The main key claiming to be the approver's; the approver key without the kid. */
+	refused_free(auth_mint_hs256_kid(secret, SECRET_LEN, AUTH_KID_APPROVER, "acme", "approve", "m", NOW,
+					 NOW + 60, NULL),
+		     NULL, "bad signature");
+	refused_free(
+	    auth_mint_hs256(approver_secret, SECRET_LEN, "acme", "approve", "m", NOW, NOW + 60, NULL), NULL,
+	    "bad signature");
+	refused_free(auth_mint_hs256_kid(ops_secret, SECRET_LEN, AUTH_KID_APPROVER, "ops", "approve", "m",
+					 NOW, NOW + 60, NULL),
+		     NULL, "no approver key");
+	/* The approver key's algorithm decides, not the main key's (ec1: ES256 main, RS256 approver). */
+	refused_free(auth_mint_hs256_kid((const unsigned char *)keys.rsa_pub, strlen(keys.rsa_pub),
+					 AUTH_KID_APPROVER, "ec1", "approve", "m", NOW, NOW + 60, NULL),
+		     NULL, "alg mismatch");
+	(void)state;
+}
+
 /* sub names the holder (approval needs it); a bad one refuses the token. */
 static void test_sub_claim(void **state)
 {
 	struct auth_claims c;
-	char *tok =
-	    auth_mint_hs256(secret, SECRET_LEN, "acme", "approve", "alice@example.com", NOW, NOW + 60, NULL);
+	char *tok = auth_mint_hs256_kid(approver_secret, SECRET_LEN, AUTH_KID_APPROVER, "acme", "approve",
+					"alice@example.com", NOW, NOW + 60, NULL);
 	assert_non_null(tok);
 	expect_ok(tok, NULL, &c);
 	assert_string_equal(c.sub, "alice@example.com");
 	assert_int_equal(c.scopes, AUTH_SCOPE_APPROVE);
+	assert_true(c.approver);
 	free(tok);
 	tok = auth_mint_hs256(secret, SECRET_LEN, "acme", NULL, NULL, NOW, NOW + 60, NULL);
 	expect_ok(tok, NULL, &c);
@@ -1089,6 +1151,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_minted_hs256_accepted),
 	    cmocka_unit_test(test_sub_claim),
+	    cmocka_unit_test(test_approver_key),
 	    cmocka_unit_test(test_minted_with_scope_and_aud),
 	    cmocka_unit_test(test_handmade_hs256_accepted),
 	    cmocka_unit_test(test_rs256_accepted),
