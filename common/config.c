@@ -116,6 +116,8 @@ static const struct option_spec specs[] = {
     I("tenant-max-execs", tenant_max_execs, "32", 1, 100000),
     I("tenant-exec-queue", tenant_exec_queue, "32", 0, 100000),
     I("exec-queue-wait-ms", exec_queue_wait_ms, "5000", 1, 3600000),
+    I("wait-stdin-bytes-per-tenant", wait_stdin_bytes_per_tenant, "33554432", 0, INT64_MAX),
+    I("wait-stdin-bytes", wait_stdin_bytes, "134217728", 0, INT64_MAX),
     I("tenant-max-transfers", tenant_max_transfers, "16", 1, 100000),
     I("transfer-ttl-default-s", transfer_ttl_default_s, "60", 1, 86400),
     I("transfer-ttl-max-s", transfer_ttl_max_s, "3600", 1, 604800),

@@ -47,6 +47,9 @@ struct sbx_config {
 	int64_t tenant_max_execs;   /* concurrent execs per tenant */
 	int64_t tenant_exec_queue;  /* POST /exec waiting for a slot, per tenant (0: 429 at once) */
 	int64_t exec_queue_wait_ms; /* longest such a wait; then 429 */
+	/* Inline stdin kept by requests that wait (for approval or in the
+	 * admission queue): per tenant and in all; beyond, 429 (413 alone). */
+	int64_t wait_stdin_bytes_per_tenant, wait_stdin_bytes;
 	int64_t tenant_max_transfers;
 	int64_t transfer_ttl_default_s, transfer_ttl_max_s;
 	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes, nofile_limit, tmp_size_bytes;

@@ -29,6 +29,7 @@ struct route_admit {
 	int64_t limit;			  /* its tenant's max_execs when it asked */
 	int64_t since_ms, deadline_ms;	  /* monotonic */
 	int64_t watch;			  /* its hang-up watch (its HTTP thread's) */
+	int64_t held;			  /* inline stdin its parsed body keeps, counted while it waits */
 	enum admit_state state;		  /* under app->tenants_lock */
 };
 
@@ -50,6 +51,7 @@ static void unlink_locked(struct route_admit *t, enum admit_state s)
 	t->next = NULL;
 	t->state = s;
 	l->queued--;
+	route_tenant_unhold_locked(t->app, l, t->held);
 	struct admit_stats *st = &t->app->admit;
 	st->queued--;
 	if (s == Q_ADMITTED)
@@ -203,6 +205,9 @@ int route_admit_take(struct http_req *r, int64_t limit)
 			l->qtail = t;
 		l->queued++;
 		a->admit.queued++;
+		/* Counted again without a check: it held its bytes a moment ago. */
+		l->held_stdin += t->held;
+		a->held_stdin += t->held;
 		set_limit_locked(l, limit);
 		http_suspend(r);
 	}
@@ -217,8 +222,16 @@ int route_admit_take(struct http_req *r, int64_t limit)
 	return -1;
 }
 
-/* Under the lock: queue r (suspended before anyone can resume it). */
-static struct route_admit *enqueue_locked(struct http_req *r, int64_t limit, int (*rerun)(struct http_req *))
+/* The inline stdin r's parsed body keeps while r waits. */
+static int64_t stdin_bytes(const struct http_req *r)
+{
+	return (int64_t)json_string_length(json_object_get(r->json, "stdin"));
+}
+
+/* Under the lock: queue r (suspended before anyone can resume it); its
+ * stdin bytes are counted already (held). */
+static struct route_admit *enqueue_locked(struct http_req *r, int64_t limit, int (*rerun)(struct http_req *),
+					  int64_t held)
 {
 	struct app *a = r->app;
 	struct tenant_load *l = r->tenant->load;
@@ -228,6 +241,7 @@ static struct route_admit *enqueue_locked(struct http_req *r, int64_t limit, int
 	t->load = l;
 	t->limit = limit;
 	t->rerun = rerun;
+	t->held = held;
 	t->since_ms = mono_ms();
 	t->deadline_ms = t->since_ms + a->cfg->exec_queue_wait_ms;
 	if (l->qtail)
@@ -263,7 +277,13 @@ int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (
 		pthread_mutex_unlock(&a->tenants_lock);
 		return -SBX_E_TOO_MANY;
 	}
-	struct route_admit *t = enqueue_locked(r, limit, rerun);
+	int64_t held = stdin_bytes(r);
+	int rc = route_tenant_hold_locked(a, l, held);
+	if (rc < 0) {
+		pthread_mutex_unlock(&a->tenants_lock);
+		return rc;
+	}
+	struct route_admit *t = enqueue_locked(r, limit, rerun, held);
 	set_limit_locked(l, limit);
 	bool first = a->admit.queued == 1;
 	/* A limit raised meanwhile admits at once (this request, if next). */

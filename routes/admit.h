@@ -35,7 +35,9 @@ struct tenant_load;
  * leaves the queue: by rerun(r) on its HTTP thread when admitted, 429
  * when its wait ran out, 503 at shutdown; a client that hung up is not
  * answered). Returns 0 (a slot taken), 1 (queued) or -SBX_E_TOO_MANY
- * (no slot and no place in the queue). */
+ * (no slot and no place in the queue), or -E2BIG/-ENOBUFS when its
+ * inline stdin does not fit what waiting requests may keep
+ * (route_tenant_hold_locked). */
 int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (*rerun)(struct http_req *r));
 
 /* In the handler of a request the queue admitted, with the tenant's

@@ -472,14 +472,67 @@ void route_tenant_release_exec(struct app *a, struct tenant *t)
 	route_admit_resume(next);
 }
 
-int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit)
+/* Issue 26, item 7: 32 commands waiting for approval with 14 MB of
+ * inline stdin each kept 619 MiB in the server, outside every tenant's
+ * budget, for up to the approval timeout. */
+int route_tenant_hold_locked(struct app *a, struct tenant_load *l, int64_t n)
 {
-	return acquire(a, &t->load->pending, limit);
+	int64_t per = a->cfg->wait_stdin_bytes_per_tenant;
+	if (n <= 0)
+		return 0;
+	if (n > per)
+		return -E2BIG;
+	if (l->held_stdin > per - n || a->held_stdin > a->cfg->wait_stdin_bytes - n)
+		return -ENOBUFS;
+	l->held_stdin += n;
+	a->held_stdin += n;
+	return 0;
 }
 
-void route_tenant_release_pending(struct app *a, struct tenant *t)
+void route_tenant_unhold_locked(struct app *a, struct tenant_load *l, int64_t n)
 {
-	release(a, &t->load->pending);
+	if (n <= 0)
+		return;
+	l->held_stdin -= n;
+	a->held_stdin -= n;
+}
+
+int route_tenant_hold_fail(struct http_req *r, int rc, int64_t n)
+{
+	const struct sbx_config *c = r->app->cfg;
+	if (rc == -E2BIG)
+		return http_fail(r, -E2BIG,
+				 "an inline stdin of %lld bytes cannot wait (for approval or an exec slot): "
+				 "wait-stdin-bytes-per-tenant is %lld; send it with stdin_pipe or as a file",
+				 (long long)n, (long long)c->wait_stdin_bytes_per_tenant);
+	r->retry_after_s = 1;
+	return http_fail(
+	    r, -SBX_E_TOO_MANY,
+	    "requests waiting (for approval or an exec slot) already keep their bound of inline "
+	    "stdin (wait-stdin-bytes-per-tenant %lld, wait-stdin-bytes %lld in all); retry later, "
+	    "or send it with stdin_pipe or as a file",
+	    (long long)c->wait_stdin_bytes_per_tenant, (long long)c->wait_stdin_bytes);
+}
+
+int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit, int64_t stdin_bytes)
+{
+	struct tenant_load *l = t->load;
+	int rc = 0;
+	pthread_mutex_lock(&a->tenants_lock);
+	if (l->pending >= limit)
+		rc = -SBX_E_TOO_MANY;
+	else if ((rc = route_tenant_hold_locked(a, l, stdin_bytes)) == 0)
+		l->pending++;
+	pthread_mutex_unlock(&a->tenants_lock);
+	return rc;
+}
+
+void route_tenant_release_pending(struct app *a, struct tenant *t, int64_t stdin_bytes)
+{
+	pthread_mutex_lock(&a->tenants_lock);
+	t->load->pending--;
+	route_tenant_unhold_locked(a, t->load, stdin_bytes);
+	pthread_mutex_unlock(&a->tenants_lock);
 }
 
 /* The limit is read at each transfer: a policy change applies to the next one. */

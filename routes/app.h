@@ -62,6 +62,7 @@ struct tenant_load {
 	 * first (routes/admit.h), under app->tenants_lock. */
 	struct route_admit *qhead, *qtail;
 	int queued;
+	int64_t held_stdin; /* inline stdin its waiting requests keep (route_tenant_hold_locked) */
 };
 
 /* What the exec admission queue did (routes/admit.c), under
@@ -104,6 +105,7 @@ struct app {
 	struct tenant_load **loads;
 	size_t nloads;
 	struct admit_stats admit;
+	int64_t held_stdin; /* every tenant's load->held_stdin, under tenants_lock */
 };
 
 int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz);
@@ -127,8 +129,20 @@ int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit);
  * passes to the oldest instead. */
 void route_tenant_release_exec(struct app *a, struct tenant *t);
 /* Commands waiting for approval (bounded by max_execs too). */
-int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit);
-void route_tenant_release_pending(struct app *a, struct tenant *t);
+/* A pending slot (of limit) for a command that waits for approval and
+ * keeps stdin_bytes of inline stdin meanwhile: 0, -SBX_E_TOO_MANY
+ * (slots), or route_tenant_hold_locked's refusal. */
+int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit, int64_t stdin_bytes);
+void route_tenant_release_pending(struct app *a, struct tenant *t, int64_t stdin_bytes);
+/* Under tenants_lock: count n bytes of inline stdin a waiting request
+ * keeps, within wait-stdin-bytes-per-tenant and wait-stdin-bytes (in
+ * all): 0, -E2BIG (n alone exceeds the tenant's bound) or -ENOBUFS
+ * (other waiting requests hold the rest). route_tenant_unhold_locked
+ * gives them back. */
+int route_tenant_hold_locked(struct app *a, struct tenant_load *l, int64_t n);
+void route_tenant_unhold_locked(struct app *a, struct tenant_load *l, int64_t n);
+/* The answer of a hold refused with rc (-E2BIG or -ENOBUFS). */
+int route_tenant_hold_fail(struct http_req *r, int rc, int64_t n);
 int route_tenant_acquire_transfer(struct app *a, struct tenant *t);
 void route_tenant_release_transfer(struct app *a, struct tenant *t);
 

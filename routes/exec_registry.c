@@ -94,6 +94,7 @@ struct exec_job {
 	char *reason;	       /* with error: the message (-SBX_E_REJECTED, or a remote's); owned */
 	int64_t retry_after_s; /* with error: a remote's Retry-After (0: none) */
 	int64_t max_execs;
+	int64_t held_bytes;	       /* with SLOT_PENDING: the inline stdin it keeps (counted) */
 	enum job_slot slot;	       /* which of its tenant's slots it holds */
 	_Atomic bool hung_up;	       /* the waiting client went away (the watch thread says) */
 	bool hangup_handled;	       /* under registry lock */
@@ -241,7 +242,7 @@ static void record_exit(struct app *a, struct exec_job *j)
 	if (j->slot == SLOT_EXEC)
 		route_tenant_release_exec(a, j->tenant);
 	else if (j->slot == SLOT_PENDING)
-		route_tenant_release_pending(a, j->tenant);
+		route_tenant_release_pending(a, j->tenant, j->held_bytes);
 }
 
 /* Record the exit, then leave the registry and answer the waiters: on
@@ -834,12 +835,14 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 			return rc; /* answered (or waiting) from the earlier exec */
 		}
 		rc = held || *withdrawn ? 0
-		     : o->approval	? route_tenant_acquire_pending(a, r->tenant, o->max_execs)
-					: route_admit_exec(r, o->max_execs, o->background ? 0 : o->exec_queue,
-							   route_exec_post);
+		     : o->approval ? route_tenant_acquire_pending(a, r->tenant, o->max_execs, o->held_bytes)
+				   : route_admit_exec(r, o->max_execs, o->background ? 0 : o->exec_queue,
+						      route_exec_post);
 		held = false;
 		if (rc == 1)
 			return 0; /* waits for a slot, suspended */
+		if (rc == -E2BIG || rc == -ENOBUFS)
+			return route_tenant_hold_fail(r, rc, o->held_bytes);
 		if (rc < 0) {
 			r->retry_after_s = 1;
 			return http_fail(r, rc, "tenant %s already %s %lld commands%s", r->tenant->name,
@@ -857,7 +860,7 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 			return 1; /* e->mu stays held until the job is registered */
 		pthread_mutex_unlock(&e->mu);
 		if (o->approval && !*withdrawn)
-			route_tenant_release_pending(a, r->tenant);
+			route_tenant_release_pending(a, r->tenant, o->held_bytes);
 		else if (!*withdrawn)
 			route_tenant_release_exec(a, r->tenant);
 		if (rc == -EEXIST && o->id_given && attempt < 3)
@@ -1028,7 +1031,7 @@ static int start_approved(struct exec_job *j, const char *by)
 		route_tenant_release_exec(a, j->tenant);
 		return rc;
 	}
-	route_tenant_release_pending(a, j->tenant);
+	route_tenant_release_pending(a, j->tenant, j->held_bytes);
 	j->slot = SLOT_EXEC;
 	publish_decision(j, "approved", by, NULL, at);
 	pthread_mutex_lock(&j->pmu);
@@ -1074,6 +1077,7 @@ static int park_locked(struct http_req *r, struct exec_job *j, const struct stor
 	struct route_execs *e = a->execs;
 	j->pend = pending_new(run, o->approval_timeout_ms);
 	j->slot = SLOT_PENDING;
+	j->held_bytes = o->held_bytes;
 	j->requested_by = row->requested_by ? xstrdup(row->requested_by) : NULL;
 	j->next = e->jobs;
 	e->jobs = j;
@@ -1120,6 +1124,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	struct app *a = r->app;
 	struct route_execs *e = a->execs;
 	bool withdrawn = false;
+	o->held_bytes = (int64_t)run->stdin_len;
 	int rc = begin_locked(r, row, o, &withdrawn);
 	if (rc != 1 || withdrawn) /* nothing runs: no files_changed */
 		sbx_snapshot_free(&o->before);

@@ -60,6 +60,7 @@ struct route_exec_opts {
 	int64_t max_execs;	     /* the tenant's concurrent commands (its policy) */
 	int64_t exec_queue;	     /* requests that may wait for one of them (routes/admit.h) */
 	int64_t approval_timeout_ms; /* with approval: rejected when no one decides by then */
+	int64_t held_bytes;	     /* set by route_execs_start: the inline stdin it keeps while it waits */
 };
 
 /* Start the command of r, or answer r from the earlier exec of the same
