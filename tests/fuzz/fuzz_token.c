@@ -36,12 +36,19 @@ static int lookup(void *ctx, const char *tenant, struct auth_key *key)
 {
 	(void)ctx;
 	if (strcmp(tenant, "acme") == 0) {
-		*key = (struct auth_key){AUTH_ALG_HS256, hs_secret, sizeof hs_secret - 1, false};
+		/* An approver key too, so the fuzzer reaches the kid "approver" path. */
+		*key = (struct auth_key){.alg = AUTH_ALG_HS256,
+					 .key = hs_secret,
+					 .key_len = sizeof hs_secret - 1,
+					 .approver_alg = AUTH_ALG_RS256,
+					 .approver_key = (const unsigned char *)rsa_pub,
+					 .approver_key_len = sizeof rsa_pub - 1};
 		return 0;
 	}
 	if (strcmp(tenant, "rsa1") == 0) {
-		*key = (struct auth_key){AUTH_ALG_RS256, (const unsigned char *)rsa_pub, sizeof rsa_pub - 1,
-					 false};
+		*key = (struct auth_key){.alg = AUTH_ALG_RS256,
+					 .key = (const unsigned char *)rsa_pub,
+					 .key_len = sizeof rsa_pub - 1};
 		return 0;
 	}
 	return -ENOENT;
