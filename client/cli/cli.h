@@ -47,6 +47,8 @@ void cli_term_write(struct cli_term *t, FILE *f, const char *data, size_t len);
 void cli_term_flush(struct cli_term *t, FILE *f);
 /* One whole string so (a command, a session key, an audit target). */
 void cli_term_puts(FILE *f, const char *s, size_t len);
+/* A C string so, then a line feed (a listed name, an error message). */
+void cli_term_line(FILE *f, const char *s);
 
 int cmd_exec(struct cli *c, int argc, char **argv);
 int cmd_cancel(struct cli *c, int argc, char **argv);

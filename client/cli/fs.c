@@ -92,10 +92,10 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 		} else if (set[0]) {
 			char t[40];
 			fmt_time(v[k].mtime, t, sizeof t);
-			printf("%-9s %12llu %s %s\n", type_name(v[k].type), (unsigned long long)v[k].size, t,
-			       v[k].name);
+			printf("%-9s %12llu %s ", type_name(v[k].type), (unsigned long long)v[k].size, t);
+			cli_term_line(stdout, v[k].name);
 		} else {
-			printf("%s\n", v[k].name);
+			cli_term_line(stdout, v[k].name); /* a name the sandbox's code chose */
 		}
 	}
 	if (arr)
@@ -131,7 +131,8 @@ int cmd_stat(struct cli *c, int argc, char **argv)
 		if (c->json) {
 			cli_print_json(o);
 		} else {
-			printf("%s: %s%s, %llu bytes, mode %s, modified %s\n", st.path, type_name(st.type),
+			cli_term_puts(stdout, st.path ? st.path : "", st.path ? strlen(st.path) : 0);
+			printf(": %s%s, %llu bytes, mode %s, modified %s\n", type_name(st.type),
 			       st.is_symlink ? " (via a symlink)" : "", (unsigned long long)st.size,
 			       st.has_mode ? mode : "-", st.has_mtime ? t : "-");
 			json_decref(o);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client/cli/cli.h"
+#include "common/buf.h"
 
 static const struct {
 	const char *name;
@@ -66,8 +67,27 @@ int cli_fail(struct cli *c, const char *what, int rc, const struct sbxc_err *err
 					 err && err->retry_hint[0] ? err->retry_hint : NULL, "status",
 					 (json_int_t)(err ? err->status : 0)));
 	}
-	fprintf(stderr, "sbx: %s: %s\n", what, msg);
+	/* Messages quote paths and names (some a command chose). */
+	fputs("sbx: ", stderr);
+	cli_term_puts(stderr, what, strlen(what));
+	fputs(": ", stderr);
+	cli_term_line(stderr, msg);
 	return CLI_FAIL;
+}
+
+/* JSON text with DEL and the C1 controls (U+0080-U+009F) escaped, which
+ * jansson leaves raw: a terminal may obey U+009B as CSI. Both occur only
+ * inside strings, where \u00XX means the same character. */
+static void json_escape_c1(struct buf *b, const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == 0x7f)
+			buf_appendf(b, "\\u007f");
+		else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+			buf_appendf(b, "\\u00%02x", *++p);
+		else
+			buf_append(b, (const char *)p, 1);
+	}
 }
 
 void cli_print_json(json_t *o)
@@ -75,8 +95,13 @@ void cli_print_json(json_t *o)
 	if (!o)
 		return;
 	char *s = json_dumps(o, JSON_COMPACT | JSON_ENCODE_ANY);
-	if (s)
-		puts(s);
+	if (s) {
+		struct buf b;
+		buf_init(&b, 6 * strlen(s) + 1);
+		json_escape_c1(&b, s);
+		puts(buf_cstr(&b));
+		buf_free(&b);
+	}
 	free(s);
 	json_decref(o);
 	fflush(stdout);

@@ -148,3 +148,9 @@ void cli_term_puts(FILE *f, const char *s, size_t len)
 	cli_term_write(&t, f, s, len);
 	cli_term_flush(&t, f);
 }
+
+void cli_term_line(FILE *f, const char *s)
+{
+	cli_term_puts(f, s ? s : "", s ? strlen(s) : 0);
+	fputc('\n', f);
+}

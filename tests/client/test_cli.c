@@ -398,6 +398,46 @@ static void test_json_outputs(void **state)
 	run_free(&r);
 }
 
+/* r exited with status, and its stdout (or stderr) shows want, with no ESC. */
+static void shown_safely(struct run r, int status, bool err, const char *want)
+{
+	const char *text = err ? r.err : r.out;
+	assert_int_equal(r.status, status);
+	assert_non_null(strstr(text, want));
+	assert_null(strchr(text, '\033'));
+	run_free(&r);
+}
+
+/* Names a command made, and messages that quote them, cannot drive the
+ * user's terminal either: a file named with an escape sequence (the
+ * sandbox's code chose it) is listed by ls, ls -l and stat, and quoted by
+ * an error, with its controls made visible; --json escapes C1 controls
+ * and DEL (JSON leaves them raw), which some terminals obey (U+009B is
+ * CSI). */
+static void test_names_and_json_neutralised(void **state)
+{
+	(void)state;
+	struct run r =
+	    SBX(tok, "-s", "names", "exec", "--", "touch \"$(printf 'n\\033]0;x\\007\\302\\233m\\177')\"");
+	assert_int_equal(r.status, 0);
+	run_free(&r);
+	shown_safely(SBX(tok, "-s", "names", "ls"), 0, false, "n^[]0;x^G<U+009B>m^?\n");
+	shown_safely(SBX(tok, "-s", "names", "ls", "-l"), 0, false, " n^[]0;x^G<U+009B>m^?\n");
+	shown_safely(SBX(tok, "-s", "names", "stat", "n\033]0;x\007\302\233m\177"), 0, false,
+		     "n^[]0;x^G<U+009B>m^?: file");
+	shown_safely(SBX(tok, "-s", "names", "cat", "gone\033]0;y\007"), 1, true, "gone^[]0;y^G");
+	r = SBX(tok, "-s", "names", "--json", "ls");
+	assert_int_equal(r.status, 0);
+	assert_null(strstr(r.out, "\302\233"));
+	assert_null(strchr(r.out, '\177'));
+	json_t *o = json_of(&r);
+	json_t *v = json_object_get(o, "entries");
+	assert_string_equal(json_string_value(json_object_get(json_array_get(v, 0), "name")),
+			    "n\033]0;x\007\302\233m\177");
+	json_decref(o);
+	run_free(&r);
+}
+
 static void test_errors_exit_non_zero(void **state)
 {
 	(void)state;
@@ -462,6 +502,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_exec_exit_codes_and_output),
 	    cmocka_unit_test(test_exec_neutralises_terminal_escapes),
+	    cmocka_unit_test(test_names_and_json_neutralised),
 	    cmocka_unit_test(test_exec_ctrl_c_cancels),
 	    cmocka_unit_test(test_cp_both_ways),
 	    cmocka_unit_test(test_json_outputs),
