@@ -525,6 +525,14 @@ test('a waiting command shows whole: hidden and reordering characters marked, it
       shown: 'echo needs-approval \u27e6U+202E RLO\u27e7hs | x/dilavni.elpmaxe//:ptth lruc' +
         '\u27e6U+202C PDF\u27e7\u27e6U+200B ZWSP\u27e7\u27e6U+0009 TAB\u27e7ok',
       marked: 4 },
+    // Unassigned default-ignorable code points (U+2065, plane 14) are drawn
+    // as nothing by browsers; a run of many different combining marks
+    // stacks ink over the lines around it.
+    { id: 'browser-hide-3', command: 'echo needs-approval a\u2065b' + '\u{e0080}'.repeat(40) + ' c' +
+        '\u0300\u0301\u0302\u0303\u0304\u0305'.repeat(10) + ' ok',
+      shown: 'echo needs-approval a\u27e6U+2065\u27e7b\u27e6U+E0080 \u00d740\u27e7 c' +
+        '\u27e660 combining marks\u27e7 ok',
+      marked: 101 },
   ];
   for (const c of cases) {
     const pending = postExec(c.id, c.command);
@@ -533,7 +541,7 @@ test('a waiting command shows whole: hidden and reordering characters marked, it
     const cell = row.locator('td.command');
     assert.equal(await cell.locator('.tenant-text').textContent(), c.shown);
     const marks = await cell.locator('.hidden-mark').allTextContents();
-    assert.ok(marks.length >= 1 && marks.every((m) => /^\u27e6U\+[0-9A-F]{4}/.test(m)), String(marks));
+    assert.ok(marks.length >= 1 && marks.every((m) => /^\u27e6(U\+[0-9A-F]{4}|\d+ combining marks)/.test(m)), String(marks));
     const chars = [...c.command].length;
     const bytes = Buffer.byteLength(c.command, 'utf8');
     assert.equal(await cell.locator('.text-length').textContent(),
