@@ -42,7 +42,8 @@ int route_exec_extras_check(struct http_req *r, const struct route_exec_extras *
 /* Add the fields that change what runs to the idempotency key (only
  * those set, so keys of plain requests stay what they were). */
 void route_exec_extras_hash(const struct route_exec_extras *x, json_t *canon);
-/* POST /exec with track_changes, at its start: the snapshot before the
+/* POST /exec with track_changes, once its fields and policy are read
+ * (a request refused for them does no file work): the snapshot before the
  * run walks the session directory (up to changes-max-files entries), so
  * it is taken on the file pool (http_pool_then), and POST /exec starts
  * again on the event thread with it. true when it was handed over (the

@@ -430,10 +430,14 @@ static int start(struct http_req *r, struct exec_request *q)
 int route_exec_post(struct http_req *r)
 {
 	struct exec_request q;
-	int rc = 0;
-	if (route_exec_snapshot_deferred(r, &rc)) /* track_changes: its file work first, on the pool */
+	int rc = parse_request(r, &q);
+	/* track_changes: its file work (the session, the first snapshot) on
+	 * the pool, once the request is known to be one that runs; this
+	 * starts again with the snapshot taken. */
+	if (rc == 0 && route_exec_snapshot_deferred(r, &rc)) {
+		request_clear(&q);
 		return rc;
-	rc = parse_request(r, &q);
+	}
 	if (rc == 0)
 		rc = check_cwd(r, &q);
 	if (rc == 0 && !r->tenant->provider) /* a remote tenant's images are the back's */

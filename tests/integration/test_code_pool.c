@@ -244,11 +244,29 @@ static void test_stat_answered_during_exec_snapshot(void **state)
 	assert_true(seen);
 }
 
+/* A POST /exec with track_changes that POST /exec refuses (a bad field,
+ * a policy's no) is refused before its file work: it neither walks nor
+ * creates its session, as the same request without track_changes does
+ * not (the snapshot's pool trip once came before the request was read). */
+static void test_refused_exec_makes_no_session(void **state)
+{
+	(void)state;
+	req_ok("POST", "/exec", tok_a, "ghost-field", "{\"command\": 7, \"track_changes\": true}", 400);
+	req_ok("POST", "/exec", tok_a, "ghost-policy",
+	       "{\"command\": \"true\", \"network\": true, \"track_changes\": true}", 403);
+	struct it_resp r;
+	assert_int_equal(it_http(&srv, "GET", "/sessions", tok_a, NULL, NULL, 0, &r), 0);
+	it_expect_status(&r, 200);
+	assert_null(strstr(r.body, "ghost"));
+	it_resp_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_stat_answered_during_code_inputs),
 	    cmocka_unit_test(test_stat_answered_during_exec_snapshot),
+	    cmocka_unit_test(test_refused_exec_makes_no_session),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
