@@ -362,7 +362,7 @@ static bool image_attached(const char *real, char *dev, size_t devsz)
 		sbx_diskimg_loop_file(nr, back, sizeof back);
 		found = strcmp(back, real) == 0;
 		if (found)
-			snprintf(dev, devsz, "%s", e->d_name);
+			snprintf(dev, devsz, "loop%u", nr);
 	}
 	if (d)
 		closedir(d);
