@@ -81,10 +81,10 @@ static void test_allowlist_grammar(void **state)
 {
 	(void)state;
 	static const char *const good[] = {
-	    "example.com",     "example.com:443",    "pypi.org:443, files.pythonhosted.org:443",
-	    "10.0.0.0/8",      "10.1.2.3:8000-8080", "127.0.0.1:1",
-	    "[::1]:53",	       "[fd00::/8]:53",	     " a.b , c.d:1-2 ",
-	    "localhost:65535", "x-y.example",	     "0.0.0.0/0",
+	    "example.com",     "example.com:443",     "pypi.org:443, files.pythonhosted.org:443",
+	    "10.0.0.0/8",      "10.1.2.3:8000-8080",  "127.0.0.1:1",
+	    "[::1]:53",	       "[fd12:3456::/32]:53", " a.b , c.d:1-2 ",
+	    "localhost:65535", "x-y.example",	      "0.0.0.0/0",
 	};
 	static const char *const bad[] = {
 	    "",
@@ -114,6 +114,8 @@ static void test_allowlist_grammar(void **state)
 	    /* the rules of sandbox/network.h: loopback only with a port, never metadata */
 	    "127.0.0.2:80",
 	    "169.254.169.254",
+	    /* a range holding a metadata address (fd00:ec2::254), issue 26 */
+	    "[fd00::/8]:53",
 	};
 	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
 		if (network_ok(good[i]) != 0)

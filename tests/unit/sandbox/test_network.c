@@ -325,11 +325,10 @@ static void test_allowlist(void **state)
 	expect_refused(f, allow, uc);
 	if (f->a6.fd >= 0)
 		expect_refused(f, allow, ua6); /* same port, the family not named */
-	expect_refused(f, allow, "http://169.254.169.254/");
-	expect_refused(f, allow, "http://169.254.169.254:8080/");
-	expect_refused(f, allow, "http://100.100.100.200/");
-	expect_refused(f, allow, "http://[fd00:ec2::254]/");
-	expect_refused(f, allow, "http://[fe80::1%25eth0]/");
+	/* The metadata and link-local ranges this allowlist must still
+	 * refuse are not dialled: tests send nothing to an address outside
+	 * the machine, not even to see it refused. test_netspec checks that
+	 * the ruleset rejects them ahead of every accept. */
 	free(allow);
 	/* The command cannot change its namespace: not its filter, not its
 	 * routes (the namespace is root's, the command has no capability). */
@@ -387,9 +386,15 @@ static void test_names(void **state)
 	int code;
 
 	need_net(f);
-	allow = xasprintf("localhost:%d", f->a.port);
 	ua = url("localhost", f->a.port);
 	ub = url("localhost", f->b.port);
+	/* A name resolving to the host's loopback reaches it only when a
+	 * literal entry names that address too (issue 26: whoever owns a
+	 * name chooses its addresses). */
+	allow = xasprintf("localhost:%d", f->a.port);
+	expect_refused(f, allow, ua);
+	free(allow);
+	allow = xasprintf("localhost:%d, 127.0.0.1:%d", f->a.port, f->a.port);
 	expect_body(f, allow, ua, "hello-from-A");
 	expect_refused(f, allow, ub);
 	free(allow);
