@@ -227,11 +227,21 @@ static int open_workspace(struct app *a, struct tenant *t)
 }
 
 /* The tenant-level provider its policy names (routes/provider.h): NULL for
- * bwrap and local. A policy that cannot be read fails the load. */
+ * bwrap and local. A policy that cannot be read fails the load; one
+ * stored that this binary cannot apply leaves the tenant loaded but
+ * unserved (503 naming why), its workspace not opened: which backend
+ * holds its files is not known, and its budgets are not either. */
 static int load_provider(struct app *a, struct tenant *t)
 {
 	struct route_policy p;
-	if (route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL) < 0)
+	int rc = route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL);
+	if (rc == -SBX_E_BACKEND) {
+		if (!t->unserved[0])
+			snprintf(t->unserved, sizeof t->unserved,
+				 "the tenant's stored policy cannot be applied (the operator must fix it)");
+		return 0;
+	}
+	if (rc < 0)
 		return -SBX_E_STORE; /* never a remote tenant's files served here */
 	t->provider = route_provider_new(a, t->name, &p);
 	t->store_max_bytes = p.store_max_bytes;

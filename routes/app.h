@@ -44,7 +44,7 @@ struct tenant {
 	int refs;			 /* under app->tenants_lock */
 	struct tenant_load *load;	 /* shared by every cached generation of this tenant */
 	int quota_rc;			 /* its disk quota could not be applied: -errno (routes/storage.c) */
-	char unserved[192];		 /* why the uid mode cannot serve it ("": served; then ws is NULL) */
+	char unserved[192];		 /* why it is not served here: uid mode, policy ("": served) */
 	char quota_why[256];		 /* why quota_rc (image mode) */
 	struct route_provider *provider; /* remote, ssh: files and commands elsewhere (routes/provider.h) */
 	int64_t store_max_bytes, store_max_rows; /* its store budget, from its policy at load (0: none) */
