@@ -456,6 +456,8 @@ static const struct {
     {"backend_unavailable", EHOSTDOWN},
     {"store_unavailable", EHOSTDOWN},
     {"insufficient_storage", ENOSPC},
+    {"quota_exceeded", EDQUOT},
+    {"store_budget_exceeded", EDQUOT},
     {"bad_request", EINVAL},
     {"method_not_allowed", EOPNOTSUPP},
 };

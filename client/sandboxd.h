@@ -120,8 +120,10 @@ struct sbxc_err {
  * conflict -EBUSY, token_used and token_expired -ESTALE, too_large -EFBIG,
  * not_text -EILSEQ, range_not_satisfiable -ERANGE, too_many_requests
  * -EAGAIN, backend_unavailable and store_unavailable -EHOSTDOWN,
- * insufficient_storage -ENOSPC, bad_request -EINVAL, method_not_allowed
- * -EOPNOTSUPP; any other code -EIO. */
+ * insufficient_storage -ENOSPC, quota_exceeded and store_budget_exceeded
+ * (the tenant's disk quota, its budget of the server's records) -EDQUOT,
+ * bad_request -EINVAL, method_not_allowed -EOPNOTSUPP; any other code
+ * -EIO. */
 SBXC_API int sbxc_errno_of_code(const char *code);
 /* A one-line description of a failed call for people ("not_found: no such
  * file: a.txt"), into buf; returns buf. */

@@ -238,6 +238,10 @@ static void test_wire_errors(void **state)
 	assert_true(e.retry_hint[0] != '\0'); /* names /fs/read_buffer */
 	char text[1024];
 	assert_non_null(strstr(sbxc_err_text(&e, -EILSEQ, text, sizeof text), "not_text"));
+	/* the 507s a tenant can cause itself keep their meaning (issue 26) */
+	assert_int_equal(sbxc_errno_of_code("quota_exceeded"), -EDQUOT);
+	assert_int_equal(sbxc_errno_of_code("store_budget_exceeded"), -EDQUOT);
+	assert_int_equal(sbxc_errno_of_code("insufficient_storage"), -ENOSPC);
 	/* a token for another tenant's name: 403 before anything runs */
 	struct sbxc *wrong = ct_client(srv.base, tok, &(struct sbxc_opts){.tenant = "globex"});
 	bool yes;
