@@ -312,7 +312,8 @@ fail:
  * its name): nothing of it may serve the next life. Its commands are
  * killed (no process of its uid stays), its events forgotten, its disk
  * image let go. name comes from the store, not from a request. */
-static void life_ended(struct app *a, const char *name, int64_t incarnation, bool removed)
+static void life_ended(struct app *a, const char *name, int64_t incarnation, bool removed,
+		       bool forget_storage)
 {
 	log_msg("info", "tenant %s (life %lld) %s: its commands are stopped and its events dropped", name,
 		(long long)incarnation, removed ? "was removed" : "was removed and added again");
@@ -320,7 +321,27 @@ static void life_ended(struct app *a, const char *name, int64_t incarnation, boo
 		route_execs_stop_life(a->execs, name, incarnation);
 	if (a->hub)
 		http_hub_forget_tenant(a->hub, name);
-	route_storage_forget(a, name);
+	if (forget_storage)
+		route_storage_forget(a, name);
+}
+
+/* Take the cached entry of name's life incarnation out of the cache (in
+ * use: orphaned, freed by its last put), so that the next use loads the
+ * store's and no one finds the ended life again. Caller holds
+ * tenants_lock. */
+static void drop_life_locked(struct app *a, const char *name, int64_t incarnation)
+{
+	for (size_t i = 0; i < a->ntenants; i++) {
+		struct tenant *t = a->tenants[i];
+		if (strcmp(t->name, name) != 0 || t->incarnation != incarnation)
+			continue;
+		if (t->refs == 0)
+			tenant_free(t);
+		else
+			t->loaded_at_ms = -1;
+		a->tenants[i] = a->tenants[--a->ntenants];
+		return;
+	}
 }
 
 /* Another process (`sandboxd tenant add|remove|set`) changed the store:
@@ -345,10 +366,14 @@ static void recheck_cache(struct app *a)
 	for (size_t i = 0; i < n; i++) {
 		struct store_tenant st;
 		int rc = store_tenant_get(a->store, names[i], &st);
-		if (rc == 0 && st.incarnation != lives[i])
-			life_ended(a, names[i], lives[i], false);
-		else if (rc == -ENOENT)
-			life_ended(a, names[i], lives[i], true);
+		bool ended = (rc == 0 && st.incarnation != lives[i]) || rc == -ENOENT;
+		if (ended) {
+			pthread_mutex_lock(&a->tenants_lock);
+			drop_life_locked(a, names[i], lives[i]);
+			pthread_mutex_unlock(&a->tenants_lock);
+			/* No new life is loaded yet: what is attached is the old one's. */
+			life_ended(a, names[i], lives[i], rc == -ENOENT, true);
+		}
 		if (rc == 0)
 			store_tenant_clear(&st);
 	}
@@ -412,8 +437,10 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 		*out = fresh;
 	}
 	pthread_mutex_unlock(&a->tenants_lock);
-	if (removed || readded) /* a name from the store, not from a request */
-		life_ended(a, name, ended, removed);
+	/* A name from the store, not from a request. Re-added: the new
+	 * life's image is attached now (load), and stays. */
+	if (removed || readded)
+		life_ended(a, name, ended, removed, removed);
 	return rc;
 }
 

@@ -372,6 +372,41 @@ static void test_tenant_remove_releases_the_loop(void **state)
 	free(img);
 }
 
+/* A tenant removed and added again while the server still holds the
+ * old life gets an image of its own, and keeps it mounted: the server's
+ * noticing that the old life ended must not let go of the new life's
+ * image (issue 26 review: it unmounted it right after mounting it). */
+static void test_readded_keeps_its_image(void **state)
+{
+	(void)state;
+	int st = 0;
+	free(it_cli(&srv, &st, "tenant add kit"));
+	assert_int_equal(st, 0);
+	char *tok = it_token(&srv, "kit", "exec fs:read fs:write");
+	json_t *r = ex_run(&srv, tok, "echo old > /workspace/f && echo ok");
+	assert_string_equal(ex_stdout_ok(r), "ok\n");
+	json_decref(r);
+	free(tok);
+	char *ws = ws_of("kit");
+	assert_int_equal(srv_mounts_of(ws), 1);
+	/* Both before the server hears of either. */
+	free(it_cli(&srv, &st, "tenant remove kit"));
+	assert_int_equal(st, 0);
+	free(it_cli(&srv, &st, "tenant add kit"));
+	assert_int_equal(st, 0);
+	tok = it_token(&srv, "kit", "exec fs:read fs:write");
+	r = ex_run(&srv, tok, "cat /workspace/f 2>/dev/null; echo new > /workspace/f && echo ok");
+	assert_string_equal(ex_stdout_ok(r), "ok\n"); /* nothing of the old life */
+	json_decref(r);
+	assert_int_equal(srv_mounts_of(ws), 1);
+	r = ex_run(&srv, tok, "cat /workspace/f");
+	assert_string_equal(ex_stdout_ok(r), "new\n");
+	json_decref(r);
+	assert_int_equal(srv_mounts_of(ws), 1);
+	free(tok);
+	free(ws);
+}
+
 /* A workspace with files from before image mode is not hidden under an
  * empty image: the tenant is refused (503, saying why) and its files
  * stay as they were. */
@@ -505,6 +540,7 @@ int main(void)
 	    cmocka_unit_test(test_restarts_keep_files_without_stacking),
 	    cmocka_unit_test(test_quota_grows_and_refuses_shrink),
 	    cmocka_unit_test(test_tenant_remove_releases_the_loop),
+	    cmocka_unit_test(test_readded_keeps_its_image),
 	    cmocka_unit_test(test_existing_files_are_not_hidden),
 	    cmocka_unit_test(test_start_sweeps_old_host_mounts),
 	    cmocka_unit_test(test_crash_releases_mounts),
