@@ -23,7 +23,7 @@ bool srv_leftovers_present(const struct sbx_config *cfg, const char *name)
 }
 
 /* removed/ under the data directory: 0700, so that no tenant's uid can
- * reach what was moved there (a workspace is 0755 inside). */
+ * reach what was moved there (a workspace moved there by an older version may still be 0755). */
 static int removed_dir(const struct sbx_config *cfg, char **out)
 {
 	char *dir = xasprintf("%s/removed", cfg->data_dir);
