@@ -68,8 +68,8 @@ struct store_tenant {
 	bool operator_tenant;
 	int64_t slot; /* sandbox uid = uid_base + slot; assigned by add */
 	int64_t created_at;
-	int64_t incarnation; /* this life of the name (tenant_lives.id): assigned by add, never reused */
-	char approver_alg[8];	     /* "" when no approver key is registered */
+	int64_t incarnation;  /* this life of the name (tenant_lives.id): assigned by add, never reused */
+	char approver_alg[8]; /* "" when no approver key is registered */
 	unsigned char *approver_key; /* owned; NULL when none */
 	size_t approver_key_len;
 };
