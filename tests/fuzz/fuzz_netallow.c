@@ -57,12 +57,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_entry(&a.e[i]);
 	buf_init(&rules, 1 << 22);
 	buf_init(&ports, 1 << 22);
-	if (sbx_net_ruleset(a.e, a.n, &rules) != 0 || sbx_net_pasta_ports(a.e, a.n, &ports) != 0)
+	if (sbx_net_ruleset(a.e, a.n, NULL, &rules) != 0 || sbx_net_pasta_ports(a.e, a.n, &ports) != 0)
 		abort();
 	if (strcmp(buf_cstr(&ports), "none") != 0 && strspn(buf_cstr(&ports), "0123456789,-") != ports.len)
 		abort();
-	/* names never reach the ruleset; addresses come from inet_ntop */
-	if (strspn(buf_cstr(&rules), "abcdefghijklmnopqrstuvwxyz0123456789 \t\n{}:;,./-\"") != rules.len)
+	/* names never reach the ruleset; addresses come from inet_ntop (and
+	 * "oif != lo" from the connection bounds) */
+	if (strspn(buf_cstr(&rules), "abcdefghijklmnopqrstuvwxyz0123456789 \t\n{}:;,./-\"!=") != rules.len)
 		abort();
 	buf_free(&rules);
 	buf_free(&ports);
