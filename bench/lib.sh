@@ -232,6 +232,10 @@ start_sandboxd() {
 		sed -n 's/.*"path":"\/workspace\/\([^"]*\)\/.bench-probe".*/\1/p')
 	[ -n "$p" ] || die "PUT /fs/write probe failed"
 	SBX_SESSION_DIR=$SBX_DATA/tenants/acme/workspace/$p
+	# With a disk image per tenant the workspace is mounted in the
+	# server's own mount namespace (sandbox/diskimg_ns.c): seen from the
+	# host through the server's root.
+	[ -d "$SBX_SESSION_DIR" ] || SBX_SESSION_DIR=/proc/$SBX_PID/root$(realpath "$SBX_DATA")/tenants/acme/workspace/$p
 	[ -d "$SBX_SESSION_DIR" ] || die "session dir $SBX_SESSION_DIR missing"
 	log "sandboxd pid $SBX_PID on $SBX_URL ($backend), data $SBX_DATA"
 }
