@@ -669,7 +669,8 @@ int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *c
 	b->ops = ops;
 	pthread_mutex_init(&b->net_mu, NULL);
 	b->cgroup_root = xstrdup(cfg->cgroup_root ? cfg->cgroup_root : "sandboxd/default");
-	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe(b->cgroup_root);
+	struct sbx_cgroup_caps caps;
+	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe(b->cgroup_root, &caps) == 0;
 	b->cgroup_lock = -1;
 	if (b->cgroups && !cfg->cgroup_shared) {
 		b->cgroup_lock = sbx_cgroup_claim(b->cgroup_root);
@@ -830,7 +831,7 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 			rc = -SBX_E_BACKEND;
 		}
 		if (cgroup_made)
-			sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
+			sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, NULL);
 	} else if (net) {
 		net_keep(b, req->seq, net);
 		net = NULL;
@@ -852,7 +853,7 @@ void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req)
 	if (req->net_allow)
 		net_down(b, req->seq);
 	if (b->cgroups)
-		sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq);
+		sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, NULL);
 }
 
 int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
@@ -871,11 +872,10 @@ int sbx_backend_tenant_cpu(struct sbx_backend *b, uid_t uid, uint64_t *usage_ns,
 
 bool sbx_backend_cpu(const struct sbx_backend *b, bool *usage)
 {
-	const char *acct = NULL;
-	bool on = b && b->cgroups && sbx_cgroup_cpu(&acct);
+	const struct sbx_cgroup_caps *c = sbx_cgroup_caps();
 	if (usage)
-		*usage = b && b->cgroups && acct;
-	return on;
+		*usage = b && b->cgroups && c->cpu_usage;
+	return b && b->cgroups && c->cpu;
 }
 
 int sbx_backend_sweep(struct sbx_backend *b)
@@ -888,6 +888,11 @@ void sbx_backend_kept_groups(const struct sbx_backend *b, unsigned *busy, unsign
 	*busy = *idle = 0;
 	if (b && b->cgroups)
 		sbx_cgroup_kept(b->cgroup_root, busy, idle);
+}
+
+bool sbx_backend_contained(const struct sbx_backend *b)
+{
+	return b && b->cgroups;
 }
 
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b)
@@ -914,8 +919,10 @@ int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz)
 	if (!b)
 		return -EINVAL;
 	rc = b->ops->health(b, part, sizeof(part));
+	const char *ver = sbx_cgroup_caps()->version == 2 ? "v2" : "v1";
 	if (msg && msgsz)
-		snprintf(msg, msgsz, "%s; cgroup %s%s; rlimits on", part,
-			 b->cgroups ? "memory+pids v1" : "none", sbx_backend_cpu(b, NULL) ? ", cpu v1" : "");
+		snprintf(msg, msgsz, "%s; cgroup %s%s%s%s; rlimits on", part,
+			 b->cgroups ? "memory+pids " : "none", b->cgroups ? ver : "",
+			 sbx_backend_cpu(b, NULL) ? ", cpu " : "", sbx_backend_cpu(b, NULL) ? ver : "");
 	return rc;
 }

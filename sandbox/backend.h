@@ -20,6 +20,14 @@ struct sbx_limits {
 	uint64_t tenant_mem_bytes;
 	uint64_t tenant_nproc;
 	uint64_t tenant_cpu_millicores; /* CFS quota: 1000 = one core's time */
+	/* The tenant's I/O budget on its own disk (io_dev, the loop device of
+	 * its disk image; 0: none, then these are ignored): bytes and
+	 * operations per second, read and write; 0: none. cgroup v2 io.max
+	 * (v1 blkio.throttle where the host has it); a budget that cannot be
+	 * applied refuses the command. */
+	uint64_t tenant_io_read_bps, tenant_io_write_bps;
+	uint64_t tenant_io_read_iops, tenant_io_write_iops;
+	dev_t io_dev;
 };
 
 struct sbx_spawn_req {
@@ -145,6 +153,11 @@ bool sbx_backend_cpu(const struct sbx_backend *b, bool *usage);
 /* The command cgroups kept for reuse (sandbox/cgroup.h): busy holding a
  * command, idle waiting for the tenant's next one; 0 and 0 without cgroups. */
 void sbx_backend_kept_groups(const struct sbx_backend *b, unsigned *busy, unsigned *idle);
+
+/* Whether b's commands run inside cgroups (the layer's driver in use);
+ * false: rlimits only (use-cgroups off, not root, or a host without a
+ * usable hierarchy), which the server then reports as uncontained. */
+bool sbx_backend_contained(const struct sbx_backend *b);
 
 /* Commands refused because their limits could not be applied. */
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);

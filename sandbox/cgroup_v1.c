@@ -1,4 +1,17 @@
-#include "sandbox/cgroup.h"
+/* The cgroup layer's v1 driver (sandbox/cgroup.h): memory and pids
+ * limits, and the CPU budget where the host has the v1 cpu (and cpuacct)
+ * hierarchies (the hierarchies a hybrid host gives root; its v2 mount has
+ * no controllers):
+ *
+ *     /sys/fs/cgroup/{memory,pids,cpu,cpuacct}/<root>/u<uid>/j<n>
+ *
+ * (cpu and cpuacct mounted together, "cpu,cpuacct", are one hierarchy.)
+ * A command's emptied group is kept for the tenant's next command when it
+ * is verifiably empty and clean (below: what is checked and reset), else
+ * removed; an existing j<seq> that is not such a kept group is a
+ * leftover, removed first, and a control file in its place is refused.
+ * The kept groups and the parents' memo are behind mutexes. */
+#include "sandbox/cgroup_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +33,6 @@
 #include "sandbox/backend.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
-#define CG_NAME_MAX 200
 
 /* The hierarchies, in the order their cgroup.procs fds are returned.
  * memory and pids are required (sbx_cgroup_probe fails without them); cpu
@@ -53,53 +65,6 @@ static pthread_mutex_t layout_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define CPU_PERIOD_US 100000 /* the kernel's default CFS period, written explicitly */
 #define CPU_SHARES "1024"    /* every tenant the same: equal shares under contention */
-
-static int write_file(const char *path, const char *s)
-{
-	size_t len = strlen(s);
-	ssize_t n;
-	int fd, rc = 0;
-
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = write(fd, s, len);
-	if (n < 0)
-		rc = -errno;
-	else if ((size_t)n != len)
-		rc = -EIO;
-	close(fd);
-	return rc;
-}
-
-static bool name_ok(const char *name)
-{
-	size_t i, len, comp = 0;
-
-	if (!name)
-		return false;
-	len = strlen(name);
-	if (len == 0 || len > CG_NAME_MAX || name[0] == '/' || name[len - 1] == '/')
-		return false;
-	for (i = 0; i <= len; i++) {
-		char c = name[i];
-
-		if (c == '/' || c == '\0') {
-			const char *start = name + i - comp;
-
-			if (comp == 0 || (comp == 1 && start[0] == '.') ||
-			    (comp == 2 && start[0] == '.' && start[1] == '.'))
-				return false;
-			comp = 0;
-			continue;
-		}
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-' || c == '.'))
-			return false;
-		comp++;
-	}
-	return true;
-}
 
 /* mkdir -p of <CG_ROOT>/<hier>/<rel>; each step must end as a directory
  * (EEXIST of a control file is not success). */
@@ -211,20 +176,20 @@ static int set_budget(size_t i, const char *rel, uint64_t budget)
 	switch (i) {
 	case H_CPU:
 		snprintf(file, sizeof(file), "%s/cpu.shares", dir);
-		rc = write_file(file, CPU_SHARES);
+		rc = sbx_cgroup_write_file(file, CPU_SHARES);
 		snprintf(file, sizeof(file), "%s/cpu.cfs_period_us", dir);
 		snprintf(val, sizeof(val), "%d", CPU_PERIOD_US);
 		if (rc == 0)
-			rc = write_file(file, val);
+			rc = sbx_cgroup_write_file(file, val);
 		snprintf(file, sizeof(file), "%s/cpu.cfs_quota_us", dir);
 		snprintf(val, sizeof(val), "%" PRIu64, budget * (CPU_PERIOD_US / 1000));
-		return rc < 0 ? rc : write_file(file, budget ? val : "-1");
+		return rc < 0 ? rc : sbx_cgroup_write_file(file, budget ? val : "-1");
 	case H_CPUACCT:
 		return 0;
 	default:
 		snprintf(file, sizeof(file), "%s/%s", dir, ctrls[i].limit_file);
 		snprintf(val, sizeof(val), "%" PRIu64, budget);
-		return write_file(file, budget ? val : i == H_PIDS ? "max" : "-1");
+		return sbx_cgroup_write_file(file, budget ? val : i == H_PIDS ? "max" : "-1");
 	}
 }
 
@@ -288,52 +253,26 @@ static int ensure_parent(size_t i, const char *root, const char *rel, uid_t uid,
 	return rc;
 }
 
-/* A small control file whole into buf (NUL-terminated). */
-static int read_text(const char *path, char *buf, size_t bufsz)
-{
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, bufsz - 1);
-	close(fd);
-	if (n <= 0)
-		return n < 0 ? -errno : -EIO;
-	buf[n] = '\0';
-	return 0;
-}
-
-static int read_u64(const char *path, uint64_t *out)
-{
-	char buf[64];
-	int rc = read_text(path, buf, sizeof buf);
-
-	if (rc == 0)
-		*out = strtoull(buf, NULL, 10);
-	return rc;
-}
-
-int sbx_cgroup_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
+static int v1_tenant_usage(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
 {
 	char path[600];
 	int rc;
 
-	if (!name_ok(root))
+	if (!sbx_cgroup_name_ok(root))
 		return -EINVAL;
 	snprintf(path, sizeof(path), CG_ROOT "/memory/%s/u%u/memory.usage_in_bytes", root, (unsigned)uid);
-	rc = read_u64(path, mem_bytes);
+	rc = sbx_cgroup_read_u64(path, mem_bytes);
 	if (rc < 0)
 		return rc;
 	snprintf(path, sizeof(path), CG_ROOT "/pids/%s/u%u/pids.current", root, (unsigned)uid);
-	return read_u64(path, nproc);
+	return sbx_cgroup_read_u64(path, nproc);
 }
 
 /* "throttled_time N" of a v1 cpu.stat (nanoseconds). */
 static int read_throttled(const char *path, uint64_t *out)
 {
 	char buf[512];
-	int rc = read_text(path, buf, sizeof buf);
+	int rc = sbx_cgroup_read_text(path, buf, sizeof buf);
 	const char *p = rc == 0 ? strstr(buf, "throttled_time ") : NULL;
 
 	if (rc == 0 && !p)
@@ -343,18 +282,18 @@ static int read_throttled(const char *path, uint64_t *out)
 	return rc;
 }
 
-int sbx_cgroup_tenant_cpu(const char *root, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns)
+static int v1_tenant_cpu(const char *root, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns)
 {
 	char path[600];
 	int rc;
 
-	if (!name_ok(root))
+	if (!sbx_cgroup_name_ok(root))
 		return -EINVAL;
 	if (!layout.acct_dir)
 		return -ENOTSUP;
 	snprintf(path, sizeof(path), CG_ROOT "/%s/%s/u%u/cpuacct.usage", layout.acct_dir, root,
 		 (unsigned)uid);
-	rc = read_u64(path, usage_ns);
+	rc = sbx_cgroup_read_u64(path, usage_ns);
 	*throttled_ns = 0;
 	if (rc < 0 || !layout.dir[H_CPU][0])
 		return rc;
@@ -407,9 +346,9 @@ static void probe_cpu(const char *root)
 	layout.acct_dir = layout.dir[H_CPUACCT][0] ? layout.dir[H_CPUACCT] : same ? layout.dir[H_CPU] : NULL;
 }
 
-bool sbx_cgroup_probe(const char *root)
+static bool probe_layout(const char *root)
 {
-	bool ok = name_ok(root);
+	bool ok = sbx_cgroup_name_ok(root);
 
 	pthread_mutex_lock(&layout_mu);
 	for (size_t i = H_MEMORY; ok && i <= H_PIDS; i++)
@@ -418,13 +357,6 @@ bool sbx_cgroup_probe(const char *root)
 		probe_cpu(root);
 	pthread_mutex_unlock(&layout_mu);
 	return ok;
-}
-
-bool sbx_cgroup_cpu(const char **acct)
-{
-	if (acct)
-		*acct = layout.acct_dir;
-	return layout.dir[H_CPU][0] != '\0';
 }
 
 /* ---- the groups kept for a tenant's next command ----
@@ -600,7 +532,7 @@ static struct leaf *pool_track(const char *root, uid_t uid, uint64_t seq, const 
 	return slot;
 }
 
-void sbx_cgroup_kept(const char *root, unsigned *busy, unsigned *idle)
+static void v1_kept(const char *root, unsigned *busy, unsigned *idle)
 {
 	*busy = *idle = 0;
 	pthread_mutex_lock(&pool_mu);
@@ -697,7 +629,7 @@ static int leaf_open(struct leaf *l)
 }
 
 /* A control file read again through its open fd (ENODEV: the group is gone). */
-static int pread_u64(int fd, uint64_t *out)
+static int psbx_cgroup_read_u64(int fd, uint64_t *out)
 {
 	char buf[32];
 	ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
@@ -713,7 +645,7 @@ static int pread_u64(int fd, uint64_t *out)
 static int leaf_residue_ok(const struct leaf *l, uint64_t mem_limit)
 {
 	uint64_t charged = 0, cap = RESIDUAL_MAX;
-	int rc = pread_u64(l->usage, &charged);
+	int rc = psbx_cgroup_read_u64(l->usage, &charged);
 	if (mem_limit && mem_limit / 64 < cap)
 		cap = mem_limit / 64;
 	return rc < 0 ? rc : charged > cap ? -ENOSPC : 0;
@@ -759,7 +691,7 @@ static int set_limit(const struct leaf *l, size_t i, uint64_t v)
 		snprintf(val, sizeof val, "%" PRIu64, v);
 	else
 		snprintf(val, sizeof val, "%s", i == H_PIDS ? "max" : "-1");
-	return write_file(path, val);
+	return sbx_cgroup_write_file(path, val);
 }
 
 /* A kept group made ready for the next command: still empty and clean,
@@ -769,7 +701,7 @@ static int leaf_reuse(struct leaf *l, const struct sbx_limits *lim, int fds[SBX_
 {
 	const uint64_t want[2] = {lim->mem_bytes, lim->nproc}; /* H_MEMORY, H_PIDS */
 	uint64_t tasks = 0;
-	int rc = pread_u64(l->tasks, &tasks), n = 0;
+	int rc = psbx_cgroup_read_u64(l->tasks, &tasks), n = 0;
 	if (rc == 0 && tasks)
 		return -EBUSY; /* zombies not yet reaped by PID 1: later */
 	if (rc == 0)
@@ -794,7 +726,7 @@ static int leaf_reuse(struct leaf *l, const struct sbx_limits *lim, int fds[SBX_
 static void leaf_drop(struct leaf *l)
 {
 	uint64_t v;
-	bool gone = l->tasks >= 0 && pread_u64(l->tasks, &v) == -ENODEV;
+	bool gone = l->tasks >= 0 && psbx_cgroup_read_u64(l->tasks, &v) == -ENODEV;
 	char path[600];
 	for (size_t i = 0; i < H_N && !gone; i++)
 		if (layout.dir[i][0] &&
@@ -880,7 +812,7 @@ static int prepare_one(size_t i, const char *root, const char *rel, uid_t uid, u
 	if (v && ctrls[i].limit_file) {
 		snprintf(file, sizeof(file), "%s/%s", path, ctrls[i].limit_file);
 		snprintf(val, sizeof(val), "%" PRIu64, v);
-		rc = write_file(file, val);
+		rc = sbx_cgroup_write_file(file, val);
 		if (rc < 0)
 			return rc;
 	}
@@ -889,9 +821,14 @@ static int prepare_one(size_t i, const char *root, const char *rel, uid_t uid, u
 	return *fd < 0 ? -errno : 0;
 }
 
-int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
-		       int fds[SBX_CGROUP_MAX])
+static int v1_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+		      int fds[SBX_CGROUP_MAX])
 {
+	/* A budget this host cannot enforce refuses the command. */
+	if ((lim->tenant_cpu_millicores && !layout.dir[H_CPU][0]) ||
+	    (lim->io_dev && (lim->tenant_io_read_bps || lim->tenant_io_write_bps ||
+			     lim->tenant_io_read_iops || lim->tenant_io_write_iops)))
+		return -EOPNOTSUPP;
 	char rel[300], path[600];
 	bool made[H_N] = {false};
 	size_t i;
@@ -899,7 +836,7 @@ int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct s
 
 	for (i = 0; i < SBX_CGROUP_MAX; i++)
 		fds[i] = -1;
-	if (!name_ok(root))
+	if (!sbx_cgroup_name_ok(root))
 		return -EINVAL;
 	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
 	for (i = 0; i < H_N && rc == 0; i++) /* the budgets apply to kept groups too */
@@ -936,15 +873,17 @@ static int helper_path(char *out, size_t outsz, const char *hier, const char *ro
 	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
 }
 
-int sbx_cgroup_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
-			      int fds[SBX_CGROUP_MAX])
+static void v1_helper_remove(const char *root, uid_t uid, uint64_t seq);
+
+static int v1_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+			     int fds[SBX_CGROUP_MAX])
 {
 	char rel[300], path[600], file[640];
 	int n = 0, rc = 0;
 
 	for (size_t i = 0; i < SBX_CGROUP_MAX; i++)
 		fds[i] = -1;
-	if (!name_ok(root))
+	if (!sbx_cgroup_name_ok(root))
 		return -EINVAL;
 	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
 	for (size_t i = 0; i < H_N && rc == 0; i++) {
@@ -966,15 +905,15 @@ int sbx_cgroup_helper_prepare(const char *root, uid_t uid, uint64_t seq, const s
 			close(fds[i]);
 		fds[i] = -1;
 	}
-	sbx_cgroup_helper_remove(root, uid, seq);
+	v1_helper_remove(root, uid, seq);
 	return rc;
 }
 
-void sbx_cgroup_helper_remove(const char *root, uid_t uid, uint64_t seq)
+static void v1_helper_remove(const char *root, uid_t uid, uint64_t seq)
 {
 	char path[600];
 
-	if (!name_ok(root))
+	if (!sbx_cgroup_name_ok(root))
 		return;
 	for (size_t i = 0; i < H_N; i++) {
 		if (layout.dir[i][0] && helper_path(path, sizeof(path), layout.dir[i], root, uid, seq) == 0)
@@ -982,11 +921,13 @@ void sbx_cgroup_helper_remove(const char *root, uid_t uid, uint64_t seq)
 	}
 }
 
-void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq)
+static void v1_remove(const char *root, uid_t uid, uint64_t seq, struct sbx_cgroup_outcome *out)
 {
 	char path[600];
 
-	if (!name_ok(root))
+	(void)out; /* why the command ended: not read on v1 yet */
+
+	if (!sbx_cgroup_name_ok(root))
 		return;
 	struct leaf *l = pool_find(root, uid, seq);
 	if (l && leaf_clean(l) == 0) {
@@ -1030,12 +971,12 @@ static int sweep_dir(const char *dir, int depth)
 	return removed;
 }
 
-int sbx_cgroup_claim(const char *root)
+static int v1_claim(const char *root)
 {
 	char path[512];
 	int fd;
 
-	if (!name_ok(root))
+	if (!sbx_cgroup_name_ok(root))
 		return -EINVAL;
 	snprintf(path, sizeof(path), CG_ROOT "/pids/%s", root);
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1050,12 +991,12 @@ int sbx_cgroup_claim(const char *root)
 	return fd;
 }
 
-int sbx_cgroup_sweep(const char *root)
+static int v1_sweep(const char *root)
 {
 	char path[512];
 	int removed = 0;
 
-	if (!name_ok(root))
+	if (!sbx_cgroup_name_ok(root))
 		return 0;
 	parents_forget_root(root);
 	pool_forget_root(root);
@@ -1068,12 +1009,12 @@ int sbx_cgroup_sweep(const char *root)
 	return removed;
 }
 
-void sbx_cgroup_release(const char *root, int lock_fd)
+static void v1_release(const char *root, int lock_fd)
 {
 	char path[512];
 
-	if (name_ok(root)) {
-		sbx_cgroup_sweep(root);
+	if (sbx_cgroup_name_ok(root)) {
+		v1_sweep(root);
 		for (size_t i = 0; i < H_N; i++) {
 			if (!layout.dir[i][0])
 				continue;
@@ -1084,3 +1025,39 @@ void sbx_cgroup_release(const char *root, int lock_fd)
 	if (lock_fd >= 0)
 		close(lock_fd);
 }
+
+static int v1_probe(const char *root, struct sbx_cgroup_caps *caps)
+{
+	if (!probe_layout(root)) {
+		snprintf(caps->why, sizeof caps->why,
+			 "/sys/fs/cgroup/memory and /sys/fs/cgroup/pids are not v1 hierarchies this process "
+			 "can write (run as root on a host with them, or on a cgroup v2 host)");
+		return -ENOTSUP;
+	}
+	caps->version = 1;
+	caps->memory = caps->pids = true;
+	caps->cpu = layout.dir[H_CPU][0] != '\0';
+	caps->cpu_usage = layout.acct_dir != NULL;
+	caps->io = false;
+	caps->psi = false;
+	snprintf(caps->why, sizeof caps->why, "%s%s",
+		 caps->cpu ? "" : "no writable v1 cpu hierarchy: no CPU budget; ",
+		 "no v1 blkio: no I/O budget");
+	return 0;
+}
+
+const struct sbx_cgroup_driver sbx_cgroup_v1 = {
+    .name = "v1",
+    .probe = v1_probe,
+    .prepare = v1_prepare,
+    .helper_prepare = v1_helper_prepare,
+    .helper_remove = v1_helper_remove,
+    .remove = v1_remove,
+    .tenant_usage = v1_tenant_usage,
+    .tenant_cpu = v1_tenant_cpu,
+    .tenant_pressure = NULL,
+    .kept = v1_kept,
+    .claim = v1_claim,
+    .sweep = v1_sweep,
+    .release = v1_release,
+};
