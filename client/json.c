@@ -55,6 +55,9 @@ void sbxc__result_from(json_t *o, struct sbxc_result *r)
 	sbxc__jcopy(o, "started_at", r->started_at, sizeof r->started_at);
 	sbxc__jcopy(o, "finished_at", r->finished_at, sizeof r->finished_at);
 	r->duration_ms = sbxc__jint(o, "duration_ms", 0);
+	r->oom_killed = sbxc__jbool(o, "oom_killed");
+	r->pids_limited = sbxc__jbool(o, "pids_limited");
+	r->uncontained = sbxc__jbool(o, "uncontained");
 }
 
 void sbxc_result_clear(struct sbxc_result *r)

@@ -323,6 +323,11 @@ struct sbxc_result {
 	char *stdout_spill, *stderr_spill; /* workspace paths of the full streams, or NULL */
 	char started_at[40], finished_at[40];
 	int64_t duration_ms;
+	/* Why it ended, as the server's cgroups saw it: the OOM killer ended
+	 * a process of it (its memory limit or its tenant's budget), a fork
+	 * of it was refused by a pids limit; uncontained: it ran without
+	 * cgroups (rlimits only). false from a server that does not say. */
+	bool oom_killed, pids_limited, uncontained;
 };
 SBXC_API void sbxc_result_clear(struct sbxc_result *r);
 

@@ -782,12 +782,9 @@ void http_hub_channel_exit(struct http_hub *h, struct http_hub_channel *c, json_
 		json_decref(fd);
 		/* The owner's request (POST /exec with stream: true) is audited
 		 * with the exit code, like any other exec. */
-		json_t *code = json_object_get(result, "exit_code");
 		for (struct sub *s = c->subs; s; s = s->gnext)
-			if (s->cancel_handle && !s->req_gone && json_is_integer(code)) {
-				s->r->has_exit_code = true;
-				s->r->exit_code = (int)json_integer_value(code);
-			}
+			if (s->cancel_handle && !s->req_gone)
+				http_set_exec_result(s->r, result);
 	} else if (error) {
 		/* Not "error": EventSource reserves that name for its own. */
 		publish(h, c, "exec_error", MSG_FINAL, error, NULL);

@@ -88,6 +88,18 @@ void http_set_target(struct http_req *r, const char *target)
 	r->target = utf8_valid(target, n) ? xstrdup(target) : utf8_sanitize(target, n, &n);
 }
 
+void http_set_exec_result(struct http_req *r, const json_t *result)
+{
+	json_t *code = json_object_get(result, "exit_code");
+	if (json_is_integer(code)) {
+		r->has_exit_code = true;
+		r->exit_code = (int)json_integer_value(code);
+	}
+	r->oom_killed = json_is_true(json_object_get(result, "oom_killed"));
+	r->pids_limited = json_is_true(json_object_get(result, "pids_limited"));
+	r->uncontained = json_is_true(json_object_get(result, "uncontained"));
+}
+
 void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "X-Request-Id", r->request_id);

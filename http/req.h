@@ -78,6 +78,7 @@ struct http_req {
 	char *target;
 	bool has_exit_code;
 	int exit_code;
+	bool oom_killed, pids_limited, uncontained; /* why the command it ran ended */
 
 	/* handler state for suspended / streaming requests */
 	void *hstate;
@@ -130,6 +131,9 @@ bool http_query_bool(struct http_req *r, const char *name);
 void http_set_target_raw(struct http_req *r, const char *wire, size_t len);
 /* Set the audit target (copied). */
 void http_set_target(struct http_req *r, const char *target);
+/* The audit extras of a request that ran a command, from its ShellResult:
+ * its exit code and why it ended (oom_killed, pids_limited, uncontained). */
+void http_set_exec_result(struct http_req *r, const json_t *result);
 
 /* Responses. Each queues the response, records status and bytes, and
  * returns 0 (or -EIO when libmicrohttpd refuses). Common headers

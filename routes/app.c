@@ -96,6 +96,7 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	    .outcome = outcome,
 	    .has_exit_code = r->has_exit_code,
 	    .exit_code = r->exit_code,
+	    .why = {r->oom_killed, r->pids_limited, r->uncontained},
 	    .bytes_in = r->bytes_in,
 	    .bytes_out = r->bytes_out,
 	    .duration_ms = ms,

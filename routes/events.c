@@ -65,7 +65,7 @@ int route_exec_events(struct http_req *r)
 	/* Another tenant's exec (admin): its row's window, as this request
 	 * holds no other tenant's workspace to rebuild it from. */
 	bool own = r->tenant && strcmp(tenant, r->tenant->name) == 0;
-	json_t *res = route_exec_result_load(own ? r->tenant : NULL, ex.result);
+	json_t *res = route_exec_row_result(own ? r->tenant : NULL, &ex);
 	json_t *start = route_exec_start_json(&ex);
 	bool running = strcmp(ex.state, "running") == 0 || strcmp(ex.state, "pending_approval") == 0;
 	int64_t exit_id = ex.exit_event_id;

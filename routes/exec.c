@@ -481,7 +481,7 @@ static json_t *exec_view(const struct http_req *r, const struct store_exec *ex, 
 			    ex->requested_by ? json_string(ex->requested_by) : json_null());
 	json_object_set_new(o, "approval", approval_json(ex));
 	if (with_result) {
-		json_t *res = route_exec_result_load(r->tenant, ex->result);
+		json_t *res = route_exec_row_result(r->tenant, ex);
 		json_object_set_new(o, "result", res ? res : json_null());
 	}
 	return o;

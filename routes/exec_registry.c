@@ -186,10 +186,12 @@ static json_t *time_json(int64_t ms)
 static json_t *result_json(const char *id, const struct sbx_exec_result *res)
 {
 	return json_pack(
-	    "{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}", "id", id,
-	    "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "", res->stdout_len,
-	    "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len, "timed_out", res->timed_out,
-	    "idle", res->idle, "cancelled", res->cancelled, "truncated", res->truncated, "stdout_bytes",
+	    "{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}",
+	    "id", id, "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "",
+	    res->stdout_len, "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len, "timed_out",
+	    res->timed_out, "idle", res->idle, "cancelled", res->cancelled, "truncated", res->truncated,
+	    "oom_killed", res->oom_killed, "pids_limited", res->pids_limited, "uncontained",
+	    res->uncontained, "stdout_bytes",
 	    (json_int_t)res->stdout_bytes, "stderr_bytes", (json_int_t)res->stderr_bytes, "stdout_spill",
 	    res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
 	    res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
@@ -231,8 +233,13 @@ static void record_exit(struct app *a, struct exec_job *j)
 			route_code_add_changes(a, j->tenant->ws, j->before, j->result);
 		char *text = route_exec_row_text(j->result, j->spill_whole, j->window);
 		int64_t exit_id = http_hub_channel_exit_id(a->hub, j->chan);
+		const struct store_exec_why why = {
+		    json_is_true(json_object_get(j->result, "oom_killed")),
+		    json_is_true(json_object_get(j->result, "pids_limited")),
+		    json_is_true(json_object_get(j->result, "uncontained")),
+		};
 		if (store_exec_finish(a->store, j->tenant->name, j->id, j->state, j->exit_code, text,
-				      j->finished_at_ms, exit_id) < 0)
+				      j->finished_at_ms, exit_id, &why) < 0)
 			http_metrics_store_error(a->metrics);
 		free(text);
 		http_metrics_exec_finished(a->metrics, j->state, (double)j->duration_ms);
@@ -603,7 +610,8 @@ static void on_hangup(void *ctx)
 /* A 200 with a ShellResult (stolen). */
 static int reply_result(struct http_req *r, json_t *res)
 {
-	r->has_exit_code = true;
+	http_set_exec_result(r, res);
+	r->has_exit_code = true; /* as before: a result without one says -1 */
 	r->exit_code = (int)json_integer_value(json_object_get(res, "exit_code"));
 	return http_reply_json(r, 200, res);
 }
@@ -736,7 +744,7 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 		return http_fail(r, -SBX_E_CONFLICT,
 				 "exec %s was lost in a restart of the server; use a new id", id);
 	}
-	json_t *res = route_exec_result_load(r->tenant, ex->result);
+	json_t *res = route_exec_row_result(r->tenant, ex);
 	json_t *start = route_exec_start_json(ex);
 	int64_t exit_id = ex->exit_event_id;
 	store_exec_clear(ex);
@@ -762,7 +770,7 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 static int reply_view(struct http_req *r, struct store_exec *ex)
 {
 	json_t *o = route_exec_start_json(ex);
-	json_t *res = route_exec_result_load(r->tenant, ex->result);
+	json_t *res = route_exec_row_result(r->tenant, ex);
 	bool running = strcmp(ex->state, "running") == 0 || strcmp(ex->state, "pending_approval") == 0;
 	json_object_set_new(o, "state", json_string(ex->state));
 	json_object_set_new(o, "result", res ? res : json_null());

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "routes/app.h"
+#include "store/store.h"
 #include "sandbox/collector.h"
 #include "sandbox/workspace.h"
 
@@ -89,5 +90,20 @@ json_t *route_exec_result_load(const struct tenant *t, const char *text)
 		if (json_is_true(json_object_get(row, stream_name[i])))
 			rebuild(t, res, i, (size_t)window);
 	json_object_del(res, "_row");
+	return res;
+}
+
+json_t *route_exec_row_result(const struct tenant *t, const struct store_exec *ex)
+{
+	json_t *res = route_exec_result_load(t, ex->result);
+	const struct {
+		const char *name;
+		bool v;
+	} why[3] = {{"oom_killed", ex->why.oom_killed},
+		    {"pids_limited", ex->why.pids_limited},
+		    {"uncontained", ex->why.uncontained}};
+	for (size_t i = 0; i < 3 && json_is_object(res); i++)
+		if (!json_object_get(res, why[i].name))
+			json_object_set_new(res, why[i].name, json_boolean(why[i].v));
 	return res;
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 struct tenant;
+struct store_exec;
 
 /* The stored text of result (a ShellResult): each stream i (0 stdout,
  * 1 stderr) with whole[i] (its spill file has every byte) and text
@@ -24,3 +25,7 @@ char *route_exec_row_text(const json_t *result, const bool whole[2], size_t wind
  * only); "_row" is removed. t may be NULL or have no workspace: the
  * row's window is answered. */
 json_t *route_exec_result_load(const struct tenant *t, const char *text);
+/* route_exec_result_load of ex's result, with why it ended from the
+ * row's columns where the text does not say (rows written before those
+ * fields: false). NULL when it has no readable result. */
+json_t *route_exec_row_result(const struct tenant *t, const struct store_exec *ex);

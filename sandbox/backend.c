@@ -723,14 +723,31 @@ const char *sbx_backend_isolation(const struct sbx_backend *b)
 	return b ? b->ops->isolation : NULL;
 }
 
-static void set_rlimits(struct sbx_launch *l, const struct sbx_limits *lim)
+/* RLIMIT_NPROC where cgroups are in force: not the limit, a backstop.
+ * It counts per uid (the tenant's) and the kernel checks it in fork
+ * before the pids controller, so at the same value it would refuse a
+ * command's forks itself, pids.events would never count them, and the
+ * command would not say pids_limited. The pids limits (the command's
+ * pids.max, the tenant's budget on its parent group) are what hold;
+ * RLIMIT_NPROC stays at twice the larger of them, in case a process of
+ * the tenant's uid is ever outside its groups. Without cgroups it is the
+ * command's limit. */
+static uint64_t nproc_rlimit(const struct sbx_limits *lim, bool contained)
+{
+	if (!contained || !lim->nproc)
+		return lim->nproc;
+	uint64_t top = lim->tenant_nproc > lim->nproc ? lim->tenant_nproc : lim->nproc;
+	return top * 2;
+}
+
+static void set_rlimits(struct sbx_launch *l, const struct sbx_limits *lim, bool contained)
 {
 	const struct {
 		int resource;
 		uint64_t value;
 	} want[] = {
 	    {RLIMIT_AS, lim->mem_bytes},
-	    {RLIMIT_NPROC, lim->nproc},
+	    {RLIMIT_NPROC, nproc_rlimit(lim, contained)},
 	    {RLIMIT_FSIZE, lim->fsize_bytes},
 	    {RLIMIT_NOFILE, lim->nofile},
 	};
@@ -796,7 +813,7 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 	rc = set_std_fds(&l, req, &devnull);
 	if (rc < 0)
 		goto out;
-	set_rlimits(&l, &req->limits);
+	set_rlimits(&l, &req->limits, b->cgroups);
 	l.drop_privs = req->drop_privs && geteuid() == 0;
 	l.uid = req->uid;
 	l.gid = req->gid;
@@ -846,14 +863,16 @@ out:
 	return rc;
 }
 
-void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req)
+void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_cgroup_outcome *out)
 {
+	if (out)
+		*out = (struct sbx_cgroup_outcome){0};
 	if (!b || !req)
 		return;
 	if (req->net_allow)
 		net_down(b, req->seq);
 	if (b->cgroups)
-		sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, NULL);
+		sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, out);
 }
 
 int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)

@@ -10,7 +10,7 @@
 
 struct sbx_limits {
 	uint64_t mem_bytes;   /* RLIMIT_AS and cgroup memory.limit (0: none) */
-	uint64_t nproc;	      /* RLIMIT_NPROC and cgroup pids.max (0: none) */
+	uint64_t nproc;	      /* cgroup pids.max; RLIMIT_NPROC without cgroups (0: none) */
 	uint64_t fsize_bytes; /* RLIMIT_FSIZE (0: none) */
 	uint64_t nofile;      /* RLIMIT_NOFILE (0: keep) */
 	uint64_t tmp_bytes;   /* size of the private /tmp (bwrap) */
@@ -128,8 +128,12 @@ void sbx_spawner_free(struct sbx_spawner **sp);
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
 
 /* Clean up after a command ended (remove its cgroup; kill its pasta and
- * free its network namespace). Call once per successful spawn. */
-void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req);
+ * free its network namespace). Call once per successful spawn. out
+ * (optional) gets why it ended as its cgroup saw it (sandbox/cgroup.h:
+ * OOM-killed, a fork refused by a pids limit; all false without
+ * cgroups). */
+struct sbx_cgroup_outcome;
+void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_cgroup_outcome *out);
 
 /* At start: remove the cgroups (and kill the processes) an earlier run of
  * this server left behind, e.g. after a kill -9. Returns how many groups

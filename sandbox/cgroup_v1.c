@@ -393,8 +393,10 @@ static bool probe_layout(const char *root)
  *   - the limits are rewritten when the next command's differ.
  * What the kernel cannot reset is cumulative over the group's commands:
  * memory.oom_control's oom_kill, pids.events' max, memory.stat's event
- * counters, cpu.stat. Nothing reads them per command; whoever does must
- * take the difference from the command's start. A group that fails a
+ * counters, cpu.stat. The first two say why a command ended
+ * (sbx_cgroup_outcome): they are read when a kept group is handed to a
+ * command (struct leaf's base) and again at its reap, and the command's
+ * are the difference (a new group starts at 0). A group that fails a
  * check is removed as before, and a new one made for the next command.
  *
  * A kept group keeps its name (j<seq of the command that made it>), and
@@ -420,6 +422,7 @@ struct leaf {
 	uint64_t freed;	     /* when it was last released (pool_stamp) */
 	unsigned skips;	     /* found still holding zombies, since its release */
 	uint64_t limit[H_N]; /* memory.limit_in_bytes, pids.max as written (0: none) */
+	uint64_t base[2];    /* oom_kill and pids.events' max when the command got it */
 	int procs[H_N];	     /* cgroup.procs of each hierarchy in use, O_WRONLY: dup'ed per command */
 	int usage, tasks;    /* memory.usage_in_bytes, pids.current: O_RDONLY */
 	int reset[3];	     /* memory.failcnt, memory.max_usage_in_bytes, cpuacct.usage (-1: none) */
@@ -694,6 +697,35 @@ static int set_limit(const struct leaf *l, size_t i, uint64_t v)
 	return sbx_cgroup_write_file(path, val);
 }
 
+/* The cumulative counters of why a group's commands ended (v1 keeps them
+ * in memory.oom_control and pids.events, "key N" lines): OUT_OOM the OOM
+ * kills of its tasks (the memory limit's or an ancestor's: the victim's
+ * group counts), OUT_PIDS the forks a pids limit refused in it (its own
+ * or an ancestor's: on v1 the forking group counts). 0 where unread. */
+enum { OUT_OOM, OUT_PIDS };
+static void read_counters(const char *root, uid_t uid, uint64_t name, uint64_t v[2])
+{
+	static const struct {
+		size_t hier;
+		const char *file, *key;
+	} src[2] = {{H_MEMORY, "memory.oom_control", "oom_kill "}, {H_PIDS, "pids.events", "max "}};
+	for (size_t k = 0; k < 2; k++) {
+		char path[640], buf[512];
+		v[k] = 0;
+		if (group_path(path, sizeof path - 40, layout.dir[src[k].hier], root, uid, name) < 0)
+			continue;
+		snprintf(path + strlen(path), 40, "/%s", src[k].file);
+		if (sbx_cgroup_read_text(path, buf, sizeof buf) < 0)
+			continue;
+		size_t klen = strlen(src[k].key);
+		const char *p = buf;
+		while (p && strncmp(p, src[k].key, klen) != 0)
+			p = (p = strchr(p, '\n')) ? p + 1 : NULL;
+		if (p)
+			v[k] = strtoull(p + klen, NULL, 10);
+	}
+}
+
 /* A kept group made ready for the next command: still empty and clean,
  * its limits, and its cgroup.procs (dup'ed into fds, the caller's, in
  * the order of the hierarchies in use). */
@@ -712,6 +744,8 @@ static int leaf_reuse(struct leaf *l, const struct sbx_limits *lim, int fds[SBX_
 	for (size_t i = 0; i < H_N && rc == 0; i++)
 		if (layout.dir[i][0] && (fds[n++] = fcntl(l->procs[i], F_DUPFD_CLOEXEC, 3)) < 0)
 			rc = -errno;
+	if (rc == 0) /* where this command's counts start */
+		read_counters(l->root, l->uid, l->name, l->base);
 	if (rc < 0)
 		for (size_t i = 0; i < SBX_CGROUP_MAX; i++) {
 			if (fds[i] >= 0)
@@ -925,11 +959,18 @@ static void v1_remove(const char *root, uid_t uid, uint64_t seq, struct sbx_cgro
 {
 	char path[600];
 
-	(void)out; /* why the command ended: not read on v1 yet */
-
+	if (out)
+		*out = (struct sbx_cgroup_outcome){0};
 	if (!sbx_cgroup_name_ok(root))
 		return;
 	struct leaf *l = pool_find(root, uid, seq);
+	if (out) { /* before what the command left is killed: those kills are ours */
+		uint64_t now[2], zero[2] = {0, 0};
+		const uint64_t *base = l ? l->base : zero;
+		read_counters(root, uid, l ? l->name : seq, now);
+		out->oom_killed = now[OUT_OOM] > base[OUT_OOM];
+		out->pids_limited = now[OUT_PIDS] > base[OUT_PIDS];
+	}
 	if (l && leaf_clean(l) == 0) {
 		pool_put(l, true);
 		return;

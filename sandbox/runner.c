@@ -20,6 +20,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/collector.h"
 #include "sandbox/netplan.h"
 #include "sandbox/netpool.h"
@@ -505,7 +506,7 @@ static int job_start(struct lane *r, struct job *j)
 		kill(-pid, SIGKILL);
 		while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
 			;
-		sbx_backend_reap(j->req.backend, &j->req.spawn);
+		sbx_backend_reap(j->req.backend, &j->req.spawn, NULL);
 		for (int k = 0; k < W_COUNT; k++)
 			unwatch(r, j, k);
 		j->pid = -1;
@@ -661,14 +662,19 @@ static void report_exit(struct lane *r, struct job *j)
 	res.window = j->req.max_output_bytes;
 	res.started_at_ms = j->started_at;
 	res.finished_at_ms = now_ms();
+	/* The command's groups (and whatever a detached process left in
+	 * them) go before its result, which says why it ended as they saw
+	 * it (the OOM killer, a pids limit): read at their removal. On v1
+	 * that is the kept group's check and reset (a few writes), an rmdir
+	 * only when it cannot be kept (issue 15, P1). Nothing it left
+	 * survives this call. */
+	struct sbx_cgroup_outcome why;
+	sbx_backend_reap(j->req.backend, &j->req.spawn, &why);
+	res.oom_killed = why.oom_killed;
+	res.pids_limited = why.pids_limited;
+	res.uncontained = !sbx_backend_contained(j->req.backend);
 	emit(j, &ev, 0);
 	sbx_exec_result_clear(&res);
-	/* The command's groups (and whatever a detached process left in
-	 * them) go after its result is on its way, not before: the leader is
-	 * reaped and its output closed, and the rmdir of a v1 memory group
-	 * costs more than the rest of the exit (issue 15, P1). Nothing it
-	 * left survives this call. */
-	sbx_backend_reap(j->req.backend, &j->req.spawn);
 }
 
 /* Forget the job: out of r->all (cancel now answers -ESRCH), one less active. */

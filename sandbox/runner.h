@@ -53,6 +53,11 @@ struct sbx_exec_req {
 struct sbx_exec_result {
 	int exit_code; /* status, 128+N for signal N, 124 on timeout */
 	bool timed_out, idle, cancelled, truncated;
+	/* Why it ended, as its cgroup saw it (sandbox/cgroup.h): the OOM
+	 * killer ended a task of it (its memory limit or its tenant's
+	 * budget); a pids limit refused one of its forks. uncontained: it ran
+	 * without cgroups (rlimits only: sbx_backend_contained false). */
+	bool oom_killed, pids_limited, uncontained;
 	char *stdout_text; /* valid UTF-8, window (see collector.h) */
 	size_t stdout_len;
 	char *stderr_text;

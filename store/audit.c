@@ -136,7 +136,7 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 	return 0;
 }
 
-#define AUDIT_COLS 16
+#define AUDIT_COLS 19
 /* Records per multi-row INSERT: one statement for AUDIT_ROWS records costs
  * a third less per row than one each (the statement's setup, halt and
  * reset are per statement). A group holding a bad record is written again
@@ -144,8 +144,9 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 #define AUDIT_ROWS 16
 #define AUDIT_INSERT                                                                                         \
 	"INSERT INTO audit (at, tenant, session, request_id, method, route, target, status, outcome, "       \
-	"exit_code, bytes_in, bytes_out, duration_ms, client, sub, incarnation) VALUES "
-#define AUDIT_VALUES "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+	"exit_code, bytes_in, bytes_out, duration_ms, client, sub, incarnation, oom_killed, pids_limited, "  \
+	"uncontained) VALUES "
+#define AUDIT_VALUES "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 static char insert_many_sql[sizeof AUDIT_INSERT + AUDIT_ROWS * sizeof AUDIT_VALUES];
 
@@ -188,6 +189,9 @@ static int bind_rec(sqlite3_stmt *st, int base, const struct store_audit *a)
 	rc |= bind_str(st, base + 15, a->sub);
 	if (a->incarnation > 0)
 		rc |= sqlite3_bind_int64(st, base + 16, a->incarnation);
+	rc |= sqlite3_bind_int(st, base + 17, a->why.oom_killed);
+	rc |= sqlite3_bind_int(st, base + 18, a->why.pids_limited);
+	rc |= sqlite3_bind_int(st, base + 19, a->why.uncontained);
 	return rc == SQLITE_OK ? 0 : -SBX_E_STORE;
 }
 
@@ -399,7 +403,8 @@ static int prepare_query(sqlite3 *db, const struct store_audit_filter *f, const 
 
 	sql_add(&b, prefix);
 	sql_add(&b, "SELECT id, at, tenant, session, request_id, method, route, target, status, outcome, "
-		    "exit_code, bytes_in, bytes_out, duration_ms, client, sub FROM audit WHERE 1");
+		    "exit_code, bytes_in, bytes_out, duration_ms, client, sub, oom_killed, pids_limited, "
+		    "uncontained FROM audit WHERE 1");
 	if (f->after > 0)
 		sql_add(&b, " AND id > ?");
 	/* "Since" with no cursor (a first page): start at the smallest id
@@ -497,6 +502,9 @@ static int run_query(sqlite3 *db, const struct store_audit_filter *f, store_audi
 		a.duration_ms = sqlite3_column_double(st, 13);
 		a.client = col_text(st, 14);
 		a.sub = col_text(st, 15);
+		a.why.oom_killed = sqlite3_column_int(st, 16) != 0;
+		a.why.pids_limited = sqlite3_column_int(st, 17) != 0;
+		a.why.uncontained = sqlite3_column_int(st, 18) != 0;
 		last = a.id;
 		c = cb(ctx, &a);
 		if (c) {

@@ -19,7 +19,7 @@
 #define EXEC_COLS                                                                                            \
 	"tenant, id, session, command, cwd, request_hash, state, exit_code, result, started_at, "            \
 	"finished_at, exit_event_id, policy, requested_by, decision, decided_by, decided_at, reason, "       \
-	"incarnation"
+	"incarnation, oom_killed, pids_limited, uncontained"
 
 static void exec_from_row(sqlite3_stmt *st, void *dst)
 {
@@ -48,6 +48,9 @@ static void exec_from_row(sqlite3_stmt *st, void *dst)
 	e->decided_at = sqlite3_column_int64(st, 16);
 	e->reason = store_col_strdup(st, 17);
 	e->incarnation = sqlite3_column_int64(st, 18);
+	e->why.oom_killed = sqlite3_column_int(st, 19) != 0;
+	e->why.pids_limited = sqlite3_column_int(st, 20) != 0;
+	e->why.uncontained = sqlite3_column_int(st, 21) != 0;
 }
 
 static void exec_clear(void *e)
@@ -86,14 +89,20 @@ int store_exec_decide(struct store *s, const char *tenant, const char *id, const
 
 /* A negative exit_code (killed, never started) is stored as NULL. */
 int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
-		      const char *result, int64_t finished_at, int64_t exit_event_id)
+		      const char *result, int64_t finished_at, int64_t exit_event_id,
+		      const struct store_exec_why *why)
 {
+	const struct store_exec_why none = {0};
+	if (!why)
+		why = &none;
 	return store_run_one(s, ST_EXEC_FINISH,
 			     "UPDATE execs SET state = ?3, exit_code = ?4, result = ?5, finished_at = ?6, "
-			     "exit_event_id = ?7 WHERE tenant = ?1 AND id = ?2",
+			     "exit_event_id = ?7, oom_killed = ?8, pids_limited = ?9, uncontained = ?10 "
+			     "WHERE tenant = ?1 AND id = ?2",
 			     Q_ARGS(Q_TEXT(tenant), Q_TEXT(id), Q_TEXT(state),
 				    exit_code >= 0 ? Q_INT(exit_code) : Q_NULL, Q_TEXT(result),
-				    Q_INT(finished_at), Q_INT(exit_event_id)));
+				    Q_INT(finished_at), Q_INT(exit_event_id), Q_INT(why->oom_killed),
+				    Q_INT(why->pids_limited), Q_INT(why->uncontained)));
 }
 
 int store_exec_delete(struct store *s, const char *tenant, const char *id)
@@ -120,7 +129,8 @@ int store_exec_list(struct store *s, const char *tenant, const char *state, cons
 	r = store_list(s, ST_EXEC_LIST,
 		       "SELECT tenant, id, session, command, cwd, request_hash, state, exit_code, "
 		       "CASE WHEN ?5 THEN result END, started_at, finished_at, exit_event_id, policy, "
-		       "requested_by, decision, decided_by, decided_at, reason FROM execs "
+		       "requested_by, decision, decided_by, decided_at, reason, NULL, oom_killed, "
+		       "pids_limited, uncontained FROM execs "
 		       "WHERE tenant = ?1 AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR session = ?3) "
 		       "ORDER BY started_at DESC LIMIT ?4",
 		       &exec_row, &v, n,

@@ -144,6 +144,12 @@ int store_session_delete(struct store *s, const char *tenant, const char *key, s
 void store_sessions_free(struct store_session *v, size_t n);
 
 /* ---- execs.c ---- */
+/* Why a command ended, as its cgroup saw it (sandbox/cgroup.h), kept on
+ * its exec row and the audit record of the request that ran it. */
+struct store_exec_why {
+	bool oom_killed, pids_limited, uncontained;
+};
+
 struct store_exec {
 	char tenant[64];
 	char id[72];
@@ -166,6 +172,7 @@ struct store_exec {
 	int64_t decided_at;    /* 0: no decision */
 	char *reason;	       /* owned: why it was rejected, or NULL */
 	int64_t incarnation;   /* its tenant's life (store_tenant.incarnation); 0 at begin: the living one */
+	struct store_exec_why why; /* set by store_exec_finish */
 };
 /* Insert a row in e->state, 'running' or 'pending_approval', with its
  * policy and requester (fail closed: the command must not start unless
@@ -177,10 +184,12 @@ int store_exec_begin(struct store *s, const struct store_exec *e);
  * row is not pending (any more). */
 int store_exec_decide(struct store *s, const char *tenant, const char *id, const char *decision,
 		      const char *decided_by, const char *reason, int64_t at);
-/* Finish: state, exit code, result JSON, finished_at, and the id its
- * `exit` event has on the live stream. */
+/* Finish: state, exit code, result JSON, finished_at, the id its
+ * `exit` event has on the live stream, and why it ended (NULL: nothing
+ * said, all false). */
 int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
-		      const char *result, int64_t finished_at, int64_t exit_event_id);
+		      const char *result, int64_t finished_at, int64_t exit_event_id,
+		      const struct store_exec_why *why);
 /* Remove a row still 'running' whose command never started (the backend
  * refused it), so the id can be retried. -ENOENT. */
 int store_exec_delete(struct store *s, const char *tenant, const char *id);
@@ -235,6 +244,7 @@ struct store_audit {
 	const char *outcome; /* ok, denied, error */
 	bool has_exit_code;
 	int exit_code;
+	struct store_exec_why why; /* of the command the request ran (false: none) */
 	int64_t bytes_in, bytes_out;
 	double duration_ms;
 	const char *client;

@@ -85,12 +85,28 @@ static void *signal_thread(void *arg)
 static json_t *result_json(const struct sbxc_result *res)
 {
 	return json_pack(
-	    "{s:s, s:i, s:s, s:s, s:b, s:b, s:b, s:b, s:I, s:I, s:s?, s:s?, s:s, s:s, s:I}", "id", res->id,
-	    "exit_code", res->exit_code, "stdout", res->stdout_text, "stderr", res->stderr_text, "timed_out",
-	    res->timed_out, "cancelled", res->cancelled, "truncated", res->truncated, "idle", res->idle,
-	    "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes", (json_int_t)res->stderr_bytes,
-	    "stdout_spill", res->stdout_spill, "stderr_spill", res->stderr_spill, "started_at",
-	    res->started_at, "finished_at", res->finished_at, "duration_ms", (json_int_t)res->duration_ms);
+	    "{s:s, s:i, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:I, s:I, s:s?, s:s?, s:s, s:s, s:I}",
+	    "id", res->id, "exit_code", res->exit_code, "stdout", res->stdout_text, "stderr",
+	    res->stderr_text, "timed_out", res->timed_out, "cancelled", res->cancelled, "truncated",
+	    res->truncated, "idle", res->idle, "oom_killed", res->oom_killed, "pids_limited",
+	    res->pids_limited, "uncontained", res->uncontained, "stdout_bytes", (json_int_t)res->stdout_bytes,
+	    "stderr_bytes", (json_int_t)res->stderr_bytes, "stdout_spill", res->stdout_spill, "stderr_spill",
+	    res->stderr_spill, "started_at", res->started_at, "finished_at", res->finished_at, "duration_ms",
+	    (json_int_t)res->duration_ms);
+}
+
+/* Why the command ended, for a person (stderr, beside its exit status):
+ * a 137 alone does not say the OOM killer sent the SIGKILL. */
+static void print_why(const struct sbxc_result *res)
+{
+	if (res->timed_out)
+		fprintf(stderr, "sbx: the command timed out%s\n", res->idle ? " (idle)" : "");
+	if (res->oom_killed)
+		fprintf(stderr, "sbx: killed: out of memory (its memory limit or its tenant's budget)\n");
+	if (res->pids_limited)
+		fprintf(stderr, "sbx: a fork was refused: process limit reached\n");
+	if (res->uncontained)
+		fprintf(stderr, "sbx: note: the command ran uncontained (no cgroups: rlimits only)\n");
 }
 
 static int read_stdin(struct buf *b)
@@ -216,8 +232,8 @@ static int run_exec(struct cli *c, struct exec_args *a)
 	}
 	if (c->json)
 		cli_print_json(result_json(&res));
-	else if (res.timed_out && !c->quiet)
-		fprintf(stderr, "sbx: the command timed out%s\n", res.idle ? " (idle)" : "");
+	else if (!c->quiet)
+		print_why(&res);
 	int code = res.exit_code >= 0 && res.exit_code <= 255 ? res.exit_code : CLI_EXEC_FAIL;
 	sbxc_result_clear(&res);
 	return code;

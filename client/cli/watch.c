@@ -51,10 +51,13 @@ static void print_human(struct watch *w, const struct sbxc_event *ev, json_t *d)
 		       (long long)json_integer_value(json_object_get(d, "stdout_bytes")),
 		       (long long)json_integer_value(json_object_get(d, "stderr_bytes")));
 	} else if (strcmp(ev->name, "exit") == 0) {
-		printf("exit      %s code=%lld%s%s %lldms\n", exec ?: "-",
+		printf("exit      %s code=%lld%s%s%s%s%s %lldms\n", exec ?: "-",
 		       (long long)json_integer_value(json_object_get(d, "exit_code")),
 		       json_is_true(json_object_get(d, "timed_out")) ? " timed_out" : "",
 		       json_is_true(json_object_get(d, "cancelled")) ? " cancelled" : "",
+		       json_is_true(json_object_get(d, "oom_killed")) ? " oom_killed" : "",
+		       json_is_true(json_object_get(d, "pids_limited")) ? " pids_limited" : "",
+		       json_is_true(json_object_get(d, "uncontained")) ? " uncontained" : "",
 		       (long long)json_integer_value(json_object_get(d, "duration_ms")));
 	} else if (strcmp(ev->name, "gap") == 0) {
 		printf("gap       events before %lld are no longer kept (sbx ls of execs: GET /execs)\n",

@@ -264,7 +264,7 @@ static int run(struct fixture *f, const char *allow, const char *cmd, char *out,
 		kill(-pid, SIGKILL);
 		assert_int_equal(waitpid(pid, &st, 0), pid);
 		close(pidfd);
-		sbx_backend_reap(f->bwrap, &r);
+		sbx_backend_reap(f->bwrap, &r, NULL);
 		*code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	}
 	out[len] = '\0';

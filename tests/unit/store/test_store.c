@@ -524,9 +524,9 @@ static void test_execs(void **state)
 	store_exec_clear(&g);
 	assert_int_equal(store_exec_get(s, "alice", "nope", &g), -ENOENT);
 
-	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150, 9), 0);
-	assert_int_equal(store_exec_finish(s, "alice", "nope", "exited", 0, NULL, 150, 0), -ENOENT);
-	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250, 0), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150, 9, NULL), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "nope", "exited", 0, NULL, 150, 0, NULL), -ENOENT);
+	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250, 0, NULL), 0);
 	assert_int_equal(store_exec_get(s, "alice", "e1", &g), 0);
 	assert_string_equal(g.state, "exited");
 	assert_true(g.has_exit_code);
@@ -616,7 +616,7 @@ static void test_recover(void **state)
 	assert_int_equal(store_exec_begin(s, &e), 0);
 	e = mk_exec("alice", "done", "s", 2);
 	assert_int_equal(store_exec_begin(s, &e), 0);
-	assert_int_equal(store_exec_finish(s, "alice", "done", "exited", 0, "{}", 3, 2), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "done", "exited", 0, "{}", 3, 2, NULL), 0);
 	/* One active, one minted and expired, one minted and valid. */
 	t.expires_at = far;
 	memset(t.token_hash, 1, 32);
@@ -1216,7 +1216,7 @@ static void test_usage(void **state)
 	assert_non_null(big);
 	memset(big, 'r', 100000);
 	big[100000] = '\0';
-	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 0, big, 200, 2), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 0, big, 200, 2, NULL), 0);
 	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(bytes, one + 100000);
 
