@@ -526,8 +526,11 @@ static void test_execs(void **state)
 
 	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150, 9, NULL), 0);
 	assert_int_equal(store_exec_finish(s, "alice", "nope", "exited", 0, NULL, 150, 0, NULL), -ENOENT);
-	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250, 0, NULL), 0);
+	const struct store_exec_why oom = {.oom_killed = true, .uncontained = true}; /* e2 */
+	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250, 0, &oom), 0);
 	assert_int_equal(store_exec_get(s, "alice", "e1", &g), 0);
+	/* Why each ended: its own columns, none for a NULL why. */
+	assert_false(g.why.oom_killed || g.why.pids_limited || g.why.uncontained);
 	assert_string_equal(g.state, "exited");
 	assert_true(g.has_exit_code);
 	assert_int_equal(g.exit_code, 3);
@@ -537,12 +540,14 @@ static void test_execs(void **state)
 	store_exec_clear(&g);
 	assert_int_equal(store_exec_get(s, "alice", "e2", &g), 0);
 	assert_false(g.has_exit_code);
+	assert_true(g.why.oom_killed && g.why.uncontained && !g.why.pids_limited);
 	store_exec_clear(&g);
 
 	/* Newest first, no filter. */
 	assert_int_equal(store_exec_list(s, "alice", NULL, NULL, 0, 0, true, &v, &n), 0);
 	assert_int_equal(n, 3);
 	assert_string_equal(v[0].id, "e3");
+	assert_true(v[1].why.oom_killed && v[1].why.uncontained && !v[1].why.pids_limited); /* the list too */
 	assert_string_equal(v[1].id, "e2");
 	assert_string_equal(v[2].id, "e1");
 	assert_string_equal(v[2].result, "{\"exit_code\":3}");
@@ -890,6 +895,7 @@ static void test_audit_basic(void **state)
 	a = mk_audit(5000, NULL, "/v1/exec", "error");
 	a.has_exit_code = true;
 	a.exit_code = 137;
+	a.why = (struct store_exec_why){.oom_killed = true, .uncontained = true};
 	a.session = "se\0s";
 	a.session_len = 4;
 	assert_int_equal(store_audit_append(s, &a), 0);
@@ -901,6 +907,7 @@ static void test_audit_basic(void **state)
 	assert_int_equal(c.n, 1);
 	assert_true(c.first.has_exit_code);
 	assert_int_equal(c.first.exit_code, 137);
+	assert_true(c.first.why.oom_killed && c.first.why.uncontained && !c.first.why.pids_limited);
 	assert_int_equal(c.first.session_len, 4);
 	assert_string_equal(c.first_tenant, "");
 	assert_string_equal(c.first_target, "(null)");
