@@ -49,16 +49,14 @@ json_t *route_audit_json(const struct store_audit *a, const char *node)
 	return json_pack(
 	    "{s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o, s:b, s:b, s:b, s:I, s:I, s:f, s:o, s:s, "
 	    "s:o}",
-	    "id",
-	    (json_int_t)a->id, "at", at, "tenant", text_json(a->tenant, ""), "session", session, "request_id",
-	    text_json(a->request_id, ""), "method", text_json(a->method, ""), "route",
+	    "id", (json_int_t)a->id, "at", at, "tenant", text_json(a->tenant, ""), "session", session,
+	    "request_id", text_json(a->request_id, ""), "method", text_json(a->method, ""), "route",
 	    text_json(a->route, ""), "target", text_json(a->target, NULL), "status", a->status, "outcome",
 	    text_json(a->outcome, ""), "exit_code",
 	    a->has_exit_code ? json_integer(a->exit_code) : json_null(), "oom_killed", a->why.oom_killed,
 	    "pids_limited", a->why.pids_limited, "uncontained", a->why.uncontained, "bytes_in",
-	    (json_int_t)a->bytes_in,
-	    "bytes_out", (json_int_t)a->bytes_out, "duration_ms", a->duration_ms, "client",
-	    text_json(a->client, NULL), "node", node, "sub", text_json(a->sub, NULL));
+	    (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms", a->duration_ms,
+	    "client", text_json(a->client, NULL), "node", node, "sub", text_json(a->sub, NULL));
 }
 
 /* The filter strings point into the request (query values), which live as

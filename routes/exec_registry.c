@@ -190,10 +190,9 @@ static json_t *result_json(const char *id, const struct sbx_exec_result *res)
 	    "id", id, "exit_code", res->exit_code, "stdout", res->stdout_text ? res->stdout_text : "",
 	    res->stdout_len, "stderr", res->stderr_text ? res->stderr_text : "", res->stderr_len, "timed_out",
 	    res->timed_out, "idle", res->idle, "cancelled", res->cancelled, "truncated", res->truncated,
-	    "oom_killed", res->oom_killed, "pids_limited", res->pids_limited, "uncontained",
-	    res->uncontained, "stdout_bytes",
-	    (json_int_t)res->stdout_bytes, "stderr_bytes", (json_int_t)res->stderr_bytes, "stdout_spill",
-	    res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
+	    "oom_killed", res->oom_killed, "pids_limited", res->pids_limited, "uncontained", res->uncontained,
+	    "stdout_bytes", (json_int_t)res->stdout_bytes, "stderr_bytes", (json_int_t)res->stderr_bytes,
+	    "stdout_spill", res->stdout_spill ? json_string(res->stdout_spill) : json_null(), "stderr_spill",
 	    res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
 	    time_json(res->started_at_ms), "finished_at", time_json(res->finished_at_ms), "duration_ms",
 	    (json_int_t)(res->finished_at_ms - res->started_at_ms));

@@ -124,10 +124,10 @@ static json_t *exec_audit(struct it_server *s, const char *t, const char *cmd)
 		if (it_get_json(s, t, "/audit?route=/exec&limit=1000", &v) == 200) {
 			size_t i;
 			json_t *rec;
-			json_array_foreach(json_object_get(v, "records"), i, rec)
-			{
+			json_array_foreach(json_object_get(v, "records"), i, rec) {
 				const char *target = jstr(rec, "target");
-				if (target && strcmp(target, cmd) == 0 && strcmp(jstr(rec, "method"), "POST") == 0)
+				if (target && strcmp(target, cmd) == 0 &&
+				    strcmp(jstr(rec, "method"), "POST") == 0)
 					found = json_incref(rec);
 			}
 		}
@@ -245,8 +245,8 @@ static void test_uncontained(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_normal),	    cmocka_unit_test(test_oom_killed),
-	    cmocka_unit_test(test_pids_limited),    cmocka_unit_test(test_background_oom),
+	    cmocka_unit_test(test_normal),	 cmocka_unit_test(test_oom_killed),
+	    cmocka_unit_test(test_pids_limited), cmocka_unit_test(test_background_oom),
 	    cmocka_unit_test(test_uncontained),
 	};
 	return cmocka_run_group_tests_name("outcome", tests, setup, teardown);

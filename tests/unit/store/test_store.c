@@ -524,7 +524,8 @@ static void test_execs(void **state)
 	store_exec_clear(&g);
 	assert_int_equal(store_exec_get(s, "alice", "nope", &g), -ENOENT);
 
-	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150, 9, NULL), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150, 9, NULL),
+			 0);
 	assert_int_equal(store_exec_finish(s, "alice", "nope", "exited", 0, NULL, 150, 0, NULL), -ENOENT);
 	const struct store_exec_why oom = {.oom_killed = true, .uncontained = true}; /* e2 */
 	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250, 0, &oom), 0);
