@@ -7,6 +7,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The bounds of the tenants' I/O budgets (tenant-io-*, and the policy's
+ * tenant_io_*): 100 GB/s, 10M operations per second. */
+#define SBX_IO_BPS_MAX 100000000000LL
+#define SBX_IO_IOPS_MAX 10000000LL
+
 struct sbx_config {
 	char *listen;	/* "HOST:PORT"; "[::1]:PORT" for IPv6 */
 	char *data_dir; /* holds sandboxd.db and tenants/<name>/workspace */
@@ -55,6 +60,9 @@ struct sbx_config {
 	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes, nofile_limit, tmp_size_bytes;
 	int64_t tenant_mem_budget_bytes, tenant_nproc_budget; /* all of a tenant's commands together */
 	int64_t tenant_cpu_budget_millicores; /* ... their CPU time: 1000 = one core (0: none) */
+	/* ... their I/O on the tenant's disk image (disk-quota=image): bytes
+	 * and operations per second, read and write (0: none) */
+	int64_t tenant_io_read_bps, tenant_io_write_bps, tenant_io_read_iops, tenant_io_write_iops;
 	int64_t tenant_disk_quota_bytes, tenant_disk_quota_inodes; /* disk quota per tenant (0: none) */
 	char *disk_quota;	     /* how it is enforced: "auto", "project", "image" or "none" */
 	int64_t store_reserve_bytes; /* free space kept for the store: tenant work refused below it */

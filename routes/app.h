@@ -48,6 +48,9 @@ struct tenant {
 	char quota_why[256];		 /* why quota_rc (image mode) */
 	struct route_provider *provider; /* remote, ssh: files and commands elsewhere (routes/provider.h) */
 	int64_t store_max_bytes, store_max_rows; /* its store budget, from its policy at load (0: none) */
+	/* Image mode: its image's loop device, what its I/O budget binds
+	 * (routes/storage.c; 0: none). */
+	dev_t io_dev;
 };
 
 /* Work a tenant has running now; lives as long as the app, so that a

@@ -32,6 +32,8 @@
 #include "routes/provider.h"
 #include "routes/routes.h"
 #include "routes/storage.h"
+#include "sandbox/backend.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/rootimg.h"
 #include "sandbox/runner.h"
 #include "sandbox/workspace.h"
@@ -207,6 +209,38 @@ static int remote_checks(struct http_req *r, struct exec_request *q)
 	return r->tenant->provider->ops->check(r);
 }
 
+/* The tenant's I/O budget binds its disk image's loop device (cgroup
+ * io.max on its group): without the image, cgroups or an io controller it
+ * cannot be applied, and the command does not run (503 naming the budget
+ * and what is missing), never runs unthrottled. */
+static int io_check(struct http_req *r, const struct route_policy *p, const struct sbx_backend *b)
+{
+	const char *io = route_policy_io_budget(p);
+	const struct sbx_cgroup_caps *caps = sbx_cgroup_caps();
+	if (!io)
+		return 0;
+	if (r->app->disk_mode != DISK_IMAGE || !r->tenant->io_dev)
+		return http_fail(r, -SBX_E_BACKEND,
+				 "the tenant's %s cannot be applied: I/O budgets need disk images "
+				 "(disk-quota=image), and %s",
+				 io,
+				 r->app->disk_mode == DISK_IMAGE ? "the tenant's image is not attached"
+								 : "this server has none");
+	if (!sbx_backend_contained(b))
+		return http_fail(
+		    r, -SBX_E_BACKEND,
+		    "the tenant's %s cannot be applied: backend %s runs commands without cgroups", io,
+		    p->backend);
+	if (!caps->io)
+		return http_fail(
+		    r, -SBX_E_BACKEND,
+		    "the tenant's %s cannot be applied: the host's cgroups have no io controller "
+		    "(driver cgroup v%d%s; io.max needs cgroup v2 with io enabled for the server's "
+		    "subtree)",
+		    io, caps->version, caps->version == 1 ? ": no blkio hierarchy is used" : "");
+	return 0;
+}
+
 /* Check: the tenant's policy, read now (a change applies to the next
  * command): its caps clamp timeout_s and max_output_bytes (and their
  * defaults), its backend must be offered here, and network: true needs
@@ -246,7 +280,7 @@ static int apply_policy(struct http_req *r, struct exec_request *q)
 		return http_fail(r, -SBX_E_BACKEND, "the tenant's backend %s is not offered by this server",
 				 p->backend);
 	}
-	return 0;
+	return io_check(r, p, q->backend);
 }
 
 /* Parse: the environment, as NAME=value strings and as a sorted object
@@ -394,6 +428,11 @@ static int start(struct http_req *r, struct exec_request *q)
 	run.spawn.limits.tenant_mem_bytes = (uint64_t)p->tenant_mem_budget_bytes;
 	run.spawn.limits.tenant_nproc = (uint64_t)p->tenant_nproc_budget;
 	run.spawn.limits.tenant_cpu_millicores = (uint64_t)p->tenant_cpu_budget_millicores;
+	run.spawn.limits.tenant_io_read_bps = (uint64_t)p->tenant_io_read_bps;
+	run.spawn.limits.tenant_io_write_bps = (uint64_t)p->tenant_io_write_bps;
+	run.spawn.limits.tenant_io_read_iops = (uint64_t)p->tenant_io_read_iops;
+	run.spawn.limits.tenant_io_write_iops = (uint64_t)p->tenant_io_write_iops;
+	run.spawn.limits.io_dev = r->tenant->io_dev;
 	run.spawn.net_allow = q->network ? p->network : NULL;
 	run.spawn.command = q->command;
 	run.spawn.cwd_rel = q->cwd_rel;

@@ -282,27 +282,37 @@ int route_readyz(struct http_req *r)
 }
 
 /* Each tenant's budgets, from its policy. */
+#define NBUDGETS 7
 static void tenant_budgets(struct app *a, const struct store_tenant *v, size_t n, struct buf *out)
 {
-	int64_t(*b)[3] = xcalloc(n + 1, sizeof *b);
+	int64_t(*b)[NBUDGETS] = xcalloc(n + 1, sizeof *b);
 	for (size_t i = 0; i < n; i++) {
 		struct route_policy p;
-		b[i][0] = a->cfg->tenant_mem_budget_bytes;
-		b[i][1] = a->cfg->tenant_nproc_budget;
-		b[i][2] = a->cfg->tenant_cpu_budget_millicores;
-		if (route_policy_load(a->store, a->cfg, v[i].name, &p, NULL, NULL) == 0) {
-			b[i][0] = p.tenant_mem_budget_bytes;
-			b[i][1] = p.tenant_nproc_budget;
-			b[i][2] = p.tenant_cpu_budget_millicores;
-			route_policy_clear(&p);
-		}
+		char err[256];
+		bool ok = route_policy_load(a->store, a->cfg, v[i].name, &p, NULL, NULL) == 0;
+		if (!ok && route_policy_defaults(a->cfg, &p, err, sizeof err) < 0)
+			continue;
+		const int64_t one[NBUDGETS] = {p.tenant_mem_budget_bytes,      p.tenant_nproc_budget,
+					       p.tenant_cpu_budget_millicores, p.tenant_io_read_bps,
+					       p.tenant_io_write_bps,	       p.tenant_io_read_iops,
+					       p.tenant_io_write_iops};
+		memcpy(b[i], one, sizeof one);
+		route_policy_clear(&p);
 	}
-	static const char *const family[3][2] = {
+	static const char *const family[NBUDGETS][2] = {
 	    {"sandboxd_tenant_memory_budget_bytes", "Each tenant's memory budget (its policy; 0: none)."},
 	    {"sandboxd_tenant_processes_budget", "Each tenant's process budget (its policy; 0: none)."},
 	    {"sandboxd_tenant_cpu_budget_cores", "Each tenant's CPU budget in cores (its policy; 0: none)."},
+	    {"sandboxd_tenant_io_read_bps_budget",
+	     "Each tenant's read budget on its disk image, bytes per second (its policy; 0: none)."},
+	    {"sandboxd_tenant_io_write_bps_budget",
+	     "Each tenant's write budget on its disk image, bytes per second (its policy; 0: none)."},
+	    {"sandboxd_tenant_io_read_iops_budget",
+	     "Each tenant's read budget on its disk image, operations per second (its policy; 0: none)."},
+	    {"sandboxd_tenant_io_write_iops_budget",
+	     "Each tenant's write budget on its disk image, operations per second (its policy; 0: none)."},
 	};
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < NBUDGETS; k++) {
 		buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", family[k][0], family[k][1], family[k][0]);
 		for (size_t i = 0; i < n; i++) {
 			if (k == 2) /* millicores as cores, exactly */

@@ -52,6 +52,10 @@ static const struct policy_key {
     {"tenant_nproc_budget", PK_INT, offsetof(struct route_policy, tenant_nproc_budget), 0, 1000000},
     {"tenant_cpu_budget_millicores", PK_MILLICORES,
      offsetof(struct route_policy, tenant_cpu_budget_millicores), 0, 1000000},
+    {"tenant_io_read_bps", PK_INT, offsetof(struct route_policy, tenant_io_read_bps), 0, SBX_IO_BPS_MAX},
+    {"tenant_io_write_bps", PK_INT, offsetof(struct route_policy, tenant_io_write_bps), 0, SBX_IO_BPS_MAX},
+    {"tenant_io_read_iops", PK_INT, offsetof(struct route_policy, tenant_io_read_iops), 0, SBX_IO_IOPS_MAX},
+    {"tenant_io_write_iops", PK_INT, offsetof(struct route_policy, tenant_io_write_iops), 0, SBX_IO_IOPS_MAX},
     {"max_execs", PK_INT, offsetof(struct route_policy, max_execs), 1, 100000},
     {"exec_queue", PK_INT, offsetof(struct route_policy, exec_queue), 0, 100000},
     {"max_transfers", PK_INT, offsetof(struct route_policy, max_transfers), 1, 100000},
@@ -309,6 +313,10 @@ int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, 
 	p->tenant_mem_budget_bytes = cfg->tenant_mem_budget_bytes;
 	p->tenant_nproc_budget = cfg->tenant_nproc_budget;
 	p->tenant_cpu_budget_millicores = cfg->tenant_cpu_budget_millicores;
+	p->tenant_io_read_bps = cfg->tenant_io_read_bps;
+	p->tenant_io_write_bps = cfg->tenant_io_write_bps;
+	p->tenant_io_read_iops = cfg->tenant_io_read_iops;
+	p->tenant_io_write_iops = cfg->tenant_io_write_iops;
 	p->max_execs = cfg->tenant_max_execs;
 	p->exec_queue = cfg->tenant_exec_queue;
 	p->max_transfers = cfg->tenant_max_transfers;
@@ -385,6 +393,33 @@ json_t *route_policy_json(const struct route_policy *p)
 			json_object_set_new(o, keys[i].name, v);
 	}
 	return o;
+}
+
+/* The I/O budget keys, in the order they are named when refused. */
+static const char *const io_keys[] = {"tenant_io_read_bps", "tenant_io_write_bps", "tenant_io_read_iops",
+				      "tenant_io_write_iops"};
+
+const char *route_policy_io_budget(const struct route_policy *p)
+{
+	for (size_t i = 0; i < sizeof io_keys / sizeof io_keys[0]; i++)
+		if (*(const int64_t *)((const char *)p + key_find(io_keys[i])->off) != 0)
+			return io_keys[i];
+	return NULL;
+}
+
+const char *route_policy_io_set(json_t *changes)
+{
+	const char *name;
+	json_t *v;
+	json_object_foreach(changes, name, v) {
+		const struct policy_key *k = key_find(name);
+		if (!k || !json_is_integer(v) || json_integer_value(v) <= 0)
+			continue; /* null or 0: none; a bad value is merge's 400 */
+		for (size_t i = 0; i < sizeof io_keys / sizeof io_keys[0]; i++)
+			if (strcmp(k->name, io_keys[i]) == 0)
+				return io_keys[i];
+	}
+	return NULL;
 }
 
 bool route_policy_needs_approval(const struct route_policy *p, const char *command)

@@ -16,6 +16,10 @@
  *   tenant_mem_budget_bytes   all the tenant's commands together; 0: none
  *   tenant_nproc_budget       all the tenant's commands together; 0: none
  *   tenant_cpu_budget_millicores  their CPU time together (1000: one core); 0: none, else >= 10
+ *   tenant_io_read_bps, tenant_io_write_bps, tenant_io_read_iops, tenant_io_write_iops
+ *                             their I/O together on the tenant's disk image (cgroup io.max),
+ *                             bytes or operations per second; 0: none. Only where disk images
+ *                             are in use (disk-quota=image): refused elsewhere (route_policy_io_set)
  *   max_execs, max_transfers  concurrent commands / streaming transfers
  *   store_max_bytes, store_max_rows  what the store may hold for the tenant (its exec and
  *                             audit rows); 0: no limit. Past it: 507 store_budget_exceeded
@@ -55,6 +59,7 @@ struct route_policy {
 	int64_t mem_limit_bytes, nproc_limit, fsize_limit_bytes;
 	int64_t timeout_max_s, max_output_bytes_cap;
 	int64_t tenant_mem_budget_bytes, tenant_nproc_budget, tenant_cpu_budget_millicores;
+	int64_t tenant_io_read_bps, tenant_io_write_bps, tenant_io_read_iops, tenant_io_write_iops;
 	int64_t max_execs, max_transfers;
 	int64_t exec_queue;
 	int64_t store_max_bytes, store_max_rows;
@@ -75,6 +80,12 @@ int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, 
 void route_policy_clear(struct route_policy *p);
 /* The effective policy as JSON (a new object). */
 json_t *route_policy_json(const struct route_policy *p);
+/* The first of p's I/O budgets that is set (nonzero), by name, or NULL. */
+const char *route_policy_io_budget(const struct route_policy *p);
+/* The first I/O budget key that changes (as for route_policy_update)
+ * sets to a positive integer (a budget), by name, or NULL: a server
+ * without disk images refuses it, as it could not apply it. */
+const char *route_policy_io_set(json_t *changes);
 /* Whether command must wait for a person's decision. */
 bool route_policy_needs_approval(const struct route_policy *p, const char *command);
 

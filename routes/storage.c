@@ -32,6 +32,9 @@ int route_storage_attach_image(struct app *a, struct tenant *t)
 	char *tdir = xasprintf("%s/tenants/%s", a->cfg->data_dir, t->name);
 	int rc =
 	    sbx_diskimg_attach(a->diskimg, tdir, t->uid, t->gid, &lim, t->quota_why, sizeof t->quota_why);
+	/* The device its I/O budget throttles (io.max "MAJ:MIN ..."). */
+	if (rc == 0 && sbx_diskimg_dev(tdir, &t->io_dev) < 0)
+		t->io_dev = 0;
 	free(tdir);
 	if (rc < 0)
 		log_msg("error", "cannot attach the disk image of tenant %s: %s (%s); it is not served",

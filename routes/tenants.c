@@ -36,6 +36,16 @@ int route_tenant_policy_put(struct http_req *r)
 	char err[512] = "";
 	json_t *change = NULL;
 	http_set_target(r, name);
+	/* An I/O budget binds the tenant's disk image's loop device (io.max):
+	 * without images there is nothing to throttle, and a budget stored
+	 * here would be a promise not kept. */
+	const char *io = r->app->disk_mode == DISK_IMAGE ? NULL : route_policy_io_set(r->json);
+	if (io)
+		return http_fail(
+		    r, -SBX_E_CONFLICT,
+		    "%s: I/O budgets need disk images (disk-quota=image): this server bounds its "
+		    "tenants' disks %s, and has no device of the tenant's own to throttle",
+		    io, r->app->disk_mode == DISK_PROJECT ? "by project quotas" : "not at all");
 	int rc = route_policy_update(r->app->store, r->app->cfg, name, r->json, &change, err, sizeof err);
 	if (rc == -ENOENT)
 		return http_fail(r, rc, "no tenant %s", name);

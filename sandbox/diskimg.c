@@ -501,6 +501,20 @@ void sbx_diskimg_detach_all(struct sbx_diskimg *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
+int sbx_diskimg_dev(const char *tdir, dev_t *out)
+{
+	struct stat sw;
+	char *ws = xasprintf("%s/workspace", tdir), *img = xasprintf("%s/disk.img", tdir);
+	/* mounted_state checked it is a loop device backed by the image */
+	int m = mounted_state(tdir, ws, img), rc = m == 1 && stat(ws, &sw) < 0 ? -errno : 0;
+	free(ws);
+	free(img);
+	if (m != 1 || rc < 0)
+		return m != 1 ? -ENOENT : rc;
+	*out = sw.st_dev;
+	return 0;
+}
+
 int sbx_diskimg_usage(const char *tdir, struct sbx_quota_usage *out)
 {
 	struct statfs s;

@@ -69,6 +69,11 @@ int sbx_diskimg_detach(const char *tdir);
 /* Detach every image this process attached (shutdown). */
 void sbx_diskimg_detach_all(struct sbx_diskimg *d);
 
+/* The block device of tdir's mounted image (its loop device, /dev/loopN's
+ * st_rdev: what the tenant's cgroup io.max names). 0, or -ENOENT when
+ * tdir/workspace is not the mount of tdir/disk.img. */
+int sbx_diskimg_dev(const char *tdir, dev_t *out);
+
 /* Use and size of tdir's image (statfs of its mounted filesystem);
  * -ENOENT when it is not mounted. */
 int sbx_diskimg_usage(const char *tdir, struct sbx_quota_usage *out);

@@ -316,6 +316,18 @@ static int tenant_set(struct store *s, struct sbx_config *cfg, const struct cli_
 	int rc = 0;
 	for (int i = 2; i < a->nwords && rc == 0; i++)
 		rc = route_policy_kv(a->words[i], changes, err, sizeof err);
+	/* As PUT /tenants/{name}/policy: no disk images, no I/O budget. Which
+	 * mode "auto" becomes is the server's to find; this knows the
+	 * configured one only. */
+	const char *io =
+	    rc == 0 && (strcmp(cfg->disk_quota, "none") == 0 || strcmp(cfg->disk_quota, "project") == 0)
+		? route_policy_io_set(changes)
+		: NULL;
+	if (io) {
+		snprintf(err, sizeof err, "%s: I/O budgets need disk images (disk-quota=image; it is %s)", io,
+			 cfg->disk_quota);
+		rc = -EINVAL;
+	}
 	if (rc == 0)
 		rc = route_policy_update(s, cfg, a->words[1], changes, &change, err, sizeof err);
 	json_decref(changes);
