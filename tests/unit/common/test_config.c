@@ -98,6 +98,29 @@ static void test_bad_input(void **state)
 	cfg_free(&c);
 }
 
+/* The tenants' I/O budgets: 0 (none) by default, up to 100 GB/s and 10M
+ * operations per second. */
+static void test_io_budgets(void **state)
+{
+	(void)state;
+	struct sbx_config c;
+	char err[256];
+	cfg_defaults(&c);
+	assert_int_equal(c.tenant_io_read_bps, 0);
+	assert_int_equal(c.tenant_io_write_bps, 0);
+	assert_int_equal(c.tenant_io_read_iops, 0);
+	assert_int_equal(c.tenant_io_write_iops, 0);
+	assert_int_equal(cfg_set(&c, "tenant-io-write-bps", "100000000000", err, sizeof err), 0);
+	assert_int_equal(c.tenant_io_write_bps, 100000000000LL);
+	assert_int_equal(cfg_set(&c, "tenant_io_read_iops", "10000000", err, sizeof err), 0);
+	assert_int_equal(c.tenant_io_read_iops, 10000000);
+	assert_int_equal(cfg_set(&c, "tenant-io-write-bps", "100000000001", err, sizeof err), -EINVAL);
+	assert_int_equal(cfg_set(&c, "tenant-io-read-bps", "-1", err, sizeof err), -EINVAL);
+	assert_int_equal(cfg_set(&c, "tenant-io-write-iops", "10000001", err, sizeof err), -EINVAL);
+	assert_int_equal(c.tenant_io_write_iops, 0);
+	cfg_free(&c);
+}
+
 /* The tenants' CPU budget: millicores, "auto" (every core this process
  * may use but one, at least one), 0 for none; 1..9 is below the kernel's
  * least quota and refused, as are fractions, negatives and other words. */
@@ -170,9 +193,9 @@ static void test_rfc3339(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_defaults),  cmocka_unit_test(test_file_then_flags),
-	    cmocka_unit_test(test_bad_input), cmocka_unit_test(test_cpu_budget),
-	    cmocka_unit_test(test_rfc3339),
+	    cmocka_unit_test(test_defaults),   cmocka_unit_test(test_file_then_flags),
+	    cmocka_unit_test(test_bad_input),  cmocka_unit_test(test_cpu_budget),
+	    cmocka_unit_test(test_io_budgets), cmocka_unit_test(test_rfc3339),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

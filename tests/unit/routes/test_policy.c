@@ -72,9 +72,34 @@ static void test_defaults_follow_the_configuration(void **state)
 	assert_int_equal(json_integer_value(json_object_get(j, "store_max_bytes")),
 			 cfg.tenant_store_max_bytes);
 	assert_int_equal(json_integer_value(json_object_get(j, "store_max_rows")), cfg.tenant_store_max_rows);
-	assert_int_equal(json_object_size(j), 18);
+	assert_int_equal(json_integer_value(json_object_get(j, "tenant_io_write_bps")),
+			 cfg.tenant_io_write_bps);
+	assert_int_equal(json_integer_value(json_object_get(j, "tenant_io_read_iops")),
+			 cfg.tenant_io_read_iops);
+	assert_int_equal(json_object_size(j), 22);
 	json_decref(j);
+	assert_null(route_policy_io_budget(&p)); /* the defaults: none */
+	p.tenant_io_write_iops = 3;
+	assert_string_equal(route_policy_io_budget(&p), "tenant_io_write_iops");
+	p.tenant_io_read_bps = 1;
+	assert_string_equal(route_policy_io_budget(&p), "tenant_io_read_bps");
 	route_policy_clear(&p);
+}
+
+/* Which change sets an I/O budget: a positive integer only (0 and null
+ * are none; a bad value is for the update to refuse). */
+static void test_io_set(void **state)
+{
+	(void)state;
+	json_t *c = json_pack("{s:i, s:n, s:i, s:s}", "tenant_io_read_bps", 0, "tenant_io_write_bps",
+			      "tenant_io_read_iops", -1, "tenant_io_write_iops", "7");
+	assert_null(route_policy_io_set(c));
+	json_object_set_new(c, "tenant-io-write-iops", json_integer(7));
+	assert_string_equal(route_policy_io_set(c), "tenant_io_write_iops");
+	json_decref(c);
+	c = json_pack("{s:i}", "max_execs", 4);
+	assert_null(route_policy_io_set(c));
+	json_decref(c);
 }
 
 static void test_allowlist_grammar(void **state)
@@ -197,6 +222,7 @@ int main(void)
 	    cmocka_unit_test(test_defaults_follow_the_configuration),
 	    cmocka_unit_test(test_allowlist_grammar),
 	    cmocka_unit_test(test_kv_typing),
+	    cmocka_unit_test(test_io_set),
 	    cmocka_unit_test(test_approval_patterns),
 	    cmocka_unit_test(test_backends_offered),
 	};
