@@ -217,28 +217,24 @@ static int io_check(struct http_req *r, const struct route_policy *p, const stru
 {
 	const char *io = route_policy_io_budget(p);
 	const struct sbx_cgroup_caps *caps = sbx_cgroup_caps();
+	char why[256];
 	if (!io)
 		return 0;
 	if (r->app->disk_mode != DISK_IMAGE || !r->tenant->io_dev)
-		return http_fail(r, -SBX_E_BACKEND,
-				 "the tenant's %s cannot be applied: I/O budgets need disk images "
-				 "(disk-quota=image), and %s",
-				 io,
-				 r->app->disk_mode == DISK_IMAGE ? "the tenant's image is not attached"
-								 : "this server has none");
-	if (!sbx_backend_contained(b))
-		return http_fail(
-		    r, -SBX_E_BACKEND,
-		    "the tenant's %s cannot be applied: backend %s runs commands without cgroups", io,
-		    p->backend);
-	if (!caps->io)
-		return http_fail(
-		    r, -SBX_E_BACKEND,
-		    "the tenant's %s cannot be applied: the host's cgroups have no io controller "
-		    "(driver cgroup v%d%s; io.max needs cgroup v2 with io enabled for the server's "
-		    "subtree)",
-		    io, caps->version, caps->version == 1 ? ": no blkio hierarchy is used" : "");
-	return 0;
+		snprintf(why, sizeof why, "I/O budgets need disk images (disk-quota=image), and %s",
+			 r->app->disk_mode == DISK_IMAGE ? "the tenant's image is not attached"
+							 : "this server has none");
+	else if (!sbx_backend_contained(b))
+		snprintf(why, sizeof why, "backend %s runs commands without cgroups", p->backend);
+	else if (!caps->io)
+		snprintf(why, sizeof why,
+			 "the host's cgroups have no io controller (driver cgroup v%d%s; io.max needs "
+			 "cgroup v2 with io enabled for the server's subtree)",
+			 caps->version, caps->version == 1 ? ": no blkio hierarchy is used" : "");
+	else
+		return 0;
+	r->retry_after_s = 60; /* the operator's to change, as a backend not offered */
+	return http_fail(r, -SBX_E_BACKEND, "the tenant's %s cannot be applied: %s", io, why);
 }
 
 /* Check: the tenant's policy, read now (a change applies to the next
