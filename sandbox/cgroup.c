@@ -16,7 +16,7 @@
 
 /* The drivers, most capable first: v2 is tried only where /sys/fs/cgroup
  * is the unified hierarchy, v1 only where it is not. */
-static const struct sbx_cgroup_driver *const drivers[] = {&sbx_cgroup_v1};
+static const struct sbx_cgroup_driver *const drivers[] = {&sbx_cgroup_v2, &sbx_cgroup_v1};
 
 /* Set once by the probe, before any command; read afterwards. */
 static const struct sbx_cgroup_driver *drv;
