@@ -394,8 +394,8 @@ static int make_group(const char *dir)
 }
 
 /* The tenant's group and the new kind<seq> below it, made. */
-static int make_below_tenant(const char *root, uid_t uid, uint64_t seq, char kind, const struct sbx_limits *lim,
-			     char *dir, size_t dirsz)
+static int make_below_tenant(const char *root, uid_t uid, uint64_t seq, char kind,
+			     const struct sbx_limits *lim, char *dir, size_t dirsz)
 {
 	int rc = ensure_tenant(root, uid, lim, false);
 
@@ -716,10 +716,11 @@ static bool has_word(const char *text, const char *w)
 static void why_write_fail(struct sbx_cgroup_caps *caps, const char *path, int rc)
 {
 	if (rc == -EACCES || rc == -EROFS || rc == -EPERM)
-		snprintf(caps->why, sizeof caps->why,
-			 "cgroup tree %.300s is not writable: run under systemd with Delegate=yes, or give the "
-			 "container a private cgroup namespace with a writable /sys/fs/cgroup",
-			 path);
+		snprintf(
+		    caps->why, sizeof caps->why,
+		    "cgroup tree %.300s is not writable: run under systemd with Delegate=yes, or give the "
+		    "container a private cgroup namespace with a writable /sys/fs/cgroup",
+		    path);
 	else
 		snprintf(caps->why, sizeof caps->why, "cgroup %.300s: %s", path, strerror(-rc));
 }
@@ -736,7 +737,8 @@ static void why_busy(struct sbx_cgroup_caps *caps, const char *dir, const char *
 
 			if (end == p || used + 24 >= sizeof list)
 				break;
-			used += (size_t)snprintf(list + used, sizeof list - used, "%s%ld", used ? " " : "", pid);
+			used +=
+			    (size_t)snprintf(list + used, sizeof list - used, "%s%ld", used ? " " : "", pid);
 		}
 	}
 	snprintf(caps->why, sizeof caps->why,

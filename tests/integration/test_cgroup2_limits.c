@@ -145,11 +145,12 @@ static void test_v2_in_force(void **state)
 static void test_command_tree_limit(void **state)
 {
 	(void)state;
-	json_t *r = ex_ok(&srv, tok, NULL,
-			  json_pack("{s:s, s:i}", "command",
-				    "head -c 125829120 /dev/zero > /tmp/a & head -c 125829120 /dev/zero > /tmp/b & "
-				    "wait; echo both",
-				    "timeout_s", 60));
+	json_t *r =
+	    ex_ok(&srv, tok, NULL,
+		  json_pack("{s:s, s:i}", "command",
+			    "head -c 125829120 /dev/zero > /tmp/a & head -c 125829120 /dev/zero > /tmp/b & "
+			    "wait; echo both",
+			    "timeout_s", 60));
 	fprintf(stderr, "tree: exit %lld stdout %s\n", jint(r, "exit_code"), jstr(r, "stdout"));
 	assert_int_not_equal(jint(r, "exit_code"), 0);
 	assert_null(strstr(jstr(r, "stdout"), "both"));
@@ -187,11 +188,12 @@ static void test_tenant_budget(void **state)
 	for (int i = 0; i < 3; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "hog-%d", i);
-		char *cmd = xasprintf("head -c 157286400 /dev/zero > /tmp/f && echo filled; touch /workspace/.done-%d; "
-				      "while [ ! -e /workspace/.gate-mem ]; do sleep 0.05; done",
-				      i);
-		bg_exec(&b[i], &srv, tok, json_pack("{s:s, s:s, s:i}", "command", cmd, "id", id, "timeout_s", 120),
-			NULL);
+		char *cmd = xasprintf(
+		    "head -c 157286400 /dev/zero > /tmp/f && echo filled; touch /workspace/.done-%d; "
+		    "while [ ! -e /workspace/.gate-mem ]; do sleep 0.05; done",
+		    i);
+		bg_exec(&b[i], &srv, tok,
+			json_pack("{s:s, s:s, s:i}", "command", cmd, "id", id, "timeout_s", 120), NULL);
 		free(cmd);
 	}
 	for (int i = 0; i < 3; i++) {
@@ -209,6 +211,12 @@ static void test_tenant_budget(void **state)
 	int survived = 0;
 	for (int i = 0; i < 3; i++) {
 		json_t *r = bg_join(&b[i]);
+		if (!r)
+			fprintf(stderr, "hog-%d: request rc %d after %ld ms (log %s)\n", i, b[i].rc, b[i].ms,
+				srv.log);
+		if (!r)
+			it_sh("tail -n 30 %s >&2; cat %s/memory.events %s/memory.current >&2", srv.log,
+			      tenant_dir(0), tenant_dir(0));
 		assert_non_null(r);
 		fprintf(stderr, "hog-%d: exit %lld stdout %s\n", i, jint(r, "exit_code"), jstr(r, "stdout"));
 		survived += strstr(jstr(r, "stdout"), "filled") != NULL && jint(r, "exit_code") == 0;
@@ -250,7 +258,8 @@ static void test_pids(void **state)
 	cmd = xasprintf("rm -f .bomb-fifo; mkfifo .bomb-fifo; bomb() { bomb | bomb & }; bomb; "
 			"read x < .bomb-fifo # %s",
 			nonce);
-	bg_exec(&b, &srv, tok, json_pack("{s:s, s:s, s:i}", "command", cmd, "id", "bomb", "timeout_s", 8), NULL);
+	bg_exec(&b, &srv, tok, json_pack("{s:s, s:s, s:i}", "command", cmd, "id", "bomb", "timeout_s", 8),
+		NULL);
 	free(cmd);
 	int peak = 0;
 	char *u = tenant_dir(0);
@@ -298,8 +307,8 @@ static void test_cpu_budget(void **state)
 		snprintf(id, sizeof id, "spin-%d", i);
 		json_t *v = NULL;
 		long st = ex_post(&srv, tok, NULL,
-				  json_pack("{s:s, s:s, s:b, s:i}", "command", "while :; do :; done", "id", id,
-					    "background", 1, "timeout_s", 300),
+				  json_pack("{s:s, s:s, s:b, s:i}", "command", "while :; do :; done", "id",
+					    id, "background", 1, "timeout_s", 300),
 				  &v, NULL);
 		assert_int_equal(st, 202);
 		json_decref(v);
@@ -345,13 +354,14 @@ static void test_cancel_leaves_nothing(void **state)
 	(void)state;
 	char nonce[32];
 	snprintf(nonce, sizeof nonce, "8%d", (int)getpid() % 100000);
-	char *cmd = xasprintf("sleep %s & setsid sleep %s & (trap '' TERM; sleep %s) & touch /workspace/.cdone; wait",
-			      nonce, nonce, nonce);
+	char *cmd =
+	    xasprintf("sleep %s & setsid sleep %s & (trap '' TERM; sleep %s) & touch /workspace/.cdone; wait",
+		      nonce, nonce, nonce);
 	json_t *v = NULL;
-	long st = ex_post(&srv, tok_globex, NULL,
-			  json_pack("{s:s, s:s, s:b, s:i}", "command", cmd, "id", "bgk", "background", 1, "timeout_s",
-				    300),
-			  &v, NULL);
+	long st = ex_post(
+	    &srv, tok_globex, NULL,
+	    json_pack("{s:s, s:s, s:b, s:i}", "command", cmd, "id", "bgk", "background", 1, "timeout_s", 300),
+	    &v, NULL);
 	free(cmd);
 	assert_int_equal(st, 202);
 	json_decref(v);
@@ -384,9 +394,9 @@ static void test_cancel_leaves_nothing(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_v2_in_force),	       cmocka_unit_test(test_command_tree_limit),
-	    cmocka_unit_test(test_tenant_budget),       cmocka_unit_test(test_pids),
-	    cmocka_unit_test(test_cpu_budget),	       cmocka_unit_test(test_cancel_leaves_nothing),
+	    cmocka_unit_test(test_v2_in_force),	  cmocka_unit_test(test_command_tree_limit),
+	    cmocka_unit_test(test_tenant_budget), cmocka_unit_test(test_pids),
+	    cmocka_unit_test(test_cpu_budget),	  cmocka_unit_test(test_cancel_leaves_nothing),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

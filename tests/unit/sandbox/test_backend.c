@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -383,7 +384,13 @@ static void test_health(void **state)
 	assert_non_null(strstr(msg, "bwrap 0."));
 	assert_non_null(strstr(msg, "seccomp on"));
 	assert_non_null(strstr(msg, "rlimits on"));
-	if (f->root && access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) == 0)
+	/* The driver the host has: v2 where /sys/fs/cgroup is the unified
+	 * hierarchy (a cgroup-v2 guest), v1 where the pids hierarchy is. */
+	struct statfs sf;
+	bool v2 = statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type == 0x63677270;
+	if (f->root && v2)
+		assert_non_null(strstr(msg, "cgroup memory+pids v2"));
+	else if (f->root && access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) == 0)
 		assert_non_null(strstr(msg, "cgroup memory+pids v1"));
 	assert_int_equal(sbx_backend_health(f->local, msg, sizeof(msg)), 0);
 	assert_non_null(strstr(msg, "local"));
