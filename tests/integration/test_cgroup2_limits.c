@@ -214,9 +214,11 @@ static void test_tenant_budget(void **state)
 		if (!r)
 			fprintf(stderr, "hog-%d: request rc %d after %ld ms (log %s)\n", i, b[i].rc, b[i].ms,
 				srv.log);
-		if (!r)
-			it_sh("tail -n 30 %s >&2; cat %s/memory.events %s/memory.current >&2", srv.log,
-			      tenant_dir(0), tenant_dir(0));
+		if (!r) {
+			char *u = tenant_dir(0);
+			it_sh("tail -n 30 %s >&2; cat %s/memory.events %s/memory.current >&2", srv.log, u, u);
+			free(u);
+		}
 		assert_non_null(r);
 		fprintf(stderr, "hog-%d: exit %lld stdout %s\n", i, jint(r, "exit_code"), jstr(r, "stdout"));
 		survived += strstr(jstr(r, "stdout"), "filled") != NULL && jint(r, "exit_code") == 0;
