@@ -87,7 +87,7 @@ char *buf_steal(struct buf *b, size_t *len)
 
 int buf_read_file(struct buf *b, const char *path)
 {
-	FILE *f = fopen(path, "rb");
+	FILE *f = fopen(path, "rbe");
 	if (!f)
 		return -errno;
 	size_t start = b->len;
