@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/rootimg_impl.h"
 
@@ -108,4 +110,63 @@ int srv_uid_processes(uid_t uid)
 			n++;
 	closedir(d);
 	return n;
+}
+
+/* The real uid and the state letter of /proc/<pid>/status; -1 when gone. */
+static long status_uid_state(const char *pid, char *state)
+{
+	char path[300], line[256];
+	snprintf(path, sizeof path, "/proc/%s/status", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	long uid = -1;
+	*state = '?';
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, "State:", 6) == 0)
+			sscanf(line + 6, " %c", state);
+		else if (strncmp(line, "Uid:", 4) == 0) {
+			uid = strtol(line + 4, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return uid;
+}
+
+/* One pass over /proc: SIGKILL every live process whose real uid is in
+ * first .. first + count - 1 (never this process); how many were alive. */
+static int kill_uid_range(uid_t first, uint32_t count)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	int n = 0;
+	pid_t self = getpid();
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		char state;
+		long uid = status_uid_state(e->d_name, &state);
+		pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+		if (uid < (long)first || uid >= (long)first + (long)count || pid == self || state == 'Z')
+			continue;
+		(void)kill(pid, SIGKILL);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+int srv_uid_sweep(uid_t first, uint32_t count, int64_t timeout_ms, int *left)
+{
+	int killed = kill_uid_range(first, count), alive = killed;
+	int64_t until = mono_ms() + timeout_ms;
+	while (alive > 0 && mono_ms() < until) {
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		alive = kill_uid_range(first, count); /* forks of the dying too */
+	}
+	*left = alive;
+	return killed;
 }

@@ -23,3 +23,9 @@ int srv_leftovers_purge(const struct sbx_config *cfg, const char *name, int64_t 
 			size_t destsz);
 /* How many processes have real uid uid now (from /proc). */
 int srv_uid_processes(uid_t uid);
+/* At start, before serving: SIGKILL every process whose real uid is in
+ * first .. first + count - 1 (the tenants' uids: what an earlier run left
+ * where no cgroup holds it), again until none is alive (zombies do not
+ * count) or timeout_ms passed. Returns how many were killed first; *left
+ * how many were still alive at the end. */
+int srv_uid_sweep(uid_t first, uint32_t count, int64_t timeout_ms, int *left);

@@ -39,6 +39,7 @@
 #include "sandbox/workspace.h"
 #include "server/cli.h"
 #include "server/datadir.h"
+#include "server/leftovers.h"
 #include "http/daemon.h"
 #include "server/retention.h"
 #include "store/store.h"
@@ -315,6 +316,31 @@ static int open_store(struct server *s)
 	return 0;
 }
 
+/* After the claim (the first backend's): what an earlier run left
+ * running as a tenant's uid is killed before this one serves, also where
+ * no cgroup holds it (rlimit-only hosts). Only the tenants' own uids
+ * (uid-base + slot), never the server's (shared uids: nothing). */
+static void sweep_tenant_uids(struct server *s)
+{
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	if (s->uids.mode == SBX_UIDS_SHARED || store_tenant_list(s->store, &v, &n) < 0)
+		return;
+	int64_t slots = 0;
+	for (size_t i = 0; i < n; i++)
+		slots = v[i].slot >= slots ? v[i].slot + 1 : slots;
+	store_tenants_free(v, n);
+	uid_t first = (uid_t)s->cfg->uid_base;
+	if (slots == 0 || (s->uids.outer_uid >= first && s->uids.outer_uid < first + (uid_t)slots))
+		return;
+	int left = 0, killed = srv_uid_sweep(first, (uint32_t)slots, 5000, &left);
+	if (killed > 0)
+		log_msg(left ? "error" : "info",
+			"killed %d processes of tenant uids %u..%u an earlier run left%s", killed,
+			(unsigned)first, (unsigned)(first + (uid_t)slots - 1),
+			left ? " (some still alive after 5 s)" : "");
+}
+
 static int start_one_backend(struct server *s, const char *name, const char *cgroup_root)
 {
 	const struct sbx_config *cfg = s->cfg;
@@ -342,6 +368,7 @@ static int start_one_backend(struct server *s, const char *name, const char *cgr
 		int swept = sbx_backend_sweep(b);
 		if (swept > 0)
 			log_msg("info", "removed %d cgroups left by an earlier run", swept);
+		sweep_tenant_uids(s);
 	}
 	s->backends[s->nbackends++] = b;
 	if (strcmp(cfg->backend, name) == 0)

@@ -151,11 +151,75 @@ static void test_kill_while_child_held(void **state)
 	json_decref(v);
 }
 
+/* Live (not zombie) processes of real uid uid: a killed orphan stays a
+ * zombie until PID 1 reaps it. */
+static int live_procs_of_uid(long uid)
+{
+	DIR *d = opendir("/proc");
+	int n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char path[300];
+		snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+		char *st = it_read_file(path, NULL);
+		const char *u = st ? strstr(st, "\nUid:") : NULL, *z = st ? strstr(st, "\nState:") : NULL;
+		char state = '?';
+		if (z)
+			sscanf(z + 7, " %c", &state);
+		if (u && strtol(u + 5, NULL, 10) == uid && state != 'Z')
+			n++;
+		free(st);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Leftovers no cgroup holds (an rlimit-only host; planted here as the
+ * tenant's uid): the restart kills them before it serves, and leaves a
+ * process of a uid outside the tenants' alone. */
+static void test_restart_kills_leftovers_by_uid(void **state)
+{
+	(void)state;
+	long outside = uid_base + 200;
+	assert_int_equal(it_sh("setpriv --reuid %ld --regid %ld --clear-groups sleep 120 </dev/null "
+			       ">/dev/null 2>&1 &",
+			       uid_base, uid_base),
+			 0);
+	assert_int_equal(it_sh("setpriv --reuid %ld --regid %ld --clear-groups sleep 120 </dev/null "
+			       ">/dev/null 2>&1 &",
+			       outside, outside),
+			 0);
+	for (long until = it_now_ms() + 10000;
+	     (host_procs_of_uid((uid_t)uid_base, NULL, NULL) < 1 ||
+	      host_procs_of_uid((uid_t)outside, NULL, NULL) < 1) &&
+	     it_now_ms() < until;)
+		usleep(20000);
+	assert_int_equal(host_procs_of_uid((uid_t)uid_base, NULL, NULL), 1);
+	assert_int_equal(it_stop(&srv, SIGKILL), 128 + SIGKILL);
+	const char *const nocg[] = {"--set", extra[1], "--set", "use-cgroups=false", NULL};
+	assert_int_equal(it_restart(&srv, nocg), 0);
+	int left = live_procs_of_uid(uid_base);
+	int other = live_procs_of_uid(outside);
+	it_sh_quiet("pkill -KILL -U %ld sleep", outside);
+	char *log = it_read_file(srv.log, NULL);
+	bool said = log && strstr(log, "killed 1 processes of tenant uids");
+	free(log);
+	assert_int_equal(left, 0); /* gone before the restart served */
+	assert_int_equal(other, 1);
+	assert_true(said);
+	assert_int_equal(it_stop(&srv, SIGKILL), 128 + SIGKILL);
+	assert_int_equal(it_restart(&srv, extra), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_kill_while_child_held),
 	    cmocka_unit_test(test_kill_while_starting),
+	    cmocka_unit_test(test_restart_kills_leftovers_by_uid),
 	};
 	return cmocka_run_group_tests_name("crash_start", tests, setup, teardown);
 }
