@@ -32,8 +32,7 @@ static const struct it_tok toks[] = {{&tok, "acme", NULL}};
 static int setup(void **state)
 {
 	(void)state;
-	const char *const extra[] = {"--set", it_uid_base_arg(&uid_base), "--set", "runner-threads=1",
-				     NULL};
+	const char *const extra[] = {"--set", it_uid_base_arg(&uid_base), "--set", "runner-threads=1", NULL};
 	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
 }
 
@@ -70,7 +69,8 @@ static bool server_fd(const char *link, bool bwrap)
 	if (bwrap && strncmp(link, "anon_inode:", 11) == 0)
 		return false;
 	static const char *const anon[] = {"anon_inode:[eventpoll]", "anon_inode:[signalfd]",
-					   "anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:inotify"};
+					   "anon_inode:[eventfd]", "anon_inode:[timerfd]",
+					   "anon_inode:inotify"};
 	for (size_t i = 0; i < sizeof anon / sizeof anon[0]; i++)
 		if (strcmp(link, anon[i]) == 0)
 			return true;
@@ -149,8 +149,8 @@ static void test_a_starting_command_holds_no_server_fd(void **state)
 	pid_t runner = -1;
 	long nr = -1;
 	assert_int_equal(it_hold_arm(&srv, &runner), 0);
-	json_t *req = json_pack("{s:s, s:b, s:s}", "command", "sleep 120 # child-fds", "background", 1,
-				"id", "fds-1");
+	json_t *req =
+	    json_pack("{s:s, s:b, s:s}", "command", "sleep 120 # child-fds", "background", 1, "id", "fds-1");
 	assert_int_equal(ag_post(&srv, tok, NULL, "/exec", req, NULL, NULL), 202);
 	pid_t child = it_hold_child(runner, &nr, 20000);
 	assert_true(child > 0);

@@ -38,7 +38,7 @@ static int setup(void **state)
 {
 	(void)state;
 	const char *const args[] = {"--set", it_uid_base_arg(&uid_base), "--set", "tenant-max-execs=4",
-				    "--set", "runner-threads=1", NULL};
+				    "--set", "runner-threads=1",	 NULL};
 	memcpy(extra, args, sizeof args);
 	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
 }
@@ -123,8 +123,8 @@ static void test_kill_while_child_held(void **state)
 	pid_t runner = -1;
 	long nr = -1;
 	assert_int_equal(it_hold_arm(&srv, &runner), 0);
-	json_t *req = json_pack("{s:s, s:b, s:s}", "command", "sleep 120 # crash-held", "background", 1,
-				"id", "crash-held");
+	json_t *req = json_pack("{s:s, s:b, s:s}", "command", "sleep 120 # crash-held", "background", 1, "id",
+				"crash-held");
 	assert_int_equal(ag_post(&srv, tok, NULL, "/exec", req, NULL, NULL), 202);
 	pid_t child = it_hold_child(runner, &nr, 20000);
 	assert_true(child > 0);
@@ -192,10 +192,9 @@ static void test_restart_kills_leftovers_by_uid(void **state)
 			       ">/dev/null 2>&1 &",
 			       outside, outside),
 			 0);
-	for (long until = it_now_ms() + 10000;
-	     (host_procs_of_uid((uid_t)uid_base, NULL, NULL) < 1 ||
-	      host_procs_of_uid((uid_t)outside, NULL, NULL) < 1) &&
-	     it_now_ms() < until;)
+	for (long until = it_now_ms() + 10000; (host_procs_of_uid((uid_t)uid_base, NULL, NULL) < 1 ||
+						host_procs_of_uid((uid_t)outside, NULL, NULL) < 1) &&
+					       it_now_ms() < until;)
 		usleep(20000);
 	assert_int_equal(host_procs_of_uid((uid_t)uid_base, NULL, NULL), 1);
 	assert_int_equal(it_stop(&srv, SIGKILL), 128 + SIGKILL);
