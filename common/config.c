@@ -83,6 +83,7 @@ static const struct option_spec specs[] = {
     S("approval", approval, "never"),
     I("approval-timeout-s", approval_timeout_s, "300", 1, 604800),
     B("allow-unsafe-local", allow_unsafe_local, "false"),
+    B("allow-uncontained", allow_uncontained, "false"),
     S("tls-cert", tls_cert, NULL),
     S("tls-key", tls_key, NULL),
     S("audience", audience, NULL),

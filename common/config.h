@@ -22,6 +22,9 @@ struct sbx_config {
 	char *approval; /* default policy: "never", "always" or a JSON array of command patterns */
 	int64_t approval_timeout_s; /* how long a command waits for a decision */
 	bool allow_unsafe_local;
+	/* Start (degraded) although the configured limits and budgets cannot
+	 * all be enforced with cgroups (server/serve.c, the fail-closed rule). */
+	bool allow_uncontained;
 	char *tls_cert, *tls_key;
 	char *audience; /* required aud claim when set */
 	int64_t leeway_s;

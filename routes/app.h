@@ -155,6 +155,16 @@ void route_tenant_release_transfer(struct app *a, struct tenant *t);
  * tenants there are: uids shared by several tenants without
  * allow-shared-uid. */
 bool route_uids_describe(struct app *a, char *out, size_t outsz);
+/* Containment (security.md item 10): whether every backend of bs (those
+ * that start commands here) runs them inside cgroups, and the cgroup
+ * layer has a controller for every nonzero default limit and budget of
+ * cfg (mem-limit-bytes, tenant-mem-budget-bytes: memory; nproc-limit,
+ * tenant-nproc-budget: pids; tenant-cpu-budget-millicores: cpu). false
+ * with what is not enforced, and why, in out ("" when true). The start
+ * refuses on false unless use-cgroups=false or allow-uncontained; /readyz
+ * then says degraded. */
+bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend *const *bs, size_t n,
+				char *out, size_t outsz);
 /* At start: 0, or -EPERM with the reason and the fix in err when a tenant
  * cannot be served (several tenants would share a uid, or a tenant's uid
  * lies outside the subordinate range). */

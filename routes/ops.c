@@ -19,6 +19,7 @@
 #include "http/pool.h"
 #include "http/route.h"
 #include "sandbox/backend.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/diskimg.h"
 #include "sandbox/quota.h"
 #include "sandbox/runner.h"
@@ -178,7 +179,7 @@ static bool readyz_uids(struct app *a, json_t *body)
 	return ok;
 }
 
-/* CPU budgets (cgroup cpu.cfs_quota_us over a 100 ms period), in force
+/* CPU budgets (v2 cpu.max, v1 cpu.cfs_quota_us, over a 100 ms period), in force
  * or not: tenants' budgets are configuration, never a reason to be
  * unready. No tenant is named here (/readyz needs no token): each one's
  * usage and budget are in /metrics. */
@@ -190,17 +191,91 @@ static void readyz_cpu(struct app *a, json_t *body)
 	char dflt[64] = "no default budget (0): equal shares only";
 	if (m)
 		snprintf(dflt, sizeof dflt, "default %lld.%03lld cores", m / 1000, m % 1000);
+	bool v2 = sbx_cgroup_caps()->version == 2;
 	char *detail =
-	    on ? xasprintf("cgroup v1 cpu: each tenant's commands together get at most their budget "
-			   "(cpu.cfs_quota_us per 100 ms period; %s), tenants equal cpu.shares under "
-			   "contention; usage %s",
-			   dflt, usage ? "from cpuacct in /metrics" : "unavailable")
-	       : xasprintf("unavailable (no writable cgroup v1 cpu hierarchy, or cgroups off): a tenant's "
-			   "CPU time is bounded only by its commands' timeouts");
+	    on ? xasprintf("cgroup %s cpu: each tenant's commands together get at most their budget "
+			   "(%s per 100 ms period; %s), tenants equal %s under contention; usage %s",
+			   v2 ? "v2" : "v1", v2 ? "cpu.max" : "cpu.cfs_quota_us", dflt,
+			   v2 ? "cpu.weight" : "cpu.shares",
+			   usage ? (v2 ? "from cpu.stat in /metrics" : "from cpuacct in /metrics")
+				 : "unavailable")
+	       : xasprintf("unavailable (no cgroup cpu controller this server can write, or cgroups "
+			   "off): a tenant's CPU time is bounded only by its commands' timeouts");
 	json_object_set_new(body, "cpu",
 			    json_pack("{s:s, s:s, s:I}", "status", on ? "enforced" : "unavailable", "detail",
 				      detail, "default_budget_millicores", (json_int_t)m));
 	free(detail);
+}
+
+/* The backends that start commands here (bwrap, local): their commands
+ * run inside cgroups or not. */
+bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend *const *bs, size_t n,
+				char *out, size_t outsz)
+{
+	size_t len = 0;
+	out[0] = '\0';
+#define SAY(...)                                                                                             \
+	do {                                                                                                 \
+		if (len < outsz)                                                                             \
+			len += (size_t)snprintf(out + len, outsz - len, __VA_ARGS__);                        \
+	} while (0)
+	bool contained = n > 0;
+	for (size_t i = 0; i < n; i++) {
+		if (sbx_backend_contained(bs[i]))
+			continue;
+		contained = false;
+		SAY("%sbackend %s runs commands without cgroups (rlimits only: no per-command memory or "
+		    "process limit on the whole tree, no tenant budget): %s",
+		    len ? "; " : "", sbx_backend_name(bs[i]), sbx_backend_uncontained_why(bs[i]));
+	}
+	if (contained) {
+		const struct sbx_cgroup_caps *c = sbx_cgroup_caps();
+		bool have[3] = {c->memory, c->pids, c->cpu};
+		static const char *const ctrl[3] = {"memory", "pids", "cpu"};
+		const struct {
+			int64_t value;
+			const char *key;
+			int ctrl;
+		} want[] = {{cfg->mem_limit_bytes, "mem-limit-bytes", 0},
+			    {cfg->tenant_mem_budget_bytes, "tenant-mem-budget-bytes", 0},
+			    {cfg->nproc_limit, "nproc-limit", 1},
+			    {cfg->tenant_nproc_budget, "tenant-nproc-budget", 1},
+			    {cfg->tenant_cpu_budget_millicores, "tenant-cpu-budget-millicores", 2}};
+		bool missing = false;
+		for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+			if (have[want[k].ctrl] || !want[k].value)
+				continue;
+			missing = true;
+			SAY("%sno cgroup %s controller (v%d): %s=%lld not enforced", len ? "; " : "",
+			    ctrl[want[k].ctrl], c->version, want[k].key, (long long)want[k].value);
+		}
+		if (missing)
+			SAY(" (%s)", c->why[0] ? c->why : "the controller is not enabled for this server");
+		contained = !missing;
+	}
+#undef SAY
+	return contained;
+}
+
+/* What the configuration promises against what is enforced: "enforced",
+ * or "degraded" (the operator's use-cgroups=false or allow-uncontained)
+ * with what is not. Never a reason to be unavailable: the server started
+ * on the operator's word; it is never `ready` either. */
+static bool readyz_containment(struct app *a, json_t *body)
+{
+	char msg[1024];
+	bool ok = route_containment_describe(a->cfg, a->backends, a->nbackends, msg, sizeof msg);
+	const struct sbx_cgroup_caps *c = sbx_cgroup_caps();
+	int version = a->backend && sbx_backend_contained(a->backend) ? c->version : 0;
+	char *detail = ok ? xasprintf("cgroup v%d: every configured limit and budget is enforced", version)
+			  : xasprintf("%s; started anyway: %s", msg,
+				      a->cfg->use_cgroups ? "allow-uncontained=true" : "use-cgroups=false");
+	json_object_set_new(body, "containment",
+			    json_pack("{s:s, s:s, s:i, s:b}", "status", ok ? "enforced" : "degraded",
+				      "detail", detail, "cgroup_version", version, "allow_uncontained",
+				      a->cfg->allow_uncontained));
+	free(detail);
+	return ok;
 }
 
 /* A tenant-level provider's entry (routes/provider.h), when offered: per
@@ -270,11 +345,14 @@ int route_readyz(struct http_req *r)
 	ready = readyz_disk(a, body) && ready;
 	ready = readyz_uids(a, body) && ready;
 	readyz_cpu(a, body);
+	bool contained = readyz_containment(a, body);
 	json_object_set_new(body, "backends", backends_json(a, &ready));
 	/* An unusable image fails only the commands that use it. */
 	json_object_set_new(body, "images", route_images_health(a));
 	if (!ready)
 		json_object_set_new(body, "status", json_string("unavailable"));
+	else if (!contained) /* serving, but less than the configuration promises */
+		json_object_set_new(body, "status", json_string("degraded"));
 	if (a->stopping)
 		json_object_set_new(body, "stopping", json_true());
 	json_object_set_new(body, "languages", route_code_languages(a)); /* what POST /code runs */
@@ -354,6 +432,51 @@ static void tenant_cpu(struct app *a, const struct store_tenant *v, size_t n, st
 	free(have);
 }
 
+/* Each tenant's pressure stall information (v2 with PSI only: the
+ * families are absent on v1): the share of the last 10 s some or all of
+ * its tasks stalled on memory, cpu or io, and the stalled time in all. */
+static void tenant_pressure(struct app *a, const struct store_tenant *v, size_t n, struct buf *out)
+{
+	if (!sbx_cgroup_caps()->psi || !sbx_backend_contained(a->backend))
+		return;
+	struct sbx_cgroup_pressure *p = xcalloc(n + 1, sizeof *p);
+	bool *have = xcalloc(n + 1, sizeof *have);
+	for (size_t i = 0; i < n; i++)
+		have[i] = sbx_backend_tenant_pressure(a->backend, (uid_t)(a->cfg->uid_base + v[i].slot),
+						      &p[i]) == 0;
+	static const char *const res[3] = {"memory", "cpu", "io"};
+	buf_appendf(out, "# HELP sandboxd_tenant_pressure_avg10 Share of the last 10 s (percent) some or all "
+			 "(full) of a tenant's tasks stalled on a resource (PSI of its cgroup).\n"
+			 "# TYPE sandboxd_tenant_pressure_avg10 gauge\n");
+	for (size_t i = 0; i < n; i++) {
+		const struct sbx_psi *r[3] = {&p[i].memory, &p[i].cpu, &p[i].io};
+		for (int k = 0; have[i] && k < 3; k++)
+			buf_appendf(out,
+				    "sandboxd_tenant_pressure_avg10{tenant=\"%s\",resource=\"%s\",kind=\"some\"} "
+				    "%.2f\nsandboxd_tenant_pressure_avg10{tenant=\"%s\",resource=\"%s\",kind="
+				    "\"full\"} %.2f\n",
+				    v[i].name, res[k], r[k]->some_avg10, v[i].name, res[k], r[k]->full_avg10);
+	}
+	buf_appendf(out, "# HELP sandboxd_tenant_pressure_seconds_total Time some or all (full) of a "
+			 "tenant's tasks stalled on a resource since its cgroup was made (PSI total).\n"
+			 "# TYPE sandboxd_tenant_pressure_seconds_total counter\n");
+	for (size_t i = 0; i < n; i++) {
+		const struct sbx_psi *r[3] = {&p[i].memory, &p[i].cpu, &p[i].io};
+		for (int k = 0; have[i] && k < 3; k++)
+			buf_appendf(out,
+				    "sandboxd_tenant_pressure_seconds_total{tenant=\"%s\",resource=\"%s\",kind="
+				    "\"some\"} %llu.%06llu\n"
+				    "sandboxd_tenant_pressure_seconds_total{tenant=\"%s\",resource=\"%s\",kind="
+				    "\"full\"} %llu.%06llu\n",
+				    v[i].name, res[k], (unsigned long long)(r[k]->some_total_us / 1000000u),
+				    (unsigned long long)(r[k]->some_total_us % 1000000u), v[i].name, res[k],
+				    (unsigned long long)(r[k]->full_total_us / 1000000u),
+				    (unsigned long long)(r[k]->full_total_us % 1000000u));
+	}
+	free(p);
+	free(have);
+}
+
 /* Each tenant's commands together against its budget (cgroups only). */
 static void tenant_usage(struct app *a, struct buf *out)
 {
@@ -378,6 +501,7 @@ static void tenant_usage(struct app *a, struct buf *out)
 					    (unsigned long long)use[i][k]);
 	}
 	tenant_cpu(a, v, n, out);
+	tenant_pressure(a, v, n, out);
 	tenant_budgets(a, v, n, out);
 	free(use);
 	free(have);
@@ -458,6 +582,18 @@ int route_metrics(struct http_req *r)
 	    "(cgroup) could not be applied.\n"
 	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
+	char why[1024];
+	bool contained = route_containment_describe(r->app->cfg, r->app->backends, r->app->nbackends, why,
+						    sizeof why);
+	buf_appendf(&out,
+		    "# HELP sandboxd_uncontained 1 when the server runs with less containment than its "
+		    "configuration promises (no cgroups, or a configured limit's controller missing: "
+		    "use-cgroups=false or allow-uncontained; /readyz says what), else 0.\n"
+		    "# TYPE sandboxd_uncontained gauge\nsandboxd_uncontained %d\n"
+		    "# HELP sandboxd_cgroup_version The cgroup driver commands run under: 2, 1, or 0 (none).\n"
+		    "# TYPE sandboxd_cgroup_version gauge\nsandboxd_cgroup_version %d\n",
+		    contained ? 0 : 1,
+		    sbx_backend_contained(r->app->backend) ? sbx_cgroup_caps()->version : 0);
 	unsigned kept_busy, kept_idle;
 	sbx_backend_kept_groups(r->app->backend, &kept_busy, &kept_idle);
 	buf_appendf(&out,

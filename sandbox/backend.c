@@ -728,6 +728,15 @@ int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *c
 	b->cgroup_root = xstrdup(cfg->cgroup_root ? cfg->cgroup_root : "sandboxd/default");
 	struct sbx_cgroup_caps caps;
 	b->cgroups = cfg->use_cgroups && geteuid() == 0 && sbx_cgroup_probe(b->cgroup_root, &caps) == 0;
+	if (!cfg->use_cgroups)
+		snprintf(b->uncontained_why, sizeof b->uncontained_why, "use-cgroups=false");
+	else if (geteuid() != 0)
+		snprintf(b->uncontained_why, sizeof b->uncontained_why,
+			 "not root: cgroups need a root server (or root of its own user namespace with a "
+			 "writable, delegated cgroup2 tree)");
+	else if (!b->cgroups)
+		snprintf(b->uncontained_why, sizeof b->uncontained_why, "%s",
+			 caps.why[0] ? caps.why : "no usable cgroup hierarchy");
 	b->cgroup_lock = -1;
 	if (b->cgroups && !cfg->cgroup_shared) {
 		b->cgroup_lock = sbx_cgroup_claim(b->cgroup_root);
@@ -944,6 +953,18 @@ int sbx_backend_tenant_cpu(struct sbx_backend *b, uid_t uid, uint64_t *usage_ns,
 	if (!b || !b->cgroups)
 		return -ENOTSUP;
 	return sbx_cgroup_tenant_cpu(b->cgroup_root, uid, usage_ns, throttled_ns);
+}
+
+int sbx_backend_tenant_pressure(struct sbx_backend *b, uid_t uid, struct sbx_cgroup_pressure *out)
+{
+	if (!b || !b->cgroups || !sbx_cgroup_caps()->psi)
+		return -ENOTSUP;
+	return sbx_cgroup_tenant_pressure(b->cgroup_root, uid, out);
+}
+
+const char *sbx_backend_uncontained_why(const struct sbx_backend *b)
+{
+	return !b ? "no backend" : b->cgroups ? "" : b->uncontained_why;
 }
 
 bool sbx_backend_cpu(const struct sbx_backend *b, bool *usage)

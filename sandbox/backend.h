@@ -65,7 +65,7 @@ struct sbx_spawn_req {
 
 struct sbx_backend_config {
 	const char *name; /* "bwrap" or "local" */
-	bool use_cgroups; /* cgroup v1 memory, pids (and cpu) limits where the host allows them */
+	bool use_cgroups; /* cgroup limits and budgets (v2 or v1 driver) where the host allows them */
 	const char
 	    *cgroup_root; /* the server's own group, e.g. "sandboxd/<uid-base>" (NULL: "sandboxd/default") */
 	const char *bwrap_path; /* NULL: /usr/bin/bwrap */
@@ -150,6 +150,12 @@ int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_byt
  * -ENOENT when none has run yet, -ENOTSUP without cgroups or cpuacct. */
 int sbx_backend_tenant_cpu(struct sbx_backend *b, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns);
 
+/* A tenant's pressure stall information (sandbox/cgroup.h: memory, cpu
+ * and io of its cgroup parent). -ENOENT when none has run yet, -ENOTSUP
+ * without cgroups, on v1, or on a kernel without PSI. */
+struct sbx_cgroup_pressure;
+int sbx_backend_tenant_pressure(struct sbx_backend *b, uid_t uid, struct sbx_cgroup_pressure *out);
+
 /* Whether tenants' CPU budgets are in force (cgroups and the v1 cpu
  * hierarchy); *usage (optional) whether their usage can be read. */
 bool sbx_backend_cpu(const struct sbx_backend *b, bool *usage);
@@ -162,6 +168,12 @@ void sbx_backend_kept_groups(const struct sbx_backend *b, unsigned *busy, unsign
  * false: rlimits only (use-cgroups off, not root, or a host without a
  * usable hierarchy), which the server then reports as uncontained. */
 bool sbx_backend_contained(const struct sbx_backend *b);
+
+/* Why b's commands run without cgroups ("" when they run inside them):
+ * "use-cgroups=false", not root, or what the layer's probe found missing
+ * and the fix (sbx_cgroup_caps's why). For the start's refusal and
+ * /readyz. */
+const char *sbx_backend_uncontained_why(const struct sbx_backend *b);
 
 /* Commands refused because their limits could not be applied. */
 uint64_t sbx_backend_refused_limits(const struct sbx_backend *b);

@@ -91,6 +91,7 @@ struct sbx_backend {
 	pthread_mutex_t net_mu;
 	struct sbx_backend_net *nets;
 	bool cgroups; /* use_cgroups asked for and the host allows it */
+	char uncontained_why[512]; /* without cgroups: why ("" with them) */
 	char *cgroup_root;
 	int cgroup_lock; /* flock on the root: this server's alone (-1: no cgroups) */
 	_Atomic uint64_t refused_limits;

@@ -15,6 +15,7 @@ static const char usage[] =
     "usage:\n"
     "  sandboxd serve [--config FILE] [--listen HOST:PORT] [--data-dir DIR]\n"
     "                 [--backend bwrap|local] [--allow-unsafe-local]\n"
+    "                 [--allow-uncontained]\n"
     "                 [--tls-cert FILE --tls-key FILE] [--set KEY=VALUE ...]\n"
     "  sandboxd tenant add NAME [--secret-file F | --public-key F --alg RS256|ES256] [--operator]\n"
     "                      [--reuse-leftovers | --fresh]\n"
@@ -49,6 +50,7 @@ enum {
 	O_DATA_DIR,
 	O_BACKEND,
 	O_UNSAFE,
+	O_UNCONTAINED,
 	O_TLS_CERT,
 	O_TLS_KEY,
 	O_SET,
@@ -86,6 +88,7 @@ static const struct option options[] = {
     {"data-dir", required_argument, NULL, O_DATA_DIR},
     {"backend", required_argument, NULL, O_BACKEND},
     {"allow-unsafe-local", no_argument, NULL, O_UNSAFE},
+    {"allow-uncontained", no_argument, NULL, O_UNCONTAINED},
     {"tls-cert", required_argument, NULL, O_TLS_CERT},
     {"tls-key", required_argument, NULL, O_TLS_KEY},
     {"set", required_argument, NULL, O_SET},
@@ -236,6 +239,10 @@ static int config_option(int c, const char **key)
 		return 0;
 	case O_UNSAFE:
 		*key = "allow-unsafe-local";
+		optarg = "true";
+		return 0;
+	case O_UNCONTAINED:
+		*key = "allow-uncontained";
 		optarg = "true";
 		return 0;
 	case O_TLS_CERT:

@@ -380,6 +380,37 @@ static int start_one_backend(struct server *s, const char *name, const char *cgr
 	return 0;
 }
 
+/* Fail closed (security.md item 10): with use-cgroups=true (the
+ * default), a server whose commands would run without cgroups, or
+ * without a controller a configured default limit or budget needs, does
+ * not start: the operator is told what is missing and the fix, unless
+ * they said --allow-uncontained. use-cgroups=false is the operator's own
+ * opt-out. Either way it then serves degraded, said in the log, /readyz
+ * and /metrics, never `ready`. */
+static int check_containment(struct server *s)
+{
+	const struct sbx_config *cfg = s->cfg;
+	char why[1024];
+	if (route_containment_describe(cfg, s->backends, s->nbackends, why, sizeof why))
+		return 0;
+	if (cfg->use_cgroups && !cfg->allow_uncontained) {
+		fprintf(stderr,
+			"sandboxd: refusing to start: the configured limits and budgets cannot be "
+			"enforced here: %s.\nFix: run the server as root where it can write its own cgroup "
+			"subtree (cgroup v2: a writable cgroup2 mount at /sys/fs/cgroup with the memory, "
+			"pids and cpu controllers delegated to it: systemd Delegate=yes, a container with "
+			"its own cgroup namespace and /sys/fs/cgroup mounted read-write; cgroup v1: "
+			"writable memory, pids and cpu hierarchies), or set the budget that needs a "
+			"missing controller to 0, or start anyway with --allow-uncontained "
+			"(allow-uncontained=true: /readyz then says degraded)\n",
+			why);
+		return -ENOTSUP;
+	}
+	log_msg("warn", "running DEGRADED (%s): %s; /readyz says degraded",
+		cfg->use_cgroups ? "allow-uncontained=true" : "use-cgroups=false", why);
+	return 0;
+}
+
 /* Every backend of `backends`, once, the first of them claiming the
  * server's cgroup root for all. */
 static int start_backend(struct server *s)
@@ -407,6 +438,8 @@ static int start_backend(struct server *s)
 		if (rc < 0)
 			return rc;
 	}
+	if (check_containment(s) < 0)
+		return -ENOTSUP;
 	if (!sbx_openat2_supported())
 		log_msg("error",
 			"openat2 is unavailable (kernel older than 5.6, or running under a tool that "
