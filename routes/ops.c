@@ -250,7 +250,8 @@ bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend
 			    ctrl[want[k].ctrl], c->version, want[k].key, (long long)want[k].value);
 		}
 		if (missing)
-			SAY(" (%s)", c->why[0] ? c->why : "the controller is not enabled for this server");
+			SAY(" (%s); a command whose limits or budget need it does not run",
+			    c->why[0] ? c->why : "the controller is not enabled for this server");
 		contained = !missing;
 	}
 #undef SAY
