@@ -115,6 +115,11 @@ for w in $cmdline; do
   cmd+=("$w")
   prev=$w
 done
+# Root of a user namespace on this (cgroup v1) host cannot write the
+# host's hierarchies: the server starts only when told, degraded (a
+# container on a cgroup v2 host with compose's cgroup: private and a
+# writable /sys/fs/cgroup is contained).
+cmd+=(--allow-uncontained)
 (ctr --pid --fork --mount-proc setpriv --bounding-set="-all,$caps" --inh-caps=-all --no-new-privs -- \
   "${cmd[@]}") >"$dir/log" 2>&1 &
 ns_pid=$!
@@ -127,8 +132,12 @@ done
 # ---- what it states, and what tenants get ----
 ready=$(curl -sS "http://127.0.0.1:$port/readyz")
 case "$ready" in
-  *'"status":"ready"'*) ;;
-  *) fail "not ready: $ready" ;;
+  *'"status":"degraded"'*) ;;
+  *) fail "not degraded (no cgroups in the user namespace): $ready" ;;
+esac
+case "$ready" in
+  *'"containment":{"status":"degraded"'*) ;;
+  *) fail "containment not stated: $ready" ;;
 esac
 want="root: one uid per tenant (in a user namespace: uid 0 is host uid $range)"
 case "$ready" in *"\"mode\":\"root\",\"detail\":\"$want\""*) ;; *) fail "uids not stated: $ready" ;; esac

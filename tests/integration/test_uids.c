@@ -421,7 +421,9 @@ static int subuid_setup(void **state)
 	char base[40], nproc[40];
 	snprintf(base, sizeof base, "uid-base=%u", range);
 	snprintf(nproc, sizeof nproc, "nproc-limit=%d", NPROC);
-	const char *const extra[] = {"--set", base, "--set", nproc, NULL};
+	/* Not root of the host: no cgroups, so the server must be told to
+	 * start without them (the fail-closed rule; test_fail_closed). */
+	const char *const extra[] = {"--set", base, "--set", nproc, "--allow-uncontained", NULL};
 	if (it_start_as(&srv, uid, gid, extra) < 0)
 		return -1;
 	return mint();
@@ -446,6 +448,8 @@ static void test_subuid_mode_stated(void **state)
 	long st = 0;
 	json_t *r = readyz(&st);
 	assert_int_equal(st, 200);
+	/* root of its own user namespace only: no cgroups, never `ready` */
+	assert_string_equal(jstr(r, "status"), "degraded");
 	assert_string_equal(uids_field(r, "status"), "ok");
 	assert_string_equal(uids_field(r, "mode"), "subuid");
 	assert_string_equal(uids_field(r, "detail"), want);
@@ -573,6 +577,10 @@ static void test_no_signals_across(void **state)
 
 /* ---- the same user without a range: one uid for all ---- */
 
+/* A server that is not root has no cgroups: it starts only when told
+ * (degraded; the fail-closed rule is test_fail_closed's). */
+static const char *const uncontained[] = {"--allow-uncontained", NULL};
+
 static int shared_setup(void **state)
 {
 	(void)state;
@@ -583,7 +591,7 @@ static void test_shared_refused_then_allowed(void **state)
 {
 	(void)state;
 	/* Three tenants would share the server's uid: it does not start. */
-	assert_int_equal(it_start_as(&srv, uid, gid, NULL), -1);
+	assert_int_equal(it_start_as(&srv, uid, gid, uncontained), -1);
 	char *log = it_read_file(srv.log, NULL);
 	assert_non_null(log);
 	char want[64];
@@ -592,7 +600,7 @@ static void test_shared_refused_then_allowed(void **state)
 	assert_non_null(strstr(log, "allow-shared-uid=true"));
 	free(log);
 	/* The operator says so: it starts, and says what it is doing. */
-	const char *const allow[] = {"--set", "allow-shared-uid=true", NULL};
+	const char *const allow[] = {"--set", "allow-shared-uid=true", "--allow-uncontained", NULL};
 	assert_int_equal(it_restart(&srv, allow), 0);
 	assert_int_equal(mint(), 0);
 	long st = 0;
@@ -629,7 +637,7 @@ static void test_shared_second_tenant(void **state)
 	assert_int_equal(st, 0);
 	free(it_cli(&srv, &st, "tenant remove ops"));
 	assert_int_equal(st, 0);
-	assert_int_equal(it_restart(&srv, NULL), 0);
+	assert_int_equal(it_restart(&srv, uncontained), 0);
 	long code = 0;
 	json_t *r = readyz(&code);
 	assert_int_equal(code, 200);

@@ -113,6 +113,10 @@ if (sts) {
     check("node ids are valid node ids", want.every((n) => /^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/.test(n.id)));
     check("listens where the probes look", cfg.listen === `0.0.0.0:${c.ports[0].containerPort}`);
     check("data-dir on the volume", cfg["data-dir"] === dataMount?.mountPath);
+    // Kubernetes mounts /sys/fs/cgroup read-only in an unprivileged
+    // container: sandboxd would refuse to start (fail closed) unless told.
+    check("a container without a writable cgroup mount says allow-uncontained",
+      sc.privileged === true || cfg["allow-uncontained"] === true, JSON.stringify(cfg));
   }
 
   const pdb = of("PodDisruptionBudget");
