@@ -452,11 +452,12 @@ static void tenant_pressure(struct app *a, const struct store_tenant *v, size_t 
 	for (size_t i = 0; i < n; i++) {
 		const struct sbx_psi *r[3] = {&p[i].memory, &p[i].cpu, &p[i].io};
 		for (int k = 0; have[i] && k < 3; k++)
-			buf_appendf(out,
-				    "sandboxd_tenant_pressure_avg10{tenant=\"%s\",resource=\"%s\",kind=\"some\"} "
-				    "%.2f\nsandboxd_tenant_pressure_avg10{tenant=\"%s\",resource=\"%s\",kind="
-				    "\"full\"} %.2f\n",
-				    v[i].name, res[k], r[k]->some_avg10, v[i].name, res[k], r[k]->full_avg10);
+			buf_appendf(
+			    out,
+			    "sandboxd_tenant_pressure_avg10{tenant=\"%s\",resource=\"%s\",kind=\"some\"} "
+			    "%.2f\nsandboxd_tenant_pressure_avg10{tenant=\"%s\",resource=\"%s\",kind="
+			    "\"full\"} %.2f\n",
+			    v[i].name, res[k], r[k]->some_avg10, v[i].name, res[k], r[k]->full_avg10);
 	}
 	buf_appendf(out, "# HELP sandboxd_tenant_pressure_seconds_total Time some or all (full) of a "
 			 "tenant's tasks stalled on a resource since its cgroup was made (PSI total).\n"
@@ -464,15 +465,16 @@ static void tenant_pressure(struct app *a, const struct store_tenant *v, size_t 
 	for (size_t i = 0; i < n; i++) {
 		const struct sbx_psi *r[3] = {&p[i].memory, &p[i].cpu, &p[i].io};
 		for (int k = 0; have[i] && k < 3; k++)
-			buf_appendf(out,
-				    "sandboxd_tenant_pressure_seconds_total{tenant=\"%s\",resource=\"%s\",kind="
-				    "\"some\"} %llu.%06llu\n"
-				    "sandboxd_tenant_pressure_seconds_total{tenant=\"%s\",resource=\"%s\",kind="
-				    "\"full\"} %llu.%06llu\n",
-				    v[i].name, res[k], (unsigned long long)(r[k]->some_total_us / 1000000u),
-				    (unsigned long long)(r[k]->some_total_us % 1000000u), v[i].name, res[k],
-				    (unsigned long long)(r[k]->full_total_us / 1000000u),
-				    (unsigned long long)(r[k]->full_total_us % 1000000u));
+			buf_appendf(
+			    out,
+			    "sandboxd_tenant_pressure_seconds_total{tenant=\"%s\",resource=\"%s\",kind="
+			    "\"some\"} %llu.%06llu\n"
+			    "sandboxd_tenant_pressure_seconds_total{tenant=\"%s\",resource=\"%s\",kind="
+			    "\"full\"} %llu.%06llu\n",
+			    v[i].name, res[k], (unsigned long long)(r[k]->some_total_us / 1000000u),
+			    (unsigned long long)(r[k]->some_total_us % 1000000u), v[i].name, res[k],
+			    (unsigned long long)(r[k]->full_total_us / 1000000u),
+			    (unsigned long long)(r[k]->full_total_us % 1000000u));
 	}
 	free(p);
 	free(have);
@@ -584,17 +586,17 @@ int route_metrics(struct http_req *r)
 	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
 	char why[1024];
-	bool contained = route_containment_describe(r->app->cfg, r->app->backends, r->app->nbackends, why,
-						    sizeof why);
-	buf_appendf(&out,
-		    "# HELP sandboxd_uncontained 1 when the server runs with less containment than its "
-		    "configuration promises (no cgroups, or a configured limit's controller missing: "
-		    "use-cgroups=false or allow-uncontained; /readyz says what), else 0.\n"
-		    "# TYPE sandboxd_uncontained gauge\nsandboxd_uncontained %d\n"
-		    "# HELP sandboxd_cgroup_version The cgroup driver commands run under: 2, 1, or 0 (none).\n"
-		    "# TYPE sandboxd_cgroup_version gauge\nsandboxd_cgroup_version %d\n",
-		    contained ? 0 : 1,
-		    sbx_backend_contained(r->app->backend) ? sbx_cgroup_caps()->version : 0);
+	bool contained =
+	    route_containment_describe(r->app->cfg, r->app->backends, r->app->nbackends, why, sizeof why);
+	buf_appendf(
+	    &out,
+	    "# HELP sandboxd_uncontained 1 when the server runs with less containment than its "
+	    "configuration promises (no cgroups, or a configured limit's controller missing: "
+	    "use-cgroups=false or allow-uncontained; /readyz says what), else 0.\n"
+	    "# TYPE sandboxd_uncontained gauge\nsandboxd_uncontained %d\n"
+	    "# HELP sandboxd_cgroup_version The cgroup driver commands run under: 2, 1, or 0 (none).\n"
+	    "# TYPE sandboxd_cgroup_version gauge\nsandboxd_cgroup_version %d\n",
+	    contained ? 0 : 1, sbx_backend_contained(r->app->backend) ? sbx_cgroup_caps()->version : 0);
 	unsigned kept_busy, kept_idle;
 	sbx_backend_kept_groups(r->app->backend, &kept_busy, &kept_idle);
 	buf_appendf(&out,

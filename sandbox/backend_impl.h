@@ -90,7 +90,7 @@ struct sbx_backend {
 	const struct sbx_backend_ops *ops;
 	pthread_mutex_t net_mu;
 	struct sbx_backend_net *nets;
-	bool cgroups; /* use_cgroups asked for and the host allows it */
+	bool cgroups;		   /* use_cgroups asked for and the host allows it */
 	char uncontained_why[512]; /* without cgroups: why ("" with them) */
 	char *cgroup_root;
 	int cgroup_lock; /* flock on the root: this server's alone (-1: no cgroups) */

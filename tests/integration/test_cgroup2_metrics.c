@@ -146,8 +146,8 @@ static void test_read_only_tree(void **state)
 	assert_int_equal(rc, -1);
 	char *log = it_read_file(s.log, NULL);
 	assert_non_null(log);
-	static const char *const want[] = {"refusing to start", "runs commands without cgroups",
-					   "cgroup2", "Delegate=yes", "--allow-uncontained"};
+	static const char *const want[] = {"refusing to start", "runs commands without cgroups", "cgroup2",
+					   "Delegate=yes", "--allow-uncontained"};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
 		if (!strstr(log, want[i]))
 			fprintf(stderr, "log lacks \"%s\":\n%s\n", want[i], log);
