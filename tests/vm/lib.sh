@@ -5,7 +5,7 @@
 #
 #   $VM_CACHE/current            -> 6.1.0-57-amd64 (the version prepare fetched last)
 #   $VM_CACHE/<ver>/root/        the kernel package, extracted (never installed on the host)
-#   $VM_CACHE/<ver>/root/boot/vmlinuz-<ver>
+#   $VM_CACHE/<ver>/root/boot/vmlinuz-<ver>, and vmlinux-<ver>: its ELF, booted (PVH)
 #   $VM_CACHE/<ver>/root/lib/modules/<ver>/   with modules.dep (depmod), bound in the guest
 #   $VM_CACHE/<ver>/initramfs-<key>.cpio.gz   busybox, tests/vm/init, the boot modules;
 #                                key: a hash of those inputs, rebuilt when one changes
@@ -28,6 +28,31 @@ vm_version() {
   ver=$(readlink "$VM_CACHE/current" 2>/dev/null) || return 1
   [ -e "$VM_CACHE/$ver/.extracted" ] || return 1
   printf '%s\n' "$ver"
+}
+
+# The kernel to boot from tree $1: boot/vmlinux-<ver>, the ELF inside
+# Debian's bzImage, made once, when it carries a PVH entry (Xen's
+# PHYS32_ENTRY note, CONFIG_PVH): QEMU starts it directly, without the
+# bzImage's real-mode setup and xz decompression, which under TCG take
+# most of the boot. The bzImage otherwise. Local only. Prints the path.
+vm_kernel() {
+  local dir=$1 ver bz elf off
+  ver=$(basename "$dir")
+  bz=$dir/root/boot/vmlinuz-$ver
+  elf=$dir/root/boot/vmlinux-$ver
+  if [ ! -s "$elf" ] && [ ! -e "$elf.none" ]; then
+    # The payload's xz stream (Debian 12 builds with CONFIG_KERNEL_XZ);
+    # xz complains about what follows it, the ELF is whole all the same.
+    off=$(LC_ALL=C grep -aboP '\xfd7zXZ\x00' "$bz" | head -n1 | cut -d: -f1)
+    if [ -n "$off" ] && tail -c "+$((off + 1))" "$bz" | xz -dcq >"$elf.tmp" 2>/dev/null; [ -n "$off" ] &&
+      LC_ALL=C readelf -n "$elf.tmp" 2>/dev/null | grep -q 'Xen.*(0x00000012)'; then
+      mv -f "$elf.tmp" "$elf"
+    else
+      rm -f "$elf.tmp"
+      : >"$elf.none" 2>/dev/null || true
+    fi
+  fi
+  if [ -s "$elf" ]; then printf '%s\n' "$elf"; else printf '%s\n' "$bz"; fi
 }
 
 # The initramfs for kernel tree $1 (a version directory), built when the
