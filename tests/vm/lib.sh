@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # What tests/vm/prepare and tests/vm/run share (sourced by both, bash).
 #
 # The guest's files live in one cache directory, one subdirectory per
