@@ -54,6 +54,7 @@
 static struct {
 	char base[512]; /* the server's own group at its first probe, absolute */
 	bool moved;	/* the server is in a leaf <base>/<some root>/server */
+	bool ns_root;	/* base is the root of the process's cgroup namespace ("0::/") */
 	bool cpu, io, psi;
 	char ctrls[64]; /* "+memory +pids[ +cpu][ +io]" for cgroup.subtree_control */
 } v2;
@@ -747,14 +748,21 @@ static void why_busy(struct sbx_cgroup_caps *caps, const char *dir, const char *
 		 what, dir, used ? list : "unknown");
 }
 
-/* Every process of base but the root group's (exempt from the rule, and
- * its kernel threads cannot move) into the leaf: a container's init, say.
- * Failures are left to the subtree_control write to report (EBUSY). */
+/* Every process of base into the leaf, where base is the root of a
+ * private cgroup namespace (a container's: its init, tini say, shares the
+ * group with the server, and is the container's own). Nowhere else: in
+ * a login session's or another unit's group the others are not the
+ * server's to move (another sandboxd, a shell), and the subtree_control
+ * write then reports them (EBUSY, naming the pids and the fix). The host's
+ * root group is exempt from the rule (and its kernel threads cannot
+ * move): nothing to do there. */
 static void move_others(const char *leaf)
 {
 	char buf[8192], path[700];
 	struct stat st;
 
+	if (!v2.ns_root)
+		return;
 	if (path_of(path, sizeof path, v2.base, "cgroup.type") < 0 || stat(path, &st) < 0)
 		return; /* the root group: no cgroup.type, no rule */
 	if (read_in(v2.base, "cgroup.procs", buf, sizeof buf) < 0)
@@ -798,6 +806,7 @@ static int v2_probe(const char *root, struct sbx_cgroup_caps *caps)
 			v2.moved = true;
 		}
 		memcpy(v2.base, own, sizeof v2.base);
+		v2.ns_root = strcmp(own, CG_MNT) == 0;
 	}
 	rc = read_in(v2.base, "cgroup.controllers", buf, sizeof buf);
 	if (rc < 0) {

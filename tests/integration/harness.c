@@ -24,6 +24,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,6 +137,71 @@ static int wait_healthy(struct it_server *s)
 	return -1;
 }
 
+/* On a pure cgroup-v2 host (tests/vm's guest) a root server gets a group
+ * of its own, as systemd's Delegate=yes gives a unit: a sibling of the
+ * test's group, <parent>/<data dir's name>.service, the same across
+ * restarts (a restart sweeps what the last run left there). In the test's group
+ * it would share its place with ctest and the test (the v2 rule: a group
+ * that enables controllers holds no process, so the server could not
+ * delegate to its commands). The test's group is then the root, or one
+ * whose parent enables the controllers (tests/vm/README.md). Into dir:
+ * the group's path, "" when the server stays where it is. */
+static void cgroup2_group_of(const struct it_server *s, char *dir, size_t dirsz)
+{
+	struct statfs sf;
+	char buf[4096];
+	dir[0] = '\0';
+	if (geteuid() != 0 || statfs("/sys/fs/cgroup", &sf) < 0 || sf.f_type != 0x63677270)
+		return;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return;
+	while (fgets(buf, sizeof buf, f) && strncmp(buf, "0::", 3) != 0)
+		;
+	fclose(f);
+	if (strncmp(buf, "0::/", 4) != 0)
+		return;
+	buf[strcspn(buf, "\n")] = '\0';
+	char *slash = strrchr(buf + 3, '/');
+	if (slash == buf + 3) /* the root group: exempt from the rule */
+		return;
+	*slash = '\0';
+	const char *name = strrchr(s->dir, '/');
+	snprintf(dir, dirsz, "/sys/fs/cgroup%s/%s.service", buf + 3, name ? name + 1 : "sandboxd-it");
+}
+
+void it_cgroup2_base(const struct it_server *s, char *out, size_t outsz)
+{
+	cgroup2_group_of(s, out, outsz);
+	if (out[0])
+		return;
+	char *t = it_read_file("/proc/self/cgroup", NULL);
+	const char *p = t ? strstr(t, "0::") : NULL;
+	size_t n = p ? strcspn(p + 3, "\n") : 0;
+	snprintf(out, outsz, "/sys/fs/cgroup%.*s", p && strncmp(p + 3, "/\n", 2) != 0 ? (int)n : 0,
+		 p ? p + 3 : "");
+	free(t);
+}
+
+/* Every group below dir, and dir, removed deepest first (they are empty
+ * once the server is gone: it removed its commands' groups, or the next
+ * start of the same uid-base swept them). */
+static void rmdir_tree(const char *dir, int depth)
+{
+	DIR *d = depth < 8 ? opendir(dir) : NULL;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		char *sub = xasprintf("%s/%s", dir, de->d_name);
+		rmdir_tree(sub, depth + 1);
+		free(sub);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
 static int spawn(struct it_server *s, const char *const *extra)
 {
 	if (!s->keep_port || !s->port)
@@ -146,9 +212,12 @@ static int spawn(struct it_server *s, const char *const *extra)
 	const char *argv[64] = {it_bin(), "serve", "--data-dir", s->dir, "--listen", listen};
 	int n = 6;
 	bool has_base = false, has_disk = false;
+	const char *ub = NULL; /* the uid-base it runs with: its cgroup root's name */
 	for (int i = 0; extra && extra[i] && n < 58; i++) {
 		argv[n++] = extra[i];
-		has_base = has_base || strncmp(extra[i], "uid-base=", 9) == 0;
+		if (strncmp(extra[i], "uid-base=", 9) == 0)
+			ub = extra[i] + 9;
+		has_base = has_base || ub;
 		has_disk = has_disk || strncmp(extra[i], "disk-quota=", 11) == 0;
 	}
 	/* A root test server with loop devices would otherwise give every
@@ -168,6 +237,7 @@ static int spawn(struct it_server *s, const char *const *extra)
 				 3000000L + (long)(getpid() % 100000) * 256 + (long)(count++ % 16) * 16);
 		argv[n++] = "--set";
 		argv[n++] = s->uid_base;
+		ub = s->uid_base + strlen("uid-base=");
 	}
 	argv[n] = NULL;
 	pid_t pid = fork();
@@ -177,6 +247,18 @@ static int spawn(struct it_server *s, const char *const *extra)
 			dup2(fd, 2);
 			dup2(fd, 1);
 		}
+		/* A restart joins the leaf the last run moved itself into (its
+		 * group enables controllers now: it takes no process), as a
+		 * container's init restarting the server would keep it there;
+		 * the server then finds its base above it. */
+		char cg[4200], procs[4400];
+		cgroup2_group_of(s, cg, sizeof cg);
+		snprintf(procs, sizeof procs, "%s/sandboxd/%s/server/cgroup.procs", cg, ub ? ub : "");
+		if (cg[0] && (!ub || access(procs, F_OK) < 0))
+			snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
+		if (cg[0] && ((mkdir(cg, 0755) < 0 && errno != EEXIST) ||
+			      (fd = open(procs, O_WRONLY | O_CLOEXEC)) < 0 || write(fd, "0", 1) != 1))
+			_exit(125);
 		if (s->as_user && (setgroups(0, NULL) < 0 || setgid(s->as_gid) < 0 || setuid(s->as_uid) < 0))
 			_exit(126);
 		execv(argv[0], (char *const *)argv);
@@ -494,6 +576,20 @@ void it_cleanup(struct it_server *s)
 	}
 	if (!*s->dir)
 		return;
+	char cg[4200];
+	cgroup2_group_of(s, cg, sizeof cg);
+	if (cg[0] && access(cg, F_OK) == 0) {
+		/* What a killed server left (cgroup.kill: the whole tree), then
+		 * the groups, once the kernel has let its tasks go. */
+		char *kill_file = xasprintf("%s/cgroup.kill", cg);
+		it_write_file(kill_file, "1", 1);
+		free(kill_file);
+		for (int i = 0; i < 200 && access(cg, F_OK) == 0; i++) {
+			rmdir_tree(cg, 0);
+			if (access(cg, F_OK) == 0)
+				usleep(10000);
+		}
+	}
 	check_nothing_left(s);
 	if (getenv("IT_KEEP")) {
 		fprintf(stderr, "harness: kept %s (log %s)\n", s->dir, s->log);

@@ -28,6 +28,12 @@ struct it_resp {
 	char *headers; /* raw response header block */
 };
 
+/* On a cgroup-v2 host: the group s's server delegates from (its base,
+ * sandbox/cgroup.h), a group of its own the harness starts it in (a
+ * sibling of the test's, as a systemd unit's), or the test's own group
+ * when that is the root. "/sys/fs/cgroup/..." into out. */
+void it_cgroup2_base(const struct it_server *s, char *out, size_t outsz);
+
 /* The binary under test ($SANDBOXD_BIN). */
 const char *it_bin(void);
 /* Make a data directory with tenants "acme" and "globex" (HS256, each

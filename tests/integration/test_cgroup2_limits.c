@@ -38,22 +38,6 @@ static char *tenant_dir(int slot)
 	return xasprintf("%s/sandboxd/%ld/u%ld", cg_base, ubase, ubase + slot);
 }
 
-static int own_cgroup(char *out, size_t outsz)
-{
-	size_t len = 0;
-	char *t = it_read_file("/proc/self/cgroup", &len);
-	const char *p = t ? strstr(t, "0::") : NULL;
-	if (!p) {
-		free(t);
-		return -1;
-	}
-	p += 3;
-	size_t n = strcspn(p, "\n");
-	snprintf(out, outsz, "/sys/fs/cgroup%.*s", (int)(strcmp(p, "/\n") == 0 ? 0 : n), p);
-	free(t);
-	return 0;
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -62,8 +46,6 @@ static int setup(void **state)
 		fprintf(stderr, "not a cgroup2 host as root: run in tests/vm/run\n");
 		exit(77);
 	}
-	if (own_cgroup(cg_base, sizeof cg_base) < 0)
-		return -1;
 	it_uid_base_arg(&ubase);
 	/* A command: 200 MiB, 256 processes; acme together: 256 MiB, 24
 	 * processes, a fifth of a core. /tmp (charged to the command's
@@ -76,7 +58,9 @@ static int setup(void **state)
 				     "--set", "tenant-nproc-budget=24",
 				     "--set", "tenant-cpu-budget-millicores=200",
 				     NULL};
-	return it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
+	int rc = it_start_minted(&srv, extra, toks, IT_NTOKS(toks));
+	it_cgroup2_base(&srv, cg_base, sizeof cg_base);
+	return rc;
 }
 
 static int teardown(void **state)

@@ -25,18 +25,6 @@ static struct it_server srv;
 static long ubase;
 static char cg_base[512];
 
-static void own_cgroup(char *out, size_t outsz)
-{
-	size_t len = 0;
-	char *t = it_read_file("/proc/self/cgroup", &len);
-	const char *p = t ? strstr(t, "0::") : NULL;
-	assert_non_null(p);
-	p += 3;
-	size_t n = strcspn(p, "\n");
-	snprintf(out, outsz, "/sys/fs/cgroup%.*s", (int)(strncmp(p, "/\n", 2) == 0 ? 0 : n), p);
-	free(t);
-}
-
 static bool exists(const char *path)
 {
 	return access(path, F_OK) == 0;
@@ -50,11 +38,11 @@ static void test_kill9_swept(void **state)
 		fprintf(stderr, "not a cgroup2 host as root: run in tests/vm/run\n");
 		exit(77);
 	}
-	own_cgroup(cg_base, sizeof cg_base);
 	it_uid_base_arg(&ubase);
 	const char *const extra[] = {"--set", it_uid_base_arg(NULL), "--set",
 				     "tenant-mem-budget-bytes=268435456", NULL};
 	assert_int_equal(it_start(&srv, extra), 0);
+	it_cgroup2_base(&srv, cg_base, sizeof cg_base);
 	char *tok = it_token(&srv, "acme", NULL);
 	assert_non_null(tok);
 	char nonce[32];
