@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/xmalloc.h"
@@ -45,6 +46,16 @@ static inline bool it_cgroups_here(void)
 {
 	return geteuid() == 0 && access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0 &&
 	       access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) == 0;
+}
+
+/* Whether a root server here runs its commands in cgroups with either
+ * driver: the v1 hierarchies above, or the unified cgroup v2 hierarchy
+ * (tests/vm's guest, where the harness gives each server its own group). */
+static inline bool it_contained_here(void)
+{
+	struct statfs sf;
+	return it_cgroups_here() || (geteuid() == 0 && statfs("/sys/fs/cgroup", &sf) == 0 &&
+				     sf.f_type == 0x63677270 /* CGROUP2_SUPER_MAGIC */);
 }
 
 /* Whether name exists in tenant's workspace on the host (a mark a

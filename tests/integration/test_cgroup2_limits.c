@@ -138,6 +138,9 @@ static void test_command_tree_limit(void **state)
 	fprintf(stderr, "tree: exit %lld stdout %s\n", jint(r, "exit_code"), jstr(r, "stdout"));
 	assert_int_not_equal(jint(r, "exit_code"), 0);
 	assert_null(strstr(jstr(r, "stdout"), "both"));
+	/* memory.events said so: the model is told, not left to guess from 137. */
+	assert_true(json_is_true(json_object_get(r, "oom_killed")));
+	assert_false(json_is_true(json_object_get(r, "pids_limited")));
 	json_decref(r);
 	/* One child of 120 MiB fits. */
 	r = ex_ok(&srv, tok, NULL,
@@ -261,6 +264,8 @@ static void test_pids(void **state)
 	r = bg_join(&b);
 	assert_non_null(r);
 	fprintf(stderr, "bomb: exit %lld, pids.current peak %d\n", jint(r, "exit_code"), peak);
+	/* pids.events said a fork was refused (the tenant's 24 here). */
+	assert_true(json_is_true(json_object_get(r, "pids_limited")));
 	json_decref(r);
 	it_resp_free(&b.resp);
 	assert_true(peak <= 24);
