@@ -256,6 +256,18 @@ static int spawn(struct it_server *s, const char *const *extra)
 		snprintf(procs, sizeof procs, "%s/sandboxd/%s/server/cgroup.procs", cg, ub ? ub : "");
 		if (cg[0] && (!ub || access(procs, F_OK) < 0))
 			snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
+		/* The parent hands the controllers down (systemd enables them
+		 * in system.slice; a login session's user slice may lack cpu
+		 * or io): as a unit's slice would, errors left to the server. */
+		char *up =
+		    cg[0] ? xasprintf("%.*s/cgroup.subtree_control", (int)(strrchr(cg, '/') - cg), cg) : NULL;
+		if (up && (fd = open(up, O_WRONLY | O_CLOEXEC)) >= 0) {
+			for (const char *c = "+memory\0+pids\0+cpu\0+io\0"; *c; c += strlen(c) + 1)
+				if (write(fd, c, strlen(c)) < 0)
+					continue; /* a controller the host lacks */
+			close(fd);
+		}
+		free(up);
 		if (cg[0] && ((mkdir(cg, 0755) < 0 && errno != EEXIST) ||
 			      (fd = open(procs, O_WRONLY | O_CLOEXEC)) < 0 || write(fd, "0", 1) != 1))
 			_exit(125);
