@@ -262,9 +262,11 @@ static int spawn(struct it_server *s, const char *const *extra)
 		char *up =
 		    cg[0] ? xasprintf("%.*s/cgroup.subtree_control", (int)(strrchr(cg, '/') - cg), cg) : NULL;
 		if (up && (fd = open(up, O_WRONLY | O_CLOEXEC)) >= 0) {
-			for (const char *c = "+memory\0+pids\0+cpu\0+io\0"; *c; c += strlen(c) + 1)
-				if (write(fd, c, strlen(c)) < 0)
-					continue; /* a controller the host lacks */
+			for (const char *c = "+memory\0+pids\0+cpu\0+io\0"; *c; c += strlen(c) + 1) {
+				ssize_t w =
+				    write(fd, c, strlen(c)); /* fails for a controller the host lacks */
+				(void)w;
+			}
 			close(fd);
 		}
 		free(up);
