@@ -1,7 +1,10 @@
 /* Tenant budgets (issue 13, security.md item 9): the tenant, not the
  * command, is the unit of memory and processes. Each command alone stays
  * within its own limit; together they meet the tenant's budget, and only
- * that tenant's commands are stopped. Real bwrap, real cgroups. */
+ * that tenant's commands are stopped. Real bwrap, real cgroups.
+ * The cgroup v1 driver's: it reads the v1 hierarchies' files. The v2
+ * driver's budgets are test_cgroup2_limits.c's (the tenant budget over
+ * three commands, pids.max), run in tests/vm's guest. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

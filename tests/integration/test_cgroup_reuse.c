@@ -2,7 +2,9 @@
  * P1; sandbox/cgroup.c): the next command's limits apply, and nothing of
  * a predecessor's accounting reaches it, an OOM-killed one's included.
  * Seen from the host, in the groups the server names. Real bwrap, real
- * cgroups; a clean stop leaves no group behind. */
+ * cgroups; a clean stop leaves no group behind. v1 only: the v2 driver
+ * keeps no groups (it makes and removes one per command, sandbox/cgroup_v2.c);
+ * what a predecessor's accounting could leak there is nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -3,7 +3,9 @@
  * u<uid>), tenants equal cpu.shares; the usage (cpuacct) and the budget
  * are in /metrics. Real bwrap, real cgroups, the real binary: the budget
  * is read from the kernel's own files and measured with the kernel's own
- * counter. */
+ * counter. The cgroup v1 driver's (cpu, cpuacct hierarchies); the v2
+ * driver's cpu.max, measured by cpu.stat, is test_cgroup2_limits.c's
+ * test_cpu_budget, run in tests/vm's guest. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
