@@ -160,11 +160,12 @@ bool route_uids_describe(struct app *a, char *out, size_t outsz);
  * layer has a controller for every nonzero default limit and budget of
  * cfg (mem-limit-bytes, tenant-mem-budget-bytes: memory; nproc-limit,
  * tenant-nproc-budget: pids; tenant-cpu-budget-millicores: cpu). false
- * with what is not enforced, and why, in out ("" when true). The start
+ * with what is not enforced, and why, in out ("" when true); images:
+ * tenants have disk images (the only devices an I/O budget applies to). The start
  * refuses on false unless use-cgroups=false or allow-uncontained; /readyz
  * then says degraded. */
 bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend *const *bs, size_t n,
-				char *out, size_t outsz);
+				bool images, char *out, size_t outsz);
 /* At start: 0, or -EPERM with the reason and the fix in err when a tenant
  * cannot be served (several tenants would share a uid, or a tenant's uid
  * lies outside the subordinate range). */

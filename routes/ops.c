@@ -210,7 +210,7 @@ static void readyz_cpu(struct app *a, json_t *body)
 /* The backends that start commands here (bwrap, local): their commands
  * run inside cgroups or not. */
 bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend *const *bs, size_t n,
-				char *out, size_t outsz)
+				bool images, char *out, size_t outsz)
 {
 	size_t len = 0;
 	out[0] = '\0';
@@ -230,8 +230,8 @@ bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend
 	}
 	if (contained) {
 		const struct sbx_cgroup_caps *c = sbx_cgroup_caps();
-		bool have[3] = {c->memory, c->pids, c->cpu};
-		static const char *const ctrl[3] = {"memory", "pids", "cpu"};
+		bool have[4] = {c->memory, c->pids, c->cpu, c->io && images};
+		static const char *const ctrl[4] = {"memory", "pids", "cpu", "io"};
 		const struct {
 			int64_t value;
 			const char *key;
@@ -240,14 +240,24 @@ bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend
 			    {cfg->tenant_mem_budget_bytes, "tenant-mem-budget-bytes", 0},
 			    {cfg->nproc_limit, "nproc-limit", 1},
 			    {cfg->tenant_nproc_budget, "tenant-nproc-budget", 1},
-			    {cfg->tenant_cpu_budget_millicores, "tenant-cpu-budget-millicores", 2}};
+			    {cfg->tenant_cpu_budget_millicores, "tenant-cpu-budget-millicores", 2},
+			    {cfg->tenant_io_read_bps, "tenant-io-read-bps", 3},
+			    {cfg->tenant_io_write_bps, "tenant-io-write-bps", 3},
+			    {cfg->tenant_io_read_iops, "tenant-io-read-iops", 3},
+			    {cfg->tenant_io_write_iops, "tenant-io-write-iops", 3}};
 		bool missing = false;
 		for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
 			if (have[want[k].ctrl] || !want[k].value)
 				continue;
 			missing = true;
-			SAY("%sno cgroup %s controller (v%d): %s=%lld not enforced", len ? "; " : "",
-			    ctrl[want[k].ctrl], c->version, want[k].key, (long long)want[k].value);
+			if (want[k].ctrl == 3 && !images)
+				SAY("%sno disk images (disk-quota=image) to apply I/O budgets to: %s=%lld "
+				    "not "
+				    "enforced",
+				    len ? "; " : "", want[k].key, (long long)want[k].value);
+			else
+				SAY("%sno cgroup %s controller (v%d): %s=%lld not enforced", len ? "; " : "",
+				    ctrl[want[k].ctrl], c->version, want[k].key, (long long)want[k].value);
 		}
 		if (missing)
 			SAY(" (%s); a command whose limits or budget need it does not run",
@@ -265,7 +275,8 @@ bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend
 static bool readyz_containment(struct app *a, json_t *body)
 {
 	char msg[1024];
-	bool ok = route_containment_describe(a->cfg, a->backends, a->nbackends, msg, sizeof msg);
+	bool ok = route_containment_describe(a->cfg, a->backends, a->nbackends, a->disk_mode == DISK_IMAGE,
+					     msg, sizeof msg);
 	const struct sbx_cgroup_caps *c = sbx_cgroup_caps();
 	int version = a->backend && sbx_backend_contained(a->backend) ? c->version : 0;
 	char *detail = ok ? xasprintf("cgroup v%d: every configured limit and budget is enforced", version)
@@ -586,8 +597,8 @@ int route_metrics(struct http_req *r)
 	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
 	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
 	char why[1024];
-	bool contained =
-	    route_containment_describe(r->app->cfg, r->app->backends, r->app->nbackends, why, sizeof why);
+	bool contained = route_containment_describe(r->app->cfg, r->app->backends, r->app->nbackends,
+						    r->app->disk_mode == DISK_IMAGE, why, sizeof why);
 	buf_appendf(
 	    &out,
 	    "# HELP sandboxd_uncontained 1 when the server runs with less containment than its "

@@ -4,6 +4,9 @@
  * (bounded), stop the daemon, close the store. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
@@ -142,6 +145,7 @@ struct server {
 	struct sbx_uids uids;
 	struct sbx_diskimg *diskimg;
 	int images_lock; /* image mode: <data>/images.lock, held while serving */
+	int uids_lock;	 /* the uid range's claim, @sandboxd/uid-base/<N> (-1: none) */
 	enum disk_mode disk_mode;
 	struct app app;
 	bool app_ready;
@@ -391,7 +395,8 @@ static int check_containment(struct server *s)
 {
 	const struct sbx_config *cfg = s->cfg;
 	char why[1024];
-	if (route_containment_describe(cfg, s->backends, s->nbackends, why, sizeof why))
+	if (route_containment_describe(cfg, s->backends, s->nbackends, s->disk_mode == DISK_IMAGE, why,
+				       sizeof why))
 		return 0;
 	if (cfg->use_cgroups && !cfg->allow_uncontained) {
 		fprintf(stderr,
@@ -411,6 +416,69 @@ static int check_containment(struct server *s)
 	return 0;
 }
 
+/* The tenants' uid range is this server's alone: an abstract unix
+ * socket named after the uid-base, bound (and listening, so a second
+ * server can ask who holds it) before any sweep kills what an earlier
+ * run left in the range (server/leftovers.h), and held until the process
+ * ends (kill -9 included; no child inherits it: SOCK_CLOEXEC, and a
+ * command's child closes every fd not its own first). Two servers with
+ * one uid-base would kill each other's commands at start and give their
+ * tenants the same uids. Whatever the cgroup driver: on cgroup v2 the
+ * driver's own claim is below the server's group, which differs between
+ * two units, and without cgroups there is none. An abstract name needs
+ * no writable path (units with ProtectSystem=strict, read-only container
+ * roots) and spans what the sweep can reach: a network namespace is the
+ * host's for units, a container's own for a container, whose /proc shows
+ * its own processes. A name held by a process other than a root one is
+ * named as such (a local user squatting it). Root with a uid per tenant
+ * only: in subuid mode the range is the user's own, shared-uid mode
+ * kills nothing. */
+static int claim_uid_range(struct server *s)
+{
+	if (s->uids.mode != SBX_UIDS_ROOT)
+		return 0;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "sandboxd/uid-base/%lld",
+			 (long long)s->cfg->uid_base);
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, len) == 0 && listen(fd, 4) == 0) {
+		s->uids_lock = fd;
+		return 0;
+	}
+	int err = errno;
+	close(fd);
+	if (err != EADDRINUSE) {
+		fprintf(stderr, "sandboxd: cannot claim uid-base %lld: %s\n", (long long)s->cfg->uid_base,
+			strerror(err));
+		return -err;
+	}
+	/* Who holds it: the listener's credentials, as it listened. */
+	struct ucred who = {0};
+	socklen_t wl = sizeof who;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool known = fd >= 0 && connect(fd, (struct sockaddr *)&sa, len) == 0 &&
+		     getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &who, &wl) == 0;
+	if (fd >= 0)
+		close(fd);
+	if (known && who.uid != 0)
+		fprintf(stderr,
+			"sandboxd: uid-base %lld's claim (the abstract socket @%s) is held by pid %ld, uid "
+			"%u, not a root sandboxd: stop that process, or give this server another --set "
+			"uid-base=N\n",
+			(long long)s->cfg->uid_base, sa.sun_path + 1, (long)who.pid, (unsigned)who.uid);
+	else
+		fprintf(stderr,
+			"sandboxd: another sandboxd on this host runs with uid-base %lld%s (its tenants' "
+			"uids and cgroups): give each server its own --set uid-base=N\n",
+			(long long)s->cfg->uid_base, known ? "" : " (its claim is held)");
+	if (known && who.uid == 0)
+		fprintf(stderr, "sandboxd: that server is pid %ld\n", (long)who.pid);
+	return -EBUSY;
+}
+
 /* Every backend of `backends`, once, the first of them claiming the
  * server's cgroup root for all. */
 static int start_backend(struct server *s)
@@ -420,6 +488,9 @@ static int start_backend(struct server *s)
 	 * host) names this server's own group. */
 	char cgroup_root[64];
 	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
+	int claimed = claim_uid_range(s);
+	if (claimed < 0)
+		return claimed;
 	for (const char *q = cfg->backends; *q;) {
 		q += strspn(q, ", ");
 		size_t len = strcspn(q, ", ");
@@ -627,6 +698,8 @@ static void server_free(struct server *s)
 	sbx_diskimg_free(&s->diskimg);
 	if (s->images_lock >= 0)
 		close(s->images_lock);
+	if (s->uids_lock >= 0)
+		close(s->uids_lock);
 	sbx_quota_free(&s->quota);
 }
 
@@ -655,7 +728,7 @@ static int setup_uids(struct server *s)
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 {
 	(void)args;
-	struct server s = {.cfg = cfg, .images_lock = -1};
+	struct server s = {.cfg = cfg, .images_lock = -1, .uids_lock = -1};
 	int status = 1;
 
 	if (check_backend_option(cfg) < 0)

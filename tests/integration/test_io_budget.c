@@ -227,8 +227,21 @@ static void test_no_images_refuses(void **state)
 	(void)state;
 	struct it_server plain = {0};
 	char *t = NULL, *ops = NULL;
-	const char *const args[] = {"--set", "tenant-io-write-bps=1048576", NULL};
+	/* A default budget nothing here can apply stops the start (fail
+	 * closed); the operator's --allow-uncontained starts it degraded. */
+	const char *const refused[] = {"--set", "tenant-io-write-bps=1048576", NULL};
+	assert_int_not_equal(it_start(&plain, refused), 0);
+	char *log = it_read_file(plain.log, NULL);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "tenant-io-write-bps=1048576 not enforced"));
+	free(log);
+	it_cleanup(&plain);
+	const char *const args[] = {"--set", "tenant-io-write-bps=1048576", "--allow-uncontained", NULL};
 	assert_int_equal(it_start(&plain, args), 0);
+	json_t *ready = NULL;
+	assert_int_equal(it_get_json(&plain, NULL, "/readyz", &ready), 200);
+	assert_string_equal(jstr(ready, "status"), "degraded");
+	json_decref(ready);
 	t = it_token(&plain, "acme", NULL);
 	ops = it_token(&plain, "ops", "admin");
 	char *keep = tok_ops;
