@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -146,13 +147,19 @@ static int kill_uid_range(uid_t first, uint32_t count)
 	for (struct dirent *e; (e = readdir(d));) {
 		if (e->d_name[0] < '0' || e->d_name[0] > '9')
 			continue;
+		/* The process pinned first (a pidfd), then its uid read: a pid
+		 * reused between the read and the signal cannot be hit. */
+		pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+		int pfd = pid == self ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+		if (pfd < 0)
+			continue;
 		char state;
 		long uid = status_uid_state(e->d_name, &state);
-		pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
-		if (uid < (long)first || uid >= (long)first + (long)count || pid == self || state == 'Z')
-			continue;
-		(void)kill(pid, SIGKILL);
-		n++;
+		if (uid >= (long)first && uid < (long)first + (long)count && state != 'Z') {
+			(void)syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+			n++;
+		}
+		close(pfd);
 	}
 	closedir(d);
 	return n;
