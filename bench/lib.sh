@@ -35,6 +35,7 @@ export BENCH_SMOKE=$SMOKE
 
 PIDS=()
 TMPS=()
+CGROUPS=()
 GOAL=${GOAL:-?}
 
 log() { printf '[%s %s] %s\n' "$GOAL" "$(date +%T)" "$*" >&2; }
@@ -64,6 +65,7 @@ cleanup() {
 		[ -n "${SBX_PID:-}" ] && ! kill -0 "$SBX_PID" 2>/dev/null && log "the server (pid $SBX_PID) is not running"
 	fi
 	for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do stop_pid "${PIDS[$i]}"; done
+	for i in "${CGROUPS[@]}"; do rmdir_cgroup "$i"; done
 	for i in "${TMPS[@]}"; do rm -rf "$i"; done
 	exit $rc
 }
@@ -184,6 +186,35 @@ note() { echo "NOTE|$GOAL|$*"; }
 
 # ---- sandboxd -------------------------------------------------------------
 
+# server_cgroup: on a pure cgroup-v2 host, when this script is not in the
+# root group, a group of its own for the server into SBX_CGROUP, a sibling
+# of ours: <parent>/sbxbench-PID.service (made once; removed on exit);
+# SBX_CGROUP="" otherwise. The server cannot stay in our group: it holds
+# this script and its load generators, and cgroup v2's no-internal-
+# processes rule keeps a group with processes from enabling controllers
+# for its commands (EBUSY). systemd gives a unit's server such a group
+# (Delegate=yes); tests/vm's guest runs us where a unit would run, and the
+# test harness does the same (tests/integration/harness.c, spawn()).
+server_cgroup() {
+	local cur g
+	[ -z "${SBX_CGROUP+set}" ] || return 0
+	SBX_CGROUP=
+	[ "$(id -u)" = 0 ] && [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || return 0
+	cur=$(sed -n 's/^0:://p' /proc/self/cgroup)
+	case $cur in "" | /) return 0 ;; esac
+	g=/sys/fs/cgroup${cur%/*}/sbxbench-$$.service
+	mkdir -p "$g" || die "cannot make the server's cgroup $g"
+	CGROUPS+=("$g")
+	SBX_CGROUP=$g
+}
+# rmdir_cgroup DIR: DIR and every group below it, deepest first (empty
+# once the server and its commands are gone).
+rmdir_cgroup() {
+	[ -d "$1" ] || return 0
+	find "$1" -depth -type d -exec rmdir {} + 2>/dev/null ||
+		log "warning: cgroup $1 not removed: $(find "$1" -name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')"
+}
+
 # start_sandboxd [--backend bwrap|local] [--set k=v]...: sets SBX_PID,
 # SBX_PORT, SBX_DATA, SBX_TOKEN, SBX_AUTH, SBX_URL, SBX_SESSION_DIR.
 start_sandboxd() {
@@ -200,7 +231,16 @@ start_sandboxd() {
 	SBX_TOKEN=$("$SANDBOXD" token --tenant acme --scope "fs:read fs:write exec audit:read" --ttl 7200 --data-dir "$SBX_DATA")
 	SBX_AUTH="Bearer $SBX_TOKEN"
 	ulimit -n 65536 2>/dev/null || true
-	local try i up=0
+	local try i up=0 cg launch=("$SANDBOXD")
+	server_cgroup
+	cg=$SBX_CGROUP
+	# Its pid into the group's cgroup.procs before the exec; a second
+	# server of this script joins the leaf the first moved itself into
+	# (<group>/sandboxd/<uid-base>/server: the group enables controllers
+	# now and takes no process), as a unit's restarted server would.
+	[ -z "$cg" ] || launch=(bash -c 'for g in "$0" "$0"/*/*/server; do
+		echo $$ 2>/dev/null >"$g/cgroup.procs" && exec "$@"; done
+		echo "cannot join the cgroup $0" >&2; exit 125' "$cg" "$SANDBOXD")
 	for try in 1 2 3; do # a port taken between the probe and the bind: another
 		SBX_PORT=$(free_port)
 		SBX_URL=http://127.0.0.1:$SBX_PORT
@@ -213,7 +253,7 @@ start_sandboxd() {
 		a+=(--set log-requests=false --set "uid-base=$((4000000 + ($$ % 10000) * 16))"
 			--set disk-quota=none "${sets[@]}")
 		SBX_CMD="sandboxd ${a[*]}"
-		bg "$SANDBOXD" "${a[@]}" 2>"$SBX_DATA/stderr.log"
+		bg "${launch[@]}" "${a[@]}" 2>"$SBX_DATA/stderr.log"
 		SBX_PID=$LASTPID
 		for i in $(seq 1 300); do
 			if curl -s -o /dev/null -m 1 "$SBX_URL/healthz"; then up=1; break; fi
@@ -237,7 +277,7 @@ start_sandboxd() {
 	# host through the server's root.
 	[ -d "$SBX_SESSION_DIR" ] || SBX_SESSION_DIR=/proc/$SBX_PID/root$(realpath "$SBX_DATA")/tenants/acme/workspace/$p
 	[ -d "$SBX_SESSION_DIR" ] || die "session dir $SBX_SESSION_DIR missing"
-	log "sandboxd pid $SBX_PID on $SBX_URL ($backend), data $SBX_DATA"
+	log "sandboxd pid $SBX_PID on $SBX_URL ($backend), data $SBX_DATA${cg:+, cgroup ${cg#/sys/fs/cgroup}}"
 }
 
 sbx_curl() { curl -s -H "Authorization: $SBX_AUTH" "$@"; }
