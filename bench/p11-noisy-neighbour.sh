@@ -11,10 +11,12 @@ GOAL=P11
 source "$(dirname "$0")/lib.sh"
 build_all
 
+# WARM: B's warm-up requests per measure (one in smoke mode: under the
+# guest's TCG an exec takes a second).
 if [ "$SMOKE" = 1 ]; then
-	D=1 ENTRIES=2000 FLOOD=10000000 QUOTA=$((64 << 20)) MEMB=$((256 << 20)) INODES=16000
+	D=1 ENTRIES=2000 FLOOD=10000000 QUOTA=$((64 << 20)) MEMB=$((256 << 20)) INODES=16000 WARM=1
 else
-	D=10 ENTRIES=300000 FLOOD=1000000000 QUOTA=$((2 << 30)) MEMB=$((1 << 30)) INODES=400000
+	D=10 ENTRIES=300000 FLOOD=1000000000 QUOTA=$((2 << 30)) MEMB=$((1 << 30)) INODES=400000 WARM=3
 fi
 T=$((2 * D + 10)) # A's commands end by themselves soon after their phase
 
@@ -61,9 +63,9 @@ p99_of() {
 # b_p99 PHASE: B's exec and read p99 (D seconds each); sets BE and BR.
 b_p99() {
 	local l
-	l=$("$LOADGEN" req -p "$SBX_PORT" -a "$TB" -u /exec -b "$EXEC_TRUE" -c 1 -d "$D" -w 3 || true)
+	l=$("$LOADGEN" req -p "$SBX_PORT" -a "$TB" -u /exec -b "$EXEC_TRUE" -c 1 -d "$D" -w "$WARM" || true)
 	log "$1: B exec true: $l"; p99_of BE "$1" "exec" "$l"
-	l=$("$LOADGEN" req -p "$SBX_PORT" -a "$TB" -m GET -u "/fs/read?path=/workspace/f4k.txt" -c 1 -d "$D" -w 3 || true)
+	l=$("$LOADGEN" req -p "$SBX_PORT" -a "$TB" -m GET -u "/fs/read?path=/workspace/f4k.txt" -c 1 -d "$D" -w "$WARM" || true)
 	log "$1: B 4 KiB read: $l"; p99_of BR "$1" "4 KiB read" "$l"
 }
 
@@ -104,7 +106,7 @@ cmd() { printf '{"command":"%s","timeout_s":%d}' "$1" "$T"; }
 b_p99 quiet
 QE=$BE QR=$BR
 cmdline "$SBX_CMD"
-cmdline "B: loadgen req -c 1 -d $D -w 3 -u /exec -b '$EXEC_TRUE'; then -u '/fs/read?path=/workspace/f4k.txt' (4 KiB); quiet, then during each phase of A"
+cmdline "B: loadgen req -c 1 -d $D -w $WARM -u /exec -b '$EXEC_TRUE'; then -u '/fs/read?path=/workspace/f4k.txt' (4 KiB); quiet, then during each phase of A"
 
 phase() { # phase NAME: measure B, then stop A's load, and report
 	b_p99 "$1"
