@@ -18,6 +18,14 @@ if [ "$SMOKE" = 1 ]; then
 else
 	D=10 ENTRIES=300000 FLOOD=1000000000 QUOTA=$((2 << 30)) MEMB=$((1 << 30)) INODES=400000 WARM=3
 fi
+# P11_MEMB: A's memory budget instead (run-all's guest run: the guest has
+# no disk, so a tenant's image is a file on tmpfs, whose pages the loop
+# device charges to the tenant's memory group, unreclaimable without swap;
+# the budget then must hold the quota too).
+if [ -n "${P11_MEMB:-}" ]; then
+	MEMB=$P11_MEMB
+	note "tenant-mem-budget-bytes=$MEMB here instead (P11_MEMB: a disk image on tmpfs is charged to its tenant's memory)"
+fi
 T=$((2 * D + 10)) # A's commands end by themselves soon after their phase
 
 # The server is stopped (gracefully: its images are unmounted) before the
