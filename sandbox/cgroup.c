@@ -1,13 +1,16 @@
 #include "sandbox/cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "common/xmalloc.h"
 #include "sandbox/cgroup_impl.h"
 
 #ifndef CGROUP2_SUPER_MAGIC
@@ -92,6 +95,62 @@ int sbx_cgroup_read_u64(const char *path, uint64_t *out)
 	if (rc == 0)
 		*out = strtoull(buf, NULL, 10);
 	return rc;
+}
+
+int sbx_cgroup_kill_listed(const char *dir)
+{
+	char procs[600], buf[8192];
+	ssize_t n;
+	int fd, listed = 0;
+
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+	fd = open(procs, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -EIO : 0;
+	buf[n] = '\0';
+	for (char *p = buf, *end;; p = end) {
+		long pid = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		listed++;
+		if (pid > 1)
+			kill((pid_t)pid, SIGKILL);
+	}
+	return listed;
+}
+
+int sbx_cgroup_sweep_below(const char *dir, int depth, const char *keep, void (*before)(const char *group),
+			   int (*remove)(const char *group))
+{
+	DIR *d;
+	struct dirent *de;
+	int removed = 0;
+
+	if (depth > 4)
+		return 0;
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		if (de->d_type != DT_DIR || de->d_name[0] == '.' ||
+		    (depth == 0 && keep && strcmp(de->d_name, keep) == 0))
+			continue;
+		char *sub = xasprintf("%s/%s", dir, de->d_name);
+
+		if (before)
+			before(sub);
+		removed += sbx_cgroup_sweep_below(sub, depth + 1, NULL, before, remove);
+		if (remove(sub) == 0)
+			removed++;
+		free(sub);
+	}
+	closedir(d);
+	return removed;
 }
 
 static bool unified(void)

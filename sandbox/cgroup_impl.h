@@ -32,3 +32,12 @@ bool sbx_cgroup_name_ok(const char *name);
 int sbx_cgroup_write_file(const char *path, const char *s);
 int sbx_cgroup_read_text(const char *path, char *buf, size_t bufsz);
 int sbx_cgroup_read_u64(const char *path, uint64_t *out);
+/* SIGKILL to every process listed in dir's cgroup.procs (a fresh open:
+ * v1 caches the list per open file); how many were listed, or -errno. */
+int sbx_cgroup_kill_listed(const char *dir);
+/* Every group below dir removed deepest first by remove (0: gone), the
+ * one named keep directly below dir excepted (NULL: none), before (NULL:
+ * nothing) called on each group before the groups below it; depth 0 at
+ * the top, at most 4 levels. How many were removed. */
+int sbx_cgroup_sweep_below(const char *dir, int depth, const char *keep, void (*before)(const char *group),
+			   int (*remove)(const char *group));

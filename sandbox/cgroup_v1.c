@@ -26,10 +26,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <dirent.h>
 #include <stddef.h>
 
-#include "common/xmalloc.h"
 #include "sandbox/backend.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
@@ -100,35 +98,6 @@ static int mkdir_p(const char *hier, const char *rel)
 	return 0;
 }
 
-/* SIGKILL to every process listed in dir's cgroup.procs (a fresh open:
- * v1 caches the list per open file); how many were listed, or -errno. */
-static int kill_procs(const char *dir)
-{
-	char procs[600], buf[4096];
-	ssize_t n;
-	int fd, listed = 0;
-
-	snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-	fd = open(procs, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return n < 0 ? -EIO : 0;
-	buf[n] = '\0';
-	for (char *p = buf, *end;; p = end) {
-		long pid = strtol(p, &end, 10);
-
-		if (end == p)
-			break;
-		listed++;
-		if (pid > 1)
-			kill((pid_t)pid, SIGKILL);
-	}
-	return listed;
-}
-
 /* rmdir one group, killing what is left in it. EBUSY right after the reap
  * is common (3-37 % of bwrap execs on a busy 2-vCPU VM): the sandbox's
  * last tasks are still being released. Back off from 50 us, doubling to
@@ -145,7 +114,7 @@ static int rmdir_group(const char *path)
 			return 0;
 		if (errno != EBUSY)
 			return -errno;
-		kill_procs(path);
+		sbx_cgroup_kill_listed(path);
 		nanosleep(&ts, NULL);
 		slept_ns += wait_ns;
 		if (wait_ns < 10L * 1000 * 1000)
@@ -666,7 +635,7 @@ static int leaf_clean(struct leaf *l)
 	int rc = leaf_open(l), listed;
 	if (rc < 0 || group_path(dir, sizeof dir, layout.dir[H_PIDS], l->root, l->uid, l->name) < 0)
 		return rc < 0 ? rc : -ENAMETOOLONG;
-	while ((listed = kill_procs(dir)) > 0 && slept_ns < 1000L * 1000 * 1000) {
+	while ((listed = sbx_cgroup_kill_listed(dir)) > 0 && slept_ns < 1000L * 1000 * 1000) {
 		struct timespec ts = {0, wait_ns};
 		nanosleep(&ts, NULL);
 		slept_ns += wait_ns;
@@ -985,33 +954,6 @@ static void v1_remove(const char *root, uid_t uid, uint64_t seq, struct sbx_cgro
 	}
 }
 
-/* Remove every group below dir (not dir itself), deepest first. */
-static int sweep_dir(const char *dir, int depth)
-{
-	DIR *d;
-	struct dirent *de;
-	int removed = 0;
-
-	if (depth > 4)
-		return 0;
-	d = opendir(dir);
-	if (!d)
-		return 0;
-	while ((de = readdir(d))) {
-		char *sub;
-
-		if (de->d_type != DT_DIR || de->d_name[0] == '.')
-			continue;
-		sub = xasprintf("%s/%s", dir, de->d_name);
-		removed += sweep_dir(sub, depth + 1);
-		if (rmdir_group(sub) == 0)
-			removed++;
-		free(sub);
-	}
-	closedir(d);
-	return removed;
-}
-
 static int v1_claim(const char *root)
 {
 	char path[512];
@@ -1045,7 +987,7 @@ static int v1_sweep(const char *root)
 		if (!layout.dir[i][0])
 			continue;
 		snprintf(path, sizeof(path), CG_ROOT "/%s/%s", layout.dir[i], root);
-		removed += sweep_dir(path, 0);
+		removed += sbx_cgroup_sweep_below(path, 0, NULL, NULL, rmdir_group);
 	}
 	return removed;
 }

@@ -26,7 +26,6 @@
  * memo is behind a mutex, the rest is the kernel's. */
 #include "sandbox/cgroup_impl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -42,7 +41,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/xmalloc.h"
 #include "sandbox/backend.h"
 
 #define CG_MNT "/sys/fs/cgroup"
@@ -106,29 +104,6 @@ static int group_dir(char *out, size_t outsz, const char *root, uid_t uid, char 
 	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
 }
 
-/* SIGKILL to every process listed in dir's cgroup.procs (the fallback of
- * kernels without cgroup.kill); how many were listed, or -errno. */
-static int kill_listed(const char *dir)
-{
-	char buf[8192];
-	int listed = 0, rc = read_in(dir, "cgroup.procs", buf, sizeof buf);
-
-	if (rc == -EIO) /* an empty file reads 0 bytes */
-		return 0;
-	if (rc < 0)
-		return rc;
-	for (char *p = buf, *end;; p = end) {
-		long pid = strtol(p, &end, 10);
-
-		if (end == p)
-			break;
-		listed++;
-		if (pid > 1)
-			kill((pid_t)pid, SIGKILL);
-	}
-	return listed;
-}
-
 /* True when dir holds no process, itself or below (cgroup.events
  * "populated 0"); an unreadable one (gone) counts as empty. */
 static bool unpopulated(const char *dir)
@@ -165,7 +140,7 @@ static int kill_remove(const char *dir)
 		if (has_kill)
 			write_in(dir, "cgroup.kill", "1");
 		else
-			kill_listed(dir);
+			sbx_cgroup_kill_listed(dir);
 		nanosleep(&ts, NULL);
 		slept_ns += wait_ns;
 		wait_ns = wait_ns * 2 < 10L * 1000 * 1000 ? wait_ns * 2 : 10L * 1000 * 1000;
@@ -627,35 +602,11 @@ static int v2_claim(const char *root)
 	return fd;
 }
 
-/* Kill and remove every group below dir (not dir itself), deepest first;
- * at depth 0 the server's own leaf is kept. How many were removed. */
-static int sweep_dir(const char *dir, int depth)
+/* A group's whole subtree killed before the groups below it are removed,
+ * so that nothing forks into a group being removed below it. */
+static void kill_tree(const char *dir)
 {
-	DIR *d;
-	struct dirent *de;
-	int removed = 0;
-
-	if (depth > 4)
-		return 0;
-	d = opendir(dir);
-	if (!d)
-		return 0;
-	while ((de = readdir(d))) {
-		if (de->d_type != DT_DIR || de->d_name[0] == '.' ||
-		    (depth == 0 && strcmp(de->d_name, LEAF) == 0))
-			continue;
-		char *sub = xasprintf("%s/%s", dir, de->d_name);
-
-		/* Kill the subtree first, so that nothing forks into a group
-		 * being removed below it. */
-		write_in(sub, "cgroup.kill", "1");
-		removed += sweep_dir(sub, depth + 1);
-		if (kill_remove(sub) == 0)
-			removed++;
-		free(sub);
-	}
-	closedir(d);
-	return removed;
+	write_in(dir, "cgroup.kill", "1");
 }
 
 static int v2_sweep(const char *root)
@@ -665,7 +616,7 @@ static int v2_sweep(const char *root)
 	if (!sbx_cgroup_name_ok(root) || root_dir(path, sizeof path, root) < 0)
 		return 0;
 	tenants_forget_root(root);
-	return sweep_dir(path, 0);
+	return sbx_cgroup_sweep_below(path, 0, LEAF, kill_tree, kill_remove); /* the server's leaf stays */
 }
 
 /* What stays: <root>/server holds this process until it exits (the "no
