@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -151,6 +152,21 @@ int sbx_cgroup_sweep_below(const char *dir, int depth, const char *keep, void (*
 	}
 	closedir(d);
 	return removed;
+}
+
+int sbx_cgroup_lock_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
 static bool unified(void)

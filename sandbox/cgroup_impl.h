@@ -35,6 +35,10 @@ int sbx_cgroup_read_u64(const char *path, uint64_t *out);
 /* SIGKILL to every process listed in dir's cgroup.procs (a fresh open:
  * v1 caches the list per open file); how many were listed, or -errno. */
 int sbx_cgroup_kill_listed(const char *dir);
+/* An exclusive, non-blocking flock on the directory dir: the fd
+ * (O_CLOEXEC, the caller's), -EBUSY when another process holds it, other
+ * -errno. The drivers' claim of their root. */
+int sbx_cgroup_lock_dir(const char *dir);
 /* Every group below dir removed deepest first by remove (0: gone), the
  * one named keep directly below dir excepted (NULL: none), before (NULL:
  * nothing) called on each group before the groups below it; depth 0 at

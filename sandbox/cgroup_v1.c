@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -957,21 +956,11 @@ static void v1_remove(const char *root, uid_t uid, uint64_t seq, struct sbx_cgro
 static int v1_claim(const char *root)
 {
 	char path[512];
-	int fd;
 
 	if (!sbx_cgroup_name_ok(root))
 		return -EINVAL;
 	snprintf(path, sizeof(path), CG_ROOT "/pids/%s", root);
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-
-		close(fd);
-		return rc;
-	}
-	return fd;
+	return sbx_cgroup_lock_dir(path);
 }
 
 static int v1_sweep(const char *root)

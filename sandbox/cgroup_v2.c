@@ -35,7 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -586,20 +585,10 @@ static int root_dir(char *out, size_t outsz, const char *root)
 static int v2_claim(const char *root)
 {
 	char path[600];
-	int fd;
 
 	if (!sbx_cgroup_name_ok(root) || root_dir(path, sizeof path, root) < 0)
 		return -EINVAL;
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-
-		close(fd);
-		return rc;
-	}
-	return fd;
+	return sbx_cgroup_lock_dir(path);
 }
 
 /* A group's whole subtree killed before the groups below it are removed,
