@@ -28,6 +28,7 @@ static const char usage[] =
     "  sandboxd image list [--format table|json] | rm NAME\n"
     "  sandboxd token --tenant NAME [--scope \"...\"] [--sub WHO] [--ttl SECONDS]\n"
     "  sandboxd migrate [--data-dir DIR]\n"
+    "  sandboxd doctor [--format text|json]   (exit 0: all ok, 1: something missing)\n"
     "  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
     "                 [--session K] [--limit N] [--format table|json|ndjson]\n"
     "                 [--all-nodes [--token-file F]]\n"
@@ -41,7 +42,7 @@ static const struct {
 	int (*fn)(struct sbx_config *, const struct cli_args *);
 } commands[] = {
     {"serve", cli_serve}, {"tenant", cli_tenant}, {"token", cli_token}, {"migrate", cli_migrate},
-    {"audit", cli_audit}, {"image", cli_image},	  {"debug", cli_debug},
+    {"audit", cli_audit}, {"image", cli_image}, {"doctor", cli_doctor},	  {"debug", cli_debug},
 };
 
 enum {

@@ -41,13 +41,11 @@
 #include "sandbox/reaper.h"
 #include "sandbox/workspace.h"
 #include "server/cli.h"
-#include "server/datadir.h"
+#include "server/doctor.h"
 #include "server/leftovers.h"
 #include "http/daemon.h"
 #include "server/retention.h"
 #include "store/store.h"
-
-#define SRV_BACKENDS_MAX 4
 
 static int signal_pipe[2] = {-1, -1};
 
@@ -95,21 +93,16 @@ static int prepare_workspaces(struct app *a)
 		if (route_tenant_get(a, v[i].name, &t) < 0)
 			continue;
 		const char *dir = sbx_workspace_host_dir(t->ws);
-		char blocked[4096] = "";
-		int r =
-		    a->drop_privs ? sbx_workspace_reachable(dir, t->uid, t->gid, blocked, sizeof blocked) : 0;
-		if (r == -EACCES) {
-			fprintf(
-			    stderr,
-			    "sandboxd: tenant %s (uid %u) cannot reach its workspace %s: %s is not "
-			    "searchable "
-			    "by that uid. Fix: chmod o+x %s (0711 is enough), or put --data-dir where every "
-			    "parent directory is searchable\n",
-			    t->name, (unsigned)t->uid, dir, blocked, blocked);
+		struct srv_check c = {.name = "data-dir"};
+		char who[128];
+		snprintf(who, sizeof who, "tenant %s (uid %u)", t->name, (unsigned)t->uid);
+		if (a->drop_privs)
+			srv_check_reach(dir, t->uid, t->gid, who, &c);
+		if (c.status == SRV_CHECK_MISSING && c.refuse) {
+			fprintf(stderr, "sandboxd: refusing to start: %s: %s.\nFix: %s\n", c.name, c.detail, c.fix);
 			rc = -1;
-		} else if (r < 0) {
-			log_msg("warn", "cannot check that tenant %s reaches its workspace: %s", t->name,
-				sbx_strerror(r));
+		} else if (c.status == SRV_CHECK_MISSING) {
+			log_msg("warn", "%s", c.detail);
 		}
 		if (rc == 0) {
 			int removed = sbx_fs_sweep_temps(t->ws);
@@ -134,66 +127,13 @@ static void cancel_job(void *ctx, uint64_t job)
 /* Everything the server holds, released in reverse order by server_free. */
 struct server {
 	struct sbx_config *cfg;
-	struct store *store;
-	struct sbx_backend *backend; /* the default: one of backends */
-	struct sbx_backend *backends[SRV_BACKENDS_MAX];
-	size_t nbackends;
+	struct srv_host host; /* what the start's checks made: uids, disk, store, backends */
 	struct sbx_runner *runner;
 	struct http_daemon *http;
 	struct srv_retention *retention;
-	struct sbx_quota *quota;
-	struct sbx_uids uids;
-	struct sbx_diskimg *diskimg;
-	int images_lock; /* image mode: <data>/images.lock, held while serving */
-	int uids_lock;	 /* the uid range's claim, @sandboxd/uid-base/<N> (-1: none) */
-	enum disk_mode disk_mode;
 	struct app app;
 	bool app_ready;
 };
-
-/* `backend` (the default of tenant policies) must be one of `backends`
- * (every backend this server starts), each bwrap, local, remote or ssh
- * (which start nothing: they are per tenant), and local only
- * with allow-unsafe-local; the configured policy must be well formed. */
-static int check_backend_option(const struct sbx_config *cfg)
-{
-	bool local = strcmp(cfg->backend, "local") == 0;
-	for (const char *q = cfg->backends; *q;) {
-		q += strspn(q, ", ");
-		size_t len = strcspn(q, ", ");
-		if (len == 5 && strncmp(q, "local", 5) == 0)
-			local = true;
-		else if (len && !(len == 5 && strncmp(q, "bwrap", 5) == 0) &&
-			 !(len == 6 && strncmp(q, "remote", 6) == 0) &&
-			 !(len == 3 && strncmp(q, "ssh", 3) == 0)) {
-			fprintf(stderr, "sandboxd: backends must list bwrap, local, remote and/or ssh\n");
-			return -EINVAL;
-		}
-		q += len;
-	}
-	if (local && !cfg->allow_unsafe_local) {
-		fprintf(stderr, "sandboxd: --backend local isolates nothing; it needs --allow-unsafe-local "
-				"(development only)\n");
-		return -EINVAL;
-	}
-	if (strcmp(cfg->backend, "local") != 0 && strcmp(cfg->backend, "bwrap") != 0) {
-		fprintf(stderr, "sandboxd: --backend must be bwrap or local\n");
-		return -EINVAL;
-	}
-	if (!route_policy_backend_offered(cfg, cfg->backend)) {
-		fprintf(stderr, "sandboxd: backend %s must be one of backends (%s)\n", cfg->backend,
-			cfg->backends);
-		return -EINVAL;
-	}
-	struct route_policy p;
-	char err[512] = "";
-	if (route_policy_defaults(cfg, &p, err, sizeof err) < 0) {
-		fprintf(stderr, "sandboxd: configured policy: %s\n", err);
-		return -EINVAL;
-	}
-	route_policy_clear(&p);
-	return 0;
-}
 
 /* glibc gives every thread that allocates while the others hold the
  * arenas an arena of its own (up to eight per core): 11 on an idle
@@ -229,95 +169,32 @@ static int install_signals(void)
 	return 0;
 }
 
-/* disk-quota: project quotas where the workspaces' filesystem enforces
- * them, else (auto) a filesystem image per tenant where loop devices
- * work, else none; an explicit mode that cannot work stops the start.
- * Said plainly either way, with what stands in for them. */
-static int choose_disk_mode(struct server *s)
+/* Disk quotas as the start's check chose them (server/doctor.c), said
+ * plainly either way, with what stands in for them. */
+static void log_disk_mode(struct server *s)
 {
-	const char *want = s->cfg->disk_quota;
-	bool is_auto = strcmp(want, "auto") == 0, bytes = s->cfg->tenant_disk_quota_bytes > 0;
-	if (!is_auto && strcmp(want, "project") != 0 && strcmp(want, "image") != 0 &&
-	    strcmp(want, "none") != 0) {
-		fprintf(stderr, "sandboxd: disk-quota must be auto, project, image or none\n");
-		return -EINVAL;
-	}
-	char *tenants = xasprintf("%s/tenants", s->cfg->data_dir);
-	int rc = sbx_quota_probe(&s->quota, tenants);
-	if (rc < 0)
-		log_msg("warn", "disk quotas: cannot look at %s: %s", tenants, sbx_strerror(rc));
-	free(tenants);
-	if (strcmp(want, "none") != 0 && strcmp(want, "project") != 0)
-		sbx_diskimg_probe(&s->diskimg);
-	enum disk_mode m = DISK_NONE;
-	if ((is_auto || strcmp(want, "project") == 0) && sbx_quota_enforced(s->quota))
-		m = DISK_PROJECT;
-	else if ((is_auto || strcmp(want, "image") == 0) && sbx_diskimg_usable(s->diskimg) && bytes)
-		m = DISK_IMAGE;
-	if (m == DISK_NONE && !is_auto && strcmp(want, "none") != 0) {
-		fprintf(stderr, "sandboxd: disk-quota=%s cannot work here: %s\n", want,
-			strcmp(want, "project") == 0 ? sbx_quota_detail(s->quota)
-			: bytes			     ? sbx_diskimg_detail(s->diskimg)
-						     : "tenant-disk-quota-bytes is 0");
-		return -ENOTSUP;
-	}
-	s->disk_mode = m;
-	if (m != DISK_NONE)
+	const struct srv_host *h = &s->host;
+	if (h->disk_mode != DISK_NONE)
 		log_msg("info", "disk quotas: %s; each tenant %lld bytes and %lld inodes",
-			m == DISK_PROJECT ? sbx_quota_detail(s->quota) : sbx_diskimg_detail(s->diskimg),
-			(long long)s->cfg->tenant_disk_quota_bytes,
-			(long long)s->cfg->tenant_disk_quota_inodes);
+			h->disk_mode == DISK_PROJECT ? sbx_quota_detail(h->quota) : sbx_diskimg_detail(h->diskimg),
+			(long long)s->cfg->tenant_disk_quota_bytes, (long long)s->cfg->tenant_disk_quota_inodes);
 	else
 		log_msg("warn",
 			"disk quotas: unavailable (disk-quota=%s; project quotas %s; %s). Enforced instead: "
 			"fsize-limit-bytes per file a command writes, max-upload-bytes per upload, and new "
 			"tenant work refused below store-reserve-bytes (%lld) free for the store",
-			want, sbx_quota_detail(s->quota), sbx_diskimg_detail(s->diskimg),
+			s->cfg->disk_quota, sbx_quota_detail(h->quota), sbx_diskimg_detail(h->diskimg),
 			(long long)s->cfg->store_reserve_bytes);
-	return 0;
 }
 
-/* Image mode: the images are mounted in a mount namespace of the
- * server's own, so that a crash (SIGKILL, OOM) releases them with the
- * process instead of leaving loop mounts on the host (sandbox/diskimg.h).
- * What earlier runs of this data directory left on the host goes first.
- * Before any thread: a thread made before would stay in the host's. */
-static int own_mount_ns(struct server *s)
+/* After the store's check opened it: what a crash left running or
+ * active is marked so. */
+static void recover_store(struct server *s)
 {
-	char why[512] = "";
-	int swept = 0;
-	int rc = sbx_diskimg_own_ns(s->cfg->data_dir, &s->images_lock, &swept, why, sizeof why);
-	if (rc < 0) {
-		fprintf(stderr, "sandboxd: disk-quota=image: %s\n", why);
-		return rc;
-	}
-	if (swept > 0)
-		log_msg("info",
-			"unmounted %d disk images an earlier run of this data directory left mounted on "
-			"the host",
-			swept);
-	return 0;
-}
-
-static int open_store(struct server *s)
-{
-	char err[512] = "";
-	if (srv_prepare_data_dir(s->cfg) < 0)
-		return -EIO;
-	/* The store starts its audit writer thread. */
-	int rc = choose_disk_mode(s);
-	if (rc < 0 || (s->disk_mode == DISK_IMAGE && (rc = own_mount_ns(s)) < 0))
-		return rc;
-	rc = store_open(&s->store, s->cfg->db_path, true, err, sizeof err);
-	if (rc < 0) {
-		fprintf(stderr, "sandboxd: %s: %s\n", s->cfg->db_path, *err ? err : sbx_strerror(rc));
-		return rc;
-	}
 	int lost = 0, failed = 0;
-	store_recover(s->store, &lost, &failed);
+	store_recover(s->host.store, &lost, &failed);
 	if (lost || failed)
 		log_msg("info", "recovered: %d execs marked lost, %d transfers marked failed", lost, failed);
-	return 0;
 }
 
 /* After the claim (the first backend's): what an earlier run left
@@ -328,14 +205,14 @@ static void sweep_tenant_uids(struct server *s)
 {
 	struct store_tenant *v = NULL;
 	size_t n = 0;
-	if (s->uids.mode == SBX_UIDS_SHARED || store_tenant_list(s->store, &v, &n) < 0)
+	if (s->host.uids.mode == SBX_UIDS_SHARED || store_tenant_list(s->host.store, &v, &n) < 0)
 		return;
 	int64_t slots = 0;
 	for (size_t i = 0; i < n; i++)
 		slots = v[i].slot >= slots ? v[i].slot + 1 : slots;
 	store_tenants_free(v, n);
 	uid_t first = (uid_t)s->cfg->uid_base;
-	if (slots == 0 || (s->uids.outer_uid >= first && s->uids.outer_uid < first + (uid_t)slots))
+	if (slots == 0 || (s->host.uids.outer_uid >= first && s->host.uids.outer_uid < first + (uid_t)slots))
 		return;
 	int left = 0, killed = srv_uid_sweep(first, (uint32_t)slots, 5000, &left);
 	if (killed > 0)
@@ -345,172 +222,28 @@ static void sweep_tenant_uids(struct server *s)
 			left ? " (some still alive after 5 s)" : "");
 }
 
-static int start_one_backend(struct server *s, const char *name, const char *cgroup_root)
+/* The backends the start's checks made (server/doctor.c; the first of
+ * them claimed the server's cgroup root for all): what an earlier run
+ * left goes first; then the runner. */
+static int start_backend(struct server *s)
 {
-	const struct sbx_config *cfg = s->cfg;
-	struct sbx_backend_config bc = {.name = name,
-					.use_cgroups = cfg->use_cgroups,
-					.cgroup_root = cgroup_root,
-					.cgroup_shared = s->nbackends > 0,
-					.probe_uid = sbx_uids_probe_id(&s->uids)};
-	struct sbx_backend *b = NULL;
-	int rc = sbx_backend_new(&b, &bc);
-	if (rc < 0) {
-		if (rc == -EBUSY)
-			fprintf(stderr,
-				"sandboxd: another sandboxd on this host runs with uid-base %lld (its "
-				"cgroups %s and "
-				"its tenants' uids): give each server its own --set uid-base=N\n",
-				(long long)cfg->uid_base, cgroup_root);
-		else
-			fprintf(stderr, "sandboxd: backend %s unavailable: %s\n", name,
-				rc == -ENOENT ? "bwrap is not installed (apt-get install bubblewrap)"
-					      : sbx_strerror(rc));
-		return rc;
-	}
-	if (s->nbackends == 0) {
-		int swept = sbx_backend_sweep(b);
+	struct srv_host *h = &s->host;
+	if (h->nbackends > 0) {
+		int swept = sbx_backend_sweep(h->backends[0]);
 		if (swept > 0)
 			log_msg("info", "removed %d cgroups left by an earlier run", swept);
 		sweep_tenant_uids(s);
 	}
-	s->backends[s->nbackends++] = b;
-	if (strcmp(cfg->backend, name) == 0)
-		s->backend = b;
-	if (strcmp(name, "local") == 0)
-		log_msg("warn",
-			"backend local: commands of the tenants whose policy names it run on the host "
-			"WITHOUT isolation (development only)");
-	return 0;
-}
-
-/* Fail closed (security.md item 10): with use-cgroups=true (the
- * default), a server whose commands would run without cgroups, or
- * without a controller a configured default limit or budget needs, does
- * not start: the operator is told what is missing and the fix, unless
- * they said --allow-uncontained. use-cgroups=false is the operator's own
- * opt-out. Either way it then serves degraded, said in the log, /readyz
- * and /metrics, never `ready`. */
-static int check_containment(struct server *s)
-{
-	const struct sbx_config *cfg = s->cfg;
+	for (size_t i = 0; i < h->nbackends; i++)
+		if (strcmp(sbx_backend_name(h->backends[i]), "local") == 0)
+			log_msg("warn",
+				"backend local: commands of the tenants whose policy names it run on the host "
+				"WITHOUT isolation (development only)");
 	char why[1024];
-	if (route_containment_describe(cfg, s->backends, s->nbackends, s->disk_mode == DISK_IMAGE, why,
-				       sizeof why))
-		return 0;
-	if (cfg->use_cgroups && !cfg->allow_uncontained) {
-		fprintf(stderr,
-			"sandboxd: refusing to start: the configured limits and budgets cannot be "
-			"enforced here: %s.\nFix: run the server as root where it can write its own cgroup "
-			"subtree (cgroup v2: a writable cgroup2 mount at /sys/fs/cgroup with the memory, "
-			"pids and cpu controllers delegated to it: systemd Delegate=yes, a container with "
-			"its own cgroup namespace and /sys/fs/cgroup mounted read-write; cgroup v1: "
-			"writable memory, pids and cpu hierarchies), or set the budget that needs a "
-			"missing controller to 0, or start anyway with --allow-uncontained "
-			"(allow-uncontained=true: /readyz then says degraded)\n",
-			why);
-		return -ENOTSUP;
-	}
-	log_msg("warn", "running DEGRADED (%s): %s; /readyz says degraded",
-		cfg->use_cgroups ? "allow-uncontained=true" : "use-cgroups=false", why);
-	return 0;
-}
-
-/* The tenants' uid range is this server's alone: an abstract unix
- * socket named after the uid-base, bound (and listening, so a second
- * server can ask who holds it) before any sweep kills what an earlier
- * run left in the range (server/leftovers.h), and held until the process
- * ends (kill -9 included; no child inherits it: SOCK_CLOEXEC, and a
- * command's child closes every fd not its own first). Two servers with
- * one uid-base would kill each other's commands at start and give their
- * tenants the same uids. Whatever the cgroup driver: on cgroup v2 the
- * driver's own claim is below the server's group, which differs between
- * two units, and without cgroups there is none. An abstract name needs
- * no writable path (units with ProtectSystem=strict, read-only container
- * roots) and spans what the sweep can reach: a network namespace is the
- * host's for units, a container's own for a container, whose /proc shows
- * its own processes. A name held by a process other than a root one is
- * named as such (a local user squatting it). Root with a uid per tenant
- * only: in subuid mode the range is the user's own, shared-uid mode
- * kills nothing. */
-static int claim_uid_range(struct server *s)
-{
-	if (s->uids.mode != SBX_UIDS_ROOT)
-		return 0;
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "sandboxd/uid-base/%lld",
-			 (long long)s->cfg->uid_base);
-	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, len) == 0 && listen(fd, 4) == 0) {
-		s->uids_lock = fd;
-		return 0;
-	}
-	int err = errno;
-	close(fd);
-	if (err != EADDRINUSE) {
-		fprintf(stderr, "sandboxd: cannot claim uid-base %lld: %s\n", (long long)s->cfg->uid_base,
-			strerror(err));
-		return -err;
-	}
-	/* Who holds it: the listener's credentials, as it listened. */
-	struct ucred who = {0};
-	socklen_t wl = sizeof who;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool known = fd >= 0 && connect(fd, (struct sockaddr *)&sa, len) == 0 &&
-		     getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &who, &wl) == 0;
-	if (fd >= 0)
-		close(fd);
-	if (known && who.uid != 0)
-		fprintf(stderr,
-			"sandboxd: uid-base %lld's claim (the abstract socket @%s) is held by pid %ld, uid "
-			"%u, not a root sandboxd: stop that process, or give this server another --set "
-			"uid-base=N\n",
-			(long long)s->cfg->uid_base, sa.sun_path + 1, (long)who.pid, (unsigned)who.uid);
-	else
-		fprintf(stderr,
-			"sandboxd: another sandboxd on this host runs with uid-base %lld%s (its tenants' "
-			"uids and cgroups): give each server its own --set uid-base=N\n",
-			(long long)s->cfg->uid_base, known ? "" : " (its claim is held)");
-	if (known && who.uid == 0)
-		fprintf(stderr, "sandboxd: that server is pid %ld\n", (long)who.pid);
-	return -EBUSY;
-}
-
-/* Every backend of `backends`, once, the first of them claiming the
- * server's cgroup root for all. */
-static int start_backend(struct server *s)
-{
-	const struct sbx_config *cfg = s->cfg;
-	/* cgroups are host-wide: the uid range (distinct per server on a
-	 * host) names this server's own group. */
-	char cgroup_root[64];
-	snprintf(cgroup_root, sizeof cgroup_root, "sandboxd/%lld", (long long)cfg->uid_base);
-	int claimed = claim_uid_range(s);
-	if (claimed < 0)
-		return claimed;
-	for (const char *q = cfg->backends; *q;) {
-		q += strspn(q, ", ");
-		size_t len = strcspn(q, ", ");
-		char name[16];
-		snprintf(name, sizeof name, "%.*s", (int)len, q);
-		q += len;
-		/* remote is tenant-level (routes/provider.h): nothing to start. */
-		bool started = !len || strcmp(name, "remote") == 0 || strcmp(name, "ssh") == 0;
-		for (size_t i = 0; i < s->nbackends; i++)
-			started |= strcmp(sbx_backend_name(s->backends[i]), name) == 0;
-		if (started)
-			continue;
-		if (s->nbackends == SRV_BACKENDS_MAX)
-			break;
-		int rc = start_one_backend(s, name, cgroup_root);
-		if (rc < 0)
-			return rc;
-	}
-	if (check_containment(s) < 0)
-		return -ENOTSUP;
+	if (!route_containment_describe(s->cfg, h->backends, h->nbackends, h->disk_mode == DISK_IMAGE, why,
+					sizeof why))
+		log_msg("warn", "running DEGRADED (%s): %s; /readyz says degraded",
+			s->cfg->use_cgroups ? "allow-uncontained=true" : "use-cgroups=false", why);
 	if (!sbx_openat2_supported())
 		log_msg("error",
 			"openat2 is unavailable (kernel older than 5.6, or running under a tool that "
@@ -565,20 +298,21 @@ static int start_app(struct server *s)
 {
 	char err[512] = "";
 	struct app *a = &s->app;
-	route_app_init(a, s->cfg, s->store, err, sizeof err);
+	struct srv_host *h = &s->host;
+	route_app_init(a, s->cfg, h->store, err, sizeof err);
 	s->app_ready = true;
-	a->backend = s->backend;
-	a->backends = s->backends;
-	a->nbackends = s->nbackends;
+	a->backend = h->backend;
+	a->backends = h->backends;
+	a->nbackends = h->nbackends;
 	a->runner = s->runner;
-	a->quota = s->quota;
-	a->uids = &s->uids;
+	a->quota = h->quota;
+	a->uids = &h->uids;
 	if (route_uids_check_start(a, err, sizeof err) < 0) {
 		fprintf(stderr, "sandboxd: %s\n", err);
 		return -EPERM;
 	}
-	a->diskimg = s->diskimg;
-	a->disk_mode = s->disk_mode;
+	a->diskimg = h->diskimg;
+	a->disk_mode = h->disk_mode;
 	int rc = http_watch_new(&a->watch);
 	if (rc < 0) {
 		/* Without it no suspended request notices its client leaving. */
@@ -604,7 +338,7 @@ static int start_http(struct server *s)
 		return rc;
 	}
 	char health[256] = "", uids[512] = "";
-	sbx_backend_health(s->backend, health, sizeof health);
+	sbx_backend_health(s->host.backend, health, sizeof health);
 	route_uids_describe(&s->app, uids, sizeof uids);
 	log_msg("info",
 		"listening on %s (port %u, %s), data %s, backend %s: %s (backends offered: %s); uids: %s",
@@ -688,80 +422,77 @@ static void server_free(struct server *s)
 		route_exec_fini(&s->app);
 		route_app_fini(&s->app);
 	}
-	for (size_t i = 0; i < s->nbackends; i++)
-		sbx_backend_free(&s->backends[i]);
-	s->backend = NULL;
-	store_close(&s->store);
-	/* After every request and command: the mounts go now (a command of
-	 * a cancelled exec still running keeps its image until it ends). */
-	sbx_diskimg_detach_all(s->diskimg);
-	sbx_diskimg_free(&s->diskimg);
-	if (s->images_lock >= 0)
-		close(s->images_lock);
-	if (s->uids_lock >= 0)
-		close(s->uids_lock);
-	sbx_quota_free(&s->quota);
+	srv_host_fini(&s->host);
 }
 
-/* Before any thread: in subuid mode the process moves into a user
- * namespace of its own (sandbox/uids.h), which a threaded one cannot. */
-static int setup_uids(struct server *s)
+/* The uid mode, said where it is not plain root (the checks set it up). */
+static void log_uids(const struct sbx_uids *u)
 {
-	char err[768] = "";
-	struct sbx_uids_config uc = {.uid_base = s->cfg->uid_base};
-	int rc = sbx_uids_setup(&s->uids, &uc, err, sizeof err);
-	if (rc < 0) {
-		fprintf(stderr, "sandboxd: cannot give each tenant a uid of its own: %s\n", err);
-		return rc;
-	}
-	if (s->uids.mode == SBX_UIDS_SUBUID && s->uids.nproc_all)
+	if (u->mode == SBX_UIDS_SUBUID && u->nproc_all)
 		log_msg("info",
 			"uids: %s; the server is uid 0 of a user namespace of its own, and all tenants "
 			"together may have %llu processes (its RLIMIT_NPROC)",
-			s->uids.detail, (unsigned long long)s->uids.nproc_all);
-	else if (s->uids.mode == SBX_UIDS_SUBUID)
-		log_msg("info", "uids: %s; the server is uid 0 of a user namespace of its own",
-			s->uids.detail);
-	return 0;
+			u->detail, (unsigned long long)u->nproc_all);
+	else if (u->mode == SBX_UIDS_SUBUID)
+		log_msg("info", "uids: %s; the server is uid 0 of a user namespace of its own", u->detail);
+}
+
+/* The host checks of the phases up to the store (server/doctor.h), with
+ * what must happen before any thread in between: the uids (subuid: a
+ * user namespace) and data directory checks fork; the disk checks move
+ * into a mount namespace of the server's own (image mode); the store
+ * starts its audit thread. 0, or the exit status. */
+static int check_and_prepare(struct server *s, int *reaper_fd)
+{
+	int rc = srv_checks_start(&s->host, SRV_PHASE_CONFIG);
+	if (rc == 0 && (rc = srv_checks_start(&s->host, SRV_PHASE_UIDS)) == 0)
+		log_uids(&s->host.uids);
+	if (rc != 0)
+		return rc;
+	bound_malloc_arenas();
+	if (install_signals() < 0)
+		return 1;
+	/* Before any thread, like the capabilities below (sandbox/reaper.h). */
+	*reaper_fd = sbx_reaper_init();
+	if (*reaper_fd < 0)
+		log_msg("warn",
+			"cannot reap what commands leave behind (%s): their orphans go to PID 1, and a "
+			"command's group is reused only once PID 1 has reaped them",
+			sbx_strerror(*reaper_fd));
+	/* Before any thread: capabilities are per thread. Without it a root
+	 * server's writes for a tenant would pass its quota. */
+	rc = sbx_quota_drop_override();
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot drop CAP_SYS_RESOURCE: %s\n", sbx_strerror(rc));
+		return 1;
+	}
+	if ((rc = srv_checks_start(&s->host, SRV_PHASE_STORE)) != 0)
+		return rc;
+	log_disk_mode(s);
+	recover_store(s);
+	return srv_checks_start(&s->host, SRV_PHASE_HOST);
 }
 
 int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 {
 	(void)args;
-	struct server s = {.cfg = cfg, .images_lock = -1, .uids_lock = -1};
-	int status = 1;
-
-	if (check_backend_option(cfg) < 0)
-		return 2;
-	if (setup_uids(&s) < 0)
-		return 1;
-	bound_malloc_arenas();
-	if (install_signals() < 0)
-		return 1;
-	/* Before any thread, like the capabilities below (sandbox/reaper.h). */
-	int reaper_fd = sbx_reaper_init();
-	if (reaper_fd < 0)
-		log_msg("warn",
-			"cannot reap what commands leave behind (%s): their orphans go to PID 1, and a "
-			"command's group is reused only once PID 1 has reaped them",
-			sbx_strerror(reaper_fd));
-	/* Before any thread: capabilities are per thread. Without it a root
-	 * server's writes for a tenant would pass its quota. */
-	int rc = sbx_quota_drop_override();
-	if (rc < 0) {
-		fprintf(stderr, "sandboxd: cannot drop CAP_SYS_RESOURCE: %s\n", sbx_strerror(rc));
-		return 1;
-	}
-	if (open_store(&s) == 0 && start_backend(&s) == 0 && start_app(&s) == 0 && start_http(&s) == 0) {
+	struct server s = {.cfg = cfg};
+	int reaper_fd = -1;
+	srv_host_init(&s.host, cfg, true);
+	int status = check_and_prepare(&s, &reaper_fd);
+	if (status == 0 && start_backend(&s) == 0 && start_app(&s) == 0 && start_http(&s) == 0) {
 		wait_for_signal(reaper_fd);
 		shut_down(&s);
-		status = 0;
+	} else if (status == 0) {
+		status = 1;
 	}
 	server_free(&s);
 	if (status == 0)
 		log_msg("info", "stopped");
-	close(signal_pipe[0]);
-	close(signal_pipe[1]);
+	if (signal_pipe[0] >= 0) {
+		close(signal_pipe[0]);
+		close(signal_pipe[1]);
+	}
 	if (reaper_fd >= 0)
 		close(reaper_fd);
 	return status;
