@@ -49,8 +49,8 @@
 
 extern char **environ;
 
-#define DETAIL(c, ...) snprintf((c)->detail, sizeof (c)->detail, __VA_ARGS__)
-#define FIX(c, ...) snprintf((c)->fix, sizeof (c)->fix, __VA_ARGS__)
+#define DETAIL(c, ...) snprintf((c)->detail, sizeof(c)->detail, __VA_ARGS__)
+#define FIX(c, ...) snprintf((c)->fix, sizeof(c)->fix, __VA_ARGS__)
 
 static void missing(struct srv_check *c, bool refuse)
 {
@@ -164,7 +164,8 @@ static void check_config(struct srv_host *h, struct srv_check *c)
 		if (len == 5 && strncmp(q, "local", 5) == 0)
 			local = true;
 		else if (len && !(len == 5 && strncmp(q, "bwrap", 5) == 0) &&
-			 !(len == 6 && strncmp(q, "remote", 6) == 0) && !(len == 3 && strncmp(q, "ssh", 3) == 0))
+			 !(len == 6 && strncmp(q, "remote", 6) == 0) &&
+			 !(len == 3 && strncmp(q, "ssh", 3) == 0))
 			bad = true;
 		q += len;
 	}
@@ -175,7 +176,8 @@ static void check_config(struct srv_host *h, struct srv_check *c)
 		DETAIL(c, "backends must list bwrap, local, remote and/or ssh (it is \"%s\")", cfg->backends);
 		FIX(c, "--set backends=bwrap (or a list of bwrap, local, remote, ssh)");
 	} else if (local && !cfg->allow_unsafe_local) {
-		DETAIL(c, "--backend local isolates nothing; it needs --allow-unsafe-local (development only)");
+		DETAIL(c,
+		       "--backend local isolates nothing; it needs --allow-unsafe-local (development only)");
 		FIX(c, "--backend bwrap, or --allow-unsafe-local on a development machine");
 	} else if (strcmp(cfg->backend, "local") != 0 && strcmp(cfg->backend, "bwrap") != 0) {
 		DETAIL(c, "--backend must be bwrap or local (it is \"%s\")", cfg->backend);
@@ -224,9 +226,10 @@ static bool readable(const char *what, const char *path, struct srv_check *c)
 	}
 	int err = errno;
 	DETAIL(c, "%s %s: %s", what, path, strerror(err));
-	FIX(c, "%s", err == ENOENT ? "give --tls-cert/--tls-key the PEM files' real paths"
-				   : "let the server's user read it (chown or chmod the file, e.g. 0640 "
-				     "with the server's group)");
+	FIX(c, "%s",
+	    err == ENOENT ? "give --tls-cert/--tls-key the PEM files' real paths"
+			  : "let the server's user read it (chown or chmod the file, e.g. 0640 "
+			    "with the server's group)");
 	return false;
 }
 
@@ -263,7 +266,7 @@ static void check_tls(struct srv_host *h, struct srv_check *c)
 	} else {
 		int days = 0, secs = 0;
 		ASN1_TIME_diff(&days, &secs, NULL, X509_get0_notAfter(x));
-		bool expired = days < 0 || secs < 0, early = X509_cmp_current_time(X509_get0_notBefore(x)) > 0;
+		bool expired = days < 0 || secs<0, early = X509_cmp_current_time(X509_get0_notBefore(x))> 0;
 		char subject[256] = "";
 		X509_NAME_oneline(X509_get_subject_name(x), subject, sizeof subject);
 		if (expired || early) {
@@ -293,9 +296,10 @@ static void check_uids(struct srv_host *h, struct srv_check *c)
 	const char *user = getenv("USER") ? getenv("USER") : "USER";
 	if (sbx_uids_setup(&h->uids, &uc, err, sizeof err) < 0) {
 		DETAIL(c, "cannot give each tenant a uid of its own: %s", err);
-		FIX(c, "give the server's user a range holding uid-base (usermod --add-subuids %lld-%lld "
-		       "--add-subgids %lld-%lld %s; apt-get install uidmap), or --set uid-base=N inside "
-		       "its range, or run as root",
+		FIX(c,
+		    "give the server's user a range holding uid-base (usermod --add-subuids %lld-%lld "
+		    "--add-subgids %lld-%lld %s; apt-get install uidmap), or --set uid-base=N inside "
+		    "its range, or run as root",
 		    first, last, first, last, user);
 		missing(c, true);
 		return;
@@ -303,11 +307,13 @@ static void check_uids(struct srv_host *h, struct srv_check *c)
 	h->uids_ready = true;
 	if (h->uids.mode == SBX_UIDS_SHARED && !cfg->allow_shared_uid) {
 		user = h->uids.user[0] ? h->uids.user : user;
-		DETAIL(c, "shared: every tenant's commands run as the server's uid %u (%s); a second "
-			  "tenant is not served",
+		DETAIL(c,
+		       "shared: every tenant's commands run as the server's uid %u (%s); a second "
+		       "tenant is not served",
 		       (unsigned)h->uids.outer_uid, h->uids.why_shared);
-		FIX(c, "usermod --add-subuids %lld-%lld --add-subgids %lld-%lld %s (apt-get install "
-		       "uidmap), or run as root; allow-shared-uid=true serves several tenants anyway",
+		FIX(c,
+		    "usermod --add-subuids %lld-%lld --add-subgids %lld-%lld %s (apt-get install "
+		    "uidmap), or run as root; allow-shared-uid=true serves several tenants anyway",
 		    first, last, first, last, user);
 		missing(c, false);
 		return;
@@ -336,10 +342,10 @@ static void check_uid_range(struct srv_host *h, struct srv_check *c)
 {
 	long long base = (long long)h->cfg->uid_base;
 	if (!h->uids_ready || h->uids.mode != SBX_UIDS_ROOT) {
-		DETAIL(c, "%s", !h->uids_ready ? "no uids set up (see uids)"
-				: h->uids.mode == SBX_UIDS_SUBUID
-				    ? "subuid mode: the range is this user's own"
-				    : "shared uid: no range");
+		DETAIL(c, "%s",
+		       !h->uids_ready			 ? "no uids set up (see uids)"
+		       : h->uids.mode == SBX_UIDS_SUBUID ? "subuid mode: the range is this user's own"
+							 : "shared uid: no range");
 		not_needed(c);
 		return;
 	}
@@ -373,17 +379,20 @@ static void check_uid_range(struct srv_host *h, struct srv_check *c)
 	if (fd >= 0)
 		close(fd);
 	if (known && who.uid != 0) {
-		DETAIL(c, "uid-base %lld's claim (the abstract socket @%s) is held by pid %ld, uid %u, not a "
-			  "root sandboxd",
+		DETAIL(c,
+		       "uid-base %lld's claim (the abstract socket @%s) is held by pid %ld, uid %u, not a "
+		       "root sandboxd",
 		       base, sa.sun_path + 1, (long)who.pid, (unsigned)who.uid);
 		FIX(c, "stop that process, or give this server another --set uid-base=N");
 	} else {
-		DETAIL(c, "another sandboxd on this host runs with uid-base %lld%s (its tenants' uids and "
-			  "cgroups)",
+		DETAIL(c,
+		       "another sandboxd on this host runs with uid-base %lld%s (its tenants' uids and "
+		       "cgroups)",
 		       base, known ? "" : " (its claim is held)");
 		if (known)
-			FIX(c, "that server is pid %ld: stop it first (systemctl stop sandboxd), or give each "
-			       "server its own --set uid-base=N",
+			FIX(c,
+			    "that server is pid %ld: stop it first (systemctl stop sandboxd), or give each "
+			    "server its own --set uid-base=N",
 			    (long)who.pid);
 		else
 			FIX(c, "give each server its own --set uid-base=N");
@@ -399,10 +408,13 @@ void srv_check_reach(const char *dir, uid_t uid, gid_t gid, const char *who, str
 	if (r == -EACCES) {
 		struct stat st = {0};
 		stat(blocked, &st);
-		DETAIL(c, "%.200s cannot reach %.400s: %.400s (mode %04o, owner %u) is not searchable by that uid", who,
-		       dir, blocked, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
-		FIX(c, "chmod o+x %.600s (0711 is enough), or put --data-dir where every parent directory is "
-		       "searchable",
+		DETAIL(
+		    c,
+		    "%.200s cannot reach %.400s: %.400s (mode %04o, owner %u) is not searchable by that uid",
+		    who, dir, blocked, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+		FIX(c,
+		    "chmod o+x %.600s (0711 is enough), or put --data-dir where every parent directory is "
+		    "searchable",
 		    blocked);
 		missing(c, true);
 	} else if (r < 0) {
@@ -450,8 +462,8 @@ static void check_data_dir(struct srv_host *h, struct srv_check *c)
 	const char *fsname = "?";
 	const char *note = statfs(at, &sfs) == 0 ? fs_note((long)sfs.f_type, &fsname) : "";
 	if (access(at, W_OK | X_OK) < 0 && (!exists || access(cfg->db_path, R_OK | W_OK) < 0)) {
-		DETAIL(c, "%s %s is not writable by the server's uid %u", exists ? "the data directory" : "its parent",
-		       at, (unsigned)geteuid());
+		DETAIL(c, "%s %s is not writable by the server's uid %u",
+		       exists ? "the data directory" : "its parent", at, (unsigned)geteuid());
 		FIX(c, "%s (or run the server as that directory's owner)",
 		    exists ? "chown the data directory to the server's user"
 			   : "mkdir -p the data directory and chown it to the server's user");
@@ -471,8 +483,9 @@ static void check_data_dir(struct srv_host *h, struct srv_check *c)
 	if (exists)
 		DETAIL(c, "%s on %s, reachable by the tenants' uids%s", at, fsname, note);
 	else
-		DETAIL(c, "%s does not exist yet: serve makes it (0711) in %s, on %s, reachable by the "
-			  "tenants' uids%s",
+		DETAIL(c,
+		       "%s does not exist yet: serve makes it (0711) in %s, on %s, reachable by the "
+		       "tenants' uids%s",
 		       cfg->data_dir, at, fsname, note);
 	free(at);
 }
@@ -545,7 +558,8 @@ static void check_disk_quota(struct srv_host *h, struct srv_check *c)
 		return;
 	}
 	if (strcmp(want, "none") == 0 || (is_auto && !bytes)) {
-		DETAIL(c, "%s", is_auto ? "tenant-disk-quota-bytes=0: no disk quota asked for" : "disk-quota=none");
+		DETAIL(c, "%s",
+		       is_auto ? "tenant-disk-quota-bytes=0: no disk quota asked for" : "disk-quota=none");
 		not_needed(c);
 		return;
 	}
@@ -557,13 +571,18 @@ static void check_disk_quota(struct srv_host *h, struct srv_check *c)
 		       project ? sbx_quota_detail(h->quota)
 		       : bytes ? sbx_diskimg_detail(h->diskimg)
 			       : "tenant-disk-quota-bytes is 0");
-		FIX(c, "%s, or --set disk-quota=auto", project ? proj_fix : bytes ? img_fix : "set tenant-disk-quota-bytes");
+		FIX(c, "%s, or --set disk-quota=auto",
+		    project ? proj_fix
+		    : bytes ? img_fix
+			    : "set tenant-disk-quota-bytes");
 		missing(c, true);
 		return;
 	}
-	DETAIL(c, "no per-tenant disk quota (project quotas %s; %s); enforced instead: fsize-limit-bytes "
-		  "per file, max-upload-bytes per upload, and store-reserve-bytes (%lld) kept for the store",
-	       sbx_quota_detail(h->quota), sbx_diskimg_detail(h->diskimg), (long long)cfg->store_reserve_bytes);
+	DETAIL(c,
+	       "no per-tenant disk quota (project quotas %s; %s); enforced instead: fsize-limit-bytes "
+	       "per file, max-upload-bytes per upload, and store-reserve-bytes (%lld) kept for the store",
+	       sbx_quota_detail(h->quota), sbx_diskimg_detail(h->diskimg),
+	       (long long)cfg->store_reserve_bytes);
 	FIX(c, "%s; or %s; or --set disk-quota=none to accept none", proj_fix, img_fix);
 	missing(c, false);
 }
@@ -581,7 +600,8 @@ static bool images_wanted(const struct srv_host *h)
 static void images_not_needed(const struct srv_host *h, struct srv_check *c)
 {
 	DETAIL(c, "no disk images: %s",
-	       h->disk_mode == DISK_PROJECT ? "project quotas are in force" : "disk-quota or its bytes say none");
+	       h->disk_mode == DISK_PROJECT ? "project quotas are in force"
+					    : "disk-quota or its bytes say none");
 	not_needed(c);
 }
 
@@ -654,7 +674,8 @@ static void check_store(struct srv_host *h, struct srv_check *c)
 	}
 	int rc = store_open(&h->store, cfg->db_path, h->serving, err, sizeof err);
 	if (rc == 0) {
-		DETAIL(c, "%s at schema version %d (this binary's)", cfg->db_path, store_schema_version(h->store));
+		DETAIL(c, "%s at schema version %d (this binary's)", cfg->db_path,
+		       store_schema_version(h->store));
 		return;
 	}
 	if (rc == -ESTALE) {
@@ -662,9 +683,10 @@ static void check_store(struct srv_host *h, struct srv_check *c)
 		return;
 	}
 	DETAIL(c, "%s: %s", cfg->db_path, *err ? err : sbx_strerror(rc));
-	FIX(c, "%s", rc == -EPROTO ? "run a sandboxd at least as new as the one that last migrated it"
-				   : "make it a sandboxd database the server's user can read and write "
-				     "(ls -l it; move a damaged one aside and restore a backup)");
+	FIX(c, "%s",
+	    rc == -EPROTO ? "run a sandboxd at least as new as the one that last migrated it"
+			  : "make it a sandboxd database the server's user can read and write "
+			    "(ls -l it; move a damaged one aside and restore a backup)");
 	missing(c, true);
 }
 
@@ -701,17 +723,20 @@ static int make_backends(struct srv_host *h, struct srv_check *c)
 		int rc = sbx_backend_new(&b, &bc);
 		if (rc < 0) {
 			if (rc == -EBUSY) {
-				DETAIL(c, "another sandboxd on this host runs with uid-base %lld (its cgroups %s "
-					  "and its tenants' uids)",
-				       (long long)cfg->uid_base, cgroup_root);
+				DETAIL(
+				    c,
+				    "another sandboxd on this host runs with uid-base %lld (its cgroups %s "
+				    "and its tenants' uids)",
+				    (long long)cfg->uid_base, cgroup_root);
 				FIX(c, "give each server its own --set uid-base=N");
 			} else if (rc == -ENOENT) {
 				DETAIL(c, "backend %s unavailable: bwrap is not installed", name);
 				FIX(c, "apt-get install bubblewrap");
 			} else {
 				DETAIL(c, "backend %s unavailable: %s", name, sbx_strerror(rc));
-				FIX(c, "%s", rc == -EACCES ? "let the server's user run /usr/bin/bwrap"
-							   : "see the error");
+				FIX(c, "%s",
+				    rc == -EACCES ? "let the server's user run /usr/bin/bwrap"
+						  : "see the error");
 			}
 			missing(c, true);
 			return rc;
@@ -753,7 +778,8 @@ static void userns_fix(struct srv_check *c)
 	static const struct {
 		const char *path, *bad, *fix;
 	} knob[] = {
-	    {"/proc/sys/kernel/unprivileged_userns_clone", "0", "sysctl -w kernel.unprivileged_userns_clone=1"},
+	    {"/proc/sys/kernel/unprivileged_userns_clone", "0",
+	     "sysctl -w kernel.unprivileged_userns_clone=1"},
 	    {"/proc/sys/user/max_user_namespaces", "0", "sysctl -w user.max_user_namespaces=15000"},
 	    {"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
 	     "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (or an AppArmor profile for bwrap)"},
@@ -783,7 +809,8 @@ static void check_userns(struct srv_host *h, struct srv_check *c)
 	struct sbx_backend *b = find_backend(h, "bwrap");
 	char msg[256] = "";
 	if (!b) {
-		DETAIL(c, "%s", h->backends_rc < 0 ? "not checked: bwrap is unavailable" : "no bwrap backend");
+		DETAIL(c, "%s",
+		       h->backends_rc < 0 ? "not checked: bwrap is unavailable" : "no bwrap backend");
 		if (h->backends_rc < 0) {
 			FIX(c, "see bwrap");
 			missing(c, false);
@@ -854,8 +881,9 @@ static void check_cgroups(struct srv_host *h, struct srv_check *c)
 	const struct sbx_config *cfg = h->cfg;
 	char why[1024];
 	if (h->backends_rc < 0 || h->nbackends == 0) {
-		DETAIL(c, "%s", h->backends_rc < 0 ? "not checked: no backend (see bwrap)"
-						   : "no backend starts commands here");
+		DETAIL(c, "%s",
+		       h->backends_rc < 0 ? "not checked: no backend (see bwrap)"
+					  : "no backend starts commands here");
 		if (h->backends_rc < 0) {
 			FIX(c, "see bwrap");
 			missing(c, false);
@@ -865,15 +893,17 @@ static void check_cgroups(struct srv_host *h, struct srv_check *c)
 		return;
 	}
 	if (!cfg->use_cgroups) {
-		DETAIL(c, "use-cgroups=false: commands run with rlimits only (degraded, the operator's choice)");
+		DETAIL(c,
+		       "use-cgroups=false: commands run with rlimits only (degraded, the operator's choice)");
 		not_needed(c);
 		return;
 	}
 	if (route_containment_describe(cfg, h->backends, h->nbackends, h->disk_mode == DISK_IMAGE, why,
 				       sizeof why)) {
 		const struct sbx_cgroup_caps *k = sbx_cgroup_caps();
-		DETAIL(c, "cgroup v%d, writable, controllers:%s%s%s%s%s: every configured limit and budget is "
-			  "enforced",
+		DETAIL(c,
+		       "cgroup v%d, writable, controllers:%s%s%s%s%s: every configured limit and budget is "
+		       "enforced",
 		       k->version, k->memory ? " memory" : "", k->pids ? " pids" : "", k->cpu ? " cpu" : "",
 		       k->io ? " io" : "", k->psi ? " (PSI)" : "");
 		return;
@@ -905,8 +935,9 @@ static bool network_wanted(struct srv_host *h, char *why, size_t whysz)
 	if (!h->store) {
 		struct stat st;
 		bool none = stat(cfg->db_path, &st) < 0;
-		snprintf(why, whysz, "%s", none ? "network=none and no tenants yet"
-					       : "the tenants' policies could not be read (see store)");
+		snprintf(why, whysz, "%s",
+			 none ? "network=none and no tenants yet"
+			      : "the tenants' policies could not be read (see store)");
 		return !none;
 	}
 	struct store_tenant *v = NULL;
@@ -949,8 +980,9 @@ static void check_tun(struct srv_host *h, struct srv_check *c)
 	if (fd < 0) {
 		int err = errno;
 		DETAIL(c, "/dev/net/tun: %s (pasta's tap device)", strerror(err));
-		FIX(c, "%s", err == ENOENT ? "modprobe tun (a container: --device /dev/net/tun)"
-					   : "run the server as root (pasta opens /dev/net/tun as root)");
+		FIX(c, "%s",
+		    err == ENOENT ? "modprobe tun (a container: --device /dev/net/tun)"
+				  : "run the server as root (pasta opens /dev/net/tun as root)");
 		missing(c, false);
 		return;
 	}
@@ -1083,8 +1115,8 @@ int srv_checks_start(struct srv_host *h, enum srv_phase phase)
 				c->fix);
 			status = strcmp(c->name, "config") == 0 ? 2 : status ? status : 1;
 		} else {
-			log_msg("warn", "%s: %s; fix: %s (sandboxd doctor lists every check)", c->name, c->detail,
-				c->fix);
+			log_msg("warn", "%s: %s; fix: %s (sandboxd doctor lists every check)", c->name,
+				c->detail, c->fix);
 		}
 	}
 	return status;
@@ -1117,12 +1149,13 @@ int cli_doctor(struct sbx_config *cfg, const struct cli_args *a)
 		const struct srv_check *c = &got[i];
 		bad |= c->status == SRV_CHECK_MISSING;
 		if (strcmp(format, "json") == 0)
-			json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:b}", "name", c->name, "status",
-							      status_name(c->status), "detail", c->detail,
-							      "fix", c->fix, "refuses_start", c->refuse));
+			json_array_append_new(list,
+					      json_pack("{s:s, s:s, s:s, s:s, s:b}", "name", c->name,
+							"status", status_name(c->status), "detail", c->detail,
+							"fix", c->fix, "refuses_start", c->refuse));
 		else if (c->status == SRV_CHECK_MISSING)
-			printf("%-10s  %-15s  %s; fix: %s%s\n", status_name(c->status), c->name, c->detail, c->fix,
-			       c->refuse ? " (serve refuses to start)" : "");
+			printf("%-10s  %-15s  %s; fix: %s%s\n", status_name(c->status), c->name, c->detail,
+			       c->fix, c->refuse ? " (serve refuses to start)" : "");
 		else
 			printf("%-10s  %-15s  %s\n", status_name(c->status), c->name, c->detail);
 	}

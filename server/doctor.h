@@ -36,9 +36,9 @@ enum srv_phase {
 struct srv_check {
 	const char *name; /* static: "bwrap", "tun", ... */
 	enum srv_check_status status;
-	bool refuse;	  /* missing, and serve does not start */
+	bool refuse;	   /* missing, and serve does not start */
 	char detail[1200]; /* what was found */
-	char fix[800];	  /* missing: the command or setting that fixes it ("" otherwise) */
+	char fix[800];	   /* missing: the command or setting that fixes it ("" otherwise) */
 };
 
 /* What the checks look at and make. */

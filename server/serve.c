@@ -99,7 +99,8 @@ static int prepare_workspaces(struct app *a)
 		if (a->drop_privs)
 			srv_check_reach(dir, t->uid, t->gid, who, &c);
 		if (c.status == SRV_CHECK_MISSING && c.refuse) {
-			fprintf(stderr, "sandboxd: refusing to start: %s: %s.\nFix: %s\n", c.name, c.detail, c.fix);
+			fprintf(stderr, "sandboxd: refusing to start: %s: %s.\nFix: %s\n", c.name, c.detail,
+				c.fix);
 			rc = -1;
 		} else if (c.status == SRV_CHECK_MISSING) {
 			log_msg("warn", "%s", c.detail);
@@ -176,8 +177,10 @@ static void log_disk_mode(struct server *s)
 	const struct srv_host *h = &s->host;
 	if (h->disk_mode != DISK_NONE)
 		log_msg("info", "disk quotas: %s; each tenant %lld bytes and %lld inodes",
-			h->disk_mode == DISK_PROJECT ? sbx_quota_detail(h->quota) : sbx_diskimg_detail(h->diskimg),
-			(long long)s->cfg->tenant_disk_quota_bytes, (long long)s->cfg->tenant_disk_quota_inodes);
+			h->disk_mode == DISK_PROJECT ? sbx_quota_detail(h->quota)
+						     : sbx_diskimg_detail(h->diskimg),
+			(long long)s->cfg->tenant_disk_quota_bytes,
+			(long long)s->cfg->tenant_disk_quota_inodes);
 	else
 		log_msg("warn",
 			"disk quotas: unavailable (disk-quota=%s; project quotas %s; %s). Enforced instead: "
@@ -236,9 +239,10 @@ static int start_backend(struct server *s)
 	}
 	for (size_t i = 0; i < h->nbackends; i++)
 		if (strcmp(sbx_backend_name(h->backends[i]), "local") == 0)
-			log_msg("warn",
-				"backend local: commands of the tenants whose policy names it run on the host "
-				"WITHOUT isolation (development only)");
+			log_msg(
+			    "warn",
+			    "backend local: commands of the tenants whose policy names it run on the host "
+			    "WITHOUT isolation (development only)");
 	char why[1024];
 	if (!route_containment_describe(s->cfg, h->backends, h->nbackends, h->disk_mode == DISK_IMAGE, why,
 					sizeof why))
