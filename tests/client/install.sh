@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libsandboxd as a user gets it: `cmake --install` into a temporary
-# prefix, then the README's example built with pkg-config against the
+# prefix, then the example of docs/clients.md built with pkg-config against the
 # installed shared library and against the static one (with libcurl and
 # jansson shared: Debian ships no static libcurl dependencies), and run.
 #   install.sh BUILD_DIR SOURCE_DIR SANITIZE(ON|OFF)
@@ -38,10 +38,10 @@ for ex in ex_shared ex_static; do
 	fi
 done
 bash -n "$prefix/share/bash-completion/completions/sbx"
-# The README shows the example as it is built here, byte for byte.
-awk '/^A gateway in a few lines/{f=1} f&&/^```$/{exit} f&&p{print} f&&/^```c$/{p=1}' "$src/README.md" >"$prefix/readme.c"
+# docs/clients.md shows the example as it is built here, byte for byte.
+awk '/^A gateway in a few lines/{f=1} f&&/^```$/{exit} f&&p{print} f&&/^```c$/{p=1}' "$src/docs/clients.md" >"$prefix/readme.c"
 if ! cmp -s "$prefix/readme.c" "$src/client/examples/gateway.c"; then
-	echo "README.md's example differs from client/examples/gateway.c:" >&2
+	echo "docs/clients.md's example differs from client/examples/gateway.c:" >&2
 	diff "$prefix/readme.c" "$src/client/examples/gateway.c" >&2 || true
 	exit 1
 fi
