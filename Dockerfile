@@ -38,7 +38,7 @@ COPY --from=build /src/build/sandboxd /usr/local/bin/sandboxd
 # host uid, and tenant N is host uid <range start> + 10000 + N. uid-base
 # 10000 keeps every tenant inside the 65536 ids such a namespace maps
 # (65534 is nobody, the backend's start probe). See docker-compose.yml for
-# the capabilities and security options, and the README's Deployment.
+# the capabilities and security options, and docs/operations.md, Deployment.
 VOLUME /var/lib/sandboxd
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \

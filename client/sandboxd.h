@@ -352,7 +352,7 @@ typedef void (*sbxc_started_fn)(void *arg, const char *id);
 SBXC_API int sbxc_exec(struct sbxc *h, const struct sbxc_call *c, const struct sbxc_exec_req *req,
 		       sbxc_output_fn on_output, sbxc_started_fn on_started, void *arg,
 		       struct sbxc_result *res, struct sbxc_err *err);
-/* Behind a balancer (README "Running many nodes") an id the library or
+/* Behind a balancer (docs/nodes.md) an id the library or
  * the caller chose names no node: the calls about it (cancel, get, its
  * events) are routed by the session, so give them the session the exec
  * ran in. */

@@ -1,7 +1,7 @@
 #pragma once
 /* Configuration: one table of defaults, then the JSON config file, then the
- * command line override them (lwan's order). Every key is listed in the
- * README's configuration reference. */
+ * command line override them (lwan's order). Every key is listed in
+ * docs/reference/configuration.md. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

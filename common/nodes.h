@@ -1,5 +1,5 @@
 #pragma once
-/* Node identity and the cluster's node list (README "Running many nodes").
+/* Node identity and the cluster's node list (docs/nodes.md).
  *
  * A node id names one sandboxd among several behind a load balancer. It is
  * a short token, `[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?` (a DNS label of at

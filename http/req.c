@@ -103,7 +103,7 @@ void http_set_exec_result(struct http_req *r, const json_t *result)
 void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-	/* Which node answered (README "Running many nodes"): a balancer's
+	/* Which node answered (docs/nodes.md): a balancer's
 	 * routing can be checked from outside, and logs of a client name it. */
 	if (r->env && r->env->cfg->node_id)
 		MHD_add_response_header(resp, "Sandboxd-Node", r->env->cfg->node_id);

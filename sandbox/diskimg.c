@@ -441,7 +441,7 @@ static int attach_locked(struct sbx_diskimg *d, const char *tdir, const char *ws
 		if (has_entries(ws)) {
 			snprintf(why, whysz,
 				 "%s holds files from before disk-quota=image; move them into the image as "
-				 "README's \"Disk quotas\" says",
+				 "docs/backends.md, \"Existing files\", says",
 				 ws);
 			return -ENOTEMPTY;
 		}

@@ -56,7 +56,7 @@ const char *sbx_diskimg_detail(const struct sbx_diskimg *d);
  * (owned by uid:gid) if missing, resized to lim if not mounted and its
  * size differs, mounted if not already. Refuses (-ENOTEMPTY) a workspace
  * directory that holds files but has no image (files from before image
- * mode: README says how to move them in); -EBUSY when something else is
+ * mode: docs/backends.md says how to move them in); -EBUSY when something else is
  * mounted there; -ENOSPC when no loop device is free. 0 or -errno, with
  * the reason in why. */
 int sbx_diskimg_attach(struct sbx_diskimg *d, const char *tdir, uid_t uid, gid_t gid,

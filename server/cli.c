@@ -376,7 +376,7 @@ static int approver_differs(struct store *s, const char *name, const struct stor
 }
 
 /* tenant set-approver NAME [--secret-file F | --public-key F --alg A]:
- * the key of the tenant's approve tokens (README "Approval"); a fresh
+ * the key of the tenant's approve tokens (docs/tenants.md, "Approval"); a fresh
  * HS256 secret, shown once, without a file. A running server takes it
  * within seconds (its tenant cache). */
 static int tenant_set_approver(struct store *s, const struct cli_args *a)

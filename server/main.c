@@ -35,7 +35,7 @@ static const char usage[] =
     "  sandboxd --help | --version\n"
     "\n"
     "Every subcommand takes --data-dir and --config. --set KEY=VALUE sets any\n"
-    "configuration key (see the README's configuration reference).\n";
+    "configuration key (see docs/reference/configuration.md).\n";
 
 static const struct {
 	const char *name;

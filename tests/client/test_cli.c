@@ -475,7 +475,7 @@ static void test_errors_exit_non_zero(void **state)
 	run_free(&r);
 }
 
-/* The README's example (client/examples/gateway.c), built with the
+/* The example of docs/clients.md (client/examples/gateway.c), built with the
  * library, against the server. */
 static void test_readme_example_runs(void **state)
 {

@@ -49,7 +49,7 @@ const CODES_BY_STATUS = {
   410: ['token_used', 'token_expired'],
   413: ['too_large'],
   416: ['range_not_satisfiable'],
-  422: ['not_text', 'unsupported_language', 'unknown_image'], // the second: POST /code (README, Decisions)
+  422: ['not_text', 'unsupported_language', 'unknown_image'], // the second: POST /code (docs/decisions.md)
   429: ['too_many_requests'],
   500: ['internal'],
   503: ['backend_unavailable', 'store_unavailable'],

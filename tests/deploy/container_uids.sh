@@ -7,8 +7,8 @@
 # inside, as root, with the capability bounding set of docker-compose.yml
 # (cap_drop ALL + cap_add) and no-new-privileges, the Dockerfile's
 # ENTRYPOINT runs its CMD (data dir and port swapped for test ones).
-# Checks: the image runs as root, the compose file has the options the
-# README says bubblewrap needs, the server states "root: one uid per
+# Checks: the image runs as root, the compose file has the options
+# docs/operations.md says bubblewrap needs, the server states "root: one uid per
 # tenant" in a user namespace, two tenants are distinct host uids inside
 # the range (id -u inside, owners of their files on the host), and what
 # the server needs its capabilities for works (files of another mode,
@@ -92,8 +92,8 @@ if ! as_user test -x "$real"; then
   echo "skipped: $real cannot be run by uid $uid: $blocked (mode $(stat -c %04a "$blocked"), owner" \
     "$(stat -c %u "$blocked")) is not searchable by it. The test runs sandboxd as another user, so" \
     "the checkout and build directory must be reachable by every user: chmod o+x $blocked (0711" \
-    "is enough), or clone and build under a directory every user can search (README: \"Tests need" \
-    "a checkout that every user can reach\")"
+    "is enough), or clone and build under a directory every user can search (docs/testing.md: \"A" \
+    "checkout every user can reach\")"
   exit 77
 fi
 

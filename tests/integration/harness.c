@@ -369,8 +369,8 @@ int it_runnable_as(const char *bin, uid_t uid, gid_t gid, char *why, size_t whys
 			 "%s cannot be run by uid %u: %s (mode %04o, owner %u) is not searchable by it. The "
 			 "test runs sandboxd as another user, so the checkout and build directory must be "
 			 "reachable by every user: chmod o+x %s (0711 is enough), or clone and build under a "
-			 "directory every user can search (README: \"Tests need a checkout that every user "
-			 "can reach\")",
+			 "directory every user can search (docs/testing.md: \"A checkout every user can "
+			 "reach\")",
 			 real, (unsigned)uid, blocked, (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid,
 			 blocked);
 	else if (rc < 0)

@@ -1,6 +1,6 @@
 #pragma once
 /* Three sandboxd nodes behind a load balancer running the configuration
- * shipped in deploy/ (README "Running many nodes"), changed only in its
+ * shipped in deploy/ (docs/nodes.md), changed only in its
  * addresses, ports and paths. Shared by test_nodes_nginx.c and
  * test_nodes_haproxy.c, which say how to start their balancer
  * (balancer_start, balancer_config) and include this after <cmocka.h>.

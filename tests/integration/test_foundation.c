@@ -161,7 +161,7 @@ static void test_request_id(void **state)
 	it_resp_free(&r);
 }
 
-/* The default connection memory (connection-memory-bytes, README) reads
+/* The default connection memory (connection-memory-bytes, docs/configuration.md) reads
  * a header block of 13 KiB: the largest bearer token the server verifies
  * (8 KiB) with room to spare. The request reaches authentication (401 for
  * this made-up token), not a 431; a block far larger still gets a 431. */

@@ -1,5 +1,5 @@
 /* Three nodes behind Debian's HAProxy 2.6 with deploy/haproxy/haproxy.cfg
- * and its map (README "Running many nodes"): it_nodes.h has the tests.
+ * and its map (docs/nodes.md): it_nodes.h has the tests.
  * Exit 77 when haproxy is not installed (scripts/deps installs it). */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /* Three nodes behind Debian's nginx with deploy/nginx/sandboxd.conf
- * (README "Running many nodes"): it_nodes.h has the tests. Exit 77 when
+ * (docs/nodes.md): it_nodes.h has the tests. Exit 77 when
  * nginx is not installed (scripts/deps installs it). */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -428,7 +428,7 @@ static void test_mint_shape_scope_and_hash_only(void **state)
 	assert_int_equal(r.status, 201);
 	assert_non_null(tok);
 	json_t *j = it_json(&r);
-	/* "<node>_" (README "Running many nodes") and 256 random bits. */
+	/* "<node>_" (docs/nodes.md) and 256 random bits. */
 	const char *rnd = strchr(tok, '_');
 	assert_non_null(rnd);
 	assert_int_equal(strlen(++rnd), 43);
