@@ -26,34 +26,22 @@ struct option_spec {
 	int64_t min, max; /* K_INT bounds */
 	/* K_STR and K_JSON: refuse a bad value (0 or -EINVAL with err); NULL: any. */
 	int (*check)(const char *v, char *err, size_t errsz);
+	const char *help;  /* what the key means: one Markdown line */
+	const char *shown; /* the default as the reference shows it; NULL: def */
+	bool flag;	   /* server/main.c has --NAME for it */
 };
 
-#define S(n, f, d)                                                                                           \
-	{                                                                                                    \
-		n, K_STR, offsetof(struct sbx_config, f), d, 0, 0, NULL                                      \
-	}
+/* Each entry is {KIND(...), .help = ...}: the macros give the fields a
+ * kind needs, the entry adds its meaning. */
+#define S(n, f, d) .name = n, .kind = K_STR, .off = offsetof(struct sbx_config, f), .def = d
 #define I(n, f, d, lo, hi)                                                                                   \
-	{                                                                                                    \
-		n, K_INT, offsetof(struct sbx_config, f), d, lo, hi, NULL                                    \
-	}
-#define B(n, f, d)                                                                                           \
-	{                                                                                                    \
-		n, K_BOOL, offsetof(struct sbx_config, f), d, 0, 0, NULL                                     \
-	}
-
+	.name = n, .kind = K_INT, .off = offsetof(struct sbx_config, f), .def = d, .min = lo, .max = hi
+#define B(n, f, d) .name = n, .kind = K_BOOL, .off = offsetof(struct sbx_config, f), .def = d
 #define M(n, f, d)                                                                                           \
-	{                                                                                                    \
-		n, K_MILLICORES, offsetof(struct sbx_config, f), d, 0, 1000000, NULL                         \
-	}
-
-#define SC(n, f, d, check)                                                                                   \
-	{                                                                                                    \
-		n, K_STR, offsetof(struct sbx_config, f), d, 0, 0, check                                     \
-	}
-#define J(n, f, check)                                                                                       \
-	{                                                                                                    \
-		n, K_JSON, offsetof(struct sbx_config, f), NULL, 0, 0, check                                 \
-	}
+	.name = n, .kind = K_MILLICORES, .off = offsetof(struct sbx_config, f), .def = d, .min = 0,          \
+	.max = 1000000
+#define SC(n, f, d, chk) S(n, f, d), .check = chk
+#define J(n, f, chk) .name = n, .kind = K_JSON, .off = offsetof(struct sbx_config, f), .check = chk
 
 static int check_node_id(const char *v, char *err, size_t errsz)
 {
@@ -72,95 +60,243 @@ static int check_nodes(const char *v, char *err, size_t errsz)
 	return rc;
 }
 
-/* The one table of defaults. */
+/* The one table of defaults, with each key's meaning (printed by
+ * `sandboxd config reference`, which docs/reference/configuration.md and
+ * sandboxd.conf(5) are generated from). .flag: the key has a flag of its
+ * own, --NAME (server/main.c); .shown: the default as a reader should see
+ * it where the value alone would mislead (derived or unset). */
 static const struct option_spec specs[] = {
-    S("listen", listen, "127.0.0.1:8080"),
-    S("data-dir", data_dir, "./sandboxd-data"),
-    S("db-path", db_path, NULL),
-    S("backend", backend, "bwrap"),
-    S("backends", backends, NULL),
-    S("network", network, "none"),
-    S("approval", approval, "never"),
-    I("approval-timeout-s", approval_timeout_s, "300", 1, 604800),
-    B("allow-unsafe-local", allow_unsafe_local, "false"),
-    B("allow-uncontained", allow_uncontained, "false"),
-    S("tls-cert", tls_cert, NULL),
-    S("tls-key", tls_key, NULL),
-    S("audience", audience, NULL),
-    I("leeway-s", leeway_s, "30", 0, 3600),
-    I("threads", threads, "0", 0, 256),
-    I("fs-threads", fs_threads, "0", 0, 1024),
-    I("runner-threads", runner_threads, "0", 0, 64),
-    I("network-setup-threads", network_setup_threads, "4", 1, 64),
-    I("network-setups-per-tenant", network_setups_per_tenant, "2", 1, 64),
-    I("network-tenant-commands", network_tenant_commands, "8", 1, 1024),
-    I("network-conn-max", network_conn_max, "64", 1, 65536),
-    I("network-conn-per-s", network_conn_per_s, "10", 1, 10000),
-    I("network-resolve-ms", network_resolve_ms, "2000", 100, 60000),
-    I("fs-threads-per-tenant", fs_threads_per_tenant, "0", 0, 1024),
-    I("fs-queue-per-tenant", fs_queue_per_tenant, "256", 1, 1000000),
-    I("connection-timeout-s", connection_timeout_s, "60", 1, 86400),
-    I("max-connections", max_connections, "4096", 16, 1000000),
-    I("max-connections-per-ip", max_connections_per_ip, "1024", 1, 1000000),
-    I("connection-memory-bytes", connection_memory_bytes, "16384", 16384, 16777216),
-    I("max-buffered-bytes", max_buffered_bytes, "16777216", 1024, 1073741824),
-    I("max-upload-bytes", max_upload_bytes, "1099511627776", 0, INT64_MAX),
-    I("uid-base", uid_base, "100000", 1000, 2000000000),
-    B("allow-shared-uid", allow_shared_uid, "false"),
-    I("heartbeat-ms", heartbeat_ms, "2000", 50, 600000),
-    I("exec-timeout-default-s", exec_timeout_default_s, "300", 1, 604800),
-    I("exec-timeout-max-s", exec_timeout_max_s, "3600", 1, 604800),
-    I("exec-kill-grace-ms", exec_kill_grace_ms, "2000", 0, 60000),
-    I("max-output-bytes-default", max_output_bytes_default, "64000", 256, 1073741824),
-    I("max-output-bytes-cap", max_output_bytes_cap, "8388608", 256, 1073741824),
-    I("spill-cap-bytes", spill_cap_bytes, "1073741824", 0, INT64_MAX),
-    I("tenant-max-execs", tenant_max_execs, "32", 1, 100000),
-    I("tenant-exec-queue", tenant_exec_queue, "32", 0, 100000),
-    I("exec-queue-wait-ms", exec_queue_wait_ms, "5000", 1, 3600000),
-    I("wait-stdin-bytes-per-tenant", wait_stdin_bytes_per_tenant, "33554432", 0, INT64_MAX),
-    I("wait-stdin-bytes", wait_stdin_bytes, "134217728", 0, INT64_MAX),
-    I("tenant-max-transfers", tenant_max_transfers, "16", 1, 100000),
-    I("transfer-ttl-default-s", transfer_ttl_default_s, "60", 1, 86400),
-    I("transfer-ttl-max-s", transfer_ttl_max_s, "3600", 1, 604800),
-    I("mem-limit-bytes", mem_limit_bytes, "2147483648", 0, INT64_MAX),
-    I("nproc-limit", nproc_limit, "256", 0, 1000000),
-    I("tenant-mem-budget-bytes", tenant_mem_budget_bytes, "4294967296", 0, INT64_MAX),
-    I("tenant-nproc-budget", tenant_nproc_budget, "512", 0, 1000000),
-    M("tenant-cpu-budget-millicores", tenant_cpu_budget_millicores, "auto"),
-    I("tenant-io-read-bps", tenant_io_read_bps, "0", 0, SBX_IO_BPS_MAX),
-    I("tenant-io-write-bps", tenant_io_write_bps, "0", 0, SBX_IO_BPS_MAX),
-    I("tenant-io-read-iops", tenant_io_read_iops, "0", 0, SBX_IO_IOPS_MAX),
-    I("tenant-io-write-iops", tenant_io_write_iops, "0", 0, SBX_IO_IOPS_MAX),
-    I("tenant-disk-quota-bytes", tenant_disk_quota_bytes, "10737418240", 0, INT64_MAX),
-    I("tenant-disk-quota-inodes", tenant_disk_quota_inodes, "1000000", 0, UINT32_MAX),
-    S("disk-quota", disk_quota, "auto"),
-    I("store-reserve-bytes", store_reserve_bytes, "268435456", 0, INT64_MAX),
-    I("image-import-max-bytes", image_import_max_bytes, "17179869184", 0, INT64_MAX),
-    I("image-import-max-entries", image_import_max_entries, "2000000", 0, INT64_MAX),
-    I("image-import-max-ratio", image_import_max_ratio, "100", 0, 1000000),
-    I("tenant-store-max-bytes", tenant_store_max_bytes, "1073741824", 0, INT64_MAX),
-    I("tenant-store-max-rows", tenant_store_max_rows, "1000000", 0, INT64_MAX),
-    I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX),
-    I("nofile-limit", nofile_limit, "1024", 0, 1048576),
-    I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),
-    B("use-cgroups", use_cgroups, "true"),
-    I("events-replay", events_replay, "256", 1, 100000),
-    B("metrics-public", metrics_public, "false"),
-    I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
-    I("retention-max-age-s", retention_max_age_s, "2592000", 0, INT64_MAX),
-    I("retention-max-rows", retention_max_rows, "0", 0, INT64_MAX),
-    I("retention-interval-s", retention_interval_s, "60", 1, 86400),
-    I("audit-unauthenticated-per-s", audit_unauth_per_s, "10", 0, 1000000),
-    I("audit-unauthenticated-burst", audit_unauth_burst, "20", 1, 1000000),
-    B("log-requests", log_requests, "true"),
-    SC("node-id", node_id, NULL, check_node_id),
-    J("nodes", nodes, check_nodes),
-    I("nodes-timeout-ms", nodes_timeout_ms, "5000", 100, 600000),
-    S("code-languages", code_languages, "python,node,bash,sh"),
-    I("changes-max-files", changes_max_files, "10000", 1, 10000000),
-    I("changes-max-listed", changes_max_listed, "1000", 1, 1000000),
-    I("changes-hash-bytes", changes_hash_bytes, "67108864", 0, INT64_MAX),
-    I("stdin-buffer-bytes", stdin_buffer_bytes, "65536", 1, 67108864),
+    {S("listen", listen, "127.0.0.1:8080"), .flag = true,
+     .help = "address and port to listen on (`[::1]:8080` for IPv6)"},
+    {S("data-dir", data_dir, "./sandboxd-data"), .flag = true,
+     .help = "holds `sandboxd.db` and `tenants/<name>/workspace`"},
+    {S("db-path", db_path, NULL), .shown = "`<data-dir>/sandboxd.db`",
+     .help = "the database file: keep it on another disk than the workspaces"},
+    {S("backend", backend, "bwrap"), .flag = true,
+     .help = "the default backend of tenant policies: `bwrap`, or `local` (no isolation; needs "
+	     "`allow-unsafe-local`)"},
+    {S("backends", backends, NULL), .shown = "the value of `backend`",
+     .help = "the backends this server starts and offers to tenant policies, e.g. `bwrap,local,remote,ssh` "
+	     "(`local` needs `allow-unsafe-local`; `remote` and `ssh` start nothing and cannot be `backend`, "
+	     "since they need a tenant's own settings)"},
+    {S("network", network, "none"),
+     .help = "default policy `network`: `none` or an egress allowlist (see Tenant policies)"},
+    {S("approval", approval, "never"),
+     .help = "default policy `approval`: `never`, `always`, or a JSON array of command patterns"},
+    {I("approval-timeout-s", approval_timeout_s, "300", 1, 604800),
+     .help = "how long a command waits for a decision before it is rejected"},
+    {B("allow-unsafe-local", allow_unsafe_local, "false"), .flag = true,
+     .help = "allow the `local` backend, which isolates nothing (every exec logs a warning)"},
+    {B("allow-uncontained", allow_uncontained, "false"), .flag = true,
+     .help =
+	 "start although the configured limits and budgets cannot all be enforced with cgroups (no "
+	 "usable driver, or a controller a nonzero `mem-limit-bytes`, `nproc-limit`, "
+	 "`tenant-mem-budget-bytes`, `tenant-nproc-budget` or `tenant-cpu-budget-millicores` needs is "
+	 "missing); without it `serve` refuses to start and names what is missing and the fix. With it the "
+	 "server runs *degraded*: `/readyz` answers 200 `degraded`, `/metrics` has `sandboxd_uncontained 1` "
+	 "(Security model, \"Fail closed\")"},
+    {S("tls-cert", tls_cert, NULL), .flag = true, .shown = "none",
+     .help = "PEM certificate file; with `tls-key` (both or neither); TLS 1.2 and 1.3 only"},
+    {S("tls-key", tls_key, NULL), .flag = true, .shown = "none",
+     .help = "PEM private key file of `tls-cert`"},
+    {S("audience", audience, NULL), .shown = "none", .help = "when set, tokens must carry this `aud`"},
+    {I("leeway-s", leeway_s, "30", 0, 3600), .help = "clock leeway for `exp` and `nbf`"},
+    {I("threads", threads, "0", 0, 256), .help = "HTTP worker threads (0: one per core)"},
+    {I("fs-threads", fs_threads, "0", 0, 1024),
+     .help = "workers of the file-work pool (0: two per core, at least 4); see Fair server time"},
+    {I("runner-threads", runner_threads, "0", 0, 64),
+     .help = "threads that start and own commands (0: one per core); see \"The runner is watched\""},
+    {I("network-setup-threads", network_setup_threads, "4", 1, 64),
+     .help = "threads that resolve the allowlist's names and make the network namespaces of commands with "
+	     "`network: true` (never a runner thread)"},
+    {I("network-setups-per-tenant", network_setups_per_tenant, "2", 1, 64),
+     .help = "of them, at most this many work for one tenant at once (its other setups wait; other "
+	     "tenants' take the free threads)"},
+    {I("network-tenant-commands", network_tenant_commands, "8", 1, 1024),
+     .help = "commands with network of one tenant at once, from the request until the command is reaped "
+	     "(each has a pasta process, about 23 MB, charged to the tenant's budget); one more answers 429 "
+	     "`too_many_requests` with `Retry-After`"},
+    {I("network-conn-max", network_conn_max, "64", 1, 65536),
+     .help = "TCP connections one command with network may have open at once (beyond: reset)"},
+    {I("network-conn-per-s", network_conn_per_s, "10", 1, 10000),
+     .help = "new TCP connections per second of one command with network, burst twice that (beyond: "
+	     "reset); bounds the host sockets pasta leaves in TIME_WAIT"},
+    {I("network-resolve-ms", network_resolve_ms, "2000", 100, 60000),
+     .help = "the longest the allowlist's names of one command are resolved together; a name not resolved "
+	     "by then is left out"},
+    {I("fs-threads-per-tenant", fs_threads_per_tenant, "0", 0, 1024),
+     .help = "of the `fs-threads`, at most this many run one tenant's file requests at once (0: all but a "
+	     "quarter, at least one left for the others); fewer while that tenant's requests keep CPUs busy: "
+	     "together at most every core but one (see Fair server time)"},
+    {I("fs-queue-per-tenant", fs_queue_per_tenant, "256", 1, 1000000),
+     .help = "one tenant's file requests waiting for a worker; beyond, 429 `too_many_requests` with "
+	     "`Retry-After`"},
+    {I("connection-timeout-s", connection_timeout_s, "60", 1, 86400), .help = "idle connection timeout"},
+    {I("max-connections", max_connections, "4096", 16, 1000000), .help = "connections of all clients"},
+    {I("max-connections-per-ip", max_connections_per_ip, "1024", 1, 1000000),
+     .help = "connections of one client address"},
+    {I("connection-memory-bytes", connection_memory_bytes, "16384", 16384, 16777216),
+     .help =
+	 "per-connection memory of libmicrohttpd: the request's header block must fit in it (431 "
+	 "beyond; the default reads about 15 KiB of headers, an 8 KiB bearer token with room to spare; "
+	 "known gap: a header block within about 2 KiB of the limit fits but leaves libmicrohttpd no room "
+	 "for the response's headers, and the connection is closed without an answer), and a streamed "
+	 "upload's body is received in pieces of half of it. libmicrohttpd 0.9.75 zeroes about one and a "
+	 "half times this per keep-alive request, so more costs every request CPU (bench/NOTES.md, \"Read "
+	 "path, second pass\")"},
+    {I("max-buffered-bytes", max_buffered_bytes, "16777216", 1024, 1073741824),
+     .help = "buffered reads, writes and JSON bodies (413 beyond)"},
+    {I("max-upload-bytes", max_upload_bytes, "1099511627776", 0, INT64_MAX), .help = "one streamed upload"},
+    {I("uid-base", uid_base, "100000", 1000, 2000000000),
+     .help = "a tenant's commands run as `uid-base + slot` (root or subuid mode; in subuid mode it must lie "
+	     "in the server user's subordinate range)"},
+    {B("allow-shared-uid", allow_shared_uid, "false"),
+     .help = "not root and no subordinate range: serve several tenants anyway, all as the server's uid "
+	     "(see Security model)"},
+    {I("heartbeat-ms", heartbeat_ms, "2000", 50, 600000),
+     .help = "at most one heartbeat per exec per interval"},
+    {I("exec-timeout-default-s", exec_timeout_default_s, "300", 1, 604800),
+     .help = "a command's `timeout_s` when the request names none"},
+    {I("exec-timeout-max-s", exec_timeout_max_s, "3600", 1, 604800),
+     .help = "a larger `timeout_s` is clamped to this"},
+    {I("exec-kill-grace-ms", exec_kill_grace_ms, "2000", 0, 60000),
+     .help = "SIGTERM to SIGKILL on timeout and cancel"},
+    {I("max-output-bytes-default", max_output_bytes_default, "64000", 256, 1073741824),
+     .help = "per stream window of a result when the request names no `max_output_bytes`"},
+    {I("max-output-bytes-cap", max_output_bytes_cap, "8388608", 256, 1073741824),
+     .help = "the largest `max_output_bytes` a request may ask for"},
+    {I("spill-cap-bytes", spill_cap_bytes, "1073741824", 0, INT64_MAX),
+     .help = "at most this much of a stream goes to its spill file"},
+    {I("tenant-max-execs", tenant_max_execs, "32", 1, 100000),
+     .help = "concurrent commands per tenant (beyond, a request waits for a slot: `tenant-exec-queue`, "
+	     "`exec-queue-wait-ms`)"},
+    {I("tenant-exec-queue", tenant_exec_queue, "32", 0, 100000),
+     .help = "`POST /exec` requests of a tenant that wait for one of its `tenant-max-execs` slots, oldest "
+	     "first; beyond, 429 `too_many_requests` with `Retry-After` (`0`: 429 at once, never wait)"},
+    {I("exec-queue-wait-ms", exec_queue_wait_ms, "5000", 1, 3600000),
+     .help = "the longest such a request waits; then 429 with `Retry-After`"},
+    {I("wait-stdin-bytes-per-tenant", wait_stdin_bytes_per_tenant, "33554432", 0, INT64_MAX),
+     .help = "inline `stdin` that a tenant's requests waiting for approval or in the admission queue may "
+	     "keep in the server; beyond, 429 with `Retry-After` (413 for one `stdin` over this bound)"},
+    {I("wait-stdin-bytes", wait_stdin_bytes, "134217728", 0, INT64_MAX),
+     .help = "the same for all tenants' waiting requests together"},
+    {I("tenant-max-transfers", tenant_max_transfers, "16", 1, 100000),
+     .help = "concurrent streaming transfers per tenant (429 beyond)"},
+    {I("transfer-ttl-default-s", transfer_ttl_default_s, "60", 1, 86400),
+     .help = "transfer token lifetime when the request names none"},
+    {I("transfer-ttl-max-s", transfer_ttl_max_s, "3600", 1, 604800),
+     .help = "the longest transfer token lifetime a request may ask for"},
+    {I("mem-limit-bytes", mem_limit_bytes, "2147483648", 0, INT64_MAX),
+     .help = "RLIMIT_AS and the cgroup memory limit of a command"},
+    {I("nproc-limit", nproc_limit, "256", 0, 1000000),
+     .help = "the cgroup pids limit of a command; without cgroups RLIMIT_NPROC (per tenant uid). With "
+	     "cgroups RLIMIT_NPROC is only a backstop at twice the larger of this and `tenant-nproc-budget` "
+	     "(the kernel checks it before the pids controller: at the same value it would refuse forks the "
+	     "controller never counts, and the result could not say `pids_limited`)"},
+    {I("tenant-mem-budget-bytes", tenant_mem_budget_bytes, "4294967296", 0, INT64_MAX),
+     .help = "memory of all of a tenant's commands together (its cgroup parent; `0`: none)"},
+    {I("tenant-nproc-budget", tenant_nproc_budget, "512", 0, 1000000),
+     .help = "processes of all of a tenant's commands together (`0`: none)"},
+    {M("tenant-cpu-budget-millicores", tenant_cpu_budget_millicores, "auto"),
+     .help =
+	 "CPU time of all of a tenant's commands together, in thousandths of a core (`1500`: one and a "
+	 "half cores; `0`: none; else at least `10`, the kernel's least quota). `auto`: every core the "
+	 "server may run on but one, at least one core (one core on a 2-core machine), so one tenant's "
+	 "busy loops or fork bomb always leave CPU for the server and the other tenants. Millicores rather "
+	 "than a decimal so that the policy's JSON stays an exact integer"},
+    {I("tenant-io-read-bps", tenant_io_read_bps, "0", 0, SBX_IO_BPS_MAX),
+     .help = "bytes per second all of a tenant's commands together may read on its disk image (cgroup v2 "
+	     "`io.max` `rbps` on the image's loop device; `0`: none). Needs disk images (`disk-quota=image`, "
+	     "or `auto` choosing images): without them a nonzero budget is refused at `PUT "
+	     "/tenants/{name}/policy` (409) and the tenant's commands are refused (503), never run "
+	     "unthrottled; see Security model, **Disk I/O**"},
+    {I("tenant-io-write-bps", tenant_io_write_bps, "0", 0, SBX_IO_BPS_MAX),
+     .help = "the same for writing (`wbps`)"},
+    {I("tenant-io-read-iops", tenant_io_read_iops, "0", 0, SBX_IO_IOPS_MAX),
+     .help = "the same for reading in operations per second (`riops`)"},
+    {I("tenant-io-write-iops", tenant_io_write_iops, "0", 0, SBX_IO_IOPS_MAX),
+     .help = "the same for writing in operations per second (`wiops`)"},
+    {I("tenant-disk-quota-bytes", tenant_disk_quota_bytes, "10737418240", 0, INT64_MAX),
+     .help = "a tenant's disk quota: everything in its workspace together (`0`: none; image mode needs it)"},
+    {I("tenant-disk-quota-inodes", tenant_disk_quota_inodes, "1000000", 0, UINT32_MAX),
+     .help = "files and directories of a tenant together (`0`: none)"},
+    {S("disk-quota", disk_quota, "auto"),
+     .help = "how disk quotas are enforced: `project` (the filesystem's project quotas), `image` (an ext4 "
+	     "image per tenant on a loop device), `none`, or `auto`: project quotas where the filesystem "
+	     "enforces them, else images when sandboxd is root and loop devices work, else none. An explicit "
+	     "mode that cannot work stops the start. See *Disk quotas*"},
+    {I("store-reserve-bytes", store_reserve_bytes, "268435456", 0, INT64_MAX),
+     .help = "free space kept on the store's filesystem: below it new tenant work (exec, writes, uploads, "
+	     "mkdir) is refused with 507 and `/readyz` is 503; `sandboxd image import` stops before the data "
+	     "directory's filesystem has less than this free"},
+    {I("image-import-max-bytes", image_import_max_bytes, "17179869184", 0, INT64_MAX),
+     .help = "file data one `sandboxd image import` may write, all layers together; beyond, the import is "
+	     "refused and nothing of it is kept (`0`: none)"},
+    {I("image-import-max-entries", image_import_max_entries, "2000000", 0, INT64_MAX),
+     .help = "files, directories and links one import may make (`0`: none)"},
+    {I("image-import-max-ratio", image_import_max_ratio, "100", 0, 1000000),
+     .help =
+	 "file data an import may write per byte of archive (the tarball, or the layers read so far), "
+	 "once past its first 64 MiB: an archive that inflates to far more than a root filesystem does (a "
+	 "few MiB of gzip becoming gigabytes) is refused early (`0`: none)"},
+    {I("tenant-store-max-bytes", tenant_store_max_bytes, "1073741824", 0, INT64_MAX),
+     .help = "a tenant's store budget: the bytes of its exec and audit rows together (`0`: no limit). At "
+	     "it, its new work (exec, writes, uploads, mkdir) is refused with 507 `store_budget_exceeded` "
+	     "(usage and limits in `error.details`) while other tenants go on; retention "
+	     "(`retention-max-age-s`, `retention-max-rows`) and removing rows free it"},
+    {I("tenant-store-max-rows", tenant_store_max_rows, "1000000", 0, INT64_MAX),
+     .help = "the same budget in rows (`0`: no limit)"},
+    {I("fsize-limit-bytes", fsize_limit_bytes, "8589934592", 0, INT64_MAX), .help = "RLIMIT_FSIZE"},
+    {I("nofile-limit", nofile_limit, "1024", 0, 1048576), .help = "RLIMIT_NOFILE"},
+    {I("tmp-size-bytes", tmp_size_bytes, "268435456", 0, INT64_MAX),
+     .help = "size of a command's private `/tmp`"},
+    {B("use-cgroups", use_cgroups, "true"),
+     .help =
+	 "per-command limits and per-tenant budgets in cgroups: the v2 driver on the unified "
+	 "hierarchy (`memory.max`, `pids.max`, `cpu.max`, `io.max`), the v1 driver on hybrid hosts "
+	 "(`memory`, `pids`, `cpu` hierarchies); when they cannot be enforced the start fails closed "
+	 "unless `allow-uncontained`. `false` is the operator's own opt-out: rlimits only, and the server "
+	 "runs degraded (`/readyz` `degraded`, never `ready`)"},
+    {I("events-replay", events_replay, "256", 1, 100000),
+     .help = "feed events kept per tenant for `Last-Event-ID` (also bounded to 8 MiB per tenant); older "
+	     "ids get a `gap` event"},
+    {B("metrics-public", metrics_public, "false"), .help = "serve `/metrics` without a token"},
+    {I("shutdown-grace-s", shutdown_grace_s, "10", 0, 3600),
+     .help = "how long SIGTERM waits for cancelled commands"},
+    {I("retention-max-age-s", retention_max_age_s, "2592000", 0, INT64_MAX),
+     .help = "audit, exec and transfer rows older than this are pruned (0: keep forever, and the table "
+	     "grows without bound)"},
+    {I("retention-max-rows", retention_max_rows, "0", 0, INT64_MAX),
+     .help = "keep at most this many rows per table (0: no bound)"},
+    {I("retention-interval-s", retention_interval_s, "60", 1, 86400), .help = "how often the pruner runs"},
+    {I("audit-unauthenticated-per-s", audit_unauth_per_s, "10", 0, 1000000),
+     .help = "audit rows per second (token bucket) per client address for requests that name no tenant; "
+	     "the rest are counted as `sandboxd_audit_suppressed_total`"},
+    {I("audit-unauthenticated-burst", audit_unauth_burst, "20", 1, 1000000),
+     .help = "the size of that bucket"},
+    {B("log-requests", log_requests, "true"), .help = "one JSON line per request on stderr"},
+    {SC("node-id", node_id, NULL, check_node_id), .shown = "the host name's first label",
+     .help = "this node's id among several (`[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?`); see Running many nodes"},
+    {J("nodes", nodes, check_nodes), .shown = "none",
+     .help =
+	 "the cluster's nodes, a JSON array of `{\"id\", \"url\", \"token-file\"?, \"ca-file\"?}` (on the "
+	 "command line: the JSON text)"},
+    {I("nodes-timeout-ms", nodes_timeout_ms, "5000", 100, 600000),
+     .help = "a request to another node (merged audit) gives up after this"},
+    {S("code-languages", code_languages, "python,node,bash,sh"),
+     .help = "the languages `POST /code` offers (each also needs its interpreter installed: `python3`, "
+	     "`node`, `bash`, `sh`)"},
+    {I("changes-max-files", changes_max_files, "10000", 1, 10000000),
+     .help = "files recorded per `files_changed` snapshot (`files_changed_truncated` beyond)"},
+    {I("changes-max-listed", changes_max_listed, "1000", 1, 1000000),
+     .help = "`files_changed` entries at most"},
+    {I("changes-hash-bytes", changes_hash_bytes, "67108864", 0, INT64_MAX),
+     .help = "bytes hashed for one `files_changed` in all (later files get `sha256: null`)"},
+    {I("stdin-buffer-bytes", stdin_buffer_bytes, "65536", 1, 67108864),
+     .help = "stdin queued per exec for `POST /exec/{id}/stdin` beyond its pipe (429 beyond)"},
+    {S("docs-dir", docs_dir, "/usr/share/sandboxd/docs"),
+     .help = "the built documentation site served at `/docs/` (the Debian package installs it here); "
+	     "empty, or a directory that is not there: `/docs/` answers 404 `docs_not_installed`"},
 };
 
 static const struct option_spec *find(const char *name)
@@ -355,4 +491,27 @@ void cfg_dump(const struct sbx_config *c, FILE *f)
 		fputs(i + 1 < sizeof specs / sizeof specs[0] ? ",\n" : "\n", f);
 	}
 	fputs("}\n", f);
+}
+
+size_t cfg_key_count(void)
+{
+	return sizeof specs / sizeof specs[0];
+}
+
+void cfg_key_get(size_t i, struct cfg_key *out)
+{
+	static const char *const types[] = {[K_STR] = "string",
+					    [K_INT] = "integer",
+					    [K_BOOL] = "boolean",
+					    [K_JSON] = "json",
+					    [K_MILLICORES] = "millicores"};
+	const struct option_spec *s = &specs[i];
+	*out = (struct cfg_key){.name = s->name,
+				.type = types[s->kind],
+				.def = s->def,
+				.shown = s->shown,
+				.help = s->help,
+				.min = s->min,
+				.max = s->max,
+				.flag = s->flag};
 }

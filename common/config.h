@@ -1,7 +1,8 @@
 #pragma once
 /* Configuration: one table of defaults, then the JSON config file, then the
- * command line override them (lwan's order). Every key is listed in
- * docs/reference/configuration.md. */
+ * command line override them (lwan's order). Every key carries its meaning
+ * in the table (common/config.c); `sandboxd config reference` prints it,
+ * and docs/reference/configuration.md is that output. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,6 +93,7 @@ struct sbx_config {
 	int64_t changes_max_listed; /* files_changed entries */
 	int64_t changes_hash_bytes; /* bytes hashed per exec, in all */
 	int64_t stdin_buffer_bytes; /* queued stdin per exec */
+	char *docs_dir; /* the built documentation site, served at /docs/ (routes/docs.c); "": none */
 };
 
 /* Fill with the defaults (allocations owned by the config). */
@@ -110,3 +112,18 @@ void cfg_free(struct sbx_config *c);
 int64_t cfg_cpu_auto(void);
 /* Print every key and its current value as JSON to f. */
 void cfg_dump(const struct sbx_config *c, FILE *f);
+
+/* One key of the table, as the reference shows it (server/config_cli.c).
+ * All strings are static. */
+struct cfg_key {
+	const char *name;  /* "data-dir" */
+	const char *type;  /* "string", "integer", "boolean", "json" or "millicores" */
+	const char *def;   /* the default as text; NULL: unset (or derived) */
+	const char *shown; /* the default as a reader should see it; NULL: def */
+	const char *help;  /* its meaning, one line of Markdown */
+	int64_t min, max;  /* integer and millicores bounds */
+	bool flag;	   /* it has a command-line flag of its own, --NAME */
+};
+/* How many keys there are; key i (0 <= i < cfg_key_count()) into *out. */
+size_t cfg_key_count(void);
+void cfg_key_get(size_t i, struct cfg_key *out);

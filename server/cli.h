@@ -33,5 +33,7 @@ int cli_image(struct sbx_config *cfg, const struct cli_args *a);
 /* doctor [--format text|json]: the host checks (server/doctor.c); 0 all ok or
  * not needed, 1 something missing */
 int cli_doctor(struct sbx_config *cfg, const struct cli_args *a);
+/* config reference|show (server/config_cli.c) */
+int cli_config(struct sbx_config *cfg, const struct cli_args *a);
 /* debug bwrap-argv, for benchmarks; not in the usage (server/debug_cli.c) */
 int cli_debug(struct sbx_config *cfg, const struct cli_args *a);

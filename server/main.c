@@ -32,17 +32,19 @@ static const char usage[] =
     "  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
     "                 [--session K] [--limit N] [--format table|json|ndjson]\n"
     "                 [--all-nodes [--token-file F]]\n"
+    "  sandboxd config reference [--format markdown|json] | show\n"
     "  sandboxd --help | --version\n"
     "\n"
     "Every subcommand takes --data-dir and --config. --set KEY=VALUE sets any\n"
-    "configuration key (see docs/reference/configuration.md).\n";
+    "configuration key (sandboxd config reference lists them).\n";
 
 static const struct {
 	const char *name;
 	int (*fn)(struct sbx_config *, const struct cli_args *);
 } commands[] = {
-    {"serve", cli_serve}, {"tenant", cli_tenant}, {"token", cli_token},	  {"migrate", cli_migrate},
-    {"audit", cli_audit}, {"image", cli_image},	  {"doctor", cli_doctor}, {"debug", cli_debug},
+    {"serve", cli_serve}, {"tenant", cli_tenant}, {"token", cli_token}, {"migrate", cli_migrate},
+    {"audit", cli_audit}, {"image", cli_image}, {"doctor", cli_doctor}, {"config", cli_config},
+    {"debug", cli_debug},
 };
 
 enum {

@@ -190,12 +190,52 @@ static void test_rfc3339(void **state)
 	assert_int_equal(rfc3339_parse("2026-11-29T09:19:17", &ms), -EINVAL);
 }
 
+/* The reference (sandboxd config reference) reads every key's meaning
+ * from the table: none missing, each one line, names unique, and the keys
+ * marked as having a flag are those server/main.c has a flag for. */
+static void test_reference_table(void **state)
+{
+	(void)state;
+	static const char *const flagged[] = {
+	    "listen",	"data-dir", "backend", "allow-unsafe-local", "allow-uncontained",
+	    "tls-cert", "tls-key"};
+	size_t n = cfg_key_count(), nflag = 0;
+	assert_true(n > 80);
+	for (size_t i = 0; i < n; i++) {
+		struct cfg_key k;
+		cfg_key_get(i, &k);
+		assert_non_null(k.help);
+		assert_true(strlen(k.help) > 5);
+		assert_null(strchr(k.help, '\n'));
+		assert_non_null(k.type);
+		for (size_t j = 0; j < i; j++) {
+			struct cfg_key o;
+			cfg_key_get(j, &o);
+			assert_string_not_equal(o.name, k.name);
+		}
+		bool listed = false;
+		for (size_t j = 0; j < sizeof flagged / sizeof flagged[0]; j++)
+			listed = listed || strcmp(flagged[j], k.name) == 0;
+		assert_int_equal(k.flag, listed);
+		nflag += k.flag;
+	}
+	assert_int_equal(nflag, sizeof flagged / sizeof flagged[0]);
+	struct sbx_config c;
+	char err[256];
+	cfg_defaults(&c);
+	assert_string_equal(c.docs_dir, "/usr/share/sandboxd/docs");
+	assert_int_equal(cfg_set(&c, "docs-dir", "", err, sizeof err), 0);
+	assert_string_equal(c.docs_dir, "");
+	cfg_free(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_defaults),   cmocka_unit_test(test_file_then_flags),
-	    cmocka_unit_test(test_bad_input),  cmocka_unit_test(test_cpu_budget),
-	    cmocka_unit_test(test_io_budgets), cmocka_unit_test(test_rfc3339),
+	    cmocka_unit_test(test_defaults),	    cmocka_unit_test(test_file_then_flags),
+	    cmocka_unit_test(test_bad_input),	    cmocka_unit_test(test_cpu_budget),
+	    cmocka_unit_test(test_io_budgets),	    cmocka_unit_test(test_rfc3339),
+	    cmocka_unit_test(test_reference_table),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
