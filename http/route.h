@@ -25,6 +25,7 @@ enum http_route_flags {
 	RF_POOL = 1u << 10,	 /* blocking work: the handler runs on the worker pool (http/pool.h) */
 	RF_NOWAIT = 1u << 11,	 /* RF_POOL, read-only: first tried on the event thread in no-wait
 				    mode (common/nowait.h), on the pool only when that would wait */
+	RF_TAIL = 1u << 12,	 /* the last {x} takes the rest of the path: '/'s included, may be empty */
 };
 
 typedef int (*http_handler)(struct http_req *r);

@@ -21,15 +21,17 @@
 #include "http/metrics.h"
 #include "http/pool.h"
 
-/* Match "/exec/{id}/cancel" against a path; captures into r->params. */
-static bool match(const char *pattern, const char *path, struct http_req *r, bool capture)
+/* Match "/exec/{id}/cancel" against a path; captures into r->params. A
+ * route with RF_TAIL has its last {x} take the rest of the path, '/'s
+ * included, or nothing. */
+static bool match(const struct http_route *rt, const char *path, struct http_req *r, bool capture)
 {
-	const char *p = pattern, *s = path;
+	const char *p = rt->pattern, *s = path;
 	size_t nparams = 0;
 	while (*p && *s) {
 		if (*p == '{') {
 			const char *pe = strchr(p, '}');
-			const char *se = strchr(s, '/');
+			const char *se = (rt->flags & RF_TAIL) && pe[1] == '\0' ? NULL : strchr(s, '/');
 			if (!se)
 				se = s + strlen(s);
 			if (se == s || nparams >= REQ_MAX_PARAMS)
@@ -45,6 +47,13 @@ static bool match(const char *pattern, const char *path, struct http_req *r, boo
 			return false;
 		p++;
 		s++;
+	}
+	/* An RF_TAIL route's tail may be empty ("/docs/" of "/docs/{path}"). */
+	if (*p == '{' && !*s && (rt->flags & RF_TAIL) && strchr(p, '}')[1] == '\0' &&
+	    nparams < REQ_MAX_PARAMS) {
+		if (capture)
+			r->params[nparams] = xstrdup("");
+		return true;
 	}
 	return *p == '\0' && *s == '\0';
 }
@@ -193,7 +202,7 @@ static bool allowed_methods(struct http_req *r, char *allow, size_t allowsz)
 	allow[0] = '\0';
 	for (size_t i = 0; i < r->env->nroutes; i++) {
 		const struct http_route *rt = &r->env->routes[i];
-		if (!match(rt->pattern, r->url, r, false))
+		if (!match(rt, r->url, r, false))
 			continue;
 		path_matched = true;
 		if (strstr(allow, rt->method))
@@ -215,7 +224,7 @@ static const struct http_route *find_route(struct http_req *r, const char *metho
 {
 	for (size_t i = 0; i < r->env->nroutes; i++) {
 		const struct http_route *rt = &r->env->routes[i];
-		if (strcmp(rt->method, method) == 0 && match(rt->pattern, r->url, r, false))
+		if (strcmp(rt->method, method) == 0 && match(rt, r->url, r, false))
 			return rt;
 	}
 	return NULL;
@@ -240,7 +249,7 @@ int http_begin(struct http_req *r)
 		return http_fail(r, -ENOENT, "no such route: %s %s", r->method, r->url);
 	}
 	r->route = found;
-	match(found->pattern, r->url, r, true);
+	match(found, r->url, r, true);
 
 	const char *sk = http_header(r, "X-Session-Key");
 	if (sk) {
