@@ -13,6 +13,9 @@ int route_metrics(struct http_req *r);
 int route_openapi(struct http_req *r);
 int route_dashboard(struct http_req *r);
 
+/* routes/docs.c: the documentation site from docs-dir */
+int route_docs(struct http_req *r);
+
 /* routes/fs.c */
 int route_fs_read(struct http_req *r);
 int route_fs_read_buffer(struct http_req *r);

@@ -26,6 +26,12 @@ const struct http_route route_table[] = {
      .handler = route_metrics},
     {.method = "GET", .pattern = "/openapi.yaml", .flags = RF_PUBLIC, .handler = route_openapi},
     {.method = "GET", .pattern = "/dashboard", .flags = RF_PUBLIC, .handler = route_dashboard},
+    /* docs.c: /docs redirects to /docs/; the tail is a path beneath docs-dir ("": the index) */
+    {.method = "GET", .pattern = "/docs", .flags = RF_PUBLIC, .handler = route_docs},
+    {.method = "GET",
+     .pattern = "/docs/{path}",
+     .flags = RF_PUBLIC | RF_POOL | RF_TAIL,
+     .handler = route_docs},
     /* fs.c */
     {.method = "GET",
      .pattern = "/fs/read",

@@ -17,7 +17,7 @@ suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(it_test_foundation it_test_fs_access it_test_fs_errors it_test_fs_paths it_test_fs_read
   it_test_fs_write it_test_ops it_test_transfers it_test_exec it_test_quota it_test_code it_test_background
   it_test_pty it_test_disk_image it_test_images it_test_remote it_test_runners it_test_ssh it_test_store_budget
-  it_test_io_budget)
+  it_test_io_budget it_test_docs_route)
 : "${SANDBOXD_BIN:?SANDBOXD_BIN must name the sandboxd binary}"
 if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/yaml" ]; then
   echo "contract responses: $here/node_modules is incomplete; run (cd tests/contract && npm ci --no-audit --no-fund), as scripts/test does" >&2

@@ -43,7 +43,7 @@ const CODES_BY_STATUS = {
   400: ['bad_request'],
   401: ['unauthorized'],
   403: ['insufficient_scope', 'outside_workspace', 'forbidden'],
-  404: ['not_found', 'parent_missing'],
+  404: ['not_found', 'parent_missing', 'docs_not_installed'], // the third: GET /docs/{path}, the spec's
   405: ['method_not_allowed'],
   409: ['exists', 'not_empty', 'not_a_directory', 'is_a_directory', 'conflict'],
   410: ['token_used', 'token_expired'],
@@ -150,12 +150,18 @@ function deref(obj) {
 // --- Routes: literal segments win over templated ones. ---
 const routes = Object.entries(spec.paths ?? {}).map(([tpl, item]) => {
   const segs = tpl.split('/');
-  return { tpl, item: deref(item), segs, literal: segs.filter((s) => !/^\{.+\}$/.test(s)).length };
+  // x-path-tail: the last {param} takes the rest of the path, '/'s
+  // included, or nothing (GET /docs/{path}; the route's RF_TAIL).
+  const item_ = deref(item);
+  return { tpl, item: item_, segs, tail: item_['x-path-tail'] === true,
+    literal: segs.filter((s) => !/^\{.+\}$/.test(s)).length };
 }).sort((a, b) => b.literal - a.literal);
 
 function matchRoute(path) {
   const segs = path.split('/');
   for (const r of routes) {
+    if (r.tail && segs.length >= r.segs.length &&
+        r.segs.slice(0, -1).every((s, i) => s === segs[i])) return r;
     if (r.segs.length !== segs.length) continue;
     if (r.segs.every((s, i) => (/^\{.+\}$/.test(s) ? segs[i] !== '' : s === segs[i]))) return r;
   }
