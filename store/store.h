@@ -1,6 +1,6 @@
 #pragma once
 /* The SQLite store: the only place with SQL. One file per table family
- * (store.c: open, pragmas, migrations, recovery; tenants.c, sessions.c,
+ * (store.c: open, pragmas, recovery; migrate.c: migrations; tenants.c, sessions.c,
  * execs.c, transfers.c, audit.c). Knows nothing of HTTP or of sandbox/.
  * Times are Unix epoch milliseconds. Every function returns 0 or a
  * negative errno: -ENOENT (no such row), -EEXIST (unique key taken),

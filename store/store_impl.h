@@ -180,6 +180,13 @@ char *store_col_strdup(sqlite3_stmt *st, int i);	       /* NULL for SQL NULL */
 char *store_col_blobdup(sqlite3_stmt *st, int i, size_t *len); /* "" for SQL NULL */
 void store_col_copy(sqlite3_stmt *st, int i, char *dst, size_t dstsz);
 
+/* migrate.c, called by store.c. PRAGMA user_version of db into *v. */
+int store_read_user_version(sqlite3 *db, int *v);
+/* The message of a database newer than this binary into err. */
+void store_newer_msg(char *err, size_t errsz, int have, int known);
+/* Apply the pending migrations in one transaction; s->lock held. */
+int store_migrate_locked(struct store *s, int *from, int *to, char *err, size_t errsz);
+
 /* audit.c, called by store.c */
 int store_audit_start(struct store *s);
 void store_audit_stop(struct store *s);
