@@ -616,19 +616,72 @@ out:
 	return status;
 }
 
-int cli_migrate(struct sbx_config *cfg, const struct cli_args *a)
+/* migrate's exit statuses besides 0 (done, or nothing to do) and 1 (an
+ * error): docs/upgrades.md. */
+#define MIGRATE_PENDING 10 /* --dry-run: migrations would run */
+#define MIGRATE_NEWER 11   /* the store is newer than this binary: refused */
+
+/* The embedded migrations numbered in (from, to], one a line. */
+static void print_migrations(int from, int to)
 {
-	(void)a;
-	struct store *s = NULL;
-	if (open_store(cfg, false, &s) < 0 && !s) {
-		/* Behind the binary (or new): open with migrations applied. */
-		if (open_store(cfg, true, &s) < 0)
-			return 1;
-		printf("database %s migrated to schema version %d\n", cfg->db_path, store_schema_version(s));
-		store_close(&s);
+	const char *name;
+	int num = 0;
+
+	for (size_t i = 0; (name = store_migration_name(i, &num)); i++)
+		if (num > from && num <= to)
+			printf("  %s\n", name);
+}
+
+/* migrate --dry-run: the store's version and what `migrate` would run,
+ * read without changing anything (no data directory made either). */
+static int migrate_dry_run(const struct sbx_config *cfg)
+{
+	char err[512] = "";
+	int known = store_known_version(), v = 0;
+	int r = store_peek_version(cfg->db_path, &v, err, sizeof err);
+
+	if (r == -EPROTO) {
+		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, err);
+		return MIGRATE_NEWER;
+	}
+	if (r == -ENOENT) {
+		printf("database %s does not exist yet: `sandboxd migrate` would create it\n", cfg->db_path);
+	} else if (r < 0) {
+		fprintf(stderr, "sandboxd: %s: %s\n", cfg->db_path, err);
+		return 1;
+	} else {
+		printf("database %s: schema version %d, this binary's %d\n", cfg->db_path, v, known);
+	}
+	if (v == known) {
+		printf("no migration pending\n");
 		return 0;
 	}
-	printf("database %s is at schema version %d (current)\n", cfg->db_path, store_schema_version(s));
+	printf("pending migrations, applied in this order in one transaction by `sandboxd migrate` (or "
+	       "`serve`):\n");
+	print_migrations(v, known);
+	printf("dry run: nothing was changed\n");
+	return MIGRATE_PENDING;
+}
+
+int cli_migrate(struct sbx_config *cfg, const struct cli_args *a)
+{
+	struct store *s = NULL;
+	int from, to;
+
+	if (a->dry_run)
+		return migrate_dry_run(cfg);
+	int r = open_store(cfg, true, &s);
+	if (r < 0)
+		return r == -EPROTO ? MIGRATE_NEWER : 1;
+	from = store_opened_version(s);
+	to = store_schema_version(s);
+	if (from == to) {
+		printf("database %s is at schema version %d (current)\n", cfg->db_path, to);
+	} else {
+		printf("database %s migrated from schema version %d to %d, applying:\n", cfg->db_path, from,
+		       to);
+		print_migrations(from, to);
+	}
 	store_close(&s);
 	return 0;
 }

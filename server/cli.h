@@ -15,6 +15,7 @@ struct cli_args {
 	bool reuse_leftovers, fresh; /* tenant add: what to do with a removed tenant's directory */
 	bool purge;		     /* tenant remove: delete its directory instead of moving it aside */
 	bool all_nodes;		     /* audit: every node of `nodes` */
+	bool dry_run;		     /* migrate: say what would run, change nothing */
 	/* image build/import */
 	const char *packages, *variant, *oci, *rootfs;
 };

@@ -27,7 +27,7 @@ static const char usage[] =
     "  sandboxd image import NAME --oci DIR | --rootfs FILE.tar[.gz]\n"
     "  sandboxd image list [--format table|json] | rm NAME\n"
     "  sandboxd token --tenant NAME [--scope \"...\"] [--sub WHO] [--ttl SECONDS]\n"
-    "  sandboxd migrate [--data-dir DIR]\n"
+    "  sandboxd migrate [--dry-run] [--data-dir DIR]\n"
     "  sandboxd doctor [--format text|json]   (exit 0: all ok, 1: something missing)\n"
     "  sandboxd audit [--tenant NAME] [--since T] [--until T] [--route R] [--outcome O]\n"
     "                 [--session K] [--limit N] [--format table|json|ndjson]\n"
@@ -83,6 +83,7 @@ enum {
 	O_REUSE_LEFTOVERS,
 	O_FRESH,
 	O_PURGE,
+	O_DRY_RUN,
 };
 
 static const struct option options[] = {
@@ -119,6 +120,7 @@ static const struct option options[] = {
     {"reuse-leftovers", no_argument, NULL, O_REUSE_LEFTOVERS},
     {"fresh", no_argument, NULL, O_FRESH},
     {"purge", no_argument, NULL, O_PURGE},
+    {"dry-run", no_argument, NULL, O_DRY_RUN},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -183,6 +185,9 @@ static int arg_option(int c, struct cli_args *a)
 		return 0;
 	case O_PURGE:
 		a->purge = true;
+		return 0;
+	case O_DRY_RUN:
+		a->dry_run = true;
 		return 0;
 	case O_TENANT:
 		a->tenant = optarg;

@@ -6,9 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/embedded.h"
+#include "common/buf.h"
 #include "common/errors.h"
+#include "common/xmalloc.h"
 
 static int migration_number(const char *name)
 {
@@ -61,12 +65,97 @@ int store_schema_version(struct store *s)
 	return r ? r : v;
 }
 
+int store_opened_version(struct store *s)
+{
+	return s->opened_version;
+}
+
 void store_newer_msg(char *err, size_t errsz, int have, int known)
 {
 	if (err && errsz)
-		snprintf(err, errsz,
-			 "database schema version %d is newer than this binary (%d); upgrade sandboxd", have,
-			 known);
+		snprintf(
+		    err, errsz,
+		    "database schema version %d is newer than this binary (%d): a newer sandboxd wrote it, "
+		    "and downgrades are refused; run that sandboxd, or restore the backup taken before "
+		    "its upgrade",
+		    have, known);
+}
+
+const char *store_migration_name(size_t i, int *number)
+{
+	if (i >= embedded_migrations_count)
+		return NULL;
+	if (number)
+		*number = migration_number(embedded_migrations[i].name);
+	return embedded_migrations[i].name;
+}
+
+/* A file: URI for path (RFC 8089; what sqlite3_open_v2 reads with
+ * SQLITE_OPEN_URI) with query q: '%', '?' and '#' escaped, an absolute
+ * path behind an empty authority so that "//x" stays a path. */
+static char *path_uri(const char *path, const char *q)
+{
+	struct buf b;
+
+	buf_init(&b, 3 * strlen(path) + strlen(q) + 16);
+	buf_append(&b, path[0] == '/' ? "file://" : "file:", path[0] == '/' ? 7 : 5);
+	for (const char *p = path; *p; p++) {
+		char esc[4];
+
+		if (*p == '%' || *p == '?' || *p == '#') {
+			snprintf(esc, sizeof esc, "%%%02x", (unsigned char)*p);
+			buf_append(&b, esc, 3);
+		} else {
+			buf_append(&b, p, 1);
+		}
+	}
+	buf_append(&b, "?", 1);
+	buf_append(&b, q, strlen(q));
+	return buf_steal(&b, NULL);
+}
+
+int store_peek_version(const char *path, int *version, char *err, size_t errsz)
+{
+	char *wal = xasprintf("%s-wal", path);
+	struct stat st;
+	sqlite3 *db = NULL;
+	char *uri = NULL;
+	int known = store_known_version();
+	int v = 0, r;
+
+	if (err && errsz)
+		err[0] = '\0';
+	if (stat(path, &st) < 0) {
+		r = -errno;
+		if (err && errsz)
+			snprintf(err, errsz, "cannot read %s: %s", path, strerror(-r));
+		goto out;
+	}
+	/* Without a -wal no connection holds the file (the last to close
+	 * removes it) and the file is the whole database: read it immutable,
+	 * which takes no lock and creates nothing. With one, a server (or a
+	 * crash) left transactions there: read through it, read-only. */
+	uri = path_uri(path, access(wal, F_OK) == 0 ? "mode=ro" : "immutable=1");
+	if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL) !=
+		SQLITE_OK ||
+	    (r = store_read_user_version(db, &v)) < 0) {
+		if (err && errsz)
+			snprintf(err, errsz, "cannot read the schema version of %s: %s", path,
+				 db ? sqlite3_errmsg(db) : "out of memory");
+		r = -SBX_E_STORE;
+		goto out;
+	}
+	*version = v;
+	r = 0;
+	if (v > known) {
+		store_newer_msg(err, errsz, v, known);
+		r = -EPROTO;
+	}
+out:
+	sqlite3_close(db);
+	free(uri);
+	free(wal);
+	return r;
 }
 
 int store_migrate_locked(struct store *s, int *from, int *to, char *err, size_t errsz)

@@ -369,13 +369,8 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 	r = open_conn(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errsz);
 	if (r)
 		goto fail;
-	if ((r = exec_pragma(s->db, "PRAGMA journal_mode=WAL", "wal")) ||
-	    (r = exec_pragma(s->db, "PRAGMA synchronous=NORMAL", NULL)) ||
-	    (r = exec_pragma(s->db, "PRAGMA foreign_keys=ON", NULL))) {
-		if (err && errsz)
-			snprintf(err, errsz, "cannot configure %s: %s", path, sqlite3_errmsg(s->db));
-		goto fail;
-	}
+	/* The version first: a database newer than this binary is refused
+	 * before anything here writes to it (journal_mode=WAL would). */
 	r = store_read_user_version(s->db, &v);
 	if (r) {
 		if (err && errsz)
@@ -386,6 +381,14 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 	if (v > known) {
 		store_newer_msg(err, errsz, v, known);
 		r = -EPROTO;
+		goto fail;
+	}
+	s->opened_version = v;
+	if ((r = exec_pragma(s->db, "PRAGMA journal_mode=WAL", "wal")) ||
+	    (r = exec_pragma(s->db, "PRAGMA synchronous=NORMAL", NULL)) ||
+	    (r = exec_pragma(s->db, "PRAGMA foreign_keys=ON", NULL))) {
+		if (err && errsz)
+			snprintf(err, errsz, "cannot configure %s: %s", path, sqlite3_errmsg(s->db));
 		goto fail;
 	}
 	if (v < known) {
@@ -399,7 +402,7 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 			goto fail;
 		}
 		pthread_mutex_lock(&s->lock);
-		r = store_migrate_locked(s, NULL, NULL, err, errsz);
+		r = store_migrate_locked(s, &s->opened_version, NULL, err, errsz);
 		pthread_mutex_unlock(&s->lock);
 		if (r)
 			goto fail;

@@ -28,6 +28,23 @@ int store_migrate(struct store *s, int *from, int *to);
 int store_schema_version(struct store *s);
 /* The highest migration number embedded in this binary. */
 int store_known_version(void);
+/* The i-th embedded migration in the order they run (by name, so by
+ * number): its file name ("0006_tenant_incarnation.sql"), its number into
+ * *number (may be NULL); NULL past the last. A store at schema version v
+ * has to run those numbered above v. */
+const char *store_migration_name(size_t i, int *number);
+/* The schema version of the database file at path into *version, read
+ * without changing anything: no write, no lock, no -wal, -shm or
+ * -journal created (a file with no -wal beside it is the whole database
+ * and is read immutable; with one, a server holds it, or a crash left
+ * transactions there, and it is read read-only through it, which may
+ * create its -shm). An empty file is version 0. -ENOENT (or another
+ * -errno): no file; -EPROTO: newer than this binary (*version set);
+ * -SBX_E_STORE: not a database. err gets a human message. */
+int store_peek_version(const char *path, int *version, char *err, size_t errsz);
+/* The schema version the file had when store_open opened it, before the
+ * migrations it ran (equal to store_schema_version when it ran none). */
+int store_opened_version(struct store *s);
 
 /* Readiness: whether the store can write, as its latest write (of any
  * kind) within the last second says, or else as a real write of the

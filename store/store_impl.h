@@ -60,6 +60,7 @@ struct scache;
 
 struct store {
 	char *path;
+	int opened_version; /* PRAGMA user_version as store_open found it */
 
 	/* The one write connection. Every use holds lock: SQLite transactions
 	 * are per connection, so two threads must never interleave on it. */

@@ -13,6 +13,8 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
+#include "common/buf.h"
+#include "common/embedded.h"
 #include "common/errors.h"
 #include "store/store.h"
 #include "store/store_impl.h"
@@ -159,8 +161,8 @@ static void test_newer_refused(void **state)
 {
 	struct fx *f = *state;
 	struct store *sentinel = (struct store *)0x1;
-	char err[256] = "";
-	char want[128];
+	char err[512] = "";
+	char want[256];
 
 	open_ok(f);
 	store_close(&f->s);
@@ -169,7 +171,9 @@ static void test_newer_refused(void **state)
 	assert_int_equal(store_open(&f->s, f->path, true, err, sizeof err), -EPROTO);
 	assert_ptr_equal(f->s, sentinel);
 	snprintf(want, sizeof want,
-		 "database schema version 999 is newer than this binary (%d); upgrade sandboxd",
+		 "database schema version 999 is newer than this binary (%d): a newer sandboxd wrote it, "
+		 "and downgrades are refused; run that sandboxd, or restore the backup taken before its "
+		 "upgrade",
 		 store_known_version());
 	assert_string_equal(err, want);
 	assert_int_equal(store_open(&f->s, f->path, false, err, sizeof err), -EPROTO);
@@ -177,6 +181,161 @@ static void test_newer_refused(void **state)
 	f->s = NULL;
 	/* Refusing must not have touched the version. */
 	assert_int_equal(raw_int(f->path, "PRAGMA user_version"), 999);
+}
+
+static int put_file(const char *path, const char *data, size_t len)
+{
+	FILE *fp = fopen(path, "w");
+	size_t n = fp ? fwrite(data, 1, len, fp) : 0;
+
+	if (!fp || fclose(fp) != 0 || n != len)
+		return -1;
+	return 0;
+}
+
+/* The whole file at path (caller frees), NULL when missing. */
+static char *slurp(const char *path, size_t *len)
+{
+	struct buf b;
+
+	buf_init(&b, 1u << 26);
+	if (buf_read_file(&b, path) < 0) {
+		buf_free(&b);
+		return NULL;
+	}
+	return buf_steal(&b, len);
+}
+
+static bool exists_beside(const char *path, const char *suffix)
+{
+	char p[300];
+
+	snprintf(p, sizeof p, "%s%s", path, suffix);
+	return access(p, F_OK) == 0;
+}
+
+/* A newer store is refused before anything writes to it: one in rollback
+ * journal mode (a mode a later release might choose) stays byte for byte
+ * what it was, where setting WAL first rewrote its header. */
+static void test_newer_untouched(void **state)
+{
+	struct fx *f = *state;
+	char err[512] = "";
+	size_t n0 = 0, n1 = 0;
+	char *before, *after;
+
+	open_ok(f);
+	store_close(&f->s);
+	raw_exec(f->path, "PRAGMA journal_mode = DELETE; CREATE TABLE future (x); PRAGMA user_version = 999");
+	before = slurp(f->path, &n0);
+	assert_non_null(before);
+	assert_int_equal(store_open(&f->s, f->path, true, err, sizeof err), -EPROTO);
+	assert_null(f->s);
+	after = slurp(f->path, &n1);
+	assert_non_null(after);
+	assert_int_equal(n0, n1);
+	assert_memory_equal(before, after, n0);
+	assert_false(exists_beside(f->path, "-wal"));
+	assert_false(exists_beside(f->path, "-journal"));
+	free(before);
+	free(after);
+}
+
+/* store_peek_version on path: its return, and the file unchanged, with
+ * no -wal, -shm or -journal made beside it. */
+static int peek_untouched(const char *path, int *v, char *err, size_t errsz)
+{
+	size_t n0 = 0, n1 = 0;
+	char *before = slurp(path, &n0);
+	bool wal = exists_beside(path, "-wal"), shm = exists_beside(path, "-shm");
+	int r = store_peek_version(path, v, err, errsz);
+	char *after = slurp(path, &n1);
+
+	assert_int_equal(!before, !after);
+	if (before) {
+		assert_int_equal(n0, n1);
+		assert_memory_equal(before, after, n0);
+	}
+	assert_int_equal(exists_beside(path, "-wal"), wal);
+	assert_int_equal(exists_beside(path, "-shm"), shm);
+	assert_false(exists_beside(path, "-journal"));
+	free(before);
+	free(after);
+	return r;
+}
+
+static void test_peek_version(void **state)
+{
+	struct fx *f = *state;
+	char err[512] = "", odd[200], want[64];
+	int v = -1;
+
+	assert_int_equal(peek_untouched(f->path, &v, err, sizeof err), -ENOENT);
+	/* What srv_prepare_data_dir leaves before SQLite writes: version 0. */
+	assert_int_equal(put_file(f->path, "", 0), 0);
+	assert_int_equal(peek_untouched(f->path, &v, err, sizeof err), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(put_file(f->path, "not a database, but long enough to look for a header", 52), 0);
+	assert_int_equal(peek_untouched(f->path, &v, err, sizeof err), -SBX_E_STORE);
+	assert_non_null(strstr(err, "schema version"));
+	unlink(f->path);
+
+	open_ok(f);
+	store_close(&f->s);
+	assert_int_equal(peek_untouched(f->path, &v, err, sizeof err), 0);
+	assert_int_equal(v, store_known_version());
+	raw_exec(f->path, "PRAGMA user_version = 5");
+	assert_int_equal(peek_untouched(f->path, &v, err, sizeof err), 0);
+	assert_int_equal(v, 5);
+	raw_exec(f->path, "PRAGMA user_version = 999");
+	v = -1;
+	assert_int_equal(peek_untouched(f->path, &v, err, sizeof err), -EPROTO);
+	assert_int_equal(v, 999);
+	snprintf(want, sizeof want, "version 999 is newer than this binary (%d)", store_known_version());
+	assert_non_null(strstr(err, want));
+
+	/* A store a server holds: the latest commit is in its WAL, not yet in
+	 * the file (whose header says the known version), and is what counts. */
+	unlink(f->path);
+	open_ok(f);
+	raw_exec(f->path, "PRAGMA user_version = 999");
+	assert_true(exists_beside(f->path, "-wal"));
+	v = -1;
+	assert_int_equal(store_peek_version(f->path, &v, err, sizeof err), -EPROTO);
+	assert_int_equal(v, 999);
+	store_close(&f->s);
+
+	/* A file name that a URI would misread. */
+	snprintf(odd, sizeof odd, "%s/a?b#c%%41.db", f->dir);
+	raw_exec(odd, "PRAGMA user_version = 3");
+	assert_int_equal(peek_untouched(odd, &v, err, sizeof err), 0);
+	assert_int_equal(v, 3);
+	unlink(odd);
+}
+
+/* store_opened_version: what the file was before the migrations of this
+ * open (migrate names them). */
+static void test_opened_version(void **state)
+{
+	struct fx *f = *state;
+
+	sqlite3 *db = NULL;
+
+	open_ok(f);
+	assert_int_equal(store_opened_version(f->s), 0);
+	store_close(&f->s);
+	unlink(f->path);
+	/* A store of the schema up to migration 5, as an older release left it. */
+	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(sqlite3_exec(db, embedded_migrations[i].data, NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 5", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	open_ok(f);
+	assert_int_equal(store_opened_version(f->s), 5);
+	assert_int_equal(store_schema_version(f->s), store_known_version());
+	reopen(f);
+	assert_int_equal(store_opened_version(f->s), store_known_version());
 }
 
 static void test_fresh_without_migrate(void **state)
@@ -1287,6 +1446,9 @@ int main(void)
 	    UNIT_TEST_FX(test_fresh_migrate),
 	    UNIT_TEST_FX(test_migrate_rerun_noop),
 	    UNIT_TEST_FX(test_newer_refused),
+	    UNIT_TEST_FX(test_newer_untouched),
+	    UNIT_TEST_FX(test_peek_version),
+	    UNIT_TEST_FX(test_opened_version),
 	    UNIT_TEST_FX(test_fresh_without_migrate),
 	    UNIT_TEST_FX(test_behind_without_migrate),
 	    cmocka_unit_test(test_close_null),
