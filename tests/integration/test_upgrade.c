@@ -379,13 +379,13 @@ static void expect_dry_run(struct it_server *s, int at)
 	if (!strstr(out, head))
 		fail_msg("dry run: want \"%s\" in:\n%s", head, out);
 	for (size_t i = 0; i < nm; i++) {
-		char line[160];
+		char *line = xasprintf("\n  %s\n", m[i].name);
 		bool want = m[i].num > at;
 
-		snprintf(line, sizeof line, "\n  %s\n", m[i].name);
 		if (want != (strstr(out, line) != NULL))
 			fail_msg("dry run at %d: %s should%s be listed:\n%s", at, m[i].name,
 				 want ? "" : " not", out);
+		free(line);
 		pending += want;
 	}
 	assert_int_equal(st, pending ? 10 : 0);
