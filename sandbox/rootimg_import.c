@@ -76,8 +76,10 @@ static int host_codename(char *out, size_t outsz)
 			v++;
 			v[strcspn(v, "\"")] = '\0';
 		}
-		if (*v && package_ok(v, strlen(v))) {
-			snprintf(out, outsz, "%s", v);
+		/* A name that does not fit is not cut to another suite's name. */
+		size_t n = strlen(v);
+		if (n > 0 && n < outsz && package_ok(v, n)) {
+			memcpy(out, v, n + 1);
 			rc = 0;
 		}
 	}
