@@ -222,7 +222,8 @@ static void test_kill9_kills_every_threads_commands(void **state)
 	char nonce[2][32], cmd[2][64], id[2][16];
 	for (int i = 0; i < 2; i++) {
 		snprintf(nonce[i], sizeof nonce[i], "610%d.%d", i + 1, (int)getpid());
-		snprintf(cmd[i], sizeof cmd[i], "exec sleep %s", nonce[i]);
+		int n = snprintf(cmd[i], sizeof cmd[i], "exec sleep %s", nonce[i]);
+		assert_true(n > 0 && (size_t)n < sizeof cmd[i]);
 		snprintf(id[i], sizeof id[i], "rt-kill-%d", i);
 		start_bg(json_pack("{s:s, s:s}", "command", cmd[i], "id", id[i]));
 	}

@@ -701,7 +701,8 @@ static bool group_empty(const char *hier, const char *name)
 	FILE *fp;
 	bool empty;
 
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/%s/cgroup.procs", hier, name);
+	int n = snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/%s/cgroup.procs", hier, name);
+	assert_true(n > 0 && (size_t)n < sizeof(path));
 	fp = fopen(path, "r");
 	if (!fp)
 		return false;
@@ -1068,7 +1069,8 @@ static void test_bwrap_seccomp(void **state)
 static char *slurp(const char *dir, const char *name, size_t *len)
 {
 	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+	assert_true(n > 0 && (size_t)n < sizeof(path));
 	FILE *fp = fopen(path, "rb");
 	assert_non_null(fp);
 	char *buf = xmalloc(1u << 20);
