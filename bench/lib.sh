@@ -115,13 +115,13 @@ build_all() {
 	need cmake cmake
 	if [ "${BENCH_BUILT:-0}" != 1 ]; then
 		log "building Release sandboxd in $BENCH_BUILD"
-		cmake -S "$REPO" -B "$BENCH_BUILD" -DCMAKE_BUILD_TYPE=Release >"$BENCH_BUILD.cmake.log" 2>&1 ||
+		cmake -S "$REPO" -B "$BENCH_BUILD" -DCMAKE_BUILD_TYPE=Release -DSANDBOXD_WERROR=ON >"$BENCH_BUILD.cmake.log" 2>&1 ||
 			{ tail -20 "$BENCH_BUILD.cmake.log" >&2; die "cmake configure failed"; }
 		cmake --build "$BENCH_BUILD" -j2 --target sandboxd >"$BENCH_BUILD.build.log" 2>&1 ||
 			{ grep -m5 error "$BENCH_BUILD.build.log" >&2; die "build failed"; }
-		cc -O2 -Wall -Wextra -o "$LOADGEN" "$BENCH_DIR/loadgen.c" -lpthread
-		cc -O2 -Wall -Wextra -o "$SPAWNCEIL" "$BENCH_DIR/spawnceil.c" -lpthread
-		cc -O2 -Wall -Wextra -o "$FDSPAWN" "$BENCH_DIR/fdspawn.c"
+		cc -O2 -Wall -Wextra -Werror -o "$LOADGEN" "$BENCH_DIR/loadgen.c" -lpthread
+		cc -O2 -Wall -Wextra -Werror -o "$SPAWNCEIL" "$BENCH_DIR/spawnceil.c" -lpthread
+		cc -O2 -Wall -Wextra -Werror -o "$FDSPAWN" "$BENCH_DIR/fdspawn.c"
 	fi
 	[ -x "$SANDBOXD" ] && [ -x "$LOADGEN" ] && [ -x "$SPAWNCEIL" ] && [ -x "$FDSPAWN" ] || die "binaries missing"
 }
