@@ -11,8 +11,11 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sandbox/rootimg.h"
@@ -184,6 +187,40 @@ static void test_unusable(void **state)
 	assert_int_equal(stat("/usr/bin", &st), 0);
 }
 
+/* A host whose VERSION_CODENAME does not fit the suite's buffer: the
+ * build refuses it first (before the bad image name it is given, so that
+ * a cut name would fail fast on that name, never run mmdebstrap).
+ * /etc/os-release is replaced in a mount namespace of a child's own. */
+static void test_codename_too_long_is_refused(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	char fake[256];
+	snprintf(fake, sizeof fake, "%s/os-release", dir);
+	FILE *f = fopen(fake, "w");
+	assert_non_null(f);
+	fprintf(f, "ID=debian\nVERSION_CODENAME=%070d\n", 0);
+	fclose(f);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount(fake, "/etc/os-release", NULL, MS_BIND, NULL) < 0)
+			_exit(77);
+		char err[200] = "";
+		int rc = sbx_rootimg_build(dir, "Bad/Name", NULL, NULL, err, sizeof err);
+		fprintf(stderr, "build: %d %s\n", rc, err);
+		_exit(rc == -EINVAL && strstr(err, "VERSION_CODENAME") ? 0 : 1);
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77)
+		skip();
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -191,6 +228,7 @@ int main(void)
 	    cmocka_unit_test(test_usable_and_held),
 	    cmocka_unit_test(test_links_refused),
 	    cmocka_unit_test(test_unusable),
+	    cmocka_unit_test(test_codename_too_long_is_refused),
 	};
 	return cmocka_run_group_tests_name("rootimg", tests, setup, teardown);
 }
