@@ -419,7 +419,7 @@ int it_stop(struct it_server *s, int sig)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static int vsh(bool quiet, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static int vsh(bool quiet, const char *fmt, va_list ap)
 {
 	char *cmd = xvasprintf(fmt, ap);
 	char *run = quiet ? xasprintf("(%s) >/dev/null 2>&1", cmd) : xstrdup(cmd);

@@ -896,8 +896,8 @@ static void test_bad_bodies(void **state)
 	    "{\"command\": \"touch /workspace/bad-ran\", \"id\": \"has space\"}",
 	    "{\"command\": \"touch /workspace/bad-ran\", \"id\": \"dot.ted\"}",
 	    "{\"command\": \"touch /workspace/bad-ran\", \"id\": \"\"}",
-	    "{\"command\": \"touch /workspace/bad-ran\", \"id\": "
-	    "\"x1234567890123456789012345678901234567890123456789012345678901234\"}",
+	    ("{\"command\": \"touch /workspace/bad-ran\", \"id\": "
+	     "\"x1234567890123456789012345678901234567890123456789012345678901234\"}"),
 	    "{\"command\": \"touch /workspace/bad-ran\", \"id\": 7}",
 	    "{\"command\": \"touch /workspace/bad-ran\", \"env\": {\"A\": 1}}",
 	    "{\"command\": \"touch /workspace/bad-ran\", \"env\": {\"A\": null}}",

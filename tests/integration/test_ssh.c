@@ -435,8 +435,8 @@ static void test_exec_equal(void **state)
 	(void)state;
 	SKIP_UNLESS_SSHD();
 	const char *bodies[] = {
-	    "{\"command\":\"echo out; echo err >&2; cat; echo $GREETING; ls; exit 3\",\"stdin\":\"in\\n\","
-	    "\"env\":{\"GREETING\":\"hi there 'q'\"},\"timeout_s\":30}",
+	    ("{\"command\":\"echo out; echo err >&2; cat; echo $GREETING; ls; exit 3\",\"stdin\":\"in\\n\","
+	     "\"env\":{\"GREETING\":\"hi there 'q'\"},\"timeout_s\":30}"),
 	    "{\"command\":\"head -c 5000 /dev/zero | tr '\\\\0' x\",\"max_output_bytes\":256}",
 	    "{\"command\":\"kill -TERM $$\"}",
 	    "{\"command\":\"sleep 20\",\"timeout_s\":1}",
