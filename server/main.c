@@ -42,9 +42,9 @@ static const struct {
 	const char *name;
 	int (*fn)(struct sbx_config *, const struct cli_args *);
 } commands[] = {
-    {"serve", cli_serve}, {"tenant", cli_tenant}, {"token", cli_token}, {"migrate", cli_migrate},
-    {"audit", cli_audit}, {"image", cli_image}, {"doctor", cli_doctor}, {"config", cli_config},
-    {"debug", cli_debug},
+    {"serve", cli_serve},     {"tenant", cli_tenant}, {"token", cli_token},
+    {"migrate", cli_migrate}, {"audit", cli_audit},   {"image", cli_image},
+    {"doctor", cli_doctor},   {"config", cli_config}, {"debug", cli_debug},
 };
 
 enum {
