@@ -296,7 +296,8 @@ static const struct option_spec specs[] = {
      .help = "stdin queued per exec for `POST /exec/{id}/stdin` beyond its pipe (429 beyond)"},
     {S("docs-dir", docs_dir, "/usr/share/sandboxd/docs"),
      .help = "the built documentation site served at `/docs/` (the Debian package installs it here); "
-	     "empty, or a directory that is not there: `/docs/` answers 404 `docs_not_installed`"},
+	     "empty, or a directory that is not there or has no `index.html`: `/docs/` answers 404 "
+	     "`docs_not_installed`; to anyone, so only files everyone may read are served"},
 };
 
 static const struct option_spec *find(const char *name)

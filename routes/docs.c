@@ -5,27 +5,28 @@
  * mount (sbx_ws_open_child: openat2 with RESOLVE_BENEATH,
  * RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV), after a lexical check that
  * refuses ".", "..", hidden names and empty segments; string checks are
- * not the boundary, the kernel's resolution is. A directory is its
- * index.html (and a directory named without its '/' is redirected to it,
- * so the site's relative links resolve); nothing is ever listed. Runs on
- * the file pool (RF_POOL), in the queue of requests that name no tenant. */
+ * not the boundary, the kernel's resolution is. Only what everyone may
+ * read is served (files readable by others, in directories others may
+ * enter), and only from a site: docs-dir with its index.html. A directory
+ * is its index.html (and a directory named without its '/' is redirected
+ * to it, so the site's relative links resolve); nothing is ever listed.
+ * Pages are streamed from their file, of any size. Runs on the file pool
+ * (RF_POOL), in the queue of requests that name no tenant; it only opens
+ * and stats there, the bytes go out from the event thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/config.h"
-#include "common/xmalloc.h"
 #include "http/req.h"
 #include "routes/routes.h"
 #include "sandbox/workspace.h"
 
-#define DOCS_PATH_MAX 1024	  /* longest page path accepted after /docs/ */
-#define DOCS_FILE_MAX (16u << 20) /* a page larger than this is not served */
+#define DOCS_PATH_MAX 1024 /* longest page path accepted after /docs/ */
 
 /* What the site is made of (mkdocs' output and its themes' assets). */
 static const struct {
@@ -89,47 +90,48 @@ static bool rel_ok(const char *rel)
 	return true;
 }
 
-/* Open rel beneath root, one segment at a time, following no symlink:
- * the fd (O_RDONLY) or a negative errno. */
+/* What anyone may read: the route is public, so the measure is the
+ * file's mode for others, not the server's own rights (it may run as
+ * root). A hard link to a private file elsewhere keeps that file's mode;
+ * a docs-dir set to a directory of private files serves none of them. */
+static bool public_mode(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return false;
+	return S_ISDIR(st.st_mode) ? (st.st_mode & S_IXOTH) != 0 : (st.st_mode & S_IROTH) != 0;
+}
+
+static const char private_detail[] =
+    "not served: a file or directory on its way that others may not read (a public route serves "
+    "only what everyone may read)";
+
+/* Open rel beneath root, one segment at a time, following no symlink and
+ * passing only directories everyone may enter: the fd (O_RDONLY) or a
+ * negative errno (-EACCES: a directory on the way is private). */
 static int open_beneath(int root, const char *rel)
 {
 	char path[DOCS_PATH_MAX + sizeof "index.html"];
 	snprintf(path, sizeof path, "%s", rel);
-	int dir = root, fd = -1;
+	int dir = root;
 	char *seg = path;
 	for (char *slash; (slash = strchr(seg, '/')); seg = slash + 1) {
 		*slash = '\0';
 		int next = sbx_ws_open_child(dir, seg, O_PATH | O_DIRECTORY, 0);
 		if (dir != root)
 			close(dir);
+		if (next >= 0 && !public_mode(next)) {
+			close(next);
+			next = -EACCES;
+		}
 		if (next < 0)
 			return next;
 		dir = next;
 	}
-	fd = sbx_ws_open_child(dir, seg, O_RDONLY, 0);
+	int fd = sbx_ws_open_child(dir, seg, O_RDONLY, 0);
 	if (dir != root)
 		close(dir);
 	return fd;
-}
-
-/* The file's bytes, whole: 0, or a negative errno (-EFBIG over the bound). */
-static int read_page(int fd, size_t size, char **out)
-{
-	char *p = xmalloc(size ? size : 1);
-	size_t got = 0;
-	while (got < size) {
-		ssize_t n = read(fd, p + got, size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int rc = n < 0 ? -errno : -EIO; /* shrank while read: not a page to serve */
-			free(p);
-			return rc;
-		}
-		got += (size_t)n;
-	}
-	*out = p;
-	return 0;
 }
 
 /* 301 to "/docs/<rel>/" ("/docs/" for ""), rel percent-encoded but for its '/'s. */
@@ -166,27 +168,46 @@ static int not_installed(struct http_req *r)
 			 "docs-dir); the project's docs/ folder has the same pages");
 }
 
-/* Serve fd (the page rel names) or redirect when it is a directory. */
+/* Whether docs-dir holds a site: its index.html, a regular file anyone
+ * may read. A directory without one (the data directory, set there by
+ * mistake) serves nothing at all, not its other files. */
+static bool site_installed(int root)
+{
+	if (!public_mode(root))
+		return false;
+	int top = sbx_ws_open_child(root, "index.html", O_PATH, 0);
+	struct stat st;
+	bool ok = top >= 0 && fstat(top, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & S_IROTH);
+	if (top >= 0)
+		close(top);
+	return ok;
+}
+
+/* Serve fd (the page rel names; the response owns it once made) or
+ * redirect when it is a directory. The page is streamed from the file
+ * (sendfile), never copied into memory: many readers that read slowly
+ * cost an fd each, not a page each. */
 static int serve_fd(struct http_req *r, int fd, const char *rel, const char *path)
 {
 	struct stat st;
-	char *body = NULL;
-	if (fstat(fd, &st) < 0)
-		return http_fail(r, -errno, "cannot read %s", path);
-	if (S_ISDIR(st.st_mode) && *rel && rel[strlen(rel) - 1] != '/')
+	if (fstat(fd, &st) < 0) {
+		int rc = -errno;
+		close(fd);
+		return http_fail(r, rc, "cannot read %s", path);
+	}
+	if (S_ISDIR(st.st_mode) && (st.st_mode & S_IXOTH) && *rel && rel[strlen(rel) - 1] != '/') {
+		close(fd);
 		return redirect_to_dir(r, rel);
-	if (!S_ISREG(st.st_mode))
+	}
+	if (!S_ISREG(st.st_mode) || !(st.st_mode & S_IROTH)) {
+		close(fd);
+		if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+			r->log_detail = private_detail;
 		return http_fail(r, -ENOENT, "no such page: /docs/%s", rel);
-	if ((uint64_t)st.st_size > DOCS_FILE_MAX)
-		return http_fail(r, -EIO, "/docs/%s is over the %u MiB bound of a page", rel,
-				 DOCS_FILE_MAX >> 20);
-	int rc = read_page(fd, (size_t)st.st_size, &body);
-	if (rc < 0)
-		return http_fail(r, rc, "cannot read /docs/%s", rel);
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer((size_t)st.st_size, body, MHD_RESPMEM_MUST_FREE);
+	}
+	struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
 	if (!resp) {
-		free(body);
+		close(fd);
 		return -ENOMEM;
 	}
 	MHD_add_response_header(resp, "Content-Type", content_type(path));
@@ -205,21 +226,19 @@ int route_docs(struct http_req *r)
 	if (!rel_ok(rel))
 		return http_fail(r, -ENOENT, "no such page: /docs/%s", rel);
 	int root = dir && *dir ? open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
-	if (root < 0)
+	if (root < 0 || !site_installed(root)) {
+		if (root >= 0)
+			close(root);
 		return not_installed(r);
+	}
 	/* A directory's page is its index.html. */
 	char path[DOCS_PATH_MAX + sizeof "index.html"];
 	snprintf(path, sizeof path, "%s%s", rel, !*rel || rel[strlen(rel) - 1] == '/' ? "index.html" : "");
-	int rc, fd = open_beneath(root, path);
-	if (fd >= 0) {
-		rc = serve_fd(r, fd, rel, path);
-		close(fd);
-	} else {
-		int top = sbx_ws_open_child(root, "index.html", O_PATH, 0);
-		rc = top < 0 ? not_installed(r) : http_fail(r, -ENOENT, "no such page: /docs/%s", rel);
-		if (top >= 0)
-			close(top);
-	}
+	int fd = open_beneath(root, path);
 	close(root);
-	return rc;
+	if (fd >= 0)
+		return serve_fd(r, fd, rel, path);
+	if (fd == -EACCES)
+		r->log_detail = private_detail;
+	return http_fail(r, -ENOENT, "no such page: /docs/%s", rel);
 }

@@ -54,7 +54,9 @@ static int setup(void **state)
 	if (!mkdtemp(top))
 		return -1;
 	snprintf(site, sizeof site, "%s/html", top);
-	if (it_sh("cd %s && mkdir html && cd html && mkdir guide assets search css css/fonts .git rdir private", top) != 0)
+	if (it_sh(
+		"cd %s && mkdir html && cd html && mkdir guide assets search css css/fonts .git rdir private",
+		top) != 0)
 		return -1;
 	put("index.html", index_html);
 	put("guide/index.html", guide_html);
