@@ -321,7 +321,8 @@ static void test_many_readers_bounded_memory(void **state)
 	static const char req[] = "GET /docs/large.bin HTTP/1.1\r\nHost: x\r\n\r\n";
 	int fds[READERS];
 	long rss0 = it_rss_kib(&srv);
-	assert_true(rss0 > 0);
+	int fds0 = it_fd_count(&srv);
+	assert_true(rss0 > 0 && fds0 > 0);
 	for (int i = 0; i < READERS; i++) {
 		fds[i] = it_connect(&srv);
 		assert_true(fds[i] >= 0);
@@ -336,6 +337,17 @@ static void test_many_readers_bounded_memory(void **state)
 	for (int i = 0; i < READERS; i++)
 		close(fds[i]);
 	assert_true(grown < 32 * 1024);
+	/* Each reader's file is closed with its connection: no fd is left. */
+	int fds1 = -1;
+	for (int waited = 0; waited < 10000; waited += 20) {
+		fds1 = it_fd_count(&srv);
+		if (fds1 <= fds0)
+			break;
+		usleep(20000);
+	}
+	if (fds1 > fds0)
+		fprintf(stderr, "server fds: %d before the readers, %d after they left\n", fds0, fds1);
+	assert_true(fds1 <= fds0);
 	assert_true(it_alive(&srv));
 }
 
