@@ -62,6 +62,12 @@ static int url_ok(const char *u)
 		return -EINVAL;
 	if (n > 512 || strpbrk(u, "?# \t\r\n") || strlen(strstr(u, "//") + 2) == 0)
 		return -EINVAL;
+	/* No user:password@ in the authority: `config show` prints the URL and
+	 * the log names it; a peer's secret is its token-file. */
+	const char *auth = strstr(u, "//") + 2;
+	size_t alen = strcspn(auth, "/");
+	if (memchr(auth, '@', alen))
+		return -EPERM;
 	return 0;
 }
 
@@ -89,7 +95,13 @@ static int parse_peer(json_t *e, size_t i, struct sbx_peer *p, char *err, size_t
 		snprintf(err, errsz, "nodes[%zu]: id must match [a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", i);
 		return -EINVAL;
 	}
-	if (!url || url_ok(url) < 0) {
+	int urc = url ? url_ok(url) : -EINVAL;
+	if (urc == -EPERM) {
+		snprintf(err, errsz,
+			 "nodes[%zu] (%s): url must hold no user:password@ (the token is token-file)", i, id);
+		return -EINVAL;
+	}
+	if (urc < 0) {
 		snprintf(err, errsz,
 			 "nodes[%zu] (%s): url must be http://HOST[:PORT] or https://... (no query)", i, id);
 		return -EINVAL;

@@ -91,6 +91,10 @@ static void test_nodes_parse(void **state)
 	    {"[{\"id\":\"A\",\"url\":\"http://x\"}]", "id must match"},
 	    {"[{\"id\":\"a\",\"url\":\"ftp://x\"}]", "url"},
 	    {"[{\"id\":\"a\",\"url\":\"http://x?y\"}]", "url"},
+	    /* credentials in the URL would be printed by `config show` and logged:
+	     * a peer's token is its token-file */
+	    {"[{\"id\":\"a\",\"url\":\"https://ops:hunter2@x:8443\"}]", "no user:password@"},
+	    {"[{\"id\":\"a\",\"url\":\"http://ops@x\"}]", "no user:password@"},
 	    {"[{\"id\":\"a\",\"url\":\"http://x\",\"token\":\"t\"}]", "unknown key 'token'"},
 	    {"[{\"id\":\"a\",\"url\":\"http://x\"},{\"id\":\"a\",\"url\":\"http://y\"}]", "twice"},
 	    {"[", "JSON array"},
