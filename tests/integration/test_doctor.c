@@ -129,6 +129,24 @@ static void serve_refuses(struct it_server *s, const char *const *extra, const c
 	unlink(s->log);
 }
 
+/* How many "refusing to start" lines serve on s (with extra) printed
+ * (it must not start). */
+static int refusals(struct it_server *s, const char *const *extra)
+{
+	unlink(s->log);
+	assert_int_equal(it_restart(s, extra), -1);
+	char *log = it_read_file(s->log, NULL);
+	assert_non_null(log);
+	int n = 0;
+	for (const char *p = log; (p = strstr(p, "refusing to start: ")); p++)
+		n++;
+	if (n != 1)
+		fprintf(stderr, "serve refused %d times:\n%s\n", n, log);
+	free(log);
+	unlink(s->log);
+	return n;
+}
+
 /* The text and the JSON say the same, line for line; the exit status is
  * 1 exactly when an item is missing; a fresh data directory is made by
  * nobody (doctor looks only). */
@@ -388,8 +406,183 @@ static void test_uid_range_held(void **state)
 	snprintf(pid, sizeof pid, "that server is pid %ld", (long)srv.pid);
 	expect_item(doc, "uid-range", "missing", "another sandboxd on this host runs with uid-base", pid);
 	json_decref(doc);
+	/* serve refuses on the uid range alone: after that refusal nothing of
+	 * the phase claims (the cgroup root the running server holds) */
+	serve_refuses(&s, NULL, "uid-range", pid);
+	assert_int_equal(refusals(&s, NULL), 1);
 	assert_int_equal(it_stop(&srv, SIGTERM), 0);
 	it_cleanup(&srv);
+}
+
+/* --format json is JSON whatever happens: a bad configuration (exit 2,
+ * nothing checked) says so as JSON; a data directory whose name is not
+ * UTF-8 keeps every check in the list. */
+static void test_json_always(void **state)
+{
+	(void)state;
+	struct it_server s;
+	char dir[128];
+	snprintf(dir, sizeof dir, "%s/json", top);
+	at(&s, dir);
+	int st = -1;
+	json_t *doc = doctor_json(&s, "--set no-such-key=1", &st);
+	assert_int_equal(st, 2);
+	assert_string_equal(jstr(doc, "status"), "error");
+	assert_non_null(strstr(jstr(doc, "error"), "no-such-key"));
+	assert_int_equal(json_array_size(json_object_get(doc, "checks")), 0);
+	json_decref(doc);
+	doc = doctor_json(&s, "--limit x", &st);
+	assert_int_equal(st, 2);
+	assert_string_equal(jstr(doc, "status"), "error");
+	json_decref(doc);
+
+	doc = doctor_json(&s, NULL, &st);
+	size_t want = json_array_size(json_object_get(doc, "checks"));
+	json_decref(doc);
+	snprintf(dir, sizeof dir, "%s/json-\xff\xfe", top);
+	at(&s, dir);
+	doc = doctor_json(&s, NULL, &st);
+	assert_int_equal(json_array_size(json_object_get(doc, "checks")), want);
+	expect_item(doc, "data-dir", "ok", "json-", NULL);
+	expect_item(doc, "store", "ok", "does not exist yet", NULL);
+	json_decref(doc);
+}
+
+/* An encrypted key: missing, said at once; never a passphrase prompt on
+ * the terminal (OpenSSL's default asks /dev/tty and waits). */
+static void test_encrypted_key(void **state)
+{
+	(void)state;
+	if (it_sh_quiet("command -v script && command -v openssl") != 0)
+		skip();
+	assert_int_equal(it_sh_quiet("openssl req -x509 -newkey rsa:2048 -passout pass:secret "
+				     "-keyout %s/ek.pem -out %s/ec.pem -days 30 -subj /CN=127.0.0.1",
+				     top, top),
+			 0);
+	/* under a terminal (script), bounded: a prompt would wait for ever */
+	int st = it_sh("timeout 60 script -qec \"'%s' doctor --format json --set %s --set "
+		       "disk-quota=none --data-dir %s/ek --tls-cert %s/ec.pem --tls-key %s/ek.pem "
+		       ">%s/ek.json 2>/dev/null\" /dev/null >/dev/null 2>&1",
+		       it_bin(), base, top, top, top, top);
+	assert_int_not_equal(st, 124);
+	char path[128];
+	snprintf(path, sizeof path, "%s/ek.json", top);
+	char *out = it_read_file(path, NULL);
+	assert_non_null(out);
+	json_error_t e;
+	json_t *doc = json_loads(out, 0, &e);
+	if (!doc)
+		fprintf(stderr, "not JSON (%s): %s\n", e.text, out);
+	assert_non_null(doc);
+	expect_item(doc, "tls", "missing", "no unencrypted PEM private key", "without a passphrase");
+	json_decref(doc);
+	free(out);
+}
+
+/* A start refused in the store's phase leaves the store as it was: a
+ * store one schema behind is not migrated (the binary before stays able
+ * to open it), as before the table. */
+static void test_refusal_keeps_store(void **state)
+{
+	(void)state;
+	char dir[128];
+	snprintf(dir, sizeof dir, "%s/behind", top);
+	assert_int_equal(mkdir(dir, 0711), 0);
+	assert_int_equal(it_sh("for f in '%s'/migrations/000[1-7]_*.sql; do sqlite3 '%s/sandboxd.db' "
+			       "<\"$f\" || exit 1; done && sqlite3 '%s/sandboxd.db' 'PRAGMA "
+			       "user_version=7; PRAGMA journal_mode=WAL' >/dev/null",
+			       SBX_SOURCE_DIR, dir, dir),
+			 0);
+	struct it_server s;
+	at(&s, dir);
+	const char *const bad[] = {"--set", "disk-quota=bogus", NULL};
+	serve_refuses(&s, bad, "disk-quota", "bogus");
+	assert_int_equal(it_sh("test \"$(sqlite3 '%s/sandboxd.db' 'PRAGMA user_version')\" = 7", dir), 0);
+}
+
+/* A data directory of the server's own with a narrow mode (0700): serve
+ * sets it to 0711 and starts, as it always did; doctor says ok, not a
+ * chmod for the operator (root: the tenants' uids are others). */
+static void test_own_data_dir_0700(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	char dir[128];
+	snprintf(dir, sizeof dir, "%s/own700", top);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	struct it_server s;
+	at(&s, dir);
+	int st = -1;
+	json_t *doc = doctor_json(&s, NULL, &st);
+	expect_item(doc, "data-dir", "ok", "serve sets its mode 0700 to 0711", NULL);
+	json_decref(doc);
+	const char *const extra[] = {"--set", base, "--set", "disk-quota=none", NULL};
+	if (it_restart(&s, extra) != 0) {
+		char *log = it_read_file(s.log, NULL);
+		fprintf(stderr, "serve did not start on a 0700 data directory of its own:\n%s\n",
+			log ? log : "");
+		free(log);
+		fail();
+	}
+	assert_int_equal(it_stop(&s, SIGTERM), 0);
+	struct stat sb;
+	assert_int_equal(stat(dir, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0711);
+}
+
+/* Doctor and serve as a user that is not root (nobody): a data directory
+ * under a 0700 directory of root's is named as what it is (not "does not
+ * exist yet"); two tenants that would share that user's uid are refused
+ * by serve, and doctor says so (refuses_start). */
+static void test_not_root(void **state)
+{
+	(void)state;
+	char why[8192];
+	if (geteuid() != 0 || it_runnable_as(it_bin(), 65534, 65534, why, sizeof why) < 0)
+		skip();
+	char priv[128], dir[160];
+	snprintf(priv, sizeof priv, "%s/rootonly", top);
+	assert_int_equal(mkdir(priv, 0700), 0);
+	snprintf(dir, sizeof dir, "%s/data", priv);
+	struct it_server s;
+	at(&s, dir);
+	int st = -1;
+	free(it_cli(&s, &st, "migrate"));
+	assert_int_equal(st, 0);
+	s.as_user = true;
+	s.as_uid = s.as_gid = 65534;
+	json_t *doc = doctor_json(&s, NULL, &st);
+	assert_int_equal(st, 1);
+	char fix[200];
+	snprintf(fix, sizeof fix, "chmod o+x %s", priv);
+	expect_item(doc, "data-dir", "missing", "cannot look at the data directory", fix);
+	expect_item(doc, "store", "missing", "Permission denied", NULL);
+	assert_null(strstr(jstr(item(doc, "tun"), "detail"), "no tenants yet"));
+	json_decref(doc);
+
+	char home[128];
+	snprintf(home, sizeof home, "%s/nobody", top);
+	assert_int_equal(mkdir(home, 0711), 0);
+	assert_int_equal(chown(home, 65534, 65534), 0);
+	snprintf(dir, sizeof dir, "%s/data", home);
+	at(&s, dir);
+	s.as_user = true;
+	s.as_uid = s.as_gid = 65534;
+	free(it_cli(&s, &st, "tenant add one --set allow-shared-uid=true"));
+	assert_int_equal(st, 0);
+	free(it_cli(&s, &st, "tenant add two --set allow-shared-uid=true"));
+	assert_int_equal(st, 0);
+	doc = doctor_json(&s, "--set use-cgroups=false", &st);
+	if (strncmp(jstr(item(doc, "uids"), "detail"), "shared", 6) != 0) {
+		json_decref(doc);
+		skip(); /* nobody has a subordinate range here */
+	}
+	expect_item(doc, "tenants", "missing", "2 tenants would share uid 65534", "allow-shared-uid=true");
+	assert_true(json_is_true(json_object_get(item(doc, "tenants"), "refuses_start")));
+	json_decref(doc);
+	const char *const nocg[] = {"--set", "use-cgroups=false", NULL};
+	serve_refuses(&s, nocg, "tenants", "2 tenants would share uid 65534");
 }
 
 int main(void)
@@ -398,7 +591,9 @@ int main(void)
 	    cmocka_unit_test(test_json_matches_text),  cmocka_unit_test(test_locked_parent),
 	    cmocka_unit_test(test_tls_files),	       cmocka_unit_test(test_network_on_request),
 	    cmocka_unit_test(test_clock_before_build), cmocka_unit_test(test_store_schema),
-	    cmocka_unit_test(test_uid_range_held),
+	    cmocka_unit_test(test_uid_range_held),     cmocka_unit_test(test_json_always),
+	    cmocka_unit_test(test_encrypted_key),      cmocka_unit_test(test_refusal_keeps_store),
+	    cmocka_unit_test(test_own_data_dir_0700),  cmocka_unit_test(test_not_root),
 	};
 	return cmocka_run_group_tests_name("doctor", tests, setup, teardown);
 }
