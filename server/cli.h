@@ -34,6 +34,9 @@ int cli_image(struct sbx_config *cfg, const struct cli_args *a);
 /* doctor [--format text|json]: the host checks (server/doctor.c); 0 all ok or
  * not needed, 1 something missing */
 int cli_doctor(struct sbx_config *cfg, const struct cli_args *a);
+/* doctor's command line or configuration is bad (why): with --format json
+ * among argv, the JSON that says so on stdout (nothing was checked) */
+void cli_doctor_refused(int argc, char **argv, const char *why);
 /* config reference|show (server/config_cli.c) */
 int cli_config(struct sbx_config *cfg, const struct cli_args *a);
 /* debug bwrap-argv, for benchmarks; not in the usage (server/debug_cli.c) */

@@ -30,6 +30,7 @@
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "common/xmalloc.h"
 #include "routes/policy.h"
 #include "sandbox/backend.h"
@@ -1124,9 +1125,41 @@ int srv_checks_start(struct srv_host *h, enum srv_phase phase)
 
 /* ---- sandboxd doctor ---- */
 
+/* A detail as a JSON string: paths need not be UTF-8 (jansson refuses
+ * those, and the check would vanish from the list), and a cut detail may
+ * end inside a character. */
+static json_t *json_text(const char *s)
+{
+	size_t n = 0;
+	char *clean = utf8_sanitize(s, strlen(s), &n);
+	json_t *j = json_stringn(clean, n);
+	free(clean);
+	return j;
+}
+
 static const char *status_name(enum srv_check_status s)
 {
 	return s == SRV_CHECK_OK ? "ok" : s == SRV_CHECK_MISSING ? "missing" : "not needed";
+}
+
+/* The JSON of a doctor that checked nothing (exit 2). */
+static void print_json_error(const char *why)
+{
+	json_t *doc = json_pack("{s:s, s:o, s:[]}", "status", "error", "error", json_text(why), "checks");
+	char *text = json_dumps(doc, JSON_INDENT(2));
+	puts(text);
+	free(text);
+	json_decref(doc);
+}
+
+void cli_doctor_refused(int argc, char **argv, const char *why)
+{
+	for (int i = 2; i < argc; i++)
+		if (strcmp(argv[i], "--format=json") == 0 ||
+		    (strcmp(argv[i], "--format") == 0 && i + 1 < argc && strcmp(argv[i + 1], "json") == 0)) {
+			print_json_error(why);
+			return;
+		}
 }
 
 int cli_doctor(struct sbx_config *cfg, const struct cli_args *a)
@@ -1149,10 +1182,10 @@ int cli_doctor(struct sbx_config *cfg, const struct cli_args *a)
 		const struct srv_check *c = &got[i];
 		bad |= c->status == SRV_CHECK_MISSING;
 		if (strcmp(format, "json") == 0)
-			json_array_append_new(list,
-					      json_pack("{s:s, s:s, s:s, s:s, s:b}", "name", c->name,
-							"status", status_name(c->status), "detail", c->detail,
-							"fix", c->fix, "refuses_start", c->refuse));
+			json_array_append_new(list, json_pack("{s:s, s:s, s:o, s:o, s:b}", "name", c->name,
+							      "status", status_name(c->status), "detail",
+							      json_text(c->detail), "fix", json_text(c->fix),
+							      "refuses_start", c->refuse));
 		else if (c->status == SRV_CHECK_MISSING)
 			printf("%-10s  %-15s  %s; fix: %s%s\n", status_name(c->status), c->name, c->detail,
 			       c->fix, c->refuse ? " (serve refuses to start)" : "");

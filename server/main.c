@@ -326,18 +326,13 @@ static int parse_options(int argc, char **argv, struct parsed *p)
 }
 
 /* The configuration: defaults, then the file, then the command line. */
-static int configure(struct sbx_config *cfg, const struct parsed *p)
+static int configure(struct sbx_config *cfg, const struct parsed *p, char *err, size_t errsz)
 {
-	char err[512];
-	if (p->config_file && cfg_load_file(cfg, p->config_file, err, sizeof err) < 0) {
-		fprintf(stderr, "sandboxd: %s\n", err);
+	if (p->config_file && cfg_load_file(cfg, p->config_file, err, errsz) < 0)
 		return -1;
-	}
 	for (size_t i = 0; i < p->npend; i++)
-		if (cfg_set(cfg, p->pend[i].name, p->pend[i].value, err, sizeof err) < 0) {
-			fprintf(stderr, "sandboxd: %s\n", err);
+		if (cfg_set(cfg, p->pend[i].name, p->pend[i].value, err, errsz) < 0)
 			return -1;
-		}
 	cfg_finish(cfg);
 	return 0;
 }
@@ -372,12 +367,19 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	int rc = parse_options(argc, argv, &p);
+	char err[512] = "";
 	if (rc != 0) {
 		status = rc > 0 ? 0 : 2;
+		if (rc < 0 && commands[ci].fn == cli_doctor)
+			cli_doctor_refused(argc, argv, "bad command line (said on stderr)");
 		goto out;
 	}
-	if (configure(&cfg, &p) < 0)
+	if (configure(&cfg, &p, err, sizeof err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err);
+		if (commands[ci].fn == cli_doctor)
+			cli_doctor_refused(argc, argv, err);
 		goto out;
+	}
 	status = commands[ci].fn(&cfg, &p.a);
 out:
 	cfg_free(&cfg);
