@@ -209,10 +209,22 @@ static X509 *read_cert(const char *path)
 	return x;
 }
 
+/* An encrypted key is refused, never asked a passphrase for: OpenSSL's
+ * default callback would prompt on the terminal and wait (serve has no
+ * option for a passphrase either). */
+static int no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+	(void)buf;
+	(void)size;
+	(void)rwflag;
+	(void)u;
+	return -1;
+}
+
 static EVP_PKEY *read_key(const char *path)
 {
 	BIO *b = BIO_new_file(path, "r");
-	EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+	EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL) : NULL;
 	BIO_free(b);
 	return k;
 }
