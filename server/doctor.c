@@ -1103,14 +1103,21 @@ void srv_host_fini(struct srv_host *h)
 size_t srv_checks_run(struct srv_host *h, enum srv_phase phase, struct srv_check *out, size_t max)
 {
 	size_t n = 0;
+	bool serving = h->serving, refused = false;
 	for (size_t i = 0; i < NCHECKS && n < max; i++) {
 		if (checks[i].phase != phase)
 			continue;
 		struct srv_check *c = &out[n++];
 		memset(c, 0, sizeof *c);
 		c->name = checks[i].name;
+		/* serve stops at the end of a phase with a refusal: the rest of
+		 * it only looks, as doctor does (no store migrated, no mount
+		 * namespace, no cgroup claimed after the uid range's refusal). */
+		h->serving = serving && !refused;
 		checks[i].run(h, c);
+		refused |= c->status == SRV_CHECK_MISSING && c->refuse;
 	}
+	h->serving = serving;
 	return n;
 }
 

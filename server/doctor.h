@@ -66,7 +66,9 @@ void srv_host_init(struct srv_host *h, struct sbx_config *cfg, bool serving);
 void srv_host_fini(struct srv_host *h);
 
 /* Run the checks of phase into out (at most max), in table order: how
- * many. Checks of a phase may use what the earlier phases made. */
+ * many. Checks of a phase may use what the earlier phases made; after a
+ * refusal the rest of the phase only looks, as doctor's do (serving: no
+ * store migrated, nothing claimed, since serve stops there). */
 size_t srv_checks_run(struct srv_host *h, enum srv_phase phase, struct srv_check *out, size_t max);
 
 /* serve: run phase, say every missing item on stderr (refusals, with
