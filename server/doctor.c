@@ -474,7 +474,17 @@ static void check_data_dir(struct srv_host *h, struct srv_check *c)
 	struct statfs sfs = {0};
 	const char *fsname = "?";
 	const char *note = statfs(at, &sfs) == 0 ? fs_note((long)sfs.f_type, &fsname) : "";
-	if (access(at, W_OK | X_OK) < 0 && (!exists || access(cfg->db_path, R_OK | W_OK) < 0)) {
+	/* serve sets a data directory of its own to 0711 (server/datadir.c):
+	 * then the server can write it, and the way to it is what the tenants'
+	 * uids must search. */
+	struct stat own;
+	bool narrowed =
+	    exists && stat(at, &own) == 0 && own.st_uid == geteuid() && (own.st_mode & 0777) != 0711;
+	char mode[48] = "";
+	if (narrowed)
+		snprintf(mode, sizeof mode, " (serve sets its mode %04o to 0711)",
+			 (unsigned)(own.st_mode & 0777));
+	if (!narrowed && access(at, W_OK | X_OK) < 0 && (!exists || access(cfg->db_path, R_OK | W_OK) < 0)) {
 		DETAIL(c, "%s %s is not writable by the server's uid %u",
 		       exists ? "the data directory" : "its parent", at, (unsigned)geteuid());
 		FIX(c, "%s (or run the server as that directory's owner)",
@@ -486,15 +496,19 @@ static void check_data_dir(struct srv_host *h, struct srv_check *c)
 	}
 	if (h->uids_ready && h->uids.mode != SBX_UIDS_SHARED) {
 		char who[96];
+		char *way = xstrdup(at), *slash = strrchr(way, '/');
+		if (narrowed && slash)
+			slash[slash == way ? 1 : 0] = '\0';
 		snprintf(who, sizeof who, "the tenants' uids (uid-base %lld)", (long long)cfg->uid_base);
-		srv_check_reach(at, (uid_t)cfg->uid_base, (gid_t)cfg->uid_base, who, c);
+		srv_check_reach(narrowed ? way : at, (uid_t)cfg->uid_base, (gid_t)cfg->uid_base, who, c);
+		free(way);
 		if (c->status == SRV_CHECK_MISSING) {
 			free(at);
 			return;
 		}
 	}
 	if (exists)
-		DETAIL(c, "%s on %s, reachable by the tenants' uids%s", at, fsname, note);
+		DETAIL(c, "%s on %s, reachable by the tenants' uids%s%s", at, fsname, mode, note);
 	else
 		DETAIL(c,
 		       "%s does not exist yet: serve makes it (0711) in %s, on %s, reachable by the "
