@@ -306,8 +306,10 @@ static void check_uids(struct srv_host *h, struct srv_check *c)
 	char err[768] = "";
 	struct sbx_uids_config uc = {.uid_base = cfg->uid_base};
 	long long first = (long long)cfg->uid_base, last = first + 65535;
-	const char *user = getenv("USER") ? getenv("USER") : "USER";
-	if (sbx_uids_setup(&h->uids, &uc, err, sizeof err) < 0) {
+	int rc = sbx_uids_setup(&h->uids, &uc, err, sizeof err);
+	/* the server's own user (passwd), not $USER: sudo and su keep another's */
+	const char *user = h->uids.user[0] ? h->uids.user : "USER";
+	if (rc < 0) {
 		DETAIL(c, "cannot give each tenant a uid of its own: %s", err);
 		FIX(c,
 		    "give the server's user a range holding uid-base (usermod --add-subuids %lld-%lld "
@@ -319,7 +321,6 @@ static void check_uids(struct srv_host *h, struct srv_check *c)
 	}
 	h->uids_ready = true;
 	if (h->uids.mode == SBX_UIDS_SHARED && !cfg->allow_shared_uid) {
-		user = h->uids.user[0] ? h->uids.user : user;
 		DETAIL(c,
 		       "shared: every tenant's commands run as the server's uid %u (%s); a second "
 		       "tenant is not served",
@@ -371,7 +372,8 @@ static void check_uid_range(struct srv_host *h, struct srv_check *c)
 			h->uids_lock = fd;
 		else
 			close(fd);
-		DETAIL(c, "uids %lld.. are this server's (claim @%s)", base, sa.sun_path + 1);
+		DETAIL(c, "uids %lld.. are %s (claim @%s)", base,
+		       h->serving ? "this server's" : "free: no server holds them", sa.sun_path + 1);
 		return;
 	}
 	int err = errno;
@@ -466,9 +468,58 @@ static const char *fs_note(long type, const char **name)
 	}
 }
 
+/* The first directory on the way to path (path included) that this
+ * process cannot search, into out ("" when there is none). */
+static void first_unsearchable(const char *path, char *out, size_t outsz)
+{
+	char *p = xstrdup(path);
+	out[0] = '\0';
+	for (char *q = p + 1;; q++) {
+		if (*q != '/' && *q != '\0')
+			continue;
+		char saved = *q;
+		*q = '\0';
+		if (access(p, X_OK) < 0) {
+			snprintf(out, outsz, "%s", p);
+			break;
+		}
+		*q = saved;
+		if (saved == '\0')
+			break;
+	}
+	free(p);
+}
+
+/* The data directory cannot even be looked at (not "does not exist"):
+ * a directory on the way is not searchable by the server's uid. */
+static bool data_dir_hidden(const struct sbx_config *cfg, struct srv_check *c)
+{
+	struct stat st;
+	if (stat(cfg->data_dir, &st) == 0 || errno == ENOENT || errno == ENOTDIR)
+		return false;
+	int err = errno;
+	char blocked[2048];
+	first_unsearchable(cfg->data_dir, blocked, sizeof blocked);
+	if (!blocked[0] || stat(blocked, &st) < 0)
+		memset(&st, 0, sizeof st);
+	DETAIL(c,
+	       "cannot look at the data directory %.400s: %s%s%.400s (mode %04o, owner %u) is not "
+	       "searchable by the server's uid %u",
+	       cfg->data_dir, strerror(err), blocked[0] ? ": " : "", blocked[0] ? blocked : "?",
+	       (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)geteuid());
+	FIX(c,
+	    "chmod o+x %.600s (0711 is enough), or run the server (and doctor) as a user that can reach "
+	    "the data directory",
+	    blocked[0] ? blocked : cfg->data_dir);
+	missing(c, true);
+	return true;
+}
+
 static void check_data_dir(struct srv_host *h, struct srv_check *c)
 {
 	const struct sbx_config *cfg = h->cfg;
+	if (data_dir_hidden(cfg, c))
+		return;
 	char *at = existing_parent(cfg->data_dir);
 	bool exists = strcmp(at, cfg->data_dir) == 0;
 	struct statfs sfs = {0};
@@ -695,8 +746,15 @@ static void check_store(struct srv_host *h, struct srv_check *c)
 	char err[512] = "";
 	struct stat st;
 	if (!h->serving && stat(cfg->db_path, &st) < 0) {
-		DETAIL(c, "%s does not exist yet: serve makes it, at schema version %d", cfg->db_path,
-		       store_known_version());
+		int why = errno;
+		if (why == ENOENT) {
+			DETAIL(c, "%s does not exist yet: serve makes it, at schema version %d", cfg->db_path,
+			       store_known_version());
+			return;
+		}
+		DETAIL(c, "cannot look at %s: %s", cfg->db_path, strerror(why));
+		FIX(c, "see data-dir: the server's user must reach and write the data directory");
+		missing(c, true);
 		return;
 	}
 	int rc = store_open(&h->store, cfg->db_path, h->serving, err, sizeof err);
@@ -961,7 +1019,7 @@ static bool network_wanted(struct srv_host *h, char *why, size_t whysz)
 	}
 	if (!h->store) {
 		struct stat st;
-		bool none = stat(cfg->db_path, &st) < 0;
+		bool none = stat(cfg->db_path, &st) < 0 && errno == ENOENT;
 		snprintf(why, whysz, "%s",
 			 none ? "network=none and no tenants yet"
 			      : "the tenants' policies could not be read (see store)");
