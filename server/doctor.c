@@ -775,6 +775,56 @@ static void check_store(struct srv_host *h, struct srv_check *c)
 	missing(c, true);
 }
 
+/* ---- the stored tenants' uids ---- */
+
+/* What serve refuses once the store is open (route_uids_check_start):
+ * tenants that would share the server's uid without allow-shared-uid, a
+ * tenant whose uid lies beyond the subordinate range. */
+static void check_tenants(struct srv_host *h, struct srv_check *c)
+{
+	struct stat st;
+	if (!h->uids_ready) {
+		DETAIL(c, "not checked: no uids set up (see uids)");
+		FIX(c, "see uids");
+		missing(c, false);
+		return;
+	}
+	if (!h->store) {
+		bool none = stat(h->cfg->db_path, &st) < 0 && errno == ENOENT;
+		DETAIL(c, "%s",
+		       none ? "no tenants yet"
+			    : "not checked: the store was not read (see store; serve checks them once it "
+			      "has opened it)");
+		return;
+	}
+	struct app *a = xcalloc(1, sizeof *a);
+	char err[1024] = "";
+	a->cfg = h->cfg;
+	a->store = h->store;
+	a->uids = &h->uids;
+	int rc = route_uids_check_start(a, err, sizeof err);
+	free(a);
+	if (rc < 0) {
+		char *fix = strstr(err, ". Fix: ");
+		if (fix) {
+			*fix = '\0';
+			FIX(c, "%s", fix + strlen(". Fix: "));
+		} else {
+			FIX(c, "see the error");
+		}
+		DETAIL(c, "%s", err);
+		missing(c, true);
+		return;
+	}
+	struct store_tenant *v = NULL;
+	size_t n = 0;
+	if (store_tenant_list(h->store, &v, &n) == 0)
+		store_tenants_free(v, n);
+	DETAIL(c, "%zu tenants; %s", n,
+	       h->uids.mode == SBX_UIDS_SHARED ? "all run as the server's uid (shared)"
+					       : "each runs as a uid of its own");
+}
+
 /* ---- backends, user namespaces, seccomp, cgroups ---- */
 
 /* Every backend of `backends` that starts commands here, once: the first
@@ -1131,6 +1181,7 @@ static const struct {
     {"loop-devices", SRV_PHASE_STORE, check_loop},
     {"mkfs.ext4", SRV_PHASE_STORE, check_mkfs},
     {"store", SRV_PHASE_STORE, check_store},
+    {"tenants", SRV_PHASE_STORE, check_tenants},
     {"uid-range", SRV_PHASE_HOST, check_uid_range},
     {"bwrap", SRV_PHASE_HOST, check_bwrap},
     {"user-namespaces", SRV_PHASE_HOST, check_userns},

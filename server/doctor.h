@@ -28,7 +28,8 @@ enum srv_check_status { SRV_CHECK_OK, SRV_CHECK_MISSING, SRV_CHECK_NOT_NEEDED };
 enum srv_phase {
 	SRV_PHASE_CONFIG, /* nothing made yet: the clock, the configuration, the TLS files */
 	SRV_PHASE_UIDS,	  /* single-threaded: the tenants' uids (subuid: a user namespace), the data dir */
-	SRV_PHASE_STORE,  /* disk quotas (image mode: the server's own mount namespace), the store */
+	SRV_PHASE_STORE,  /* disk quotas (image mode: the server's own mount namespace), the store, its
+			     tenants' uids */
 	SRV_PHASE_HOST,	  /* the uid range's claim, the backends, cgroups, network, seccomp */
 	SRV_PHASES,
 };
