@@ -965,9 +965,16 @@ static void check_userns(struct srv_host *h, struct srv_check *c)
 
 /* The filter commands get, loaded for real in a child (no_new_privs,
  * SECCOMP_MODE_FILTER) as bwrap --seccomp loads it. */
+/* Whether bwrap is wanted here: made, or listed and failed (the checks
+ * that do not need it made still run then, and say what they find). */
+static bool bwrap_wanted(const struct srv_host *h)
+{
+	return find_backend(h, "bwrap") || (h->backends_rc < 0 && listed(h->cfg->backends, "bwrap"));
+}
+
 static void check_seccomp(struct srv_host *h, struct srv_check *c)
 {
-	if (!find_backend(h, "bwrap")) {
+	if (!bwrap_wanted(h)) {
 		DETAIL(c, "no bwrap backend");
 		not_needed(c);
 		return;
@@ -1099,7 +1106,7 @@ static bool network_check_needed(struct srv_host *h, struct srv_check *c)
 {
 	char why[400];
 	bool want = network_wanted(h, why, sizeof why);
-	if (!want || !find_backend(h, "bwrap")) {
+	if (!want || !bwrap_wanted(h)) {
 		DETAIL(c, "%s", want ? "no bwrap backend (the only one that gives network)" : why);
 		not_needed(c);
 		return false;
@@ -1156,6 +1163,12 @@ static void check_network(struct srv_host *h, struct srv_check *c)
 	if (!network_check_needed(h, c))
 		return;
 	char msg[256] = "";
+	if (!find_backend(h, "bwrap")) {
+		DETAIL(c, "not checked: bwrap is unavailable");
+		FIX(c, "see bwrap");
+		missing(c, false);
+		return;
+	}
 	if (sbx_backend_net_health(find_backend(h, "bwrap"), msg, sizeof msg) == 0) {
 		DETAIL(c, "a probe namespace got its filter and pasta: %s", msg);
 		return;

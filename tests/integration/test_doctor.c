@@ -585,6 +585,38 @@ static void test_not_root(void **state)
 	serve_refuses(&s, nocg, "tenants", "2 tenants would share uid 65534");
 }
 
+/* bwrap listed but unusable (a file that is not executable bound over
+ * it, in a mount namespace of the test's own): bwrap is missing and
+ * refuses; the checks that need no bwrap still say what they find
+ * (seccomp), and those that need it say "not checked", never "not
+ * needed". */
+static void test_bwrap_unusable(void **state)
+{
+	(void)state;
+	if (geteuid() != 0 || it_sh_quiet("command -v unshare") != 0)
+		skip();
+	char stub[128], out[128];
+	snprintf(stub, sizeof stub, "%s/not-bwrap", top);
+	snprintf(out, sizeof out, "%s/nobwrap.json", top);
+	assert_int_equal(it_write_file(stub, "", 0), 0);
+	assert_int_equal(chmod(stub, 0644), 0);
+	int st = it_sh("unshare -m sh -c \"mount --bind '%s' /usr/bin/bwrap && '%s' doctor --format json "
+		       "--set %s --set disk-quota=none --set network=127.0.0.1:9 --data-dir %s/nobwrap "
+		       ">'%s' 2>/dev/null\"",
+		       stub, it_bin(), base, top, out);
+	assert_int_equal(st, 1);
+	char *text = it_read_file(out, NULL);
+	assert_non_null(text);
+	json_t *doc = json_loads(text, 0, NULL);
+	free(text);
+	assert_non_null(doc);
+	expect_item(doc, "bwrap", "missing", "backend bwrap unavailable", NULL);
+	assert_true(json_is_true(json_object_get(item(doc, "bwrap"), "refuses_start")));
+	expect_item(doc, "seccomp", "ok", "loads", NULL);
+	expect_item(doc, "network", "missing", "not checked", "see bwrap");
+	json_decref(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -594,6 +626,7 @@ int main(void)
 	    cmocka_unit_test(test_uid_range_held),     cmocka_unit_test(test_json_always),
 	    cmocka_unit_test(test_encrypted_key),      cmocka_unit_test(test_refusal_keeps_store),
 	    cmocka_unit_test(test_own_data_dir_0700),  cmocka_unit_test(test_not_root),
+	    cmocka_unit_test(test_bwrap_unusable),
 	};
 	return cmocka_run_group_tests_name("doctor", tests, setup, teardown);
 }
