@@ -385,10 +385,12 @@ static void check_uid_range(struct srv_host *h, struct srv_check *c)
 		FIX(c, "let the server make unix sockets (no RestrictAddressFamilies without AF_UNIX)");
 		return;
 	}
-	/* Who holds it: the listener's credentials, as it listened. */
+	/* Who holds it: the listener's credentials, as it listened. Not
+	 * blocking: a holder whose backlog is full (one that accepts nothing)
+	 * would keep connect waiting for ever. */
 	struct ucred who = {0};
 	socklen_t wl = sizeof who;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	bool known = fd >= 0 && connect(fd, (struct sockaddr *)&sa, len) == 0 &&
 		     getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &who, &wl) == 0;
 	if (fd >= 0)

@@ -352,17 +352,25 @@ static int start_http(struct server *s)
 }
 
 /* Until SIGTERM or SIGINT; meanwhile reap the orphans handed to the
- * server (reaper_fd >= 0: sandbox/reaper.h; this is the main thread). */
-static void wait_for_signal(int reaper_fd)
+ * server (reaper_fd >= 0: sandbox/reaper.h; this is the main thread), and
+ * let go of each connection to the uid range's claim (claim_fd >= 0): a
+ * doctor or a second server asking who holds it, whose connection would
+ * otherwise stay in the backlog until it is full. */
+static void wait_for_signal(int reaper_fd, int claim_fd)
 {
 	for (;;) {
-		struct pollfd pfd[2] = {{.fd = signal_pipe[0], .events = POLLIN},
-					{.fd = reaper_fd, .events = POLLIN}};
-		if (poll(pfd, reaper_fd >= 0 ? 2 : 1, -1) <= 0)
+		struct pollfd pfd[3] = {{.fd = signal_pipe[0], .events = POLLIN},
+					{.fd = reaper_fd, .events = POLLIN},
+					{.fd = claim_fd, .events = POLLIN}};
+		if (poll(pfd, 3, -1) <= 0)
 			continue;
 		if (pfd[0].revents)
 			break;
-		sbx_reaper_reap(reaper_fd);
+		if (pfd[1].revents)
+			sbx_reaper_reap(reaper_fd);
+		int fd = pfd[2].revents ? accept4(claim_fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+		if (fd >= 0)
+			close(fd);
 	}
 }
 
@@ -485,7 +493,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	srv_host_init(&s.host, cfg, true);
 	int status = check_and_prepare(&s, &reaper_fd);
 	if (status == 0 && start_backend(&s) == 0 && start_app(&s) == 0 && start_http(&s) == 0) {
-		wait_for_signal(reaper_fd);
+		wait_for_signal(reaper_fd, s.host.uids_lock);
 		shut_down(&s);
 	} else if (status == 0) {
 		status = 1;
