@@ -124,6 +124,24 @@ static const struct option_spec specs[] = {
     {I("network-resolve-ms", network_resolve_ms, "2000", 100, 60000),
      .help = "the longest the allowlist's names of one command are resolved together; a name not resolved "
 	     "by then is left out"},
+    {I("egress-threads", egress_threads, "2", 1, 64),
+     .help = "event-loop threads of the egress gateway, which decides and relays every connection of "
+	     "commands with network (see docs/network.md)"},
+    {I("egress-pool", egress_pool, "4", 0, 256),
+     .help = "network namespaces made ahead for commands with network (0: each made when asked)"},
+    {I("egress-tenant-conns", egress_tenant_conns, "256", 1, 1000000),
+     .help = "connections through the egress gateway one tenant's commands may have open at once "
+	     "(beyond: refused and recorded)"},
+    {I("egress-tenant-pending", egress_tenant_pending, "64", 1, 100000),
+     .help = "of them, connections not yet decided (ClientHello or request head still coming)"},
+    {I("egress-hello-ms", egress_hello_ms, "5000", 100, 600000),
+     .help = "the longest a connection may take to send what decides it (a ClientHello, an HTTP "
+	     "request head); beyond: refused"},
+    {I("egress-first-byte-ms", egress_first_byte_ms, "300", 0, 60000),
+     .help = "a client that sends nothing for this long is decided on its destination alone (protocols "
+	     "where the server speaks first, such as SSH)"},
+    {I("egress-connect-ms", egress_connect_ms, "5000", 100, 600000),
+     .help = "the longest the gateway tries to connect to a destination (each address in turn, within it)"},
     {I("fs-threads-per-tenant", fs_threads_per_tenant, "0", 0, 1024),
      .help = "of the `fs-threads`, at most this many run one tenant's file requests at once (0: all but a "
 	     "quarter, at least one left for the others); fewer while that tenant's requests keep CPUs busy: "

@@ -40,6 +40,9 @@ struct sbx_config {
 	 * each command's open and per-second new connections, name resolution */
 	int64_t network_setup_threads, network_setups_per_tenant, network_tenant_commands;
 	int64_t network_conn_max, network_conn_per_s, network_resolve_ms;
+	/* the egress gateway (sandbox/egress/gateway.h) */
+	int64_t egress_threads, egress_pool, egress_tenant_conns, egress_tenant_pending;
+	int64_t egress_hello_ms, egress_first_byte_ms, egress_connect_ms;
 	int64_t connection_timeout_s;
 	int64_t max_connections;
 	int64_t max_connections_per_ip;
