@@ -137,7 +137,7 @@ static void test_name_limits(void **state)
 
 struct bad {
 	const char *what;
-	uint8_t b[40];
+	uint8_t b[48];
 	size_t n;
 };
 
@@ -167,10 +167,30 @@ static const struct bad bads[] = {
     {"OPCODE UPDATE", {0x12, 0x34, 0x29, 0, COUNTS(1, 0, 0, 0), NAME_A_COM, TYPE_CLASS}, 23},
     {"ANCOUNT 1", {HDR_RD, COUNTS(1, 1, 0, 0), NAME_A_COM, TYPE_CLASS}, 23},
     {"NSCOUNT 1", {HDR_RD, COUNTS(1, 0, 1, 0), NAME_A_COM, TYPE_CLASS}, 23},
-    {"ARCOUNT 2", {HDR_RD, COUNTS(1, 0, 0, 2), NAME_A_COM, TYPE_CLASS}, 23},
+    {"ARCOUNT 2, one OPT",
+     {HDR_RD, COUNTS(1, 0, 0, 2), NAME_A_COM, TYPE_CLASS, 0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0},
+     34},
+    {"two OPT records",
+     {HDR_RD,	  COUNTS(1, 0, 0, 2),
+      NAME_A_COM, TYPE_CLASS,
+      0,	  0,
+      41,	  0x10,
+      0,	  0,
+      0,	  0,
+      0,	  0,
+      0,	  0,
+      0,	  41,
+      0x10,	  0,
+      0,	  0,
+      0,	  0,
+      0,	  0},
+     45},
     {"ARCOUNT 1, none there", {HDR_RD, COUNTS(1, 0, 0, 1), NAME_A_COM, TYPE_CLASS}, 23},
     {"additional not OPT",
      {HDR_RD, COUNTS(1, 0, 0, 1), NAME_A_COM, TYPE_CLASS, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+     34},
+    {"OPT not at the root",
+     {HDR_RD, COUNTS(1, 0, 0, 1), NAME_A_COM, TYPE_CLASS, 1, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0},
      34},
     {"OPT with a name",
      {HDR_RD, COUNTS(1, 0, 0, 1), NAME_A_COM, TYPE_CLASS, 1, 'a', 0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0},
@@ -388,6 +408,10 @@ static void test_names_full(void **state)
 		assert_string_equal(got, name);
 	}
 	assert_int_equal(sbx_egress_names_addr(m, "one.more.com", a4), -ENOSPC);
+	/* the addresses never given, though 4096 names reach past them */
+	assert_false(sbx_egress_names_lookup(m, (uint8_t[]){198, 18, 1, 0}, got, sizeof got));
+	assert_false(sbx_egress_names_lookup(m, (uint8_t[]){198, 18, 0, 255}, got, sizeof got));
+	assert_false(sbx_egress_names_lookup(m, (uint8_t[]){198, 18, 16, 255}, got, sizeof got));
 	assert_int_equal(sbx_egress_names_addr(m, "h17.example.com", a4), 0);
 	assert_true(sbx_egress_names_lookup(m, a4, got, sizeof got));
 	assert_string_equal(got, "h17.example.com");
