@@ -158,20 +158,23 @@ struct sbx_egress_names {
 	uint16_t slot[SLOTS];		   /* 1 + its index in names, 0 empty */
 };
 
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+static uint64_t rotl(uint64_t x, int b)
+{
+	return x << b | x >> (64 - b);
+}
 
 static void sipround(uint64_t v[4])
 {
 	v[0] += v[1];
-	v[1] = ROTL(v[1], 13) ^ v[0];
-	v[0] = ROTL(v[0], 32);
+	v[1] = rotl(v[1], 13) ^ v[0];
+	v[0] = rotl(v[0], 32);
 	v[2] += v[3];
-	v[3] = ROTL(v[3], 16) ^ v[2];
+	v[3] = rotl(v[3], 16) ^ v[2];
 	v[0] += v[3];
-	v[3] = ROTL(v[3], 21) ^ v[0];
+	v[3] = rotl(v[3], 21) ^ v[0];
 	v[2] += v[1];
-	v[1] = ROTL(v[1], 17) ^ v[2];
-	v[2] = ROTL(v[2], 32);
+	v[1] = rotl(v[1], 17) ^ v[2];
+	v[2] = rotl(v[2], 32);
 }
 
 static uint64_t siphash13(const uint64_t k[2], const char *s, size_t len)
@@ -212,7 +215,7 @@ static size_t find_slot(const struct sbx_egress_names *m, const char *name, size
 
 /* The k-th address: 198.18.0.0/15 in order, less every x.x.x.0 and
  * x.x.x.255 (software that still thinks in classful networks takes them
- * for network and broadcast addresses and refuses to connect) and less
+ * for network and broadcast addresses and may refuse them) and less
  * 198.18.0.1, kept back for the range's own use (a route's next hop).
  * 254 addresses per /24; the first index is 198.18.0.2. */
 static void index_addr(size_t k, uint8_t a4[4])

@@ -302,7 +302,8 @@ static void *stub_query(void *arg)
 	st.nsaddr_list[0].sin_family = AF_INET;
 	st.nsaddr_list[0].sin_port = htons(s->port);
 	st.nsaddr_list[0].sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	st.options |= RES_USE_EDNS0;
+	st.options =
+	    (st.options | RES_USE_EDNS0) & ~(unsigned long)RES_USEVC; /* UDP, whatever resolv.conf says */
 	st.retrans = 5;
 	st.retry = 1;
 	s->len = res_nquery(&st, "Files.PythonHosted.org", C_IN, s->type, s->ans, sizeof s->ans);
