@@ -43,7 +43,8 @@ struct sbx_egress_names;
 struct sbx_egress_names *sbx_egress_names_new(void);
 void sbx_egress_names_free(struct sbx_egress_names **m);
 /* name's address (the same one each time), assigned on first use. 0, or
- * -ENOSPC past SBX_EGRESS_NAMES_MAX names. */
+ * -ENOSPC past SBX_EGRESS_NAMES_MAX names, -EINVAL for an empty name or
+ * one longer than SBX_EGRESS_NAME_MAX. */
 int sbx_egress_names_addr(struct sbx_egress_names *m, const char *name, uint8_t a4[4]);
 /* The name a4 was given to: true and name (namesz >= SBX_EGRESS_NAME_MAX+1). */
 bool sbx_egress_names_lookup(struct sbx_egress_names *m, const uint8_t a4[4], char *name, size_t namesz);
