@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "allowlist_cases.h"
 #include "common/buf.h"
 #include "sandbox/netplan.h"
 
@@ -35,94 +36,19 @@ static void bad(const char *spec, const char *want)
 static void test_good_specs(void **state)
 {
 	(void)state;
-	good("example.com");
-	good("example.com:443");
-	good("pypi.org:443, files.pythonhosted.org:443 ,github.com:22-443");
-	good("10.0.0.0/8");
-	good("10.0.0.0/8:80-90");
-	good("0.0.0.0/0:443");
-	good("192.0.2.7");
-	good("127.0.0.1:8080");
-	good("127.0.0.1:1-256");
-	good("[::1]:8080");
-	good("[2001:db8::1]");
-	good("[2001:db8::/32]:443");
-	good("[::/0]:443");
-	good("localhost:5000");
-	good("my_host-1.internal");
-	good("a:1,b:65535");
+	for (size_t i = 0; i < sizeof(allowlist_good) / sizeof(allowlist_good[0]); i++)
+		good(allowlist_good[i]);
+	/* the egress rules' grammar grew the allowlist (sandbox/egress/rules.h) */
+	good("");
+	good(" none ");
+	good("*.github.com:443, *, !*.internal, !169.254.0.0/16, ![::1], !127.0.0.0/8");
 }
 
 static void test_bad_specs(void **state)
 {
 	(void)state;
-	bad(NULL, "empty");
-	bad("", "empty");
-	bad("a,,b", "empty entry");
-	bad("a,", "empty entry");
-	bad(" , ", "empty entry");
-	bad("example.com:0", "port");
-	bad("example.com:65536", "port");
-	bad("example.com:", "port");
-	bad("example.com:http", "port");
-	bad("example.com:90-80", "LO <= HI");
-	bad("example.com:-80", "port");
-	bad("example.com:+80", "port");
-	bad("::1", "brackets");
-	bad("2001:db8::1:443", "brackets");
-	bad("[::1", "brackets");
-	bad("[::1]x", "brackets");
-	bad("[10.0.0.1]", "IPv6");
-	bad("[fe80::1]:80", "link-local");
-	bad("[fe80::/16]", "link-local");
-	bad("[fd00:ec2::254]:80", "metadata");
-	bad("169.254.169.254", "metadata");
-	bad("169.254.0.0/16:80", "metadata");
-	bad("100.100.100.200:80", "metadata");
-	bad("168.63.129.16", "metadata");
-	bad("10.0.0.1/8", "bits set");
-	bad("10.0.0.0/33", "CIDR");
-	bad("10.0.0.0/", "CIDR");
-	bad("10.0.0/8", "CIDR");
-	bad("10.1.2", "host name");
-	bad("-bad.example", "host name");
-	bad("bad-.example", "host name");
-	bad("a..b", "host name");
-	bad("exa mple.com", "host name");
-	bad("héllo.example", "host name");
-	bad("0.0.0.0:80", "unspecified");
-	bad("[::]:80", "unspecified");
-	bad("127.0.0.1", "loopback");
-	bad("127.0.0.2:80", "loopback");
-	bad("127.0.0.0/8:80", "loopback");
-	bad("[::1]", "loopback");
-	bad("127.0.0.1:1-1000", "loopback ports");
-	bad("127.0.0.1:1-200,[::1]:1-100", "loopback ports");
-}
-
-/* IPv6 forms of IPv4 addresses (mapped, NAT64) reach IPv4 on the host
- * through pasta's IPv6 sockets, and a CIDR around a never range names
- * it: refused at parse time (issue 26). "Everything" stays allowed: the
- * filter carves the never ranges out of it. */
-static void test_embedded_and_overlap(void **state)
-{
-	(void)state;
-	bad("[::ffff:169.254.169.254]", "never reachable");
-	bad("[::ffff:10.0.0.1]:80", "never reachable");
-	bad("[::ffff:0:0/96]", "never reachable");
-	bad("[64:ff9b::/96]", "never reachable");
-	bad("[64:ff9b::a9fe:a9fe]:80", "never reachable");
-	bad("[64:ff9b:1::/48]", "never reachable");
-	bad("169.254.0.0/15", "overlaps 169.254.0.0/16");
-	bad("128.0.0.0/1:443", "overlaps");
-	bad("168.63.0.0/16", "overlaps 168.63.129.16");
-	bad("[fe00::/7]", "overlaps fe80::/10");
-	bad("[::/64]", "overlaps ::ffff:0:0/96");
-	bad("[64::/16]", "overlaps 64:ff9b::/96");
-	good("0.0.0.0/0");
-	good("[::/0]:443");
-	good("169.0.0.0/9");
-	good("[2001:db8::/32]");
+	for (size_t i = 0; i < sizeof(allowlist_bad) / sizeof(allowlist_bad[0]); i++)
+		bad(allowlist_bad[i].spec, allowlist_bad[i].want);
 }
 
 /* Every new TCP connection out of the namespace is marked and bounded
@@ -294,10 +220,10 @@ static void test_ruleset(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_good_specs),	cmocka_unit_test(test_bad_specs),
-	    cmocka_unit_test(test_limits),	cmocka_unit_test(test_parse_fields),
-	    cmocka_unit_test(test_ruleset),	cmocka_unit_test(test_embedded_and_overlap),
-	    cmocka_unit_test(test_conn_limits), cmocka_unit_test(test_internal),
+	    cmocka_unit_test(test_good_specs), cmocka_unit_test(test_bad_specs),
+	    cmocka_unit_test(test_limits),     cmocka_unit_test(test_parse_fields),
+	    cmocka_unit_test(test_ruleset),    cmocka_unit_test(test_conn_limits),
+	    cmocka_unit_test(test_internal),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
