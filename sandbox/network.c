@@ -70,11 +70,19 @@ static size_t loop_ports(const struct sbx_net_entry *e)
 	return sbx_net_is_host_loopback(e->family, e->addr, e->prefix) ? (size_t)(e->hi - e->lo) + 1 : 0;
 }
 
+/* The egress rules' grammar, but an allowlist of no rules ("", or
+ * "none" with spaces around it) is refused: a policy's "none" means no
+ * network at all (routes/policy.c), and an empty value is a mistake, not
+ * a network that reaches nothing. */
 int sbx_net_allow_check(const char *spec, char *err, size_t errsz)
 {
 	struct sbx_egress_rules *r = NULL;
 	int rc = sbx_egress_rules_parse(spec, &r, err, errsz);
 
+	if (rc == 0 && sbx_egress_rules_count(r) == 0) {
+		snprintf(err, errsz, "the allowlist is empty (\"none\": no network)");
+		rc = -EINVAL;
+	}
 	sbx_egress_rules_unref(&r);
 	return rc;
 }
