@@ -12,9 +12,11 @@ struct buf;
 
 /* addr/prefix lies within a link-local or metadata range. */
 bool sbx_net_is_never(int family, const uint8_t *addr, unsigned prefix);
-/* addr (a full address) is loopback, private, CGNAT, site-local, or a
- * never address: reached through a name only when a literal entry covers
- * it (sbx_net_covers: e is an address entry and addr lies within it). */
+/* addr (a full address) is internal or never reachable (the classes of
+ * sandbox/egress/rules.h: loopback, private, CGNAT, site-local, the
+ * host's own, link-local, metadata, ...): reached through a name only
+ * when a literal entry covers it (sbx_net_covers: e is an address entry
+ * and addr lies within it). */
 bool sbx_net_is_internal(int family, const uint8_t *addr);
 bool sbx_net_covers(const struct sbx_net_entry *e, int family, const uint8_t *addr);
 /* Exactly 127.0.0.1/32 or ::1/128: the host loopback pasta forwards to. */
