@@ -31,16 +31,35 @@ struct sbx_egress_rules {
 static const uint8_t lo4[16] = {127, 0, 0, 1};
 static const uint8_t lo6[16] = {[15] = 1};
 
-static void say(char *buf, size_t sz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *buf, size_t sz, const char *fmt, ...)
+static void vsay(char *buf, size_t sz, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
+static void vsay(char *buf, size_t sz, const char *fmt, va_list ap)
+{
+	if (buf && sz)
+		vsnprintf(buf, sz, fmt, ap);
+}
+
+/* A refused connection: false, and why. */
+static bool refuse(char *why, size_t whysz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool refuse(char *why, size_t whysz, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!buf || !sz)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(buf, sz, fmt, ap);
+	vsay(why, whysz, fmt, ap);
 	va_end(ap);
+	return false;
+}
+
+/* A refusal of the spec: -EINVAL, and why in err. */
+static int fail(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(err, errsz, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
 }
 
 static size_t addr_len(int family)
@@ -198,22 +217,21 @@ static int parse_host(const char *h, size_t n, bool v6, struct sbx_egress_rule *
 
 	if (v6) {
 		if (parse_addr(AF_INET6, h, n, e) < 0)
-			return say(err, errsz, "'%.*s': not an IPv6 address or CIDR", tl, t), -EINVAL;
+			return fail(err, errsz, "'%.*s': not an IPv6 address or CIDR", tl, t);
 	} else if (n == 1 && h[0] == '*') {
 		e->kind = SBX_EGRESS_ANY;
 	} else if (n > 2 && h[0] == '*' && h[1] == '.' && name_ok(h + 2, n - 2)) {
 		set_name(e, SBX_EGRESS_WILD, h + 2, n - 2);
 	} else if (memchr(h, '*', n)) {
-		return say(err, errsz, "'%.*s': a wildcard is * alone or *.NAME (the names below NAME)", tl,
-			   t),
-		       -EINVAL;
+		return fail(err, errsz, "'%.*s': a wildcard is * alone or *.NAME (the names below NAME)", tl,
+			    t);
 	} else if (memchr(h, '/', n) || parse_addr(AF_INET, h, n, e) == 0) {
 		if (parse_addr(AF_INET, h, n, e) < 0)
-			return say(err, errsz, "'%.*s': not an IPv4 CIDR", tl, t), -EINVAL;
+			return fail(err, errsz, "'%.*s': not an IPv4 CIDR", tl, t);
 	} else if (name_ok(h, n)) {
 		set_name(e, SBX_EGRESS_NAME, h, n);
 	} else {
-		return say(err, errsz, "'%.*s': not a host name or IPv4 address", tl, t), -EINVAL;
+		return fail(err, errsz, "'%.*s': not a host name or IPv4 address", tl, t);
 	}
 	return 0;
 }
@@ -257,33 +275,27 @@ static int allow_addr_ok(const struct sbx_egress_rule *e, char *err, size_t errs
 	int tl = e->textlen;
 
 	if (unspecified(e))
-		return say(err, errsz, "'%.*s': the unspecified address is no destination", tl, e->text),
-		       -EINVAL;
+		return fail(err, errsz, "'%.*s': the unspecified address is no destination", tl, e->text);
 	if (sbx_egress_never_named(e->family, e->addr, e->prefix, &inside, nv, sizeof(nv))) {
 		if (inside)
-			return say(err, errsz,
-				   "'%.*s': link-local, metadata and IPv6-embedded IPv4 (::ffff:0:0/96, "
-				   "NAT64) "
-				   "addresses are never reachable",
-				   tl, e->text),
-			       -EINVAL;
+			return fail(err, errsz,
+				    "'%.*s': within %s: link-local, metadata and IPv6-embedded IPv4 "
+				    "(::ffff:0:0/96, NAT64) addresses are never reachable",
+				    tl, e->text, nv);
 		/* Only "everything" may contain a never range (the gateway
 		 * and the filter carve them out); a narrower CIDR around
 		 * one names it by mistake. */
 		if (e->prefix > 0)
-			return say(err, errsz,
-				   "'%.*s': overlaps %s, which is never reachable (name the ranges around "
-				   "it)",
-				   tl, e->text, nv),
-			       -EINVAL;
+			return fail(
+			    err, errsz,
+			    "'%.*s': overlaps %s, which is never reachable (name the ranges around it)", tl,
+			    e->text, nv);
 	}
 	if (within_loopback(e) && (!is_host_loopback(e) || !e->has_port))
-		return say(err, errsz,
-			   "'%.*s': the host's loopback is reachable only as 127.0.0.1:PORT or [::1]:PORT (a "
-			   "port "
-			   "or range)",
-			   tl, e->text),
-		       -EINVAL;
+		return fail(err, errsz,
+			    "'%.*s': the host's loopback is reachable only as 127.0.0.1:PORT or [::1]:PORT "
+			    "(a port or range)",
+			    tl, e->text);
 	return 0;
 }
 
@@ -302,21 +314,18 @@ static int parse_rule(const char *s, size_t n, struct sbx_egress_rule *e, char *
 	s += e->deny;
 	n -= e->deny;
 	if (split_rule(s, n, &host, &hlen, &ports, &plen, &v6) < 0)
-		return say(err, errsz, "'%.*s': not HOST, HOST:PORT or HOST:LO-HI (IPv6 in brackets)",
-			   e->textlen, e->text),
-		       -EINVAL;
+		return fail(err, errsz, "'%.*s': not HOST, HOST:PORT or HOST:LO-HI (IPv6 in brackets)",
+			    e->textlen, e->text);
 	if (ports && parse_ports(ports, plen, e) < 0)
-		return say(err, errsz, "'%.*s': a port is 1..65535, a range LO-HI with LO <= HI", e->textlen,
-			   e->text),
-		       -EINVAL;
+		return fail(err, errsz, "'%.*s': a port is 1..65535, a range LO-HI with LO <= HI", e->textlen,
+			    e->text);
 	if (parse_host(host, hlen, v6, e, err, errsz) < 0)
 		return -EINVAL;
 	if (e->kind != SBX_EGRESS_ADDR)
 		return 0;
 	if (!host_bits_zero(e->family, e->addr, e->prefix))
-		return say(err, errsz, "'%.*s': the address has bits set beyond its prefix", e->textlen,
-			   e->text),
-		       -EINVAL;
+		return fail(err, errsz, "'%.*s': the address has bits set beyond its prefix", e->textlen,
+			    e->text);
 	return e->deny ? 0 : allow_addr_ok(e, err, errsz);
 }
 
@@ -352,9 +361,9 @@ static int parse_rules(struct sbx_egress_rules *r, char *err, size_t errsz)
 
 		trim(&p, &n);
 		if (n == 0)
-			return say(err, errsz, "an empty entry (two commas, or one at an end)"), -EINVAL;
+			return fail(err, errsz, "an empty entry (two commas, or one at an end)");
 		if (r->n == SBX_EGRESS_RULES_MAX)
-			return say(err, errsz, "more than %d rules", SBX_EGRESS_RULES_MAX), -EINVAL;
+			return fail(err, errsz, "more than %d rules", SBX_EGRESS_RULES_MAX);
 		if (parse_rule(p, n, &r->r[r->n], err, errsz) < 0)
 			return -EINVAL;
 		loop += loop_ports(&r->r[r->n++]);
@@ -363,7 +372,7 @@ static int parse_rules(struct sbx_egress_rules *r, char *err, size_t errsz)
 		p = end + 1;
 	}
 	if (loop > LOOP_PORTS_MAX)
-		return say(err, errsz, "more than %d host loopback ports", LOOP_PORTS_MAX), -EINVAL;
+		return fail(err, errsz, "more than %d host loopback ports", LOOP_PORTS_MAX);
 	return 0;
 }
 
@@ -383,10 +392,10 @@ int sbx_egress_rules_parse(const char *spec, struct sbx_egress_rules **out, char
 	size_t len;
 
 	if (!spec)
-		return say(err, errsz, "the allowlist is empty"), -EINVAL;
+		return fail(err, errsz, "the allowlist is empty");
 	len = strlen(spec);
 	if (len > SBX_EGRESS_SPEC_MAX)
-		return say(err, errsz, "the allowlist is longer than %d bytes", SBX_EGRESS_SPEC_MAX), -EINVAL;
+		return fail(err, errsz, "the allowlist is longer than %d bytes", SBX_EGRESS_SPEC_MAX);
 	r = xcalloc(1, sizeof(*r) + SBX_EGRESS_RULES_MAX * sizeof(r->r[0]));
 	atomic_init(&r->refs, 1);
 	r->spec = xstrdup(spec);
@@ -472,8 +481,7 @@ static const struct sbx_egress_rule *name_rule(const struct sbx_egress_rules *r,
 
 static bool denied(const struct sbx_egress_rule *e, char *why, size_t whysz)
 {
-	say(why, whysz, "denied by rule %.*s", e->textlen, e->text);
-	return false;
+	return refuse(why, whysz, "denied by rule %.*s", e->textlen, e->text);
 }
 
 bool sbx_egress_rules_name(const struct sbx_egress_rules *r, const char *name, uint16_t port, char *why,
@@ -485,17 +493,15 @@ bool sbx_egress_rules_name(const struct sbx_egress_rules *r, const char *name, u
 	/* an address in a Host header or an SNI is no name: the address
 	 * rules decide it */
 	if (!name_ok(name, len))
-		return say(why, whysz, "not a host name"), false;
+		return refuse(why, whysz, "not a host name");
 	e = name_rule(r, true, name, len, port);
 	if (e)
 		return denied(e, why, whysz);
 	if (name_rule(r, false, name, len, port))
 		return true;
 	if (port && name_rule(r, false, name, len, 0))
-		say(why, whysz, "port %u not allowed for %s", port, name);
-	else
-		say(why, whysz, "not in the allowlist");
-	return false;
+		return refuse(why, whysz, "port %u not allowed for %s", port, name);
+	return refuse(why, whysz, "not in the allowlist");
 }
 
 /* The first address rule of that kind covering addr on port; with
@@ -519,12 +525,10 @@ static bool not_granted(const struct sbx_egress_rules *r, int family, const uint
 			const char *what, const char *text, char *why, size_t whysz)
 {
 	if (port && addr_rule(r, false, family, addr, 0, what != NULL))
-		say(why, whysz, "port %u not allowed for %s", port, text);
-	else if (what)
-		say(why, whysz, "%s (%s), not in the allowlist", what, text);
-	else
-		say(why, whysz, "address not in the allowlist");
-	return false;
+		return refuse(why, whysz, "port %u not allowed for %s", port, text);
+	if (what)
+		return refuse(why, whysz, "%s (%s), not in the allowlist", what, text);
+	return refuse(why, whysz, "address not in the allowlist");
 }
 
 bool sbx_egress_rules_addr(const struct sbx_egress_rules *r, int family, const uint8_t *addr, uint16_t port,
@@ -536,10 +540,10 @@ bool sbx_egress_rules_addr(const struct sbx_egress_rules *r, int family, const u
 	const struct sbx_egress_rule *e;
 
 	if (family != AF_INET && family != AF_INET6)
-		return say(why, whysz, "not an IPv4 or IPv6 address"), false;
+		return refuse(why, whysz, "not an IPv4 or IPv6 address");
 	inet_ntop(family, addr, text, sizeof(text));
 	if (never)
-		return say(why, whysz, "%s%s (%s)", from_name ? "resolves to " : "", what, text), false;
+		return refuse(why, whysz, "%s%s (%s)", from_name ? "resolves to " : "", what, text);
 	e = addr_rule(r, true, family, addr, port, false);
 	if (e)
 		return denied(e, why, whysz);
@@ -549,7 +553,7 @@ bool sbx_egress_rules_addr(const struct sbx_egress_rules *r, int family, const u
 	if (from_name && !what)
 		return true;
 	if (from_name)
-		return say(why, whysz, "resolves to %s (%s)", what, text), false;
+		return refuse(why, whysz, "resolves to %s (%s)", what, text);
 	return not_granted(r, family, addr, port, what, text, why, whysz);
 }
 
