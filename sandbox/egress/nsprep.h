@@ -6,7 +6,8 @@
  *
  * What one namespace is (the same in every one; nothing in it depends on
  * the command or its policy but the loopback sets):
- *   - lo up; a dummy interface "egress0" up with 192.0.2.1/32 and
+ *   - lo up; a dummy interface "egress0" (ifb where the kernel has no
+ *     dummy: it drops what it is given too) up with 192.0.2.1/32 and
  *     fd00:5b0::1/128 (documentation and ULA addresses, the sandbox's own),
  *     and default routes for both families through it: every connect()
  *     has a route, nothing leaves (a dummy drops what it is given);
@@ -50,6 +51,13 @@ void sbx_egress_ns_close(struct sbx_egress_ns *ns);
  * -SBX_E_BACKEND (the namespace is then unusable: the caller ends it). */
 int sbx_egress_ns_loopback(const struct sbx_egress_ns *ns, const uint16_t (*ports4)[2], size_t n4,
 			   const uint16_t (*ports6)[2], size_t n6, char *err, size_t errsz);
+
+/* One message read from ns.nflog (buf, len: the bytes of that message,
+ * or of the read that starts with it): the destination of the refused
+ * datagram it logs into *family (AF_INET or AF_INET6), addr (4 or 16
+ * bytes) and *port (host order). 0, or -EINVAL when it is not an NFLOG
+ * packet of a UDP datagram (or not all of it is within len). */
+int sbx_egress_nflog_parse(const void *buf, size_t len, int *family, uint8_t addr[16], uint16_t *port);
 
 /* A pool of ready namespaces: up to `ready` made ahead by one thread of
  * its own (started by the first take), refilled as they are taken. */
