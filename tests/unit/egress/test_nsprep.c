@@ -407,42 +407,92 @@ static void test_loopback(void **state)
 	sbx_egress_ns_close(&ns);
 }
 
-/* A datagram to port 53 of d reaches the gateway's DNS socket; one to
- * port 443 reaches nothing and is logged with its destination. */
+/* A query to port 53 of text reaches the gateway's DNS socket gw, and
+ * the answer comes back to fd from where it was sent. */
+static int dns_answered(int fd, int gw, const char *text)
+{
+	union addr dns = sockaddr_of(text, 53), peer, from;
+	socklen_t len = sizeof(peer);
+	char c = 0;
+
+	CHECK(sendto(fd, "q", 1, 0, &dns.sa, len_of(&dns)) == 1);
+	CHECK(readable(gw, WAIT_MS));
+	CHECK(recvfrom(gw, &c, 1, 0, &peer.sa, &len) == 1 && c == 'q');
+	CHECK(sendto(gw, "a", 1, 0, &peer.sa, len) == 1);
+	len = sizeof(from);
+	CHECK(readable(fd, WAIT_MS));
+	CHECK(recvfrom(fd, &c, 1, 0, &from.sa, &len) == 1 && c == 'a' && same(&from, text, 53));
+	return 0;
+}
+
+/* The next NFLOG message names text:port. */
+static int logged(int nflog, const char *text, uint16_t port)
+{
+	char buf[4096];
+	uint8_t addr[16], want[16];
+	uint16_t got = 0;
+	int family = 0;
+	ssize_t n;
+
+	CHECK(readable(nflog, WAIT_MS));
+	n = recv(nflog, buf, sizeof(buf), 0);
+	CHECK(n > 0);
+	CHECK(sbx_egress_nflog_parse(buf, (size_t)n, &family, addr, &got) == 0);
+	CHECK(inet_pton(family, text, want) == 1);
+	CHECK(got == port && !memcmp(addr, want, family == AF_INET ? 4 : 16));
+	return 0;
+}
+
+/* DNS to d is answered by the gateway; a datagram to port 443 of d
+ * reaches nothing and is logged with its destination. */
 static int udp_paths(const struct sbx_egress_ns *ns, const void *arg)
 {
 	const struct dest *d = arg;
-	union addr dns = sockaddr_of(d->addr, 53), other = sockaddr_of(d->addr, 443), any = {0};
-	int fd, sink, rc, family = 0;
-	int gw = d->v6 ? ns->dns6 : ns->dns4;
-	char buf[4096];
-	uint8_t addr[16], want[16];
-	uint16_t port = 0;
-	ssize_t n;
+	union addr other = sockaddr_of(d->addr, 443), any = sockaddr_of(d->v6 ? "::" : "0.0.0.0", 443);
+	int fd, sink, rc;
 
 	if ((rc = only_ours(ns)))
 		return rc;
-	fd = socket(dns.sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	fd = socket(other.sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	CHECK(fd >= 0);
-	CHECK(sendto(fd, "q", 1, 0, &dns.sa, len_of(&dns)) == 1);
-	CHECK(readable(gw, WAIT_MS));
-	CHECK(recv(gw, buf, sizeof(buf), 0) == 1 && buf[0] == 'q');
+	if ((rc = dns_answered(fd, d->v6 ? ns->dns6 : ns->dns4, d->addr)))
+		return rc;
 	/* Something listening on port 443 here would be where it leaked. */
-	any.sa.sa_family = dns.sa.sa_family;
-	any.in.sin_port = htons(443);
 	sink = socket(any.sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	CHECK(sink >= 0 && bind(sink, &any.sa, len_of(&any)) == 0);
 	/* Dropped on the way out: the sender may be told (EPERM). */
 	CHECK(sendto(fd, "x", 1, 0, &other.sa, len_of(&other)) == 1 || errno == EPERM);
-	CHECK(readable(ns->nflog, WAIT_MS));
-	n = recv(ns->nflog, buf, sizeof(buf), 0);
-	CHECK(n > 0);
-	CHECK(sbx_egress_nflog_parse(buf, (size_t)n, &family, addr, &port) == 0);
-	inet_pton(family, d->addr, want);
-	CHECK(family == dns.sa.sa_family && port == 443 && !memcmp(addr, want, family == AF_INET ? 4 : 16));
-	CHECK(!readable(sink, 0) && !readable(gw, 0));
+	if ((rc = logged(ns->nflog, d->addr, 443)))
+		return rc;
+	CHECK(!readable(sink, 0) && !readable(d->v6 ? ns->dns6 : ns->dns4, 0));
 	close(sink);
 	close(fd);
+	return 0;
+}
+
+/* A flood of refused datagrams is logged at the filter's rate (50 a
+ * second after a burst of 5), not one message each. */
+static int udp_flood(const struct sbx_egress_ns *ns, const void *arg)
+{
+	union addr other = sockaddr_of("198.51.100.7", 443);
+	char buf[4096];
+	int64_t t0;
+	unsigned n = 0;
+	int fd, rc;
+
+	if ((rc = only_ours(ns)))
+		return rc;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	CHECK(fd >= 0);
+	t0 = now_us();
+	for (int i = 0; i < 500; i++)
+		CHECK(sendto(fd, "x", 1, 0, &other.sa, sizeof(other.in)) == 1 || errno == EPERM);
+	t0 = now_us() - t0;
+	/* Logging is done before sendto returns: what is there is all. */
+	for (; readable(ns->nflog, 0); n++)
+		CHECK(recv(ns->nflog, buf, sizeof(buf), 0) > 0);
+	close(fd);
+	CHECK(n >= 1 && n <= 5 + 50 * (unsigned)(t0 / 1000000 + 1));
 	return 0;
 }
 
@@ -453,6 +503,17 @@ static void test_udp(void **state)
 	if (!need_root())
 		skip();
 	in_both(udp_paths, &d4, &d6);
+}
+
+static void test_udp_flood(void **state)
+{
+	struct sbx_egress_ns ns;
+
+	if (!need_root())
+		skip();
+	make(&ns);
+	assert_int_equal(in_ns(&ns, udp_flood, NULL), 0);
+	sbx_egress_ns_close(&ns);
 }
 
 /* An ICMP echo is refused on the way out (the sender is told at once). */
@@ -636,10 +697,11 @@ static void test_probe(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_make),	 cmocka_unit_test(test_tcp_redirected),
-	    cmocka_unit_test(test_loopback),	 cmocka_unit_test(test_udp),
-	    cmocka_unit_test(test_icmp_refused), cmocka_unit_test(test_nflog_parse),
-	    cmocka_unit_test(test_pool),	 cmocka_unit_test(test_probe),
+	    cmocka_unit_test(test_make),	cmocka_unit_test(test_tcp_redirected),
+	    cmocka_unit_test(test_loopback),	cmocka_unit_test(test_udp),
+	    cmocka_unit_test(test_udp_flood),	cmocka_unit_test(test_icmp_refused),
+	    cmocka_unit_test(test_nflog_parse), cmocka_unit_test(test_pool),
+	    cmocka_unit_test(test_probe),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
