@@ -82,7 +82,7 @@ static struct audit_rec *rec_copy(const struct store_audit *in)
 	const char *route = a->route ? a->route : "";
 	size_t sz = str_size(tenant) + (a->session ? a->session_len : 0) + str_size(request_id) +
 		    str_size(method) + str_size(route) + str_size(a->target) + str_size(a->outcome) +
-		    str_size(a->client) + str_size(a->sub);
+		    str_size(a->client) + str_size(a->sub) + str_size(a->exec_id);
 	struct audit_rec *r = xmalloc(sizeof *r + sz);
 	char *cur = r->data;
 
@@ -97,6 +97,7 @@ static struct audit_rec *rec_copy(const struct store_audit *in)
 	r->a.outcome = pack(&cur, a->outcome, a->outcome ? strlen(a->outcome) : 0, true);
 	r->a.client = pack(&cur, a->client, a->client ? strlen(a->client) : 0, true);
 	r->a.sub = pack(&cur, a->sub, a->sub ? strlen(a->sub) : 0, true);
+	r->a.exec_id = pack(&cur, a->exec_id, a->exec_id ? strlen(a->exec_id) : 0, true);
 	r->seq = 0;
 	free(target);
 	return r;
@@ -105,7 +106,6 @@ static struct audit_rec *rec_copy(const struct store_audit *in)
 int store_audit_append(struct store *s, const struct store_audit *a)
 {
 	struct audit_rec *rec;
-	bool wake = false;
 
 	if (!a)
 		return -EINVAL;
@@ -124,19 +124,20 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 	}
 	rec->seq = ++s->appended;
 	s->q[s->qn++] = rec;
-	if (s->qn == 1) {
-		s->qfirst_ms = mono_ms();
-		wake = true;
-	} else if (s->qn == AUDIT_BATCH_WAKE) {
-		wake = true;
-	}
-	if (wake)
-		pthread_cond_signal(&s->awake);
+	store_writer_queued_locked(s, s->qn);
 	pthread_mutex_unlock(&s->alock);
 	return 0;
 }
 
-#define AUDIT_COLS 19
+void store_writer_queued_locked(struct store *s, size_t qn)
+{
+	if (s->qn + s->eqn == 1)
+		s->qfirst_ms = mono_ms();
+	if (s->qn + s->eqn == 1 || qn == AUDIT_BATCH_WAKE)
+		pthread_cond_signal(&s->awake);
+}
+
+#define AUDIT_COLS 20
 /* Records per multi-row INSERT: one statement for AUDIT_ROWS records costs
  * a third less per row than one each (the statement's setup, halt and
  * reset are per statement). A group holding a bad record is written again
@@ -145,8 +146,8 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 #define AUDIT_INSERT                                                                                         \
 	"INSERT INTO audit (at, tenant, session, request_id, method, route, target, status, outcome, "       \
 	"exit_code, bytes_in, bytes_out, duration_ms, client, sub, incarnation, oom_killed, pids_limited, "  \
-	"uncontained) VALUES "
-#define AUDIT_VALUES "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+	"uncontained, exec_id) VALUES "
+#define AUDIT_VALUES "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 static char insert_many_sql[sizeof AUDIT_INSERT + AUDIT_ROWS * sizeof AUDIT_VALUES];
 
@@ -192,6 +193,7 @@ static int bind_rec(sqlite3_stmt *st, int base, const struct store_audit *a)
 	rc |= sqlite3_bind_int(st, base + 17, a->why.oom_killed);
 	rc |= sqlite3_bind_int(st, base + 18, a->why.pids_limited);
 	rc |= sqlite3_bind_int(st, base + 19, a->why.uncontained);
+	rc |= bind_str(st, base + 20, a->exec_id);
 	return rc == SQLITE_OK ? 0 : -SBX_E_STORE;
 }
 
@@ -278,7 +280,9 @@ static void *writer_main(void *arg)
 {
 	struct store *s = arg;
 	struct audit_rec **b = NULL;
-	size_t bcap = 0;
+	struct egress_rec **eb = NULL;
+	size_t bcap = 0, ebcap = 0;
+	uint64_t efail_seq;
 
 	pthread_setname_np(pthread_self(), "sbx-audit"); /* for top -H and perf */
 	pthread_mutex_lock(&s->alock);
@@ -288,17 +292,17 @@ static void *writer_main(void *arg)
 		uint64_t last, fail_seq;
 		size_t n, tcap, failed;
 
-		while (!s->stop && s->qn == 0)
+		while (!s->stop && s->qn + s->eqn == 0)
 			pthread_cond_wait(&s->awake, &s->alock);
-		if (s->qn == 0)
+		if (s->qn + s->eqn == 0)
 			break; /* stopping, and everything is written */
 		/* Gather a group for a short window, unless someone waits. */
 		deadline_after(&ts, s->qfirst_ms + AUDIT_WINDOW_MS);
-		while (!s->stop && s->qn < AUDIT_BATCH_WAKE && s->flush_target <= s->committed &&
-		       mono_ms() < s->qfirst_ms + AUDIT_WINDOW_MS)
+		while (!s->stop && s->qn < AUDIT_BATCH_WAKE && s->eqn < AUDIT_BATCH_WAKE &&
+		       s->flush_target <= s->committed && mono_ms() < s->qfirst_ms + AUDIT_WINDOW_MS)
 			pthread_cond_timedwait(&s->awake, &s->alock, &ts);
 
-		/* Take the whole queue; hand the spent array back for reuse. */
+		/* Take the whole queues; hand the spent arrays back for reuse. */
 		tq = s->q;
 		tcap = s->qcap;
 		n = s->qn;
@@ -307,23 +311,36 @@ static void *writer_main(void *arg)
 		s->qn = 0;
 		b = tq;
 		bcap = tcap;
+		struct egress_rec **te = s->eq;
+		size_t tecap = s->eqcap, en = s->eqn;
+		s->eq = eb;
+		s->eqcap = ebcap;
+		s->eqn = 0;
+		eb = te;
+		ebcap = tecap;
 		last = s->appended;
 		fail_seq = s->fail_seq;
+		efail_seq = s->efail_seq;
 		pthread_mutex_unlock(&s->alock);
 
-		failed = write_batch(s, b, n, &fail_seq);
+		failed = n ? write_batch(s, b, n, &fail_seq) : 0;
 		if (failed)
 			atomic_fetch_add(&s->audit_failures, failed);
 		for (size_t i = 0; i < n; i++)
 			free(b[i]);
+		failed = en ? store_egress_write(s, eb, en, &efail_seq) : 0;
+		if (failed)
+			atomic_fetch_add(&s->egress_failures, failed);
 
 		pthread_mutex_lock(&s->alock);
 		s->committed = last;
 		s->fail_seq = fail_seq;
+		s->efail_seq = efail_seq;
 		pthread_cond_broadcast(&s->adone);
 	}
 	pthread_mutex_unlock(&s->alock);
 	free(b);
+	free(eb);
 	return NULL;
 }
 
@@ -348,7 +365,7 @@ void store_audit_stop(struct store *s)
 	s->thread_started = false;
 }
 
-int store_audit_flush(struct store *s)
+int store_writer_flush(struct store *s, const uint64_t *fail_seq)
 {
 	uint64_t target, start;
 	int r = 0;
@@ -362,11 +379,16 @@ int store_audit_flush(struct store *s)
 		pthread_cond_signal(&s->awake);
 		while (s->committed < target)
 			pthread_cond_wait(&s->adone, &s->alock);
-		if (s->fail_seq > start)
+		if (*fail_seq > start)
 			r = -SBX_E_STORE;
 	}
 	pthread_mutex_unlock(&s->alock);
 	return r;
+}
+
+int store_audit_flush(struct store *s)
+{
+	return store_writer_flush(s, &s->fail_seq);
 }
 
 uint64_t store_audit_failures(struct store *s)
@@ -377,7 +399,7 @@ uint64_t store_audit_failures(struct store *s)
 /* ---- queries ---- */
 
 struct sqlbuf {
-	char s[768];
+	char s[1024];
 	size_t len;
 	bool overflow;
 };
@@ -426,6 +448,13 @@ static int prepare_query(sqlite3 *db, const struct store_audit_filter *f, const 
 		sql_add(&b, " AND route = ?");
 	if (f->outcome)
 		sql_add(&b, " AND outcome = ?");
+	/* On egress_denied (a partial index) or egress_exec, one probe per
+	 * audit row of an exec. */
+	if (f->egress) {
+		sql_add(&b, " AND exec_id IS NOT NULL AND EXISTS (SELECT 1 FROM egress e WHERE "
+			    "e.tenant = audit.tenant AND e.exec_id = audit.exec_id");
+		sql_add(&b, strcmp(f->egress, "denied") == 0 ? " AND e.verdict = 'denied')" : ")");
+	}
 	sql_add(&b, " ORDER BY id ASC LIMIT ?");
 	if (b.overflow)
 		return -SBX_E_STORE;
@@ -524,18 +553,16 @@ out:
 	return r;
 }
 
-int store_audit_query(struct store *s, const struct store_audit_filter *f, store_audit_cb cb, void *ctx,
-		      int64_t *last_id)
+int store_read(struct store *s, int (*fn)(sqlite3 *db, void *arg), void *arg)
 {
 	sqlite3 *tmp = NULL;
 	int r;
 
-	if (!f || !cb)
-		return -EINVAL;
 	/* The shared read connection when free; otherwise (another query, or
-	 * cb querying again) a private one, so readers never wait on readers. */
+	 * a callback querying again) a private one, so readers never wait on
+	 * readers. */
 	if (pthread_mutex_trylock(&s->rlock) == 0) {
-		r = run_query(s->rdb, f, cb, ctx, last_id);
+		r = fn(s->rdb, arg);
 		pthread_mutex_unlock(&s->rlock);
 		return r;
 	}
@@ -545,10 +572,32 @@ int store_audit_query(struct store *s, const struct store_audit_filter *f, store
 	}
 	sqlite3_extended_result_codes(tmp, 1);
 	sqlite3_busy_timeout(tmp, 5000);
-	r = run_query(tmp, f, cb, ctx, last_id);
+	r = fn(tmp, arg);
 out:
 	sqlite3_close(tmp);
 	return r;
+}
+
+struct audit_read {
+	const struct store_audit_filter *f;
+	store_audit_cb cb;
+	void *ctx;
+	int64_t *last_id;
+};
+
+static int audit_read(sqlite3 *db, void *arg)
+{
+	struct audit_read *q = arg;
+	return run_query(db, q->f, q->cb, q->ctx, q->last_id);
+}
+
+int store_audit_query(struct store *s, const struct store_audit_filter *f, store_audit_cb cb, void *ctx,
+		      int64_t *last_id)
+{
+	if (!f || !cb)
+		return -EINVAL;
+	struct audit_read q = {f, cb, ctx, last_id};
+	return store_read(s, audit_read, &q);
 }
 
 int store_audit_query_plan(struct store *s, const struct store_audit_filter *f, char *out, size_t outsz)

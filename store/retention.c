@@ -1,6 +1,7 @@
-/* Retention: old audit, exec and transfer rows are deleted in small
- * batches, each its own short write transaction, so requests never wait
- * long for the write lock. */
+/* Retention: old audit, egress, exec and transfer rows are deleted in
+ * small batches, each its own short write transaction, so requests never
+ * wait long for the write lock. An exec's egress rows ended before it
+ * did, so the same cutoff takes them no later than the exec itself. */
 #include "store/store_impl.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@ struct table_rule {
 
 static const struct table_rule rules[] = {
     {"audit", "id", "at", "1"},
+    {"egress", "id", "ended_at", "1"},
     {"execs", "rowid", "finished_at", "state NOT IN ('running', 'pending_approval')"},
     {"transfers", "rowid", "COALESCE(finished_at, expires_at)", "state IN ('done', 'failed', 'expired')"},
 };

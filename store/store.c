@@ -365,6 +365,7 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 	pthread_cond_init(&s->adone, &ca);
 	pthread_condattr_destroy(&ca);
 	atomic_init(&s->audit_failures, 0);
+	atomic_init(&s->egress_failures, 0);
 
 	r = open_conn(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errsz);
 	if (r)
@@ -446,6 +447,7 @@ void store_close(struct store **p)
 	pthread_mutex_destroy(&s->scache_mu);
 	free(s->scache);
 	free(s->q);
+	free(s->eq);
 	free(s->path);
 	free(s);
 	*p = NULL;

@@ -59,9 +59,10 @@ int store_recover(struct store *s, int *lost_execs, int *failed_transfers);
 
 /* ---- retention.c ---- */
 typedef void (*store_pruned_exec_cb)(void *ctx, const char *tenant, const char *id);
-/* Delete audit rows, finished execs and ended transfers older than cutoff
- * (epoch ms; 0: no age limit) and those beyond the newest max_rows of each
- * table (0: no row limit), in transactions of at most batch rows. cb gets
+/* Delete audit rows, egress rows (by ended_at), finished execs and ended
+ * transfers older than cutoff (epoch ms; 0: no age limit) and those beyond
+ * the newest max_rows of each table (0: no row limit), in transactions of
+ * at most batch rows. cb gets
  * each deleted exec (to remove its spill files). *deleted: rows removed. */
 int store_prune(struct store *s, int64_t cutoff, int64_t max_rows, size_t batch, store_pruned_exec_cb cb,
 		void *ctx, int64_t *deleted);
@@ -267,6 +268,7 @@ struct store_audit {
 	const char *client;
 	const char *sub;     /* the token's sub claim; may be NULL */
 	int64_t incarnation; /* the tenant's life (0: none known, stored NULL) */
+	const char *exec_id; /* the exec the request ran (POST /exec); NULL: none */
 };
 /* The most bytes of a target an audit row keeps. A longer target (a
  * command, a path, a policy change) is cut at a character boundary and
@@ -295,6 +297,7 @@ struct store_audit_filter {
 	size_t session_len;
 	const char *route;   /* NULL: any */
 	const char *outcome; /* NULL: any */
+	const char *egress;  /* "denied", "any": only rows whose exec has such an egress record; NULL */
 	int64_t after;	     /* cursor: only ids > after */
 	size_t limit;
 };
@@ -304,3 +307,49 @@ struct store_audit_filter {
 typedef int (*store_audit_cb)(void *ctx, const struct store_audit *a);
 int store_audit_query(struct store *s, const struct store_audit_filter *f, store_audit_cb cb, void *ctx,
 		      int64_t *last_id);
+
+/* ---- egress.c ---- */
+/* The egress ledger: one record per connection, DNS refusal or dropped
+ * datagram of a command with network (the gateway's record, with the
+ * tenant's life). Strings may be NULL where the column allows (sub, name,
+ * name_source, addr, reason); exec_id and dialled NULL are stored "". */
+struct store_egress {
+	int64_t id; /* assigned by the store */
+	const char *tenant;
+	int64_t incarnation; /* the tenant's life (store_tenant.incarnation) */
+	const char *exec_id, *sub;
+	const char *proto; /* "tls", "http", "tcp", "dns", "udp" */
+	const char *name, *name_source, *dialled, *addr;
+	uint16_t port;
+	bool allowed;
+	const char *reason;
+	uint64_t bytes_up, bytes_down;
+	int64_t started_at, ended_at;
+};
+/* Queue one record for the store's batched writer (the audit's thread;
+ * strings are copied): never blocks on the disk, so a gateway thread may
+ * call it. Commits happen in groups, as the audit's. Its queue is bounded
+ * apart from the audit's, so a flood of connections never costs an audit
+ * record. 0, or -SBX_E_STORE when the queue is over its bound or the
+ * store is closing (dropped and counted); -EINVAL without a tenant. */
+int store_egress_append(struct store *s, const struct store_egress *e);
+/* Wait until every record queued before this call is committed; 0, or
+ * -SBX_E_STORE when one of them could not be written. */
+int store_egress_flush(struct store *s);
+/* Records that could not be written (queue full or SQLite errors). */
+uint64_t store_egress_failures(struct store *s);
+
+struct store_egress_filter {
+	const char *tenant;  /* required */
+	int64_t incarnation; /* 0: every life */
+	const char *exec_id; /* NULL: every exec */
+	const char *verdict; /* "allowed", "denied"; NULL: both */
+	int64_t after;	     /* cursor: only ids > after */
+	size_t limit;	     /* 0: no limit */
+};
+/* Oldest first (by id); cb as store_audit_query's (strings borrowed for
+ * the call, non-zero stops, a negative errno is returned). *last_id: id
+ * of the last record given to cb. On the read connection. */
+typedef int (*store_egress_cb)(void *ctx, const struct store_egress *e);
+int store_egress_query(struct store *s, const struct store_egress_filter *f, store_egress_cb cb, void *ctx,
+		       int64_t *last_id);

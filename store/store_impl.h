@@ -43,6 +43,7 @@ enum store_stmt_id {
 	ST_TRANSFER_GET,
 	ST_AUDIT_INSERT,
 	ST_AUDIT_INSERT_MANY,
+	ST_EGRESS_INSERT,
 	ST_PROBE,
 	ST_POLICY_GET,
 	ST_POLICY_LOAD,
@@ -56,6 +57,7 @@ enum store_stmt_id {
 };
 
 struct audit_rec;
+struct egress_rec;
 struct scache;
 
 struct store {
@@ -91,6 +93,13 @@ struct store {
 	bool thread_started;
 	pthread_t thread;
 	atomic_uint_fast64_t audit_failures;
+	/* Egress records (egress.c), queued apart under alock and written by
+	 * the same thread after each audit batch; seq is shared with the audit. */
+	struct egress_rec **eq;
+	size_t eqn, eqcap;
+	size_t eq_max;	    /* its bound; 0: EGRESS_QUEUE_MAX (tests set a smaller one) */
+	uint64_t efail_seq; /* highest seq of an egress record not written */
+	atomic_uint_fast64_t egress_failures;
 
 	/* Whether the store can write: the outcome of its latest write (a
 	 * commit, an autocommit write, an audit batch or a probe). */
@@ -191,6 +200,20 @@ int store_migrate_locked(struct store *s, int *from, int *to, char *err, size_t 
 /* audit.c, called by store.c */
 int store_audit_start(struct store *s);
 void store_audit_stop(struct store *s);
+/* audit.c, for egress.c: with alock held and a record just queued on a
+ * queue now qn long, open the writer's batch window or cut it short. */
+void store_writer_queued_locked(struct store *s, size_t qn);
+/* Wait until every record (audit and egress) queued before the call is
+ * handled; -SBX_E_STORE when one after *fail_seq's value at the start
+ * failed (fail_seq: &s->fail_seq or &s->efail_seq). */
+int store_writer_flush(struct store *s, const uint64_t *fail_seq);
+/* fn(db, arg) on a read connection: the shared one when free, else a
+ * private one opened for the call (readers never wait on readers). */
+int store_read(struct store *s, int (*fn)(sqlite3 *db, void *arg), void *arg);
+/* egress.c, called by the writer thread without alock: write b[0..n) in
+ * one transaction and free them; returns how many failed, and raises
+ * *fail_seq to the highest seq among them. */
+size_t store_egress_write(struct store *s, struct egress_rec **b, size_t n, uint64_t *fail_seq);
 /* For tests: the EXPLAIN QUERY PLAN details (one per line) of the query
  * store_audit_query would run for f. */
 int store_audit_query_plan(struct store *s, const struct store_audit_filter *f, char *out, size_t outsz);
