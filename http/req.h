@@ -79,6 +79,7 @@ struct http_req {
 	bool has_exit_code;
 	int exit_code;
 	bool oom_killed, pids_limited, uncontained; /* why the command it ran ended */
+	char exec_id[72]; /* the exec it ran (POST /exec): joins its egress records; "" none */
 
 	/* handler state for suspended / streaming requests */
 	void *hstate;

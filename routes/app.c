@@ -105,6 +105,7 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	    .incarnation = named && r->tenant && strcmp(r->tenant->name, r->claims.tenant) == 0
 			       ? r->tenant->incarnation
 			       : 0,
+	    .exec_id = r->exec_id[0] ? r->exec_id : NULL,
 	};
 	int rc = store_audit_append(a->store, &rec);
 	free(tried);

@@ -25,6 +25,7 @@ struct http_audit_gate;
 struct sbx_quota;
 struct sbx_uids;
 struct sbx_diskimg;
+struct sbx_egress_gateway;
 
 /* How tenants' disk use is bounded (disk-quota, chosen at start). */
 enum disk_mode { DISK_NONE, DISK_PROJECT, DISK_IMAGE };
@@ -97,6 +98,7 @@ struct app {
 	char *store_dir;		    /* the directory of db-path: its free space is the store's */
 	const struct sbx_uids *uids;	    /* how tenants get uids (sandbox/uids.h); NULL: as root */
 	struct sbx_diskimg *diskimg;	    /* filesystem images per tenant (server/) */
+	struct sbx_egress_gateway *egress;  /* network on request (server/); NULL: none, no egress metrics */
 	enum disk_mode disk_mode;
 	char *images_dir; /* <data-dir>/images: root images (routes/images.c) */
 	int64_t started_at_ms;

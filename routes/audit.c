@@ -19,10 +19,7 @@
 #define AUDIT_LIMIT_MAX 1000
 #define NDJSON_BATCH 500
 
-/* A stored text as a JSON string (absent: dflt, or null when dflt is
- * NULL). Rows written by older versions may hold bytes that are not
- * UTF-8, which json_string refuses (and json_pack with it). */
-static json_t *text_json(const char *s, const char *dflt)
+json_t *route_text_json(const char *s, const char *dflt)
 {
 	if (!s)
 		return dflt ? json_string(dflt) : json_null();
@@ -48,15 +45,16 @@ json_t *route_audit_json(const struct store_audit *a, const char *node)
 	}
 	return json_pack(
 	    "{s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o, s:b, s:b, s:b, s:I, s:I, s:f, s:o, s:s, "
-	    "s:o}",
-	    "id", (json_int_t)a->id, "at", at, "tenant", text_json(a->tenant, ""), "session", session,
-	    "request_id", text_json(a->request_id, ""), "method", text_json(a->method, ""), "route",
-	    text_json(a->route, ""), "target", text_json(a->target, NULL), "status", a->status, "outcome",
-	    text_json(a->outcome, ""), "exit_code",
+	    "s:o, s:o}",
+	    "id", (json_int_t)a->id, "at", at, "tenant", route_text_json(a->tenant, ""), "session", session,
+	    "request_id", route_text_json(a->request_id, ""), "method", route_text_json(a->method, ""),
+	    "route", route_text_json(a->route, ""), "target", route_text_json(a->target, NULL), "status",
+	    a->status, "outcome", route_text_json(a->outcome, ""), "exit_code",
 	    a->has_exit_code ? json_integer(a->exit_code) : json_null(), "oom_killed", a->why.oom_killed,
 	    "pids_limited", a->why.pids_limited, "uncontained", a->why.uncontained, "bytes_in",
 	    (json_int_t)a->bytes_in, "bytes_out", (json_int_t)a->bytes_out, "duration_ms", a->duration_ms,
-	    "client", text_json(a->client, NULL), "node", node, "sub", text_json(a->sub, NULL));
+	    "client", route_text_json(a->client, NULL), "node", node, "sub", route_text_json(a->sub, NULL),
+	    "exec_id", route_text_json(a->exec_id, NULL));
 }
 
 /* The filter strings point into the request (query values), which live as
@@ -97,6 +95,12 @@ static int parse_filter(struct http_req *r, struct audit_query *q)
 		if (strcmp(v, "ok") && strcmp(v, "denied") && strcmp(v, "error"))
 			return http_fail(r, -EINVAL, "outcome must be ok, denied or error");
 		q->outcome = xstrdup(v);
+	}
+	if ((v = http_query(r, "egress"))) {
+		/* Static texts: the filter is copied as is for other nodes. */
+		if (strcmp(v, "denied") && strcmp(v, "any"))
+			return http_fail(r, -EINVAL, "egress must be denied or any");
+		q->f.egress = strcmp(v, "denied") == 0 ? "denied" : "any";
 	}
 	if ((v = http_query(r, "route")))
 		q->route = xstrdup(v);

@@ -53,6 +53,8 @@ static char *peer_path(const struct route_audit_ask *ask, int64_t after)
 		add_param(&b, "route", f->route, strlen(f->route));
 	if (f->outcome)
 		add_param(&b, "outcome", f->outcome, strlen(f->outcome));
+	if (f->egress)
+		add_param(&b, "egress", f->egress, strlen(f->egress));
 	return buf_steal(&b, NULL);
 }
 

@@ -481,8 +481,10 @@ int route_exec_post(struct http_req *r)
 		http_set_target(r, q.command);
 		request_hash(r, &q);
 		rc = choose_id(r, &q);
-		if (rc == 0)
+		if (rc == 0) {
+			snprintf(r->exec_id, sizeof r->exec_id, "%s", q.idbuf); /* the audit row's */
 			rc = start(r, &q);
+		}
 	}
 	request_clear(&q);
 	return rc;

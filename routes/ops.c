@@ -21,6 +21,7 @@
 #include "sandbox/backend.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/diskimg.h"
+#include "sandbox/egress/gateway.h"
 #include "sandbox/quota.h"
 #include "sandbox/runner.h"
 #include "sandbox/uids.h"
@@ -563,6 +564,67 @@ static bool other_tenant(const char *line, size_t len, const char *own)
 	return false;
 }
 
+/* A weak reference until the gateway's source lands (issue 29): the
+ * binary links without it, and a server that made a gateway linked it. */
+#pragma weak sbx_egress_gateway_counts
+
+struct egress_tenant {
+	char tenant[64];
+	struct sbx_egress_counts c;
+};
+struct egress_seen {
+	struct egress_tenant *v;
+	size_t n;
+};
+
+static void egress_one(void *ctx, const char *tenant, const struct sbx_egress_counts *c)
+{
+	struct egress_seen *s = ctx;
+	s->v = xrealloc(s->v, (s->n + 1) * sizeof *s->v);
+	snprintf(s->v[s->n].tenant, sizeof s->v[s->n].tenant, "%s", tenant);
+	s->v[s->n++].c = *c;
+}
+
+/* The gateway's counters per tenant, each family's samples together. */
+static void egress_metrics(struct app *a, struct buf *out)
+{
+	struct egress_seen s = {NULL, 0};
+	if (!a->egress || !sbx_egress_gateway_counts)
+		return;
+	sbx_egress_gateway_counts(a->egress, egress_one, &s);
+	buf_appendf(out, "# HELP sandboxd_egress_connections_total Connections of commands with network, "
+			 "by the gateway's verdict.\n# TYPE sandboxd_egress_connections_total counter\n");
+	for (size_t i = 0; i < s.n; i++)
+		buf_appendf(out,
+			    "sandboxd_egress_connections_total{tenant=\"%s\",verdict=\"allowed\"} %llu\n"
+			    "sandboxd_egress_connections_total{tenant=\"%s\",verdict=\"denied\"} %llu\n",
+			    s.v[i].tenant, (unsigned long long)s.v[i].c.allowed, s.v[i].tenant,
+			    (unsigned long long)s.v[i].c.denied);
+	buf_appendf(out, "# HELP sandboxd_egress_bytes_total Bytes relayed by the gateway: up (sandbox to "
+			 "destination), down.\n# TYPE sandboxd_egress_bytes_total counter\n");
+	for (size_t i = 0; i < s.n; i++)
+		buf_appendf(out,
+			    "sandboxd_egress_bytes_total{tenant=\"%s\",direction=\"up\"} %llu\n"
+			    "sandboxd_egress_bytes_total{tenant=\"%s\",direction=\"down\"} %llu\n",
+			    s.v[i].tenant, (unsigned long long)s.v[i].c.bytes_up, s.v[i].tenant,
+			    (unsigned long long)s.v[i].c.bytes_down);
+	static const char *const family[3][3] = {
+	    {"sandboxd_egress_dns_refused_total", "counter", "DNS questions the sandbox's resolver refused."},
+	    {"sandboxd_egress_udp_dropped_total", "counter", "UDP datagrams other than DNS, dropped."},
+	    {"sandboxd_egress_open", "gauge", "Connections through the gateway open now."},
+	};
+	for (int k = 0; k < 3; k++) {
+		buf_appendf(out, "# HELP %s %s\n# TYPE %s %s\n", family[k][0], family[k][2], family[k][0],
+			    family[k][1]);
+		for (size_t i = 0; i < s.n; i++) {
+			const struct sbx_egress_counts *c = &s.v[i].c;
+			unsigned long long v = k == 0 ? c->dns_refused : k == 1 ? c->udp_dropped : c->open;
+			buf_appendf(out, "%s{tenant=\"%s\"} %llu\n", family[k][0], s.v[i].tenant, v);
+		}
+	}
+	free(s.v);
+}
+
 /* Without the admin scope (an operator's: audit:read is a scope any
  * tenant may give its own tokens), /metrics shows the global series and
  * the caller's own tenant's, never another tenant's: any series labelled
@@ -621,6 +683,7 @@ int route_metrics(struct http_req *r)
 	route_admit_render(r->app, &out);
 	tenant_usage(r->app, &out);
 	tenant_disk(r->app, &out);
+	egress_metrics(r->app, &out);
 	if (r->app->http.pool)
 		http_pool_render(r->app->http.pool, &out);
 	/* metrics-public: the operator published every series to whoever

@@ -47,6 +47,9 @@ int route_code_post(struct http_req *r);
 int route_exec_approve(struct http_req *r);
 int route_exec_reject(struct http_req *r);
 
+/* routes/egress.c: GET /exec/{id}/egress */
+int route_exec_egress(struct http_req *r);
+
 /* routes/transfers.c */
 int route_transfers_post(struct http_req *r);
 int route_transfer_get_begin(struct http_req *r);

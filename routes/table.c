@@ -100,6 +100,12 @@ const struct http_route route_table[] = {
      .handler = route_exec_get},
     {.method = "POST", .pattern = "/exec/{id}/cancel", .scope = EXEC, .handler = route_exec_cancel},
     {.method = "GET", .pattern = "/execs", .scope = EXEC | AUDIT, .handler = route_exec_list},
+    /* egress.c: the exec's egress ledger, scoped as GET /exec/{id} */
+    {.method = "GET",
+     .pattern = "/exec/{id}/egress",
+     .scope = EXEC | AUDIT,
+     .flags = RF_POOL,
+     .handler = route_exec_egress},
     /* exec_io.c, code.c */
     {.method = "POST",
      .pattern = "/exec/{id}/stdin",

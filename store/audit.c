@@ -426,7 +426,7 @@ static int prepare_query(sqlite3 *db, const struct store_audit_filter *f, const 
 	sql_add(&b, prefix);
 	sql_add(&b, "SELECT id, at, tenant, session, request_id, method, route, target, status, outcome, "
 		    "exit_code, bytes_in, bytes_out, duration_ms, client, sub, oom_killed, pids_limited, "
-		    "uncontained FROM audit WHERE 1");
+		    "uncontained, exec_id FROM audit WHERE 1");
 	if (f->after > 0)
 		sql_add(&b, " AND id > ?");
 	/* "Since" with no cursor (a first page): start at the smallest id
@@ -534,6 +534,7 @@ static int run_query(sqlite3 *db, const struct store_audit_filter *f, store_audi
 		a.why.oom_killed = sqlite3_column_int(st, 16) != 0;
 		a.why.pids_limited = sqlite3_column_int(st, 17) != 0;
 		a.why.uncontained = sqlite3_column_int(st, 18) != 0;
+		a.exec_id = col_text(st, 19);
 		last = a.id;
 		c = cb(ctx, &a);
 		if (c) {
