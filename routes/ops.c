@@ -568,61 +568,63 @@ static bool other_tenant(const char *line, size_t len, const char *own)
  * binary links without it, and a server that made a gateway linked it. */
 #pragma weak sbx_egress_gateway_counts
 
+/* Each tenant's counters in the order of egress_series. */
+enum { EG_ALLOWED, EG_DENIED, EG_UP, EG_DOWN, EG_DNS, EG_UDP, EG_OPEN, EG__N };
 struct egress_tenant {
 	char tenant[64];
-	struct sbx_egress_counts c;
+	uint64_t v[EG__N];
 };
 struct egress_seen {
-	struct egress_tenant *v;
+	struct egress_tenant *t;
 	size_t n;
 };
 
 static void egress_one(void *ctx, const char *tenant, const struct sbx_egress_counts *c)
 {
 	struct egress_seen *s = ctx;
-	s->v = xrealloc(s->v, (s->n + 1) * sizeof *s->v);
-	snprintf(s->v[s->n].tenant, sizeof s->v[s->n].tenant, "%s", tenant);
-	s->v[s->n++].c = *c;
+	s->t = xrealloc(s->t, (s->n + 1) * sizeof *s->t);
+	struct egress_tenant *t = &s->t[s->n++];
+	snprintf(t->tenant, sizeof t->tenant, "%s", tenant);
+	const uint64_t v[EG__N] = {c->allowed,	   c->denied,	   c->bytes_up, c->bytes_down,
+				   c->dns_refused, c->udp_dropped, c->open};
+	memcpy(t->v, v, sizeof v);
 }
 
-/* The gateway's counters per tenant, each family's samples together. */
-static void egress_metrics(struct app *a, struct buf *out)
+/* One line per counter; a family's lines are consecutive, its HELP on the first. */
+static const struct {
+	const char *name, *type, *help, *label; /* label: the extra label and value, or "" */
+} egress_series[EG__N] = {
+    {"sandboxd_egress_connections_total", "counter", "Connections of commands with network, by verdict.",
+     ",verdict=\"allowed\""},
+    {"sandboxd_egress_connections_total", NULL, NULL, ",verdict=\"denied\""},
+    {"sandboxd_egress_bytes_total", "counter",
+     "Bytes the gateway relayed: up (sandbox to destination), down.", ",direction=\"up\""},
+    {"sandboxd_egress_bytes_total", NULL, NULL, ",direction=\"down\""},
+    {"sandboxd_egress_dns_refused_total", "counter", "DNS questions the sandbox's resolver refused.", ""},
+    {"sandboxd_egress_udp_dropped_total", "counter", "UDP datagrams other than DNS, dropped.", ""},
+    {"sandboxd_egress_open", "gauge", "Connections through the gateway open now.", ""},
+};
+
+void route_egress_metrics(struct app *a, struct buf *out)
 {
 	struct egress_seen s = {NULL, 0};
 	if (!a->egress || !sbx_egress_gateway_counts)
 		return;
 	sbx_egress_gateway_counts(a->egress, egress_one, &s);
-	buf_appendf(out, "# HELP sandboxd_egress_connections_total Connections of commands with network, "
-			 "by the gateway's verdict.\n# TYPE sandboxd_egress_connections_total counter\n");
-	for (size_t i = 0; i < s.n; i++)
-		buf_appendf(out,
-			    "sandboxd_egress_connections_total{tenant=\"%s\",verdict=\"allowed\"} %llu\n"
-			    "sandboxd_egress_connections_total{tenant=\"%s\",verdict=\"denied\"} %llu\n",
-			    s.v[i].tenant, (unsigned long long)s.v[i].c.allowed, s.v[i].tenant,
-			    (unsigned long long)s.v[i].c.denied);
-	buf_appendf(out, "# HELP sandboxd_egress_bytes_total Bytes relayed by the gateway: up (sandbox to "
-			 "destination), down.\n# TYPE sandboxd_egress_bytes_total counter\n");
-	for (size_t i = 0; i < s.n; i++)
-		buf_appendf(out,
-			    "sandboxd_egress_bytes_total{tenant=\"%s\",direction=\"up\"} %llu\n"
-			    "sandboxd_egress_bytes_total{tenant=\"%s\",direction=\"down\"} %llu\n",
-			    s.v[i].tenant, (unsigned long long)s.v[i].c.bytes_up, s.v[i].tenant,
-			    (unsigned long long)s.v[i].c.bytes_down);
-	static const char *const family[3][3] = {
-	    {"sandboxd_egress_dns_refused_total", "counter", "DNS questions the sandbox's resolver refused."},
-	    {"sandboxd_egress_udp_dropped_total", "counter", "UDP datagrams other than DNS, dropped."},
-	    {"sandboxd_egress_open", "gauge", "Connections through the gateway open now."},
-	};
-	for (int k = 0; k < 3; k++) {
-		buf_appendf(out, "# HELP %s %s\n# TYPE %s %s\n", family[k][0], family[k][2], family[k][0],
-			    family[k][1]);
-		for (size_t i = 0; i < s.n; i++) {
-			const struct sbx_egress_counts *c = &s.v[i].c;
-			unsigned long long v = k == 0 ? c->dns_refused : k == 1 ? c->udp_dropped : c->open;
-			buf_appendf(out, "%s{tenant=\"%s\"} %llu\n", family[k][0], s.v[i].tenant, v);
-		}
+	for (int k = 0; k < EG__N; k++) {
+		if (egress_series[k].help)
+			buf_appendf(out, "# HELP %s %s\n# TYPE %s %s\n", egress_series[k].name,
+				    egress_series[k].help, egress_series[k].name, egress_series[k].type);
+		for (size_t i = 0; i < s.n; i++)
+			buf_appendf(out, "%s{tenant=\"%s\"%s} %llu\n", egress_series[k].name, s.t[i].tenant,
+				    egress_series[k].label, (unsigned long long)s.t[i].v[k]);
 	}
-	free(s.v);
+	free(s.t);
+	buf_appendf(out,
+		    "# HELP sandboxd_egress_ledger_failures_total Egress records not written (queue full or "
+		    "store errors).\n# TYPE sandboxd_egress_ledger_failures_total counter\n"
+		    "sandboxd_egress_ledger_failures_total %llu\n",
+		    (unsigned long long)store_egress_failures(a->store));
 }
 
 /* Without the admin scope (an operator's: audit:read is a scope any
@@ -683,7 +685,7 @@ int route_metrics(struct http_req *r)
 	route_admit_render(r->app, &out);
 	tenant_usage(r->app, &out);
 	tenant_disk(r->app, &out);
-	egress_metrics(r->app, &out);
+	route_egress_metrics(r->app, &out);
 	if (r->app->http.pool)
 		http_pool_render(r->app->http.pool, &out);
 	/* metrics-public: the operator published every series to whoever

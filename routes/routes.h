@@ -12,6 +12,12 @@ int route_readyz(struct http_req *r);
 int route_metrics(struct http_req *r);
 int route_openapi(struct http_req *r);
 int route_dashboard(struct http_req *r);
+struct app;
+struct buf;
+/* /metrics' egress series: the gateway's counters per tenant
+ * (sbx_egress_gateway_counts) and the ledger's lost records; nothing
+ * when a->egress is NULL. */
+void route_egress_metrics(struct app *a, struct buf *out);
 
 /* routes/docs.c: the documentation site from docs-dir */
 int route_docs(struct http_req *r);
