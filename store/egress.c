@@ -103,7 +103,8 @@ static int insert_one(struct store *s, const struct store_egress *e)
 	    s, ST_EGRESS_INSERT,
 	    "INSERT INTO egress (tenant, incarnation, exec_id, sub, proto, name, name_source, dialled, addr, "
 	    "port, verdict, reason, bytes_up, bytes_down, started_at, ended_at) "
-	    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	    "VALUES (?1, coalesce(nullif(?2, 0), (SELECT incarnation FROM tenants WHERE name = ?1), 0), "
+	    "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
 	    Q_ARGS(Q_TEXT(e->tenant), Q_INT(e->incarnation), Q_TEXT(e->exec_id), Q_TEXT(e->sub),
 		   Q_TEXT(e->proto), Q_TEXT(e->name), Q_TEXT(e->name_source), Q_TEXT(e->dialled),
 		   Q_TEXT(e->addr), Q_INT(e->port), Q_TEXT(e->allowed ? "allowed" : "denied"),

@@ -316,7 +316,8 @@ int store_audit_query(struct store *s, const struct store_audit_filter *f, store
 struct store_egress {
 	int64_t id; /* assigned by the store */
 	const char *tenant;
-	int64_t incarnation; /* the tenant's life (store_tenant.incarnation) */
+	int64_t incarnation; /* the tenant's life; 0: its living one's when written (a
+				gateway thread cannot look it up without waiting) */
 	const char *exec_id, *sub;
 	const char *proto; /* "tls", "http", "tcp", "dns", "udp" */
 	const char *name, *name_source, *dialled, *addr;

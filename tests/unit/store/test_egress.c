@@ -286,6 +286,34 @@ static void test_queue_bound(void **state)
 	assert_int_equal(store_egress_failures(f->s), 1);
 }
 
+/* Incarnation 0: the writer stamps the living tenant's life; a tenant
+ * the store does not know gets 0. */
+static void test_incarnation_at_write(void **state)
+{
+	struct fx *f = *state;
+	struct store_tenant t = {.alg = "HS256", .key = (unsigned char *)"secret", .key_len = 6};
+	snprintf(t.name, sizeof t.name, "acme");
+	assert_int_equal(store_tenant_add(f->s, &t, -1), 0);
+	assert_true(t.incarnation > 0);
+	struct store_egress e = rec("acme", "e1", false, 1000), g = rec("ghost", "e1", false, 1000);
+	e.incarnation = g.incarnation = 0;
+	assert_int_equal(store_egress_append(f->s, &e), 0);
+	assert_int_equal(store_egress_append(f->s, &g), 0);
+	assert_int_equal(store_egress_flush(f->s), 0);
+	struct got r = {.n = 0};
+	struct store_egress_filter q = {.tenant = "acme", .incarnation = t.incarnation};
+	assert_int_equal(store_egress_query(f->s, &q, collect, &r, NULL), 0);
+	assert_int_equal(r.n, 1);
+	int64_t rows = 0, bytes = 0;
+	assert_int_equal(store_usage_get(f->s, "acme", t.incarnation, &rows, &bytes), 0);
+	assert_int_equal(rows, 1);
+	r.n = 0;
+	q = (struct store_egress_filter){.tenant = "ghost"};
+	assert_int_equal(store_egress_query(f->s, &q, collect, &r, NULL), 0);
+	assert_int_equal(r.n, 1);
+	assert_int_equal(r.e[0].incarnation, 0);
+}
+
 static int audit_count(void *ctx, const struct store_audit *a)
 {
 	(void)a;
@@ -332,9 +360,10 @@ static void test_audit_egress_filter(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    UNIT_TEST_FX(test_append_roundtrip), UNIT_TEST_FX(test_query_filters),
-	    UNIT_TEST_FX(test_cursor_pages),	 UNIT_TEST_FX(test_retention_prune),
-	    UNIT_TEST_FX(test_queue_bound),	 UNIT_TEST_FX(test_audit_egress_filter),
+	    UNIT_TEST_FX(test_append_roundtrip),    UNIT_TEST_FX(test_query_filters),
+	    UNIT_TEST_FX(test_cursor_pages),	    UNIT_TEST_FX(test_retention_prune),
+	    UNIT_TEST_FX(test_queue_bound),	    UNIT_TEST_FX(test_incarnation_at_write),
+	    UNIT_TEST_FX(test_audit_egress_filter),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
