@@ -1,0 +1,227 @@
+/* The egress gateway: its threads, tenants and their rules, counters and
+ * health (sandbox/egress/gateway.h; the inside in gateway_int.h). */
+#include "sandbox/egress/gateway.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errors.h"
+#include "common/xmalloc.h"
+#include "sandbox/egress/gateway_int.h"
+
+static unsigned or_default(unsigned v, unsigned d)
+{
+	return v ? v : d;
+}
+
+static void config_defaults(struct sbx_egress_config *c)
+{
+	c->threads = or_default(c->threads, 2);
+	c->pool = or_default(c->pool, 4);
+	c->tenant_conns = or_default(c->tenant_conns, 256);
+	c->tenant_pending = or_default(c->tenant_pending, 64);
+	c->command_conns = or_default(c->command_conns, 64);
+	c->command_conn_per_s = or_default(c->command_conn_per_s, 10);
+	c->hello_ms = or_default(c->hello_ms, 5000);
+	c->first_byte_ms = or_default(c->first_byte_ms, 300);
+	c->connect_ms = or_default(c->connect_ms, 5000);
+	c->resolve_ms = or_default(c->resolve_ms, 2000);
+}
+
+int sbx_egress_gateway_new(const struct sbx_egress_config *c, struct sbx_egress_gateway **out)
+{
+	struct sbx_egress_gateway *g = xcalloc(1, sizeof(*g));
+	g->c = *c;
+	config_defaults(&g->c);
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_mutex_init(&g->wq_mu, NULL);
+	pthread_cond_init(&g->wq_cv, NULL);
+	g->nspool = sbx_egress_nspool_new(g->c.pool);
+	g->loops = xcalloc(g->c.threads, sizeof(*g->loops));
+	if (gw_pool_start(g) < 0)
+		goto fail;
+	for (; g->n_loops < g->c.threads; g->n_loops++)
+		if (gw_loop_start(&g->loops[g->n_loops], g) < 0)
+			goto fail;
+	*out = g;
+	return 0;
+fail:
+	sbx_egress_gateway_free(&g);
+	return -SBX_E_BACKEND;
+}
+
+static void free_tenants(struct sbx_egress_gateway *g)
+{
+	while (g->tenants) {
+		struct gw_tenant *t = g->tenants;
+		g->tenants = t->next;
+		sbx_egress_rules_unref(&t->rules);
+		free(t->name);
+		free(t);
+	}
+}
+
+void sbx_egress_gateway_free(struct sbx_egress_gateway **gp)
+{
+	struct sbx_egress_gateway *g = gp ? *gp : NULL;
+	if (!g)
+		return;
+	/* Sessions first (their loops write their records), then the pool (no
+	 * more answers are posted), then the loops. */
+	for (;;) {
+		pthread_mutex_lock(&g->mu);
+		struct sbx_egress_session *s = g->n_sessions ? g->sessions[0] : NULL;
+		pthread_mutex_unlock(&g->mu);
+		if (!s)
+			break;
+		sbx_egress_session_close(&s, NULL);
+	}
+	gw_pool_stop(g);
+	for (unsigned i = 0; i < g->n_loops; i++)
+		gw_loop_stop(&g->loops[i]);
+	free(g->loops);
+	sbx_egress_nspool_free(&g->nspool);
+	free_tenants(g);
+	free(g->sessions);
+	pthread_cond_destroy(&g->wq_cv);
+	pthread_mutex_destroy(&g->wq_mu);
+	pthread_mutex_destroy(&g->mu);
+	free(g);
+	*gp = NULL;
+}
+
+/* Under g->mu. */
+static struct gw_tenant *tenant_find(struct sbx_egress_gateway *g, const char *name)
+{
+	for (struct gw_tenant *t = g->tenants; t; t = t->next)
+		if (strcmp(t->name, name) == 0)
+			return t;
+	struct gw_tenant *t = xcalloc(1, sizeof(*t));
+	t->name = xstrdup(name);
+	t->next = g->tenants;
+	g->tenants = t;
+	return t;
+}
+
+struct gw_tenant *gw_tenant_get(struct sbx_egress_gateway *g, const char *name)
+{
+	pthread_mutex_lock(&g->mu);
+	struct gw_tenant *t = tenant_find(g, name);
+	pthread_mutex_unlock(&g->mu);
+	return t;
+}
+
+struct sbx_egress_rules *gw_rules_now(struct sbx_egress_gateway *g, struct gw_tenant *t)
+{
+	pthread_mutex_lock(&g->mu);
+	struct sbx_egress_rules *r = t->rules ? sbx_egress_rules_ref(t->rules) : NULL;
+	pthread_mutex_unlock(&g->mu);
+	return r;
+}
+
+void sbx_egress_gateway_set_rules(struct sbx_egress_gateway *g, const char *tenant,
+				  struct sbx_egress_rules *rules)
+{
+	pthread_mutex_lock(&g->mu);
+	struct gw_tenant *t = tenant_find(g, tenant);
+	struct sbx_egress_rules *old = t->rules;
+	t->rules = rules ? sbx_egress_rules_ref(rules) : NULL;
+	/* The live sessions' loopback sets follow, on the pool. */
+	for (size_t i = 0; i < g->n_sessions; i++)
+		if (g->sessions[i]->t == t)
+			gw_session_loopback_later(g->sessions[i]);
+	pthread_mutex_unlock(&g->mu);
+	sbx_egress_rules_unref(&old);
+}
+
+void sbx_egress_gateway_counts(struct sbx_egress_gateway *g,
+			       void (*cb)(void *ctx, const char *tenant, const struct sbx_egress_counts *c),
+			       void *ctx)
+{
+	/* Tenants are never removed and their names never change: the list can
+	 * be walked from its head as it was without holding mu over cb. */
+	pthread_mutex_lock(&g->mu);
+	struct gw_tenant *head = g->tenants;
+	pthread_mutex_unlock(&g->mu);
+	for (struct gw_tenant *t = head; t; t = t->next) {
+		struct sbx_egress_counts c = {
+		    .allowed = t->allowed,
+		    .denied = t->denied,
+		    .dns_refused = t->dns_refused,
+		    .udp_dropped = t->udp_dropped,
+		    .bytes_up = t->bytes_up,
+		    .bytes_down = t->bytes_down,
+		    .open = t->open,
+		    .pending = t->pending,
+		};
+		cb(ctx, t->name, &c);
+	}
+}
+
+/* The worker pool: getaddrinfo and loopback-set changes. */
+static void *worker_main(void *arg)
+{
+	struct sbx_egress_gateway *g = arg;
+	pthread_mutex_lock(&g->wq_mu);
+	for (;;) {
+		while (!g->wq_head && !g->wq_stop)
+			pthread_cond_wait(&g->wq_cv, &g->wq_mu);
+		if (g->wq_stop)
+			break;
+		struct gw_work *w = g->wq_head;
+		g->wq_head = w->next;
+		if (!g->wq_head)
+			g->wq_tail = NULL;
+		pthread_mutex_unlock(&g->wq_mu);
+		w->run(w);
+		pthread_mutex_lock(&g->wq_mu);
+	}
+	pthread_mutex_unlock(&g->wq_mu);
+	return NULL;
+}
+
+int gw_pool_start(struct sbx_egress_gateway *g)
+{
+	for (; g->n_workers < GW_POOL_THREADS; g->n_workers++)
+		if (pthread_create(&g->workers[g->n_workers], NULL, worker_main, g) != 0)
+			return -SBX_E_BACKEND;
+	return 0;
+}
+
+void gw_pool_stop(struct sbx_egress_gateway *g)
+{
+	pthread_mutex_lock(&g->wq_mu);
+	g->wq_stop = true;
+	pthread_cond_broadcast(&g->wq_cv);
+	pthread_mutex_unlock(&g->wq_mu);
+	for (unsigned i = 0; i < g->n_workers; i++)
+		pthread_join(g->workers[i], NULL);
+	g->n_workers = 0;
+	while (g->wq_head) {
+		struct gw_work *w = g->wq_head;
+		g->wq_head = w->next;
+		w->drop(w);
+	}
+	g->wq_tail = NULL;
+}
+
+void gw_work_post(struct sbx_egress_gateway *g, struct gw_work *w)
+{
+	pthread_mutex_lock(&g->wq_mu);
+	if (g->wq_stop) {
+		pthread_mutex_unlock(&g->wq_mu);
+		w->drop(w);
+		return;
+	}
+	w->next = NULL;
+	if (g->wq_tail)
+		g->wq_tail->next = w;
+	else
+		g->wq_head = w;
+	g->wq_tail = w;
+	pthread_cond_signal(&g->wq_cv);
+	pthread_mutex_unlock(&g->wq_mu);
+}

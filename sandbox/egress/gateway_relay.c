@@ -1,0 +1,187 @@
+/* Both directions of an allowed connection, with splice(2) through a pipe
+ * each (no copy through user space), level-triggered: every event of
+ * either socket moves what can move, then says what to wait for. A
+ * direction ends at its source's EOF, which is passed on as
+ * shutdown(SHUT_WR) of its destination (half-close); the connection ends
+ * when both have, or at the first error of either socket.
+ *
+ * A plain HTTP connection's client side is read() and write() instead,
+ * through sbx_egress_http_feed, so that every request on it is checked. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/xmalloc.h"
+#include "sandbox/egress/gateway_int.h"
+
+#define SPLICE_MAX (64 * 1024)
+#define HTTP_BUF 16384
+
+struct dir {
+	int src, dst;
+	int pipe[2];   /* splice: read end, write end; -1 with copy */
+	size_t queued; /* in the pipe, or in buf[off..len) */
+	uint8_t *buf;  /* copy (HTTP) */
+	size_t off, len;
+	bool eof, done; /* source ended; passed on and nothing queued */
+	uint64_t bytes; /* delivered to dst */
+};
+
+struct gw_relay {
+	struct dir up, down;
+	struct sbx_egress_http *http;
+};
+
+static int dir_init(struct dir *d, int src, int dst, bool copy)
+{
+	*d = (struct dir){.src = src, .dst = dst, .pipe = {-1, -1}};
+	if (copy) {
+		d->buf = xmalloc(HTTP_BUF);
+		return 0;
+	}
+	return pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC);
+}
+
+static void dir_fini(struct dir *d)
+{
+	for (int i = 0; i < 2; i++)
+		if (d->pipe[i] >= 0)
+			close(d->pipe[i]);
+	free(d->buf);
+}
+
+struct gw_relay *gw_relay_new(int cfd, int ufd, struct sbx_egress_http *http)
+{
+	struct gw_relay *r = xcalloc(1, sizeof(*r));
+	r->http = http;
+	if (dir_init(&r->up, cfd, ufd, http != NULL) < 0 || dir_init(&r->down, ufd, cfd, false) < 0) {
+		gw_relay_free(&r);
+		return NULL;
+	}
+	return r;
+}
+
+void gw_relay_free(struct gw_relay **rp)
+{
+	struct gw_relay *r = *rp;
+	if (!r)
+		return;
+	dir_fini(&r->up);
+	dir_fini(&r->down);
+	sbx_egress_http_free(&r->http);
+	free(r);
+	*rp = NULL;
+}
+
+void gw_relay_bytes(const struct gw_relay *r, uint64_t *up, uint64_t *down)
+{
+	*up = r->up.bytes;
+	*down = r->down.bytes;
+}
+
+static bool again(void)
+{
+	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+}
+
+static int fail(const char *side, char *why, size_t whysz)
+{
+	snprintf(why, whysz, "%s: %s", side, strerror(errno));
+	return -1;
+}
+
+/* The source's EOF: pass it on. */
+static void dir_eof(struct dir *d)
+{
+	d->eof = true;
+	shutdown(d->dst, SHUT_WR);
+}
+
+/* Drain the pipe or buffer into dst. 0: empty now or dst is full; -1: dst failed. */
+static int dir_flush(struct dir *d)
+{
+	while (d->queued) {
+		ssize_t n = d->buf ? write(d->dst, d->buf + d->off, d->queued)
+				   : splice(d->pipe[0], NULL, d->dst, NULL, d->queued,
+					    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n < 0)
+			return again() ? 0 : -1;
+		d->queued -= (size_t)n;
+		d->off += (size_t)n;
+		d->bytes += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Fill from src. 0: something queued, EOF, or src is empty; -1: src failed
+ * (errno), -2: the HTTP check ended it (why). */
+static int dir_fill(struct dir *d, struct sbx_egress_http *http, char *why, size_t whysz)
+{
+	ssize_t n =
+	    d->buf ? read(d->src, d->buf, HTTP_BUF)
+		   : splice(d->src, NULL, d->pipe[1], NULL, SPLICE_MAX, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (n < 0)
+		return again() ? 0 : -1;
+	if (n == 0) {
+		dir_eof(d);
+		return 0;
+	}
+	if (http && sbx_egress_http_feed(http, d->buf, (size_t)n, why, whysz) < 0)
+		return -2;
+	d->queued = (size_t)n;
+	d->off = 0;
+	return 0;
+}
+
+/* Move what can move in one direction. */
+static int dir_pump(struct dir *d, struct sbx_egress_http *http, const char *src_side, const char *dst_side,
+		    char *why, size_t whysz)
+{
+	while (!d->done) {
+		if (dir_flush(d) < 0)
+			return fail(dst_side, why, whysz);
+		if (d->queued)
+			return 0; /* dst is full */
+		if (d->eof) {
+			d->done = true;
+			return 0;
+		}
+		int rc = dir_fill(d, http, why, whysz);
+		if (rc == -1)
+			return fail(src_side, why, whysz);
+		if (rc < 0)
+			return -1;
+		if (!d->queued && !d->eof)
+			return 0; /* src is empty */
+	}
+	return 0;
+}
+
+/* What d waits for: its destination writable, or its source readable. */
+static void dir_wants(const struct dir *d, uint32_t *src_ev, uint32_t *dst_ev)
+{
+	if (d->done)
+		return;
+	if (d->queued)
+		*dst_ev |= EPOLLOUT;
+	else if (!d->eof)
+		*src_ev |= EPOLLIN;
+}
+
+int gw_relay_pump(struct gw_relay *r, uint32_t *cev, uint32_t *uev, char *why, size_t whysz)
+{
+	if (dir_pump(&r->up, r->http, "sandbox", "destination", why, whysz) < 0 ||
+	    dir_pump(&r->down, NULL, "destination", "sandbox", why, whysz) < 0)
+		return -1;
+	if (r->up.done && r->down.done)
+		return 1;
+	*cev = *uev = 0;
+	dir_wants(&r->up, cev, uev);
+	dir_wants(&r->down, uev, cev);
+	return 0;
+}
