@@ -346,6 +346,12 @@ static void decide_name(struct gw_conn *c)
 	c->job = gw_resolve_start(c->s->g, c->s->loop, c, c->name);
 }
 
+/* Undecided bytes: a TLS handshake record, or something else. */
+static const char *proto_guess(const struct gw_conn *c)
+{
+	return c->len && c->buf[0] == 0x16 ? "tls" : "tcp";
+}
+
 static const char *proto_of(const struct sbx_egress_peek *p, const struct gw_conn *c)
 {
 	switch (p->proto) {
@@ -354,7 +360,7 @@ static const char *proto_of(const struct sbx_egress_peek *p, const struct gw_con
 	case SBX_EGRESS_HTTP:
 		return "http";
 	case SBX_EGRESS_REFUSE:
-		return c->len && c->buf[0] == 0x16 ? "tls" : "tcp"; /* a TLS handshake record */
+		return proto_guess(c);
 	default:
 		return "tcp";
 	}
@@ -436,6 +442,7 @@ void gw_conn_deadline(struct gw_conn *c, int64_t now)
 		}
 		snprintf(why, sizeof(why), "no complete ClientHello or request head within %u ms",
 			 c->s->g->c.hello_ms);
+		c->proto = proto_guess(c);
 		refuse(c, why);
 		return;
 	case GW_C_RESOLVE:
