@@ -497,6 +497,12 @@ static int setup(void **state)
 
 /* --- the cases -------------------------------------------------------- */
 
+static void count_cb(void *ctx, const char *tenant, const struct sbx_egress_counts *c)
+{
+	if (strcmp(tenant, "t1") == 0)
+		*(struct sbx_egress_counts *)ctx = *c;
+}
+
 static const struct sbx_egress_config base = {.threads = 2, .first_byte_ms = 100};
 
 static void http_by_host(void **state)
@@ -528,6 +534,27 @@ static void http_by_host(void **state)
 	assert_int_equal(sum.n_denied, 1);
 	assert_string_equal(sum.denied[0].dest, "other.test:80");
 	assert_int_equal(sum.allowed_total, 1);
+	struct sbx_egress_counts c = {0};
+	sbx_egress_gateway_counts(T.g, count_cb, &c);
+	assert_int_equal(c.allowed, 1);
+	assert_int_equal(c.denied, 1);
+	assert_int_equal(c.open, 0);
+}
+
+/* Pipelined requests on one connection: each one's Host is checked. */
+static void http_second_host(void **state)
+{
+	struct fx *f = *state;
+	char ans[256];
+	gw_start(&base);
+	f->s = open_session("t1", "allowed.test, other.test");
+	static const char two[] = "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+				  "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n";
+	exchange(sbx_connect(f->s, ALLOWED_IP, 80), two, sizeof(two) - 1, ans, sizeof(ans));
+	assert_string_equal(ans, "");
+	struct rec r = wait_rec("http", ALLOWED_IP ":80");
+	assert_false(r.allowed);
+	assert_true(r.reason[0]);
 }
 
 static void tls_by_sni(void **state)
@@ -714,6 +741,88 @@ static void bytes_counted(void **state)
 	assert_int_equal(r.down, MIB);
 }
 
+/* UDP other than DNS goes nowhere and is recorded (QUIC by its port). */
+static void udp_dropped(void **state)
+{
+	struct fx *f = *state;
+	gw_start(&base);
+	f->s = open_session("t1", "allowed.test");
+	int fd = sbx_socket(f->s, SOCK_DGRAM);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(443)};
+	inet_pton(AF_INET, ALLOWED_IP, &a.sin_addr);
+	sendto(fd, "q", 1, 0, (struct sockaddr *)&a, sizeof(a));
+	close(fd);
+	struct rec r = wait_rec("udp", ALLOWED_IP ":443");
+	assert_false(r.allowed);
+	assert_string_equal(r.reason, "QUIC refused; use TCP");
+}
+
+/* A connection still open when the command ends: ended, recorded healthy
+ * with its bytes. */
+static void close_ends_open(void **state)
+{
+	struct fx *f = *state;
+	gw_start(&base);
+	f->s = open_session("t1", "allowed.test");
+	uint8_t hello[4096];
+	size_t n = client_hello("allowed.test", hello, sizeof(hello));
+	int fd = sbx_connect(f->s, ALLOWED_IP, 443);
+	write_all(fd, hello, n);
+	char ans[64] = "";
+	assert_true(read(fd, ans, sizeof(ans) - 1) > 0);
+	assert_string_equal(ans, "ID " ALLOWED_IP "\n");
+	struct sbx_egress_summary sum;
+	sbx_egress_session_close(&f->s, &sum);
+	struct rec r = wait_rec("tls", ALLOWED_IP ":443");
+	assert_true(r.allowed);
+	assert_false(r.has_reason);
+	assert_int_equal(r.up, n);
+	assert_int_equal(r.down, strlen(ans));
+	assert_int_equal(sum.allowed_total, 1);
+	close(fd);
+}
+
+/* A host loopback port the rules grant reaches the server's own
+ * 127.0.0.1; without the grant the sandbox's loopback is its own. */
+static void loopback_grant(void **state)
+{
+	struct fx *f = *state;
+	gw_start(&base);
+	int lfd = listen_on("127.0.0.1", 18080);
+	assert_true(lfd >= 0);
+	f->s = open_session("t1", "127.0.0.1:18080");
+	int fd = sbx_connect(f->s, "127.0.0.1", 18080);
+	int up = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	assert_true(up >= 0);
+	write_all(up, "ID lo\n", 6);
+	close(up);
+	char ans[64];
+	exchange(fd, "", 0, ans, sizeof(ans));
+	assert_string_equal(ans, "ID lo\n");
+	assert_true(wait_rec("tcp", "127.0.0.1:18080").allowed);
+	/* Rules without it: the next connection stays in the sandbox. */
+	struct sbx_egress_rules *r = rules("allowed.test");
+	sbx_egress_gateway_set_rules(T.g, "t1", r);
+	sbx_egress_rules_unref(&r);
+	fd = sbx_socket(f->s, SOCK_STREAM);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(18080)};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	int rc = -1;
+	for (int64_t until = mono_ms() + WAIT_MS; mono_ms() < until;) {
+		/* The namespace's sets change on the worker pool: soon, not now. */
+		rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
+		if (rc < 0)
+			break;
+		close(fd);
+		wait_rec("tcp", "127.0.0.1:18080");
+		fd = sbx_socket(f->s, SOCK_STREAM);
+	}
+	assert_int_equal(rc, -1);
+	assert_int_equal(errno, ECONNREFUSED);
+	close(fd);
+	close(lfd);
+}
+
 static void health_without_route(void **state)
 {
 	(void)state;
@@ -743,9 +852,19 @@ int main(void)
 	if (!T.ready)
 		fprintf(stderr, "test_gateway: skipped: %s\n", T.why);
 	const struct CMUnitTest tests[] = {
-	    UNIT_TEST_FX(http_by_host),	 UNIT_TEST_FX(tls_by_sni),	 UNIT_TEST_FX(private_answer_refused),
-	    UNIT_TEST_FX(dns_then_name), UNIT_TEST_FX(live_rule_change), UNIT_TEST_FX(command_bound),
-	    UNIT_TEST_FX(slow_hello),	 UNIT_TEST_FX(bytes_counted),	 UNIT_TEST_FX(health_without_route),
+	    UNIT_TEST_FX(http_by_host),
+	    UNIT_TEST_FX(tls_by_sni),
+	    UNIT_TEST_FX(private_answer_refused),
+	    UNIT_TEST_FX(dns_then_name),
+	    UNIT_TEST_FX(live_rule_change),
+	    UNIT_TEST_FX(command_bound),
+	    UNIT_TEST_FX(slow_hello),
+	    UNIT_TEST_FX(bytes_counted),
+	    UNIT_TEST_FX(http_second_host),
+	    UNIT_TEST_FX(udp_dropped),
+	    UNIT_TEST_FX(close_ends_open),
+	    UNIT_TEST_FX(loopback_grant),
+	    UNIT_TEST_FX(health_without_route),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	stop_world();
