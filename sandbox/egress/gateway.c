@@ -38,6 +38,7 @@ int sbx_egress_gateway_new(const struct sbx_egress_config *c, struct sbx_egress_
 	config_defaults(&g->c);
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_mutex_init(&g->wq_mu, NULL);
+	pthread_mutex_init(&g->health_mu, NULL);
 	pthread_cond_init(&g->wq_cv, NULL);
 	g->nspool = sbx_egress_nspool_new(g->c.pool);
 	g->loops = xcalloc(g->c.threads, sizeof(*g->loops));
@@ -88,6 +89,7 @@ void sbx_egress_gateway_free(struct sbx_egress_gateway **gp)
 	free(g->sessions);
 	pthread_cond_destroy(&g->wq_cv);
 	pthread_mutex_destroy(&g->wq_mu);
+	pthread_mutex_destroy(&g->health_mu);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
 	*gp = NULL;
@@ -161,23 +163,44 @@ void sbx_egress_gateway_counts(struct sbx_egress_gateway *g,
 	}
 }
 
-/* The worker pool: getaddrinfo and loopback-set changes. */
+/* The worker pool: getaddrinfo and loopback-set changes. A tenant's
+ * names may be slow to resolve (a wildcard rule lets it pick any): it
+ * gets at most GW_TENANT_WORKERS workers at once, so that the others'
+ * names still resolve. Under wq_mu: the first job that may run now. */
+static struct gw_work *work_take(struct sbx_egress_gateway *g)
+{
+	for (struct gw_work **p = &g->wq_head, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
+		struct gw_work *w = *p;
+		if (w->t && w->t->resolving >= GW_TENANT_WORKERS)
+			continue;
+		*p = w->next;
+		if (g->wq_tail == w)
+			g->wq_tail = prev;
+		if (w->t)
+			w->t->resolving++;
+		return w;
+	}
+	return NULL;
+}
+
 static void *worker_main(void *arg)
 {
 	struct sbx_egress_gateway *g = arg;
+	struct gw_work *w = NULL;
 	pthread_mutex_lock(&g->wq_mu);
-	for (;;) {
-		while (!g->wq_head && !g->wq_stop)
+	while (!g->wq_stop) {
+		if (!(w = work_take(g))) {
 			pthread_cond_wait(&g->wq_cv, &g->wq_mu);
-		if (g->wq_stop)
-			break;
-		struct gw_work *w = g->wq_head;
-		g->wq_head = w->next;
-		if (!g->wq_head)
-			g->wq_tail = NULL;
+			continue;
+		}
+		struct gw_tenant *t = w->t;
 		pthread_mutex_unlock(&g->wq_mu);
-		w->run(w);
+		w->run(w); /* frees w */
 		pthread_mutex_lock(&g->wq_mu);
+		if (t) {
+			t->resolving--;
+			pthread_cond_broadcast(&g->wq_cv); /* its next one may run now */
+		}
 	}
 	pthread_mutex_unlock(&g->wq_mu);
 	return NULL;

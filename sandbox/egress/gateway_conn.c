@@ -14,6 +14,7 @@
  * A refusal is a reset (SO_LINGER 0), so that clients fail at once. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -262,12 +263,27 @@ static void accept_one(struct sbx_egress_session *s, int fd, bool v6)
 	watch(c, &c->hc, EPOLLIN);
 }
 
+/* Out of descriptors, the listener stays readable (level-triggered: the
+ * loop would spin): the loop's spare one makes room to take the
+ * connection and reset it. */
+static void out_of_fds(struct gw_loop *l, int lfd)
+{
+	close(l->spare_fd);
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	gw_rst_close(&fd);
+	l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 void gw_conn_accept(struct sbx_egress_session *s, int lfd)
 {
 	/* A batch at a time: a flood on one listener lets the loop's other
 	 * sessions have their turn (level-triggered: the rest comes next). */
 	for (int i = 0; i < ACCEPT_BATCH; i++) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+			out_of_fds(s->loop, lfd);
+			return;
+		}
 		if (fd < 0)
 			return;
 		accept_one(s, fd, lfd == s->ns.tcp6);

@@ -67,13 +67,13 @@ static int check(char *msg, size_t msgsz)
 
 int sbx_egress_gateway_health(struct sbx_egress_gateway *g, char *msg, size_t msgsz)
 {
-	pthread_mutex_lock(&g->mu);
+	pthread_mutex_lock(&g->health_mu);
 	if (!g->health_done) {
 		g->health_rc = check(g->health_msg, sizeof(g->health_msg));
 		g->health_done = true;
 	}
 	snprintf(msg, msgsz, "%s", g->health_msg);
 	int rc = g->health_rc;
-	pthread_mutex_unlock(&g->mu);
+	pthread_mutex_unlock(&g->health_mu);
 	return rc;
 }

@@ -25,9 +25,10 @@
 #include "sandbox/egress/nsprep.h"
 #include "sandbox/egress/peek.h"
 
-#define GW_ADDRS_MAX 16	  /* resolved addresses tried per connection */
-#define GW_POOL_THREADS 4 /* getaddrinfo at once (each may block for resolve_ms) */
-#define GW_ADDR_TXT 64	  /* "[ipv6]:port" */
+#define GW_ADDRS_MAX 16	    /* resolved addresses tried per connection */
+#define GW_POOL_THREADS 8   /* getaddrinfo at once (each may block for resolve_ms) */
+#define GW_TENANT_WORKERS 3 /* of them for one tenant's names */
+#define GW_ADDR_TXT 64	    /* "[ipv6]:port" */
 
 struct gw_tenant {
 	struct gw_tenant *next;
@@ -35,6 +36,7 @@ struct gw_tenant {
 	struct sbx_egress_rules *rules; /* under g->mu; NULL: everything refused */
 	atomic_uint_fast64_t allowed, denied, dns_refused, udp_dropped, bytes_up, bytes_down;
 	atomic_uint open, pending;
+	unsigned resolving; /* on the worker pool, under g->wq_mu */
 };
 
 /* What an epoll registration points at. */
@@ -92,6 +94,7 @@ struct gw_loop {
 	pthread_t thr;
 	int ep;
 	struct gw_handle wake; /* an eventfd */
+	int spare_fd;	       /* kept for EMFILE (gateway_conn.c) */
 	pthread_mutex_t mu;    /* the queue and stop */
 	struct gw_msg *head, *tail;
 	bool stop;
@@ -103,6 +106,7 @@ struct gw_loop {
 /* A piece of work for the pool. */
 struct gw_work {
 	struct gw_work *next;
+	struct gw_tenant *t; /* whose name it resolves (the per-tenant share); NULL: none */
 	void (*run)(struct gw_work *w);
 	void (*drop)(struct gw_work *w); /* the pool stops before running it */
 };
@@ -152,11 +156,12 @@ struct sbx_egress_gateway {
 	bool wq_stop;
 	pthread_mutex_t wq_mu;
 	pthread_cond_t wq_cv;
-	/* Tenants, rules, sessions, health. */
+	/* Tenants, rules, sessions. */
 	pthread_mutex_t mu;
 	struct gw_tenant *tenants;
 	struct sbx_egress_session **sessions;
 	size_t n_sessions, cap_sessions;
+	pthread_mutex_t health_mu; /* the first check makes a namespace: not under mu */
 	bool health_done;
 	int health_rc;
 	char health_msg[256];

@@ -2,6 +2,7 @@
  * connections, a queue of messages from other threads (woken by an
  * eventfd), the deadlines of undecided connections, and the graveyard. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -193,8 +194,9 @@ int gw_loop_start(struct gw_loop *l, struct sbx_egress_gateway *g)
 	l->ep = epoll_create1(EPOLL_CLOEXEC);
 	l->wake =
 	    (struct gw_handle){.kind = GW_H_WAKE, .obj = l, .fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+	l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	pthread_mutex_init(&l->mu, NULL);
-	if (l->ep < 0 || l->wake.fd < 0)
+	if (l->ep < 0 || l->wake.fd < 0 || l->spare_fd < 0)
 		goto fail;
 	gw_loop_watch(l, &l->wake, EPOLLIN);
 	if (pthread_create(&l->thr, NULL, loop_main, l) != 0)
@@ -205,6 +207,8 @@ fail:
 		close(l->ep);
 	if (l->wake.fd >= 0)
 		close(l->wake.fd);
+	if (l->spare_fd >= 0)
+		close(l->spare_fd);
 	pthread_mutex_destroy(&l->mu);
 	return -1;
 }
@@ -222,5 +226,6 @@ void gw_loop_stop(struct gw_loop *l)
 	drain_queue(l);
 	close(l->ep);
 	close(l->wake.fd);
+	close(l->spare_fd);
 	pthread_mutex_destroy(&l->mu);
 }

@@ -50,6 +50,7 @@ struct gw_job *gw_resolve_start(struct sbx_egress_gateway *g, struct gw_loop *l,
 	struct gw_job *j = xcalloc(1, sizeof(*j));
 	j->w.run = job_run;
 	j->w.drop = job_drop;
+	j->w.t = c->s->t;
 	j->loop = l;
 	j->conn = c;
 	snprintf(j->name, sizeof(j->name), "%s", name);

@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 
 #include "common/errors.h"
+#include "common/log.h"
 #include "common/xmalloc.h"
 #include "sandbox/egress/gateway_int.h"
 
@@ -53,7 +54,7 @@ static void loopback_run(struct gw_work *w)
 	pthread_mutex_lock(&s->ns_mu);
 	/* A failed change leaves the old sets: their ports stay granted. */
 	if (!s->ns_closed && apply_loopback(s, err, sizeof(err)) < 0)
-		fprintf(stderr, "egress: session %llu: loopback grants not changed: %s\n",
+		log_msg("warn", "egress: command %llu: its loopback grants did not change: %s",
 			(unsigned long long)s->seq, err);
 	pthread_mutex_unlock(&s->ns_mu);
 	loopback_drop(w);
