@@ -650,6 +650,55 @@ static void dns_then_name(void **state)
 	assert_true(r.reason[0]);
 }
 
+static size_t n_recs_of(const char *proto)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&T.mu);
+	for (size_t i = 0; i < T.n_recs; i++)
+		n += strcmp(T.recs[i].proto, proto) == 0;
+	pthread_mutex_unlock(&T.mu);
+	return n;
+}
+
+/* A DNS flood costs its own session: beyond the rate bound questions are
+ * dropped (and said once a second), another session on the same loop is
+ * answered meanwhile. */
+static void dns_flood(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_egress_config c = base;
+	c.threads = 1;
+	gw_start(&c);
+	f->s = open_session("t1", "allowed.test");
+	f->s2 = open_session("t2", "allowed.test");
+	static const uint8_t q[] = {0,	 1,   1,   0, 0,   1,	0,   0,	  0, 0, 0, 0, 4, 'e',
+				    'v', 'i', 'l', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1};
+	int fd = sbx_socket(f->s, SOCK_DGRAM);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
+	inet_pton(AF_INET, "127.0.0.53", &a.sin_addr);
+	int64_t t0 = mono_ms();
+	for (int i = 0; i < 1000; i++)
+		sendto(fd, q, sizeof(q), 0, (struct sockaddr *)&a, sizeof(a));
+	uint8_t a4[4];
+	assert_int_equal(ask(f->s2, "allowed.test", a4), 0);
+	/* One more question a while later says how many were dropped. */
+	bool said = false;
+	for (int64_t until = mono_ms() + WAIT_MS; !said && mono_ms() < until;) {
+		sendto(fd, q, sizeof(q), 0, (struct sockaddr *)&a, sizeof(a));
+		struct pollfd p = {.fd = -1};
+		poll(&p, 0, 100);
+		pthread_mutex_lock(&T.mu);
+		for (size_t i = 0; i < T.n_recs; i++)
+			said = said || strstr(T.recs[i].reason, "DNS rate bound");
+		pthread_mutex_unlock(&T.mu);
+	}
+	assert_true(said);
+	/* The burst (200) and the rate since, the allowed name's record and
+	 * the one of the dropped: not a record per packet. */
+	assert_true(n_recs_of("dns") <= 200 + (size_t)(mono_ms() - t0) / 10 + 3);
+	close(fd);
+}
+
 static void live_rule_change(void **state)
 {
 	struct fx *f = *state;
@@ -863,6 +912,7 @@ int main(void)
 	    UNIT_TEST_FX(http_second_host),
 	    UNIT_TEST_FX(udp_dropped),
 	    UNIT_TEST_FX(close_ends_open),
+	    UNIT_TEST_FX(dns_flood),
 	    UNIT_TEST_FX(loopback_grant),
 	    UNIT_TEST_FX(health_without_route),
 	};
