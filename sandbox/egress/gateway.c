@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,10 +207,23 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* The gateway's threads take no signals: the server's own threads handle
+ * them, and a write to a socket reset by its peer (SIGPIPE) is an EPIPE
+ * here, never the end of the process. */
+int gw_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc == 0 ? 0 : -rc;
+}
+
 int gw_pool_start(struct sbx_egress_gateway *g)
 {
 	for (; g->n_workers < GW_POOL_THREADS; g->n_workers++)
-		if (pthread_create(&g->workers[g->n_workers], NULL, worker_main, g) != 0)
+		if (gw_thread_start(&g->workers[g->n_workers], worker_main, g) < 0)
 			return -SBX_E_BACKEND;
 	return 0;
 }

@@ -172,6 +172,7 @@ struct gw_tenant *gw_tenant_get(struct sbx_egress_gateway *g, const char *name);
 /* The tenant's rules now (a reference; NULL: none). */
 struct sbx_egress_rules *gw_rules_now(struct sbx_egress_gateway *g, struct gw_tenant *t);
 void gw_work_post(struct sbx_egress_gateway *g, struct gw_work *w);
+int gw_thread_start(pthread_t *t, void *(*fn)(void *), void *arg); /* with every signal blocked */
 int gw_pool_start(struct sbx_egress_gateway *g);
 void gw_pool_stop(struct sbx_egress_gateway *g);
 

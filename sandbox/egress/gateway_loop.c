@@ -199,7 +199,7 @@ int gw_loop_start(struct gw_loop *l, struct sbx_egress_gateway *g)
 	if (l->ep < 0 || l->wake.fd < 0 || l->spare_fd < 0)
 		goto fail;
 	gw_loop_watch(l, &l->wake, EPOLLIN);
-	if (pthread_create(&l->thr, NULL, loop_main, l) != 0)
+	if (gw_thread_start(&l->thr, loop_main, l) < 0)
 		goto fail;
 	return 0;
 fail:
