@@ -446,9 +446,8 @@ static void peek_read(struct gw_conn *c)
 	peek_step(c, n == 0);
 }
 
-void gw_conn_deadline(struct gw_conn *c, int64_t now)
+void gw_conn_deadline(struct gw_conn *c)
 {
-	(void)now;
 	char why[SBX_EGRESS_WHY_MAX], name_why[SBX_EGRESS_NAME_MAX + 64];
 	switch (c->st) {
 	case GW_C_PEEK:
@@ -491,9 +490,8 @@ static void keep_allowed(struct gw_conn *c, const struct gw_resolved *res)
 	}
 }
 
-void gw_conn_resolved(struct gw_loop *l, void *job)
+void gw_conn_resolved(void *job)
 {
-	(void)l;
 	struct gw_conn *c = gw_job_conn(job);
 	const struct gw_resolved *res = gw_job_result(job);
 	if (c) {
@@ -580,9 +578,8 @@ static void connect_done(struct gw_conn *c)
 	flush_step(c);
 }
 
-void gw_conn_event(struct gw_conn *c, struct gw_handle *h, uint32_t ev)
+void gw_conn_event(struct gw_conn *c, struct gw_handle *h)
 {
-	(void)ev;
 	switch (c->st) {
 	case GW_C_PEEK:
 		if (h == &c->hc)

@@ -200,9 +200,9 @@ void gw_session_loopback_later(struct sbx_egress_session *s);
 
 /* gateway_conn.c: accept, bounds, peek, decide, connect. */
 void gw_conn_accept(struct sbx_egress_session *s, int lfd);
-void gw_conn_event(struct gw_conn *c, struct gw_handle *h, uint32_t ev);
-void gw_conn_deadline(struct gw_conn *c, int64_t now);
-void gw_conn_resolved(struct gw_loop *l, void *job);
+void gw_conn_event(struct gw_conn *c, struct gw_handle *h);
+void gw_conn_deadline(struct gw_conn *c);
+void gw_conn_resolved(void *job);
 /* End c: the record is written; reason NULL: healthy. */
 void gw_conn_end(struct gw_conn *c, const char *reason);
 void gw_conn_free(struct gw_conn *c);

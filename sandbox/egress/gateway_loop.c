@@ -85,14 +85,14 @@ static void run_deadlines(struct gw_loop *l)
 	for (struct gw_conn *c = l->timed, *next; c; c = next) {
 		next = c->tnext;
 		if (c->due <= now)
-			gw_conn_deadline(c, now);
+			gw_conn_deadline(c);
 	}
 	for (struct gw_conn *c = l->timed; c; c = c->tnext)
 		if (c->due < l->next_due)
 			l->next_due = c->due;
 }
 
-static void handle_msg(struct gw_loop *l, struct gw_msg *m)
+static void handle_msg(struct gw_msg *m)
 {
 	switch (m->kind) {
 	case GW_M_ADD:
@@ -102,7 +102,7 @@ static void handle_msg(struct gw_loop *l, struct gw_msg *m)
 		gw_session_detach(m->obj);
 		break;
 	case GW_M_RESOLVED:
-		gw_conn_resolved(l, m->obj);
+		gw_conn_resolved(m->obj);
 		break;
 	}
 	free(m);
@@ -117,7 +117,7 @@ static bool drain_queue(struct gw_loop *l)
 	pthread_mutex_unlock(&l->mu);
 	while (m) {
 		struct gw_msg *next = m->next;
-		handle_msg(l, m);
+		handle_msg(m);
 		m = next;
 	}
 	return !stop;
@@ -132,7 +132,7 @@ static void free_graveyard(struct gw_loop *l)
 	}
 }
 
-static void dispatch(struct gw_handle *h, uint32_t ev)
+static void dispatch(struct gw_handle *h)
 {
 	struct sbx_egress_session *s = h->obj;
 	switch (h->kind) {
@@ -152,7 +152,7 @@ static void dispatch(struct gw_handle *h, uint32_t ev)
 		break;
 	case GW_H_CLIENT:
 	case GW_H_UPSTREAM:
-		gw_conn_event(h->obj, h, ev);
+		gw_conn_event(h->obj, h);
 		break;
 	}
 }
@@ -177,7 +177,7 @@ static void *loop_main(void *arg)
 			if ((h->kind == GW_H_CLIENT || h->kind == GW_H_UPSTREAM) &&
 			    ((struct gw_conn *)h->obj)->st == GW_C_DEAD)
 				continue;
-			dispatch(h, evs[i].events);
+			dispatch(h);
 		}
 		run_deadlines(l);
 		bool go_on = drain_queue(l);
