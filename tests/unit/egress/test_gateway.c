@@ -542,6 +542,26 @@ static void http_by_host(void **state)
 	assert_int_equal(c.open, 0);
 }
 
+/* A client that ends its side right after its request (nc -N) still
+ * gets the whole answer: the EOF is passed on, not taken for the end. */
+static void half_close(void **state)
+{
+	struct fx *f = *state;
+	static const char req[] = "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
+	char ans[256];
+	gw_start(&base);
+	f->s = open_session("t1", "allowed.test");
+	int fd = sbx_connect(f->s, OTHER_IP, 80);
+	write_all(fd, req, sizeof(req) - 1);
+	shutdown(fd, SHUT_WR);
+	exchange(fd, "", 0, ans, sizeof(ans));
+	assert_string_equal(ans, "ID " ALLOWED_IP "\n");
+	struct rec r = wait_rec("http", OTHER_IP ":80");
+	assert_true(r.allowed);
+	assert_false(r.has_reason);
+	assert_int_equal(r.up, sizeof(req) - 1);
+}
+
 /* Pipelined requests on one connection: each one's Host is checked. */
 static void http_second_host(void **state)
 {
@@ -903,20 +923,11 @@ int main(void)
 	if (!T.ready)
 		fprintf(stderr, "test_gateway: skipped: %s\n", T.why);
 	const struct CMUnitTest tests[] = {
-	    UNIT_TEST_FX(http_by_host),
-	    UNIT_TEST_FX(tls_by_sni),
-	    UNIT_TEST_FX(private_answer_refused),
-	    UNIT_TEST_FX(dns_then_name),
-	    UNIT_TEST_FX(live_rule_change),
-	    UNIT_TEST_FX(command_bound),
-	    UNIT_TEST_FX(slow_hello),
-	    UNIT_TEST_FX(bytes_counted),
-	    UNIT_TEST_FX(http_second_host),
-	    UNIT_TEST_FX(udp_dropped),
-	    UNIT_TEST_FX(close_ends_open),
-	    UNIT_TEST_FX(dns_flood),
-	    UNIT_TEST_FX(loopback_grant),
-	    UNIT_TEST_FX(health_without_route),
+	    UNIT_TEST_FX(http_by_host),	 UNIT_TEST_FX(tls_by_sni),	 UNIT_TEST_FX(private_answer_refused),
+	    UNIT_TEST_FX(dns_then_name), UNIT_TEST_FX(live_rule_change), UNIT_TEST_FX(command_bound),
+	    UNIT_TEST_FX(slow_hello),	 UNIT_TEST_FX(bytes_counted),	 UNIT_TEST_FX(http_second_host),
+	    UNIT_TEST_FX(half_close),	 UNIT_TEST_FX(udp_dropped),	 UNIT_TEST_FX(close_ends_open),
+	    UNIT_TEST_FX(dns_flood),	 UNIT_TEST_FX(loopback_grant),	 UNIT_TEST_FX(health_without_route),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	stop_world();
