@@ -40,6 +40,8 @@ extern char **environ;
 
 #define ALLOWED_IP "198.51.100.10"
 #define OTHER_IP "198.51.100.11"
+#define ALLOWED6_IP "2001:db8::10"
+#define OTHER6_IP "2001:db8::11"
 #define MIB (1024 * 1024)
 #define WAIT_MS 5000
 
@@ -158,7 +160,7 @@ static int bind_over(const char *dir, const char *name, const char *text, const 
 	return 0;
 }
 
-/* Only the veth's subnet (and IPv6's link-local, local, multicast and
+/* Only the veth's subnets (and IPv6's link-local, local, multicast and
  * reject routes, which lead nowhere else): nothing can leave the machine. */
 static bool only_veth_routes(const char *netdir)
 {
@@ -182,19 +184,36 @@ static bool only_veth_routes(const char *netdir)
 	while (ok && f && fgets(line, sizeof(line), f))
 		ok = sscanf(line, "%39s %x %*s %*s %*s %*s %*s %*s %x", d6, &len, &flags) == 3 &&
 		     (strncmp(d6, "fe80", 4) == 0 || strncmp(d6, "ff", 2) == 0 || len == 128 ||
-		      (flags & 0x200));
+		      (flags & 0x200) || (strcmp(d6, "20010db8000000000000000000000000") == 0 && len == 64));
 	if (f)
 		fclose(f);
 	return ok;
 }
 
+/* ip: IPv4 or IPv6 text. */
+static socklen_t sockaddr_of(const char *ip, uint16_t port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET6, ip, &a6->sin6_addr) == 1) {
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons(port);
+		return sizeof(*a6);
+	}
+	struct sockaddr_in *a = (struct sockaddr_in *)ss;
+	a->sin_family = AF_INET;
+	a->sin_port = htons(port);
+	inet_pton(AF_INET, ip, &a->sin_addr);
+	return sizeof(*a);
+}
+
 static int listen_on(const char *ip, uint16_t port)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	inet_pton(AF_INET, ip, &a.sin_addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	struct sockaddr_storage a;
+	socklen_t len = sockaddr_of(ip, port, &a);
+	int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 128) < 0) {
+	if (bind(fd, (struct sockaddr *)&a, len) < 0 || listen(fd, 128) < 0) {
 		close(fd);
 		return -1;
 	}
@@ -229,13 +248,17 @@ static void write_all(int fd, const void *p, size_t n)
 static void *serve_conn(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
-	struct sockaddr_in me;
+	struct sockaddr_storage me;
 	socklen_t len = sizeof(me);
 	getsockname(fd, (struct sockaddr *)&me, &len);
-	char id[64], ip[INET_ADDRSTRLEN], b[16384];
-	inet_ntop(AF_INET, &me.sin_addr, ip, sizeof(ip));
+	char id[64], ip[INET6_ADDRSTRLEN], b[16384];
+	const struct sockaddr_in *m4 = (const struct sockaddr_in *)&me;
+	const struct sockaddr_in6 *m6 = (const struct sockaddr_in6 *)&me;
+	inet_ntop(me.ss_family,
+		  me.ss_family == AF_INET6 ? (const void *)&m6->sin6_addr : (const void *)&m4->sin_addr, ip,
+		  sizeof(ip));
 	snprintf(id, sizeof(id), "ID %s\n", ip);
-	uint16_t port = ntohs(me.sin_port);
+	uint16_t port = ntohs(me.ss_family == AF_INET6 ? m6->sin6_port : m4->sin_port);
 	if (port == 22) {
 		write_all(fd, id, strlen(id));
 		shutdown(fd, SHUT_WR);
@@ -260,8 +283,8 @@ static void *serve_conn(void *arg)
 static const struct {
 	const char *ip;
 	uint16_t port;
-} servers[] = {{ALLOWED_IP, 80}, {ALLOWED_IP, 443}, {ALLOWED_IP, 22}, {ALLOWED_IP, 9000},
-	       {OTHER_IP, 80},	 {OTHER_IP, 443},   {OTHER_IP, 22}};
+} servers[] = {{ALLOWED_IP, 80}, {ALLOWED_IP, 443}, {ALLOWED_IP, 22},  {ALLOWED_IP, 9000}, {OTHER_IP, 80},
+	       {OTHER_IP, 443},	 {OTHER_IP, 22},    {ALLOWED6_IP, 80}, {OTHER6_IP, 80}};
 #define N_SERVERS (sizeof(servers) / sizeof(servers[0]))
 
 static void accept_loop(const int *lfd)
@@ -330,10 +353,13 @@ static int set_up_network(void)
 	if (RUN("ip", "link", "set", "lo", "up") < 0 ||
 	    RUN("ip", "link", "add", "gw0", "type", "veth", "peer", "name", "up0", "netns", tid) < 0 ||
 	    RUN("ip", "addr", "add", "198.51.100.1/24", "dev", "gw0") < 0 ||
+	    RUN("ip", "-6", "addr", "add", "2001:db8::1/64", "dev", "gw0", "nodad") < 0 ||
 	    RUN("ip", "link", "set", "gw0", "up") < 0 ||
 	    RUN("nsenter", nsfile, "ip", "link", "set", "lo", "up") < 0 ||
 	    RUN("nsenter", nsfile, "ip", "addr", "add", ALLOWED_IP "/24", "dev", "up0") < 0 ||
 	    RUN("nsenter", nsfile, "ip", "addr", "add", OTHER_IP "/24", "dev", "up0") < 0 ||
+	    RUN("nsenter", nsfile, "ip", "-6", "addr", "add", ALLOWED6_IP "/64", "dev", "up0", "nodad") < 0 ||
+	    RUN("nsenter", nsfile, "ip", "-6", "addr", "add", OTHER6_IP "/64", "dev", "up0", "nodad") < 0 ||
 	    RUN("nsenter", nsfile, "ip", "link", "set", "up0", "up") < 0) {
 		copy(T.why, sizeof(T.why), "ip or nsenter failed");
 		return -1;
@@ -354,9 +380,11 @@ static int setup_world(void)
 	if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0 ||
 	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
 	    unit_tmpdir(T.dir, sizeof(T.dir), "gateway") < 0 ||
-	    bind_over(T.dir, "hosts",
-		      "198.51.100.10 allowed.test\n198.51.100.11 other.test\n10.9.9.9 private.test\n",
-		      "/etc/hosts") < 0 ||
+	    bind_over(
+		T.dir, "hosts",
+		"198.51.100.10 allowed.test\n198.51.100.11 other.test\n10.9.9.9 private.test\n" ALLOWED6_IP
+		" allowed6.test\n",
+		"/etc/hosts") < 0 ||
 	    bind_over(T.dir, "nsswitch.conf", "hosts: files\n", "/etc/nsswitch.conf") < 0 ||
 	    pipe2(T.up_stop, O_CLOEXEC) < 0) {
 		snprintf(T.why, sizeof(T.why), "namespaces: %s", strerror(errno));
@@ -411,12 +439,12 @@ static struct sbx_egress_session *open_session(const char *tenant, const char *s
 }
 
 /* A socket of the sandbox: made in its namespace. */
-static int sbx_socket(struct sbx_egress_session *s, int type)
+static int sbx_socket6(struct sbx_egress_session *s, int family, int type)
 {
 	int here = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 	assert_true(here >= 0);
 	assert_int_equal(setns(sbx_egress_session_netns(s), CLONE_NEWNET), 0);
-	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	int fd = socket(family, type | SOCK_CLOEXEC, 0);
 	assert_int_equal(setns(here, CLONE_NEWNET), 0);
 	close(here);
 	struct timeval tv = {.tv_sec = WAIT_MS / 1000};
@@ -425,12 +453,17 @@ static int sbx_socket(struct sbx_egress_session *s, int type)
 	return fd;
 }
 
+static int sbx_socket(struct sbx_egress_session *s, int type)
+{
+	return sbx_socket6(s, AF_INET, type);
+}
+
 static int sbx_connect(struct sbx_egress_session *s, const char *ip, uint16_t port)
 {
-	int fd = sbx_socket(s, SOCK_STREAM);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	inet_pton(AF_INET, ip, &a.sin_addr);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	struct sockaddr_storage a;
+	socklen_t len = sockaddr_of(ip, port, &a);
+	int fd = sbx_socket6(s, a.ss_family, SOCK_STREAM);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, len), 0);
 	return fd;
 }
 
@@ -540,6 +573,22 @@ static void http_by_host(void **state)
 	assert_int_equal(c.allowed, 1);
 	assert_int_equal(c.denied, 1);
 	assert_int_equal(c.open, 0);
+}
+
+/* IPv6 the same way: Host decides, the gateway connects to the name's
+ * IPv6 address. */
+static void http_by_host6(void **state)
+{
+	struct fx *f = *state;
+	char ans[256];
+	gw_start(&base);
+	f->s = open_session("t1", "allowed6.test");
+	char req[] = "GET / HTTP/1.1\r\nHost: allowed6.test\r\n\r\n";
+	exchange(sbx_connect(f->s, OTHER6_IP, 80), req, sizeof(req) - 1, ans, sizeof(ans));
+	assert_string_equal(ans, "ID " ALLOWED6_IP "\n");
+	struct rec r = wait_rec("http", "[" OTHER6_IP "]:80");
+	assert_true(r.allowed);
+	assert_string_equal(r.addr, "[" ALLOWED6_IP "]:80");
 }
 
 /* A client that ends its side right after its request (nc -N) still
@@ -923,11 +972,22 @@ int main(void)
 	if (!T.ready)
 		fprintf(stderr, "test_gateway: skipped: %s\n", T.why);
 	const struct CMUnitTest tests[] = {
-	    UNIT_TEST_FX(http_by_host),	 UNIT_TEST_FX(tls_by_sni),	 UNIT_TEST_FX(private_answer_refused),
-	    UNIT_TEST_FX(dns_then_name), UNIT_TEST_FX(live_rule_change), UNIT_TEST_FX(command_bound),
-	    UNIT_TEST_FX(slow_hello),	 UNIT_TEST_FX(bytes_counted),	 UNIT_TEST_FX(http_second_host),
-	    UNIT_TEST_FX(half_close),	 UNIT_TEST_FX(udp_dropped),	 UNIT_TEST_FX(close_ends_open),
-	    UNIT_TEST_FX(dns_flood),	 UNIT_TEST_FX(loopback_grant),	 UNIT_TEST_FX(health_without_route),
+	    UNIT_TEST_FX(http_by_host),
+	    UNIT_TEST_FX(tls_by_sni),
+	    UNIT_TEST_FX(private_answer_refused),
+	    UNIT_TEST_FX(dns_then_name),
+	    UNIT_TEST_FX(live_rule_change),
+	    UNIT_TEST_FX(command_bound),
+	    UNIT_TEST_FX(slow_hello),
+	    UNIT_TEST_FX(bytes_counted),
+	    UNIT_TEST_FX(http_second_host),
+	    UNIT_TEST_FX(half_close),
+	    UNIT_TEST_FX(http_by_host6),
+	    UNIT_TEST_FX(udp_dropped),
+	    UNIT_TEST_FX(close_ends_open),
+	    UNIT_TEST_FX(dns_flood),
+	    UNIT_TEST_FX(loopback_grant),
+	    UNIT_TEST_FX(health_without_route),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	stop_world();
