@@ -809,6 +809,31 @@ static void command_bound(void **state)
 		close(fds[i]);
 }
 
+/* The command's rate (burst twice), then the tenant's undecided bound,
+ * which another command of the tenant meets. */
+static void rate_and_pending_bounds(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_egress_config c = base;
+	c.first_byte_ms = c.hello_ms = 10000;
+	c.tenant_pending = 2;
+	c.command_conn_per_s = 1;
+	gw_start(&c);
+	f->s = open_session("t1", "allowed.test");
+	f->s2 = open_session("t1", "allowed.test");
+	int fds[4];
+	fds[0] = sbx_connect(f->s, ALLOWED_IP, 80);
+	fds[1] = sbx_connect(f->s, ALLOWED_IP, 80);
+	fds[2] = sbx_connect(f->s, ALLOWED_IP, 80);
+	assert_string_equal(wait_rec("tcp", ALLOWED_IP ":80").reason,
+			    "too many new connections of this command per second (1)");
+	fds[3] = sbx_connect(f->s2, ALLOWED_IP, 80);
+	assert_string_equal(wait_rec("tcp", ALLOWED_IP ":80").reason,
+			    "too many undecided connections of this tenant (2)");
+	for (size_t i = 0; i < 4; i++)
+		close(fds[i]);
+}
+
 static void slow_hello(void **state)
 {
 	struct fx *f = *state;
@@ -978,6 +1003,7 @@ int main(void)
 	    UNIT_TEST_FX(dns_then_name),
 	    UNIT_TEST_FX(live_rule_change),
 	    UNIT_TEST_FX(command_bound),
+	    UNIT_TEST_FX(rate_and_pending_bounds),
 	    UNIT_TEST_FX(slow_hello),
 	    UNIT_TEST_FX(bytes_counted),
 	    UNIT_TEST_FX(http_second_host),
