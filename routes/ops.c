@@ -564,10 +564,6 @@ static bool other_tenant(const char *line, size_t len, const char *own)
 	return false;
 }
 
-/* A weak reference until the gateway's source lands (issue 29): the
- * binary links without it, and a server that made a gateway linked it. */
-#pragma weak sbx_egress_gateway_counts
-
 /* Each tenant's counters in the order of egress_series. */
 enum { EG_ALLOWED, EG_DENIED, EG_UP, EG_DOWN, EG_DNS, EG_UDP, EG_OPEN, EG__N };
 struct egress_tenant {
@@ -608,7 +604,7 @@ static const struct {
 void route_egress_metrics(struct app *a, struct buf *out)
 {
 	struct egress_seen s = {NULL, 0};
-	if (!a->egress || !sbx_egress_gateway_counts)
+	if (!a->egress)
 		return;
 	sbx_egress_gateway_counts(a->egress, egress_one, &s);
 	for (int k = 0; k < EG__N; k++) {

@@ -241,6 +241,3 @@ void gw_nflog_read(struct sbx_egress_session *s, int fd);
 /* Text of an address ("1.2.3.4:80", "[::1]:80"). */
 void gw_addr_txt(const struct sockaddr_storage *ss, char *out, size_t outsz);
 void gw_rst_close(int *fd);
-
-/* nsprep.h's, until fix/nsprep lands. */
-int sbx_egress_nflog_parse(const void *buf, size_t len, int *family, uint8_t addr[16], uint16_t *port);
