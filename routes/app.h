@@ -98,7 +98,7 @@ struct app {
 	char *store_dir;		    /* the directory of db-path: its free space is the store's */
 	const struct sbx_uids *uids;	    /* how tenants get uids (sandbox/uids.h); NULL: as root */
 	struct sbx_diskimg *diskimg;	    /* filesystem images per tenant (server/) */
-	struct sbx_egress_gateway *egress;  /* network on request (server/); NULL: none, no egress metrics */
+	struct sbx_egress_gateway *egress;  /* every command with network goes through it (NULL: none) */
 	enum disk_mode disk_mode;
 	char *images_dir; /* <data-dir>/images: root images (routes/images.c) */
 	int64_t started_at_ms;

@@ -430,6 +430,8 @@ static int start(struct http_req *r, struct exec_request *q)
 	run.spawn.limits.tenant_io_write_iops = (uint64_t)p->tenant_io_write_iops;
 	run.spawn.limits.io_dev = r->tenant->io_dev;
 	run.spawn.net_allow = q->network ? p->network : NULL;
+	run.spawn.net_tenant = r->tenant->name;
+	run.spawn.net_sub = r->claims.sub[0] ? r->claims.sub : NULL;
 	run.spawn.command = q->command;
 	run.spawn.cwd_rel = q->cwd_rel;
 	run.spawn.env = q->envv;

@@ -43,7 +43,7 @@ struct waiter {
 /* A command waiting for approval: what to run once approved (copies). */
 struct pending {
 	struct sbx_exec_req run; /* its pointers lead into the copies below */
-	char *command, *cwd_rel, *net_allow, *rootfs;
+	char *command, *cwd_rel, *net_allow, *net_tenant, *net_sub, *rootfs;
 	char **env; /* run.rootimg: the root image, held (owned) until submitted */
 	void *stdin_data;
 	int64_t deadline_ms; /* monotonic: rejected when undecided by then */
@@ -137,6 +137,8 @@ static void pending_free(struct pending *p)
 	free(p->command);
 	free(p->cwd_rel);
 	free(p->net_allow);
+	free(p->net_tenant);
+	free(p->net_sub);
 	free(p->rootfs);
 	sbx_rootimg_close(&p->run.rootimg);
 	for (char **v = p->env; v && *v; v++)
@@ -183,7 +185,7 @@ static json_t *time_json(int64_t ms)
 	return json_string(t);
 }
 
-static json_t *result_json(const char *id, const struct sbx_exec_result *res)
+static json_t *result_fields(const char *id, const struct sbx_exec_result *res)
 {
 	return json_pack(
 	    "{s:s, s:i, s:s%, s:s%, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:I, s:I, s:o, s:o, s:o, s:o, s:I}",
@@ -196,6 +198,28 @@ static json_t *result_json(const char *id, const struct sbx_exec_result *res)
 	    res->stderr_spill ? json_string(res->stderr_spill) : json_null(), "started_at",
 	    time_json(res->started_at_ms), "finished_at", time_json(res->finished_at_ms), "duration_ms",
 	    (json_int_t)(res->finished_at_ms - res->started_at_ms));
+}
+
+/* What the egress gateway refused a command with network: the first
+ * destinations, each with the reason, so that a model stops retrying a
+ * host it will never reach. */
+static json_t *egress_denied_json(const struct sbx_egress_summary *sum)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < sum->n_denied; i++)
+		json_array_append_new(a, json_pack("{s:s, s:s}", "dest", sum->denied[i].dest, "reason",
+						   sum->denied[i].reason));
+	return a;
+}
+
+static json_t *result_json(const char *id, const struct sbx_exec_result *res)
+{
+	json_t *j = result_fields(id, res);
+
+	if (j && res->networked)
+		json_object_set_new(j, "egress_denied", egress_denied_json(&res->egress));
+	return j;
 }
 
 static json_t *heartbeat_json(const char *id, const struct sbx_event *ev)
@@ -950,6 +974,8 @@ static struct pending *pending_new(struct sbx_exec_req *run, int64_t timeout_ms)
 	p->command = xstrdup(run->spawn.command);
 	p->cwd_rel = xstrdup(run->spawn.cwd_rel ? run->spawn.cwd_rel : "");
 	p->net_allow = run->spawn.net_allow ? xstrdup(run->spawn.net_allow) : NULL;
+	p->net_tenant = run->spawn.net_tenant ? xstrdup(run->spawn.net_tenant) : NULL;
+	p->net_sub = run->spawn.net_sub ? xstrdup(run->spawn.net_sub) : NULL;
 	p->rootfs = run->spawn.rootfs ? xstrdup(run->spawn.rootfs) : NULL;
 	run->rootimg = NULL; /* the pending start's now */
 	while (run->spawn.env && run->spawn.env[n])
@@ -964,6 +990,8 @@ static struct pending *pending_new(struct sbx_exec_req *run, int64_t timeout_ms)
 	p->run.spawn.command = p->command;
 	p->run.spawn.cwd_rel = p->cwd_rel;
 	p->run.spawn.net_allow = p->net_allow;
+	p->run.spawn.net_tenant = p->net_tenant;
+	p->run.spawn.net_sub = p->net_sub;
 	p->run.spawn.rootfs = p->rootfs;
 	p->run.spawn.env = (const char *const *)p->env;
 	p->run.stdin_data = p->stdin_data;

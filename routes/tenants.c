@@ -1,8 +1,11 @@
 /* GET and PUT /tenants/{name}/policy: a tenant's policy, for operators
  * (the admin scope of an operator tenant; the dispatcher checks it). The
  * same as `sandboxd tenant show` and `tenant set`; a change applies to
- * the tenant's next command, and its audit row names who (the token's
- * tenant and sub) and the old and new values (its target). */
+ * the tenant's next command, and its network rules to the next
+ * connection of its running commands on this server too (the egress
+ * gateway's; another node's at that tenant's next command there); its
+ * audit row names who (the token's tenant and sub) and the old and new
+ * values (its target). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +13,25 @@
 
 #include "common/errors.h"
 #include "routes/app.h"
+#include "sandbox/egress/gateway.h"
 #include "routes/policy.h"
 #include "routes/routes.h"
+
+/* The tenant's running commands decide their next connection on its new
+ * rules (sandbox/egress/gateway.h). */
+static void egress_apply(struct app *a, const char *name)
+{
+	struct route_policy p = {0};
+	struct sbx_egress_rules *rules = NULL;
+	char err[256];
+
+	if (!a->egress || route_policy_load(a->store, a->cfg, name, &p, NULL, NULL) < 0)
+		return;
+	if (!p.network || sbx_egress_rules_parse(p.network, &rules, err, sizeof err) == 0)
+		sbx_egress_gateway_set_rules(a->egress, name, rules);
+	sbx_egress_rules_unref(&rules);
+	route_policy_clear(&p);
+}
 
 static int view(struct http_req *r, const char *name)
 {
@@ -54,6 +74,7 @@ int route_tenant_policy_put(struct http_req *r)
 	if (rc < 0)
 		return http_fail(r, rc, "cannot store the policy of %s", name);
 	route_tenant_expire(r->app, name); /* its backend applies to the next request */
+	egress_apply(r->app, name);
 	json_object_set_new(change, "tenant", json_string(name));
 	char *text = json_dumps(change, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(change);

@@ -23,7 +23,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
 #include "sandbox/cgroup.h"
-#include "sandbox/netplan.h"
+#include "sandbox/egress/gateway.h"
 #include "sandbox/reaper.h"
 
 #ifndef CLONE_PIDFD
@@ -595,34 +595,50 @@ int sbx_launch_start(struct sbx_launch *l, pid_t *pid_out, int *pidfd_out)
 
 struct sbx_backend_net {
 	uint64_t seq;
-	struct sbx_netns *ns;
+	struct sbx_egress_session *ns;
 	struct sbx_backend_net *next;
 };
 
-/* The command's namespace, ready (filtered, pasta attached), or NULL
- * without net_allow. */
-int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req,
-			    const struct sbx_net_limits *lim, struct sbx_netns **out)
+void sbx_backend_set_egress(struct sbx_backend *b, struct sbx_egress_gateway *g)
 {
+	if (b)
+		b->egress = g;
+}
+
+/* The command's egress session, open (its namespace taken from the
+ * gateway's pool, bound to the tenant's rules), or NULL without
+ * net_allow. */
+int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_egress_session **out)
+{
+	struct sbx_egress_rules *rules = NULL;
 	char err[256];
 	int rc;
 
 	*out = NULL;
 	if (!req->net_allow)
 		return 0;
-	if (sbx_backend_net_health(b, err, sizeof(err)) < 0) {
-		log_msg("error", "command %" PRIu64 " refused: network on request %s", req->seq, err);
+	if (sbx_backend_net_health(b, err, sizeof(err)) < 0 || !b->egress) {
+		log_msg("error", "command %" PRIu64 " refused: network on request %s", req->seq,
+			b->egress ? err : "unavailable: no egress gateway");
 		return -SBX_E_BACKEND;
 	}
-	/* pasta in the tenant's helper group, not the server's */
-	struct sbx_net_cgroup cg = {b->cgroup_root, req->uid, req->seq, &req->limits};
-	rc = sbx_netns_up(req->net_allow, lim, b->cgroups ? &cg : NULL, out, err, sizeof(err));
+	rc = sbx_egress_rules_parse(req->net_allow, &rules, err, sizeof(err));
+	if (rc == 0) {
+		struct sbx_egress_bind bind = {.tenant = req->net_tenant ? req->net_tenant : "",
+					       .exec_id = req->net_exec_id,
+					       .sub = req->net_sub,
+					       .rules = rules,
+					       .seq = req->seq};
+
+		rc = sbx_egress_session_open(b->egress, &bind, out, err, sizeof(err));
+	}
+	sbx_egress_rules_unref(&rules);
 	if (rc < 0)
 		log_msg("error", "command %" PRIu64 " refused: its network: %s", req->seq, err);
 	return rc;
 }
 
-static void net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_netns *ns)
+static void net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_egress_session *ns)
 {
 	struct sbx_backend_net *e = xcalloc(1, sizeof(*e));
 
@@ -634,7 +650,7 @@ static void net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_netns *ns)
 	pthread_mutex_unlock(&b->net_mu);
 }
 
-static void net_down(struct sbx_backend *b, uint64_t seq)
+static void net_down(struct sbx_backend *b, uint64_t seq, struct sbx_egress_summary *sum)
 {
 	struct sbx_backend_net **pp, *e = NULL;
 
@@ -649,7 +665,7 @@ static void net_down(struct sbx_backend *b, uint64_t seq)
 	pthread_mutex_unlock(&b->net_mu);
 	if (!e)
 		return;
-	sbx_netns_down(&e->ns);
+	sbx_egress_session_close(&e->ns, sum);
 	free(e);
 }
 
@@ -766,8 +782,8 @@ void sbx_backend_free(struct sbx_backend **pb)
 	if (!pb || !*pb)
 		return;
 	b = *pb;
-	while (b->nets) /* commands never reaped: their pasta must not outlive us */
-		net_down(b, b->nets->seq);
+	while (b->nets) /* commands never reaped: their sessions must not outlive us */
+		net_down(b, b->nets->seq, NULL);
 	pthread_mutex_destroy(&b->net_mu);
 	b->ops->fini(b);
 	/* The claiming backend (the one with the lock) cleans the root up; a
@@ -853,7 +869,7 @@ static int set_std_fds(struct sbx_launch *l, const struct sbx_spawn_req *req, in
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
 {
 	struct sbx_launch l;
-	struct sbx_netns *net = NULL;
+	struct sbx_egress_session *net = NULL;
 	int devnull = -1;
 	bool cgroup_made = false;
 	int i, rc;
@@ -866,12 +882,12 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		goto out;
 	}
 	if (!net && req->net_allow) {
-		rc = sbx_backend_net_prepare(b, req, NULL, &net);
+		rc = sbx_backend_net_prepare(b, req, &net);
 		if (rc < 0)
 			goto out;
 	}
-	l.net = net;
-	l.netns_fd = sbx_netns_fd(net);
+	l.net = net != NULL;
+	l.netns_fd = net ? sbx_egress_session_netns(net) : -1;
 	rc = b->ops->prepare(b, req, &l);
 	if (rc < 0)
 		goto out;
@@ -920,7 +936,7 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		net = NULL;
 	}
 out:
-	sbx_netns_down(&net);
+	sbx_egress_session_close(&net, NULL);
 	for (i = 0; i < l.n_cgroup_fds; i++)
 		close(l.cgroup_fds[i]);
 	if (devnull >= 0)
@@ -929,14 +945,17 @@ out:
 	return rc;
 }
 
-void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_cgroup_outcome *out)
+void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_cgroup_outcome *out,
+		      struct sbx_egress_summary *egress)
 {
 	if (out)
 		*out = (struct sbx_cgroup_outcome){0};
+	if (egress)
+		*egress = (struct sbx_egress_summary){0};
 	if (!b || !req)
 		return;
 	if (req->net_allow)
-		net_down(b, req->seq);
+		net_down(b, req->seq, egress);
 	if (b->cgroups)
 		sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, out);
 }
@@ -1001,8 +1020,10 @@ int sbx_backend_net_health(struct sbx_backend *b, char *msg, size_t msgsz)
 {
 	if (!b)
 		return -EINVAL;
+	/* Without a gateway (sandboxd doctor, tests): whether this host could
+	 * run one. */
 	if (b->ops->net)
-		return sbx_net_health(msg, msgsz);
+		return sbx_egress_gateway_health(b->egress, msg, msgsz);
 	if (msg && msgsz)
 		snprintf(msg, msgsz, "unavailable: the %s backend cannot filter a network", b->ops->name);
 	return -SBX_E_BACKEND;

@@ -35,15 +35,20 @@ struct sbx_spawn_req {
 	const char *workspace_host_dir; /* bound read-write at /workspace */
 	const char *cwd_rel;		/* workspace-relative cwd, "" = /workspace */
 	const char *const *env; /* NULL-terminated "NAME=value", validated, added to the clean base env */
-	/* NULL: no network at all (as always); else the egress allowlist:
-	 * entries separated by commas (spaces around them allowed), each HOST,
-	 * HOST:PORT or HOST:LO-HI, HOST a DNS name, an IPv4 address or CIDR, or
-	 * an IPv6 address or CIDR in brackets; no port: every port. */
+	/* NULL: no network at all (as always); else the tenant's egress
+	 * rules (sandbox/egress/rules.h) as the command starts: its
+	 * connections go through the backend's egress gateway
+	 * (sbx_backend_set_egress), which decides each on the tenant's rules
+	 * of that moment (sbx_egress_gateway_set_rules). net_tenant names
+	 * the tenant (rules and records), net_exec_id and net_sub the
+	 * records' exec and token subject (may be NULL). */
 	const char *net_allow;
-	/* With net_allow: the command's namespace already made for it off
-	 * the runner thread (sandbox/netpool.h), or NULL (then the spawn
-	 * makes it itself, blocking). The spawn takes it whatever it returns. */
-	struct sbx_netns *net_ready;
+	const char *net_tenant, *net_exec_id, *net_sub;
+	/* With net_allow: the command's egress session already opened for
+	 * it off the runner thread (sandbox/netpool.h), or NULL (then the
+	 * spawn opens it itself, blocking). The spawn takes it whatever it
+	 * returns. */
+	struct sbx_egress_session *net_ready;
 	/* NULL: the host's /usr; else the host path of a root image's root
 	 * filesystem (sandbox/rootimg.h, held open by the caller until the
 	 * command ends), whose /usr, /bin... and /etc pieces are bound instead.
@@ -119,21 +124,24 @@ void sbx_spawner_free(struct sbx_spawner **sp);
  * When cgroups are in force and the command's group cannot be made or
  * joined, the command does not run (fail closed): -SBX_E_BACKEND, and
  * sbx_backend_refused_limits counts it. With req->net_allow the command
- * runs in a network namespace of its own that reaches only the allowlist
- * (sandbox/network.h); a backend that cannot enforce it (local), or bwrap
- * when sbx_net_health fails, refuses with -SBX_E_BACKEND; a bad
- * allowlist is -EINVAL.
+ * runs in a network namespace of its own whose only way out is the
+ * egress gateway (sandbox/egress/gateway.h); a backend that cannot
+ * enforce it (local), or bwrap when sbx_backend_net_health fails, refuses
+ * with -SBX_E_BACKEND; bad rules are -EINVAL.
  * Errors: -SBX_E_BACKEND when the backend cannot start anything, else
  * -errno. */
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
 
-/* Clean up after a command ended (remove its cgroup; kill its pasta and
- * free its network namespace). Call once per successful spawn. out
- * (optional) gets why it ended as its cgroup saw it (sandbox/cgroup.h:
- * OOM-killed, a fork refused by a pids limit; all false without
- * cgroups). */
+/* Clean up after a command ended (remove its cgroup; close its egress
+ * session, which ends its connections and frees its namespace). Call
+ * once per successful spawn. out (optional) gets why it ended as its
+ * cgroup saw it (sandbox/cgroup.h: OOM-killed, a fork refused by a pids
+ * limit; all false without cgroups); egress (optional) what its network
+ * refused (zero without network). */
 struct sbx_cgroup_outcome;
-void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_cgroup_outcome *out);
+struct sbx_egress_summary;
+void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_cgroup_outcome *out,
+		      struct sbx_egress_summary *egress);
 
 /* At start: remove the cgroups (and kill the processes) an earlier run of
  * this server left behind, e.g. after a kill -9. Returns how many groups
@@ -185,7 +193,13 @@ const char *sbx_backend_isolation(const struct sbx_backend *b);
  * "bwrap 0.8.0; cgroup memory+pids: v1; seccomp: on". */
 int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz);
 
+/* The egress gateway commands with net_allow go through (the server's,
+ * one for every backend; NULL: none, then such commands are refused).
+ * Set before the first command; not owned. */
+struct sbx_egress_gateway;
+void sbx_backend_set_egress(struct sbx_backend *b, struct sbx_egress_gateway *g);
+
 /* Whether this backend can run a command with net_allow here: 0, or
- * -SBX_E_BACKEND; msg gets sbx_net_health's line, or why the backend
- * cannot (local cannot filter). For /readyz. */
+ * -SBX_E_BACKEND; msg gets the gateway's health line, or why the backend
+ * cannot (local cannot filter, no gateway). For /readyz. */
 int sbx_backend_net_health(struct sbx_backend *b, char *msg, size_t msgsz);

@@ -24,7 +24,7 @@
 #include "common/log.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
-#include "sandbox/netplan.h"
+#include "sandbox/egress/nsprep.h"
 #include "sandbox/rootimg.h"
 #include "sandbox/seccomp.h"
 
@@ -63,7 +63,7 @@ struct bwrap {
 	bool runs;	 /* the probe sandbox started */
 	uid_t probe_uid; /* what the probe runs as when root */
 	struct blob seccomp;
-	struct blob etc[ETC_FIXED]; /* the same in every sandbox (hosts: without network) */
+	struct blob etc[2][ETC_FIXED]; /* the same in every sandbox: [0] without network, [1] with */
 	struct sbx_strv head;	    /* the fixed front of every command line */
 	pthread_mutex_t ids_mu;	    /* guards ids, ids_tick and the fds in ids */
 	struct ids_etc ids[SBX_BWRAP_IDS_CACHE];
@@ -72,17 +72,29 @@ struct bwrap {
 
 static const char *const etc_fixed_name[ETC_FIXED] = {"hosts", "resolv.conf", "nsswitch.conf", "hostname"};
 
-/* The text of the /etc files every sandbox shares (hosts: the one of a
- * sandbox without network). */
-static const char *etc_fixed_text(size_t i)
+/* The text of the /etc files every sandbox shares. With network (net)
+ * names are asked of the egress gateway's DNS (sandbox/egress/dns.h),
+ * which answers only what the tenant's rules allow; without, there is no
+ * resolver at all. */
+static const char *etc_fixed_text(size_t i, bool net)
 {
-	static const char *const text[ETC_FIXED] = {
-	    [ETC_RESOLV] = "",
-	    [ETC_NSSWITCH] = "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n",
-	    [ETC_HOSTNAME] = "sandbox\n",
+	static const char *const text[2][ETC_FIXED] = {
+	    {
+		[ETC_HOSTS] = "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+		[ETC_RESOLV] = "",
+		[ETC_NSSWITCH] = "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n",
+		[ETC_HOSTNAME] = "sandbox\n",
+	    },
+	    {
+		[ETC_HOSTS] = "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+		[ETC_RESOLV] = "nameserver " SBX_EGRESS_RESOLVER "\noptions timeout:2 attempts:2\n",
+		[ETC_NSSWITCH] =
+		    "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n",
+		[ETC_HOSTNAME] = "sandbox\n",
+	    },
 	};
 
-	return i == ETC_HOSTS ? sbx_netns_hosts(NULL) : text[i];
+	return text[net][i];
 }
 
 /* Write len bytes at offset 0 of fd, leaving its offset at 0 (pwrite):
@@ -415,15 +427,14 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 		goto fail;
 	blob_make(&bw->seccomp, "sbx-seccomp", bpf, bpf_len);
 	free(bpf);
-	for (i = 0; i < ETC_FIXED; i++) {
-		const char *text = etc_fixed_text(i);
+	for (i = 0; i < 2 * ETC_FIXED; i++) {
+		const char *text = etc_fixed_text(i % ETC_FIXED, i >= ETC_FIXED);
 
-		blob_make(&bw->etc[i], etc_fixed_name[i], text, strlen(text));
+		blob_make(&bw->etc[i / ETC_FIXED][i % ETC_FIXED], etc_fixed_name[i % ETC_FIXED], text, strlen(text));
 	}
 	pthread_mutex_init(&bw->ids_mu, NULL);
 	build_head(&bw->head, NULL);
 	probe(bw);
-	sbx_net_health(NULL, 0); /* its one probe, now rather than in a command's turn */
 	b->priv = bw;
 	return 0;
 fail:
@@ -440,8 +451,8 @@ static void bw_fini(struct sbx_backend *b)
 	if (!bw)
 		return;
 	blob_free(&bw->seccomp);
-	for (i = 0; i < ETC_FIXED; i++)
-		blob_free(&bw->etc[i]);
+	for (i = 0; i < 2 * ETC_FIXED; i++)
+		blob_free(&bw->etc[i / ETC_FIXED][i % ETC_FIXED]);
 	for (i = 0; i < SBX_BWRAP_IDS_CACHE; i++) {
 		if (bw->ids[i].used) {
 			blob_free(&bw->ids[i].passwd);
@@ -529,8 +540,8 @@ static int keep_ids(struct bwrap *bw, struct sbx_launch *l, uid_t uid, gid_t gid
  * path shows in the sandbox's mount table. ld.so.cache and alternatives
  * are the system's (the host's or the image's), bound read-only where
  * they exist. The memfds are made once (per uid:gid for passwd and
- * group) and sealed; only a command with network gets a hosts of its
- * own. */
+ * group) and sealed; a command with network gets the resolver's
+ * (etc_fixed_text). */
 static int add_etc(struct bwrap *bw, struct sbx_launch *l, struct sbx_strv *args, uid_t uid, gid_t gid,
 		   const struct image_sys *img)
 {
@@ -544,15 +555,7 @@ static int add_etc(struct bwrap *bw, struct sbx_launch *l, struct sbx_strv *args
 	if (rc < 0)
 		return rc;
 	for (i = 0; i < ETC_FIXED; i++) {
-		/* With network on request: localhost plus the allowlist's
-		 * names as the server resolved them; the sandbox has no
-		 * resolver. */
-		const char *hosts = i == ETC_HOSTS && l->net ? sbx_netns_hosts(l->net) : NULL;
-		int fd = hosts ? fresh_memfd("hosts", hosts, strlen(hosts), 0) : 0;
-
-		if (fd < 0)
-			return fd;
-		fds[2 + i] = hosts ? sbx_launch_keep(l, fd) : blob_keep(l, &bw->etc[i], etc_fixed_name[i]);
+		fds[2 + i] = blob_keep(l, &bw->etc[l->net][i], etc_fixed_name[i]);
 		if (fds[2 + i] < 0)
 			return fds[2 + i];
 	}
@@ -654,7 +657,7 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 	rc = add_head(bw, l, req->rootfs, &args, &img);
 	if (rc < 0)
 		goto out;
-	/* The namespace the dispatch made and filtered (l->netns_fd, joined
+	/* The egress namespace the dispatch took (l->netns_fd, joined
 	 * before bwrap runs) instead of a new one without any network. */
 	if (l->net)
 		sbx_strv_add(&args, "--share-net");
@@ -716,7 +719,7 @@ static int bw_health(struct sbx_backend *b, char *msg, size_t msgsz)
 	}
 	/* bwrap works without it: it only says whether network-on-request
 	 * commands can run here */
-	sbx_net_health(net, sizeof(net));
+	sbx_backend_net_health(b, net, sizeof(net));
 	snprintf(msg, msgsz, "bwrap %s; seccomp on; network on request: %s", bw->version, net);
 	return 0;
 }

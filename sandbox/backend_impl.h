@@ -10,7 +10,7 @@
 
 #include "sandbox/backend.h"
 
-struct sbx_netns;
+struct sbx_egress_session;
 
 /* A growable NULL-terminated array of owned strings (argv, envp). */
 struct sbx_strv {
@@ -50,8 +50,8 @@ struct sbx_launch {
 	int cgroup_fds[SBX_LAUNCH_MAX_CGROUPS]; /* cgroup.procs; the child writes "0\n" */
 	int n_cgroup_fds;
 	bool pdeathsig; /* PR_SET_PDEATHSIG SIGKILL after dropping privileges */
-	int netns_fd;	/* setns(CLONE_NEWNET) into it while still privileged (-1: stay); not owned */
-	const struct sbx_netns *net; /* the command's network (net_allow), or NULL; not owned */
+	int netns_fd; /* setns(CLONE_NEWNET) into it while still privileged (-1: stay); not owned */
+	bool net;     /* the command has network (net_allow): netns_fd is its egress namespace */
 
 	/* written by the child on failure (shared memory, CLONE_VM) */
 	volatile int child_err;
@@ -81,15 +81,25 @@ struct sbx_backend_ops {
 	int (*prepare)(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l);
 	/* Backend-specific part of the health line; 0 or -SBX_E_BACKEND. */
 	int (*health)(struct sbx_backend *b, char *msg, size_t msgsz);
-	bool net; /* enforces sbx_spawn_req.net_allow: joins l->net's namespace */
+	bool net; /* enforces sbx_spawn_req.net_allow: joins l->netns_fd's namespace */
 };
 
 struct sbx_backend_net; /* running commands' network namespaces, by seq */
+
+/* The egress session of req (with net_allow) on backend b: the backend's
+ * network health, the rules parsed, sbx_egress_session_open; failures are
+ * logged with the command's seq. 0, -EINVAL, -SBX_E_BACKEND. Blocks when
+ * the gateway's pool is empty: a setup thread's (sandbox/netpool.h). */
+struct sbx_egress_session;
+struct sbx_spawn_req;
+int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req,
+			    struct sbx_egress_session **out);
 
 struct sbx_backend {
 	const struct sbx_backend_ops *ops;
 	pthread_mutex_t net_mu;
 	struct sbx_backend_net *nets;
+	struct sbx_egress_gateway *egress; /* sbx_backend_set_egress; not owned */
 	bool cgroups;		   /* use_cgroups asked for and the host allows it */
 	char uncontained_why[512]; /* without cgroups: why ("" with them) */
 	char *cgroup_root;

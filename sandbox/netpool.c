@@ -1,6 +1,6 @@
 /* The setup threads of network on request (sandbox/netpool.h). One lock
  * for the queue and the tenants' counts: a setup takes it twice, the
- * resolution and pasta's start run without it. */
+ * session's opening runs without it. */
 #include "sandbox/netpool.h"
 
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "sandbox/backend.h"
-#include "sandbox/netplan.h"
+#include "sandbox/backend_impl.h"
 
 struct item {
 	struct sbx_backend *b;
@@ -105,11 +105,11 @@ static struct item *take_locked(struct sbx_netpool *p)
 
 static void run_one(struct sbx_netpool *p, struct item *it)
 {
-	struct sbx_netns *ns = NULL;
+	struct sbx_egress_session *ns = NULL;
 	int rc = it->skip && it->skip(it->ctx) ? -ECANCELED : 0;
 
 	if (rc == 0)
-		rc = sbx_backend_net_prepare(it->b, it->req, &p->cfg.limits, &ns);
+		rc = sbx_backend_net_prepare(it->b, it->req, &ns);
 	pthread_mutex_lock(&p->mu);
 	tenant_locked(p, it->req->uid, true)->running--;
 	p->running--;

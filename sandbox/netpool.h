@@ -1,34 +1,33 @@
 #pragma once
-/* The setup threads of network on request: a command's names are
- * resolved (up to the resolve bound) and its namespace made (nft, pasta)
- * here, never on a runner thread, so a tenant whose names resolve slowly
- * holds up neither the runner threads nor another tenant's commands. The
- * threads are long-lived (pasta's PR_SET_PDEATHSIG follows the thread
- * that started it) and started at the first submission.
+/* The setup threads of network on request: a command's egress session
+ * (sandbox/egress/gateway.h: a namespace from the gateway's pool, or one
+ * made when the pool is empty) is opened here, never on a runner thread,
+ * so a tenant whose setups are slow holds up neither the runner threads
+ * nor another tenant's commands. The threads are long-lived and started
+ * at the first submission.
  *
  * Per tenant (the command's uid): at most setups_per_tenant of its
  * setups run at once (the others wait, oldest first, while other
  * tenants' setups take the free threads), and at most
  * commands_per_tenant of its network commands are held at once, from
  * submission until sbx_netpool_release (after the command is reaped and
- * its pasta gone): one more is refused with -SBX_E_TOO_MANY. That bounds
- * the pasta processes of a tenant (each holds about 23 MB), and with the
- * per-command bounds of sbx_net_limits its connections. */
+ * its session closed): one more is refused with -SBX_E_TOO_MANY. That
+ * bounds the namespaces a tenant holds; the gateway bounds their
+ * connections. */
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "sandbox/network.h"
+
 
 struct sbx_backend;
 struct sbx_spawn_req;
-struct sbx_netns;
+struct sbx_egress_session;
 struct sbx_netpool;
 
 struct sbx_netpool_config {
 	unsigned threads;	      /* 0: SBX_NETPOOL_THREADS */
 	unsigned setups_per_tenant;   /* 0: SBX_NETPOOL_SETUPS_PER_TENANT */
 	unsigned commands_per_tenant; /* 0: SBX_NETPOOL_COMMANDS_PER_TENANT */
-	struct sbx_net_limits limits; /* each command's namespace */
 };
 #define SBX_NETPOOL_THREADS 4
 #define SBX_NETPOOL_SETUPS_PER_TENANT 2
@@ -38,7 +37,7 @@ struct sbx_netpool_config {
  * rc (0, -ECANCELED when skip said so, or sbx_backend_net_prepare's
  * error); must not block. skip: asked on the setup thread just before the
  * setup begins (a command cancelled while it waited). */
-typedef void (*sbx_netpool_done_fn)(void *ctx, struct sbx_netns *ns, int rc);
+typedef void (*sbx_netpool_done_fn)(void *ctx, struct sbx_egress_session *ns, int rc);
 typedef bool (*sbx_netpool_skip_fn)(void *ctx);
 
 /* Starts no thread. */

@@ -22,7 +22,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/collector.h"
-#include "sandbox/netplan.h"
+#include "sandbox/egress/gateway.h"
 #include "sandbox/netpool.h"
 #include "sandbox/rootimg.h"
 #include "sandbox/workspace.h"
@@ -71,7 +71,7 @@ struct job {
 
 	/* the deep copy of the request */
 	struct sbx_exec_req req;
-	char *command, *cwd_rel, *host_dir, *exec_id, *net_allow, *rootfs;
+	char *command, *cwd_rel, *host_dir, *exec_id, *net_allow, *net_tenant, *net_sub, *rootfs;
 	char **env;
 	sbx_event_cb cb;
 	void *ctx;
@@ -82,7 +82,7 @@ struct job {
 	 * the job back (under r->mu), read by the runner after. held: the
 	 * pool counts this job against its tenant until it is freed. */
 	bool net_sent, net_held;
-	struct sbx_netns *net;
+	struct sbx_egress_session *net;
 	int net_rc;
 
 	/* runner thread only from here */
@@ -180,13 +180,15 @@ static void job_free(struct job *j)
 	sbx_rootimg_close(&j->req.rootimg);
 	free(j->exec_id);
 	free(j->net_allow);
+	free(j->net_tenant);
+	free(j->net_sub);
 	if (j->env) {
 		for (char **e = j->env; *e; e++)
 			free(*e);
 		free(j->env);
 	}
 	free(j->in_buf);
-	sbx_netns_down(&j->net);
+	sbx_egress_session_close(&j->net, NULL);
 	if (j->net_held)
 		sbx_netpool_release(j->lane->owner->net, j->req.spawn.uid);
 	free(j);
@@ -206,6 +208,8 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 	j->host_dir = host ? xstrdup(host) : NULL;
 	j->exec_id = req->id ? xstrdup(req->id) : NULL;
 	j->net_allow = req->spawn.net_allow ? xstrdup(req->spawn.net_allow) : NULL;
+	j->net_tenant = req->spawn.net_tenant ? xstrdup(req->spawn.net_tenant) : NULL;
+	j->net_sub = req->spawn.net_sub ? xstrdup(req->spawn.net_sub) : NULL;
 	j->rootfs = req->spawn.rootfs ? xstrdup(req->spawn.rootfs) : NULL;
 	if (req->spawn.env) {
 		while (req->spawn.env[n])
@@ -231,6 +235,9 @@ static struct job *job_copy(const struct sbx_exec_req *req)
 	j->req.spawn.env = (const char *const *)j->env;
 	j->req.id = j->exec_id;
 	j->req.spawn.net_allow = j->net_allow;
+	j->req.spawn.net_tenant = j->net_tenant;
+	j->req.spawn.net_sub = j->net_sub;
+	j->req.spawn.net_exec_id = j->exec_id;
 	j->req.stdin_data = NULL;
 	j->req.stdin_len = 0;
 	for (int k = 0; k < W_COUNT; k++) {
@@ -506,7 +513,7 @@ static int job_start(struct lane *r, struct job *j)
 		kill(-pid, SIGKILL);
 		while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
 			;
-		sbx_backend_reap(j->req.backend, &j->req.spawn, NULL);
+		sbx_backend_reap(j->req.backend, &j->req.spawn, NULL, NULL);
 		for (int k = 0; k < W_COUNT; k++)
 			unwatch(r, j, k);
 		j->pid = -1;
@@ -669,7 +676,8 @@ static void report_exit(struct lane *r, struct job *j)
 	 * only when it cannot be kept (issue 15, P1). Nothing it left
 	 * survives this call. */
 	struct sbx_cgroup_outcome why;
-	sbx_backend_reap(j->req.backend, &j->req.spawn, &why);
+	sbx_backend_reap(j->req.backend, &j->req.spawn, &why, &res.egress);
+	res.networked = j->net_allow != NULL;
 	res.oom_killed = why.oom_killed;
 	res.pids_limited = why.pids_limited;
 	res.uncontained = !sbx_backend_contained(j->req.backend);
@@ -799,7 +807,7 @@ static void apply_control_locked(struct lane *r, struct job *j, int64_t now)
 static void wake(struct lane *r);
 
 /* The setup thread is done with q: queue it back to its lane. */
-static void net_done(void *ctx, struct sbx_netns *ns, int rc)
+static void net_done(void *ctx, struct sbx_egress_session *ns, int rc)
 {
 	struct job *q = ctx;
 	struct lane *r = q->lane;

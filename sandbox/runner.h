@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "sandbox/backend.h"
+#include "sandbox/egress/gateway.h"
 
 struct sbx_workspace;
 struct sbx_rootimg_ref;
@@ -58,6 +59,10 @@ struct sbx_exec_result {
 	 * budget); a pids limit refused one of its forks. uncontained: it ran
 	 * without cgroups (rlimits only: sbx_backend_contained false). */
 	bool oom_killed, pids_limited, uncontained;
+	/* A command with network (net_allow): what its egress gateway refused
+	 * (sandbox/egress/gateway.h), for the model to read. */
+	bool networked;
+	struct sbx_egress_summary egress;
 	char *stdout_text; /* valid UTF-8, window (see collector.h) */
 	size_t stdout_len;
 	char *stderr_text;

@@ -36,6 +36,7 @@
 #include "sandbox/backend.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/diskimg.h"
+#include "sandbox/egress/gateway.h"
 #include "sandbox/network.h"
 #include "sandbox/quota.h"
 #include "sandbox/seccomp.h"
@@ -44,8 +45,6 @@
 #include "server/datadir.h"
 #include "store/store.h"
 
-#define PASTA_PATH "/usr/bin/pasta"
-#define NFT_PATH "/usr/sbin/nft"
 #define CLOCK_YEAR_MIN 2024
 
 extern char **environ;
@@ -1116,50 +1115,8 @@ static bool network_check_needed(struct srv_host *h, struct srv_check *c)
 	return true;
 }
 
-static void check_tun(struct srv_host *h, struct srv_check *c)
-{
-	if (!network_check_needed(h, c))
-		return;
-	int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
-	if (fd < 0) {
-		int err = errno;
-		DETAIL(c, "/dev/net/tun: %s (pasta's tap device)", strerror(err));
-		FIX(c, "%s",
-		    err == ENOENT ? "modprobe tun (a container: --device /dev/net/tun)"
-				  : "run the server as root (pasta opens /dev/net/tun as root)");
-		missing(c, false);
-		return;
-	}
-	close(fd);
-	DETAIL(c, "/dev/net/tun opens");
-}
-
-static void check_tool(struct srv_host *h, struct srv_check *c, const char *path, const char *pkg)
-{
-	if (!network_check_needed(h, c))
-		return;
-	char *argv[] = {(char *)path, (char *)"--version", NULL};
-	int st = access(path, X_OK) == 0 ? run_quiet(path, argv) : -ENOENT;
-	if (st == 0) {
-		DETAIL(c, "%s runs", path);
-		return;
-	}
-	DETAIL(c, "%s %s", path, st == -ENOENT ? "is not installed" : "--version fails");
-	FIX(c, "apt-get install %s", pkg);
-	missing(c, false);
-}
-
-static void check_nft(struct srv_host *h, struct srv_check *c)
-{
-	check_tool(h, c, NFT_PATH, "nftables");
-}
-
-static void check_pasta(struct srv_host *h, struct srv_check *c)
-{
-	check_tool(h, c, PASTA_PATH, "passt");
-}
-
-/* The real thing: the backend's probe namespace, filter and pasta. */
+/* The real thing: a probe namespace made the way the egress gateway makes
+ * them (netlink, libnftables), and a route out of the server's own. */
 static void check_network(struct srv_host *h, struct srv_check *c)
 {
 	if (!network_check_needed(h, c))
@@ -1172,11 +1129,12 @@ static void check_network(struct srv_host *h, struct srv_check *c)
 		return;
 	}
 	if (sbx_backend_net_health(find_backend(h, "bwrap"), msg, sizeof msg) == 0) {
-		DETAIL(c, "a probe namespace got its filter and pasta: %s", msg);
+		DETAIL(c, "egress gateway: %s", msg);
 		return;
 	}
 	DETAIL(c, "%s: commands with network are refused (503)", msg);
-	FIX(c, "fix the items above (tun, nftables, passt); the server must run as root");
+	FIX(c, "the server must run as root, on a kernel with network namespaces and nf_tables (modprobe "
+	       "nf_tables), with a route out of its own namespace");
 	missing(c, false);
 }
 
@@ -1202,9 +1160,6 @@ static const struct {
     {"user-namespaces", SRV_PHASE_HOST, check_userns},
     {"seccomp", SRV_PHASE_HOST, check_seccomp},
     {"cgroups", SRV_PHASE_HOST, check_cgroups},
-    {"tun", SRV_PHASE_HOST, check_tun},
-    {"nftables", SRV_PHASE_HOST, check_nft},
-    {"passt", SRV_PHASE_HOST, check_pasta},
     {"network", SRV_PHASE_HOST, check_network},
 };
 
@@ -1225,6 +1180,7 @@ void srv_host_fini(struct srv_host *h)
 		sbx_backend_free(&h->backends[i]);
 	h->nbackends = 0;
 	h->backend = NULL;
+	sbx_egress_gateway_free(&h->egress);
 	store_close(&h->store);
 	/* After every request and command: the mounts go now (a command of
 	 * a cancelled exec still running keeps its image until it ends). */

@@ -58,12 +58,16 @@ struct srv_host {
 	size_t nbackends;
 	struct sbx_backend *backend; /* the default: one of backends */
 	int backends_rc;	     /* 0, or why a backend could not be made */
+	/* serve: the egress gateway every backend's commands with network
+	 * go through (server/serve.c makes it); freed after the backends
+	 * (their last sessions' records) and before the store. */
+	struct sbx_egress_gateway *egress;
 };
 
 /* h for cfg, nothing made yet. */
 void srv_host_init(struct srv_host *h, struct sbx_config *cfg, bool serving);
-/* Release what the checks made, in order: backends, store, disk images,
- * claims, quota probe. */
+/* Release what the checks made, in order: backends, the egress gateway,
+ * store, disk images, claims, quota probe. */
 void srv_host_fini(struct srv_host *h);
 
 /* Run the checks of phase into out (at most max), in table order: how

@@ -35,6 +35,7 @@
 #include "sandbox/diskimg.h"
 #include "sandbox/fsops.h"
 #include "sandbox/quota.h"
+#include "sandbox/egress/gateway.h"
 #include "sandbox/netpool.h"
 #include "sandbox/runner.h"
 #include "sandbox/uids.h"
@@ -225,6 +226,59 @@ static void sweep_tenant_uids(struct server *s)
 			left ? " (some still alive after 5 s)" : "");
 }
 
+/* A connection or refusal of the egress gateway, into the ledger (on a
+ * gateway thread: the store's writer queues it). */
+static void egress_record(void *ctx, const struct sbx_egress_record *r)
+{
+	struct store *st = ctx;
+	struct store_egress e = {.tenant = r->tenant,
+				 .exec_id = r->exec_id,
+				 .sub = r->sub,
+				 .proto = r->proto,
+				 .name = r->name,
+				 .name_source = r->name_source,
+				 .dialled = r->dialled,
+				 .addr = r->addr,
+				 .port = r->port,
+				 .allowed = r->allowed,
+				 .reason = r->reason,
+				 .bytes_up = (int64_t)r->bytes_up,
+				 .bytes_down = (int64_t)r->bytes_down,
+				 .started_ms = r->started_ms,
+				 .ended_ms = r->ended_ms};
+
+	store_egress_append(st, &e);
+}
+
+/* The egress gateway (sandbox/egress/gateway.h), its threads started now
+ * whether or not a command will ask for network: they wait on epoll. */
+static int start_egress(struct server *s)
+{
+	const struct sbx_config *cfg = s->cfg;
+	struct srv_host *h = &s->host;
+	struct sbx_egress_config ec = {.threads = (unsigned)cfg->egress_threads,
+				       .pool = (unsigned)cfg->egress_pool,
+				       .tenant_conns = (unsigned)cfg->egress_tenant_conns,
+				       .tenant_pending = (unsigned)cfg->egress_tenant_pending,
+				       .command_conns = (unsigned)cfg->network_conn_max,
+				       .command_conn_per_s = (unsigned)cfg->network_conn_per_s,
+				       .hello_ms = (unsigned)cfg->egress_hello_ms,
+				       .first_byte_ms = (unsigned)cfg->egress_first_byte_ms,
+				       .connect_ms = (unsigned)cfg->egress_connect_ms,
+				       .resolve_ms = (unsigned)cfg->network_resolve_ms,
+				       .record = egress_record,
+				       .record_ctx = h->store};
+	int rc = sbx_egress_gateway_new(&ec, &h->egress);
+
+	if (rc < 0) {
+		fprintf(stderr, "sandboxd: cannot start the egress gateway: %s\n", sbx_strerror(rc));
+		return rc;
+	}
+	for (size_t i = 0; i < h->nbackends; i++)
+		sbx_backend_set_egress(h->backends[i], h->egress);
+	return 0;
+}
+
 /* The backends the start's checks made (server/doctor.c; the first of
  * them claimed the server's cgroup root for all): what an earlier run
  * left goes first; then the runner. */
@@ -264,12 +318,9 @@ static int start_backend(struct server *s)
 	}
 	struct sbx_netpool_config nc = {.threads = (unsigned)s->cfg->network_setup_threads,
 					.setups_per_tenant = (unsigned)s->cfg->network_setups_per_tenant,
-					.commands_per_tenant = (unsigned)s->cfg->network_tenant_commands,
-					.limits = {.conn_max = (unsigned)s->cfg->network_conn_max,
-						   .conn_per_s = (unsigned)s->cfg->network_conn_per_s,
-						   .resolve_ms = (unsigned)s->cfg->network_resolve_ms}};
+					.commands_per_tenant = (unsigned)s->cfg->network_tenant_commands};
 	sbx_runner_net_config(s->runner, &nc);
-	return 0;
+	return start_egress(s);
 }
 
 /* The pool of file work (http/pool.h), sized from the configuration: by
@@ -309,6 +360,7 @@ static int start_app(struct server *s)
 	a->backends = h->backends;
 	a->nbackends = h->nbackends;
 	a->runner = s->runner;
+	a->egress = h->egress;
 	a->quota = h->quota;
 	a->uids = &h->uids;
 	if (route_uids_check_start(a, err, sizeof err) < 0) {

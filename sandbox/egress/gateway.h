@@ -65,7 +65,8 @@ void sbx_egress_gateway_free(struct sbx_egress_gateway **g);
 
 /* Whether the gateway works on this host (sbx_egress_ns_probe plus an
  * outgoing side: at least one address family with a route). 0, or
- * -SBX_E_BACKEND; msg one line either way. Cached after the first call. */
+ * -SBX_E_BACKEND; msg one line either way. Cached after the first call.
+ * g may be NULL: whether this host could run a gateway (sandboxd doctor). */
 int sbx_egress_gateway_health(struct sbx_egress_gateway *g, char *msg, size_t msgsz);
 
 /* The tenant's current rules: every session of that tenant decides its
