@@ -242,10 +242,10 @@ static void egress_record(void *ctx, const struct sbx_egress_record *r)
 				 .port = r->port,
 				 .allowed = r->allowed,
 				 .reason = r->reason,
-				 .bytes_up = (int64_t)r->bytes_up,
-				 .bytes_down = (int64_t)r->bytes_down,
-				 .started_ms = r->started_ms,
-				 .ended_ms = r->ended_ms};
+				 .bytes_up = r->bytes_up,
+				 .bytes_down = r->bytes_down,
+				 .started_at = r->started_ms,
+				 .ended_at = r->ended_ms};
 
 	store_egress_append(st, &e);
 }

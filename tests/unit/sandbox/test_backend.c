@@ -755,7 +755,7 @@ static void test_cgroups(void **state)
 	kill(-pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	close(pidfd);
-	sbx_backend_reap(f->bwrap, &req, NULL);
+	sbx_backend_reap(f->bwrap, &req, NULL, NULL);
 	/* Emptied (zombies orphaned to PID 1 aside), the group is kept for
 	 * the tenant's next command. */
 	assert_true(group_empty("pids", name));
@@ -773,7 +773,7 @@ static void test_cgroups(void **state)
 		r = new_run();
 		assert_int_equal(run(f->bwrap, &req, r), 0);
 		assert_int_equal(exit_code(r), 0);
-		sbx_backend_reap(f->bwrap, &req, NULL);
+		sbx_backend_reap(f->bwrap, &req, NULL, NULL);
 		for (i = 0; i < 2; i++) {
 			snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/sandboxd/unit-%d/u%u/j%u", hier[i],
 				 (int)getpid(), (unsigned)req.uid, (unsigned)req.seq);
@@ -805,7 +805,7 @@ static void test_cgroups(void **state)
 		detached = (pid_t)atol(r->out);
 		assert_true(detached > 1);
 		assert_int_equal(kill(detached, 0), 0);
-		sbx_backend_reap(lb, &req, NULL);
+		sbx_backend_reap(lb, &req, NULL, NULL);
 		for (i = 0; i < 100 && kill(detached, 0) == 0; i++)
 			sleep_ms(20);
 		assert_int_equal(kill(detached, 0), -1);
@@ -926,7 +926,7 @@ static void test_cgroups_reuse(void **state)
 	kill(-pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	close(pidfd);
-	sbx_backend_reap(f->bwrap, &req, NULL);
+	sbx_backend_reap(f->bwrap, &req, NULL, NULL);
 	assert_true(group_empty("memory", name));
 	reap_orphans(name);
 
@@ -948,7 +948,7 @@ static void test_cgroups_reuse(void **state)
 	for (int64_t t = now_ms() + 10000;
 	     group_u64("memory", name, "memory.usage_in_bytes") > (1 << 20) && now_ms() < t;)
 		sleep_ms(10);
-	sbx_backend_reap(f->bwrap, &req, NULL);
+	sbx_backend_reap(f->bwrap, &req, NULL, NULL);
 	reap_orphans(name);
 
 	/* The next command: the same group, its own limits, clean counters. */
@@ -967,7 +967,7 @@ static void test_cgroups_reuse(void **state)
 	kill(-pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	close(pidfd);
-	sbx_backend_reap(f->bwrap, &req, NULL);
+	sbx_backend_reap(f->bwrap, &req, NULL, NULL);
 	reap_orphans(name);
 
 	/* 8 MiB of page cache stay charged to the group: not kept. */
@@ -978,7 +978,7 @@ static void test_cgroups_reuse(void **state)
 	req.uid = req.gid = TENANT_UID + 5000;
 	req.seq = 104;
 	expect_exit(f->bwrap, &req, new_run(), 0);
-	sbx_backend_reap(f->bwrap, &req, NULL);
+	sbx_backend_reap(f->bwrap, &req, NULL, NULL);
 	snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory/%s", name);
 	assert_int_equal(access(dir, F_OK), -1);
 	snprintf(dir, sizeof(dir), "/sys/fs/cgroup/pids/%s", name);
@@ -993,7 +993,7 @@ static void test_cgroups_reuse(void **state)
 	req.uid = req.gid = TENANT_UID + 5000;
 	req.seq = 105;
 	expect_exit(f->bwrap, &req, new_run(), 0);
-	sbx_backend_reap(f->bwrap, &req, NULL);
+	sbx_backend_reap(f->bwrap, &req, NULL, NULL);
 	snprintf(dir, sizeof(dir), "/sys/fs/cgroup/pids/sandboxd/unit-%d/u%u/j105", (int)getpid(),
 		 (unsigned)req.uid);
 	assert_int_equal(access(dir, F_OK), 0);
