@@ -1,16 +1,18 @@
-/* Network on request over HTTP (issue 16): with `network: true` a
- * command reaches the HTTP server its tenant's allowlist names, on a
- * loopback port of this test, and nothing else: not a second one, not
- * the host's other loopback ports, not sandboxd itself, not metadata
- * addresses; without an allowlist `network: true` is refused, and
- * without `network: true` there is no network at all. */
+/* Network on request over HTTP (issues 16, 29): with `network: true` a
+ * command reaches the host loopback port its tenant's allowlist names
+ * (an HTTP server of this test) and nothing else: not a second one, not
+ * the host's other loopback ports, not sandboxd itself; a name resolving
+ * to loopback only with a literal rule for the address; without an
+ * allowlist `network: true` is refused, and without `network: true`
+ * there is no network at all; allowlists naming metadata addresses in
+ * other forms are refused when set. Decisions by name on every
+ * connection, the ledger, DNS and a hostile tenant: test_egress*.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -114,12 +116,13 @@ static char *curl_in_sandbox(const char *t, const char *url)
 	return out;
 }
 
+/* Refused: no answer, curl failed (a reset, or the gateway's close). */
 static void expect_refused(const char *url)
 {
 	char *out = curl_in_sandbox(tok, url);
 
-	if (strstr(out, "hello-") || !strstr(out, "rc=7"))
-		fail_msg("%s: want refused at once (curl rc=7), got '%s'", url, out);
+	if (strstr(out, "hello-") || strstr(out, "rc=0"))
+		fail_msg("%s: want refused, got '%s'", url, out);
 	free(out);
 }
 
@@ -150,9 +153,8 @@ static void test_allowlisted_only(void **state)
 	free(kv);
 }
 
-/* A name in the allowlist resolves in the sandbox (the server writes it
- * into its /etc/hosts): reachable at its allowlisted port only. A name
- * resolving to the host's loopback (or any private, link-local or
+/* A name in the allowlist: reachable at its allowlisted port only. A
+ * name resolving to the host's loopback (or any private, link-local or
  * metadata address) reaches it only when a literal entry names that
  * address too (issue 26: the name's owner chooses its addresses). */
 static void test_name(void **state)
@@ -193,7 +195,7 @@ static void test_without(void **state)
 	it_resp_free(&r);
 	json_t *res = ex_run(&srv, tok, cmd);
 	const char *out = ex_stdout_ok(res);
-	if (strstr(out, "hello-") || !strstr(out, "rc=7"))
+	if (strstr(out, "hello-") || strstr(out, "rc=0"))
 		fail_msg("without network: true: got '%s'", out);
 	json_decref(res);
 	free(cmd);
@@ -202,7 +204,7 @@ static void test_without(void **state)
 
 /* Allowlists naming metadata or link-local addresses in another form
  * (IPv4-mapped, NAT64) or a CIDR around them: 400, the policy unchanged
- * (issue 26: pasta's IPv6 sockets reach IPv4 on the host). */
+ * (issue 26: an IPv6 socket's form of an IPv4 address reaches it). */
 static void test_policy_refuses_hidden_metadata(void **state)
 {
 	(void)state;
@@ -220,122 +222,6 @@ static void test_policy_refuses_hidden_metadata(void **state)
 	}
 }
 
-/* The server's pasta child (its pid, 0: none yet). */
-static pid_t pasta_of(pid_t server)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	pid_t found = 0;
-
-	while (d && !found && (de = readdir(d))) {
-		char path[300], stat[512];
-		int ppid = 0;
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		if (de->d_name[0] < '1' || de->d_name[0] > '9' || !(f = fopen(path, "re")))
-			continue;
-		if (fgets(stat, sizeof(stat), f) && (strstr(stat, "(pasta") || strstr(stat, "(passt"))) {
-			const char *p = strrchr(stat, ')');
-			if (p && sscanf(p + 1, " %*c %d", &ppid) == 1 && ppid == server)
-				found = (pid_t)strtol(de->d_name, NULL, 10);
-		}
-		fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
-
-/* The line of hierarchy ctl ("memory", "pids") in /proc/pid/cgroup. */
-static char *cgroup_of(pid_t pid, const char *ctl)
-{
-	char path[64], line[512], *got = NULL;
-	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-	FILE *f = fopen(path, "re");
-	while (f && !got && fgets(line, sizeof(line), f)) {
-		char *c = strchr(line, ':'), *e = c ? strchr(c + 1, ':') : NULL;
-		if (e && (size_t)(e - c - 1) == strlen(ctl) && strncmp(c + 1, ctl, strlen(ctl)) == 0)
-			got = xstrdup(e + 1);
-	}
-	if (f)
-		fclose(f);
-	return got;
-}
-
-/* A command's pasta is charged to its tenant: it runs in a helper group
- * below the tenant's budget (u<uid>/n<seq>, memory and pids), joined
- * before its exec, not in the server's own group (issue 26). */
-static void test_pasta_in_tenant_group(void **state)
-{
-	(void)state;
-	char *kv = xasprintf("network=127.0.0.1:%d", allowed.port);
-	assert_int_equal(pol_cli(&srv, "acme", kv), 0);
-	json_t *res = NULL;
-	long st = ex_post(&srv, tok, NULL,
-			  json_pack("{s:s, s:b, s:b, s:i}", "command", "sleep 30", "network", 1, "background",
-				    1, "timeout_s", 60),
-			  &res, NULL);
-	assert_true(st == 202 || st == 200);
-	char *id = xstrdup(jstr(res, "id"));
-	json_decref(res);
-	json_t *v = ex_wait_state(&srv, tok, id, "running", 20000);
-	assert_non_null(v);
-	json_decref(v);
-	pid_t pasta = 0;
-	for (long until = it_now_ms() + 20000; !pasta && it_now_ms() < until; usleep(50000))
-		pasta = pasta_of(srv.pid);
-	if (pasta <= 0) {
-		it_sh("ps -eo pid,ppid,comm,args | grep -i -e pasta -e 'sandboxd serve' | grep -v grep >&2; "
-		      "echo server %d >&2",
-		      (int)srv.pid);
-		fail_msg("no pasta child of the server");
-	}
-	const char *ctls[] = {"memory", "pids"};
-	for (size_t i = 0; i < 2; i++) {
-		char *cg = NULL;
-		/* joined before the command starts; the command is running */
-		for (long until = it_now_ms() + 20000; it_now_ms() < until; usleep(50000)) {
-			free(cg);
-			cg = cgroup_of(pasta, ctls[i]);
-			if (cg && strstr(cg, "/u") && strstr(cg, "/n"))
-				break;
-		}
-		if (!cg || !strstr(cg, "/u") || !strstr(cg, "/n"))
-			fail_msg("pasta's %s group is %s, not its tenant's helper group", ctls[i],
-				 cg ? cg : "(none)");
-		if (i == 0) {
-			/* all it uses is charged there */
-			char *p = xasprintf("/sys/fs/cgroup/memory%.*s/memory.usage_in_bytes",
-					    (int)strcspn(cg, "\n"), cg);
-			char *status = xasprintf("/proc/%d/status", (int)pasta);
-			char *mtext = it_read_file(p, NULL), *stext = it_read_file(status, NULL);
-			const char *anon = stext ? strstr(stext, "RssAnon:") : NULL;
-			long long usage = mtext ? strtoll(mtext, NULL, 10) : -1,
-				  rss = anon ? strtoll(anon + 8, NULL, 10) * 1024 : -1;
-			fprintf(stderr, "pasta RssAnon %lld, its group uses %lld\n", rss, usage);
-			if (usage < rss || rss < 0)
-				fail_msg("the command's memory group uses %lld, less than pasta's %lld",
-					 usage, rss);
-			free(mtext);
-			free(stext);
-			free(status);
-			free(p);
-		}
-		free(cg);
-	}
-	char path[128];
-	snprintf(path, sizeof(path), "/exec/%s/cancel", id);
-	struct it_resp r;
-	assert_int_equal(it_http(&srv, "POST", path, tok, NULL, "", 0, &r), 0);
-	it_resp_free(&r);
-	v = ex_wait_state(&srv, tok, id, "cancelled|exited", 20000);
-	assert_non_null(v);
-	json_decref(v);
-	free(id);
-	free(kv);
-}
-
 /* /readyz says, per backend, whether network on request runs here. */
 static void test_readyz(void **state)
 {
@@ -346,7 +232,7 @@ static void test_readyz(void **state)
 	assert_string_equal(jstr(b, "name"), "bwrap");
 	json_t *net = json_object_get(b, "network");
 	assert_true(jtrue(net, "available"));
-	assert_non_null(strstr(jstr(net, "detail"), "pasta + nftables"));
+	assert_true(jstr(net, "detail") && *jstr(net, "detail"));
 	json_decref(j);
 }
 
@@ -358,7 +244,6 @@ int main(void)
 	    cmocka_unit_test(test_without),
 	    cmocka_unit_test(test_readyz),
 	    cmocka_unit_test(test_policy_refuses_hidden_metadata),
-	    cmocka_unit_test(test_pasta_in_tenant_group),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
