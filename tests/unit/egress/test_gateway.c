@@ -967,14 +967,15 @@ static void loopback_grant(void **state)
 	close(lfd);
 }
 
-static void health_without_route(void **state)
+static void health_without_default_route(void **state)
 {
 	(void)state;
 	gw_start(&base);
 	char msg[256];
-	/* The test's namespace has only the veth's subnet: no default route. */
-	assert_true(sbx_egress_gateway_health(T.g, msg, sizeof(msg)) < 0);
-	assert_non_null(strstr(msg, "unavailable"));
+	/* The test's namespace has only the veth's subnets, no default route:
+	 * enough, a host may reach only its own networks. */
+	assert_int_equal(sbx_egress_gateway_health(T.g, msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "IPv4 and IPv6"));
 }
 
 static void stop_world(void)
@@ -1013,7 +1014,7 @@ int main(void)
 	    UNIT_TEST_FX(close_ends_open),
 	    UNIT_TEST_FX(dns_flood),
 	    UNIT_TEST_FX(loopback_grant),
-	    UNIT_TEST_FX(health_without_route),
+	    UNIT_TEST_FX(health_without_default_route),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	stop_world();
