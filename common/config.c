@@ -107,23 +107,24 @@ static const struct option_spec specs[] = {
     {I("runner-threads", runner_threads, "0", 0, 64),
      .help = "threads that start and own commands (0: one per core); see \"The runner is watched\""},
     {I("network-setup-threads", network_setup_threads, "4", 1, 64),
-     .help = "threads that resolve the allowlist's names and make the network namespaces of commands with "
-	     "`network: true` (never a runner thread)"},
+     .help = "threads that take the network namespaces of commands with `network: true` from the egress "
+	     "gateway's pool (never a runner thread)"},
     {I("network-setups-per-tenant", network_setups_per_tenant, "2", 1, 64),
      .help = "of them, at most this many work for one tenant at once (its other setups wait; other "
 	     "tenants' take the free threads)"},
     {I("network-tenant-commands", network_tenant_commands, "8", 1, 1024),
      .help = "commands with network of one tenant at once, from the request until the command is reaped "
-	     "(each has a pasta process, about 23 MB, charged to the tenant's budget); one more answers 429 "
+	     "(each holds a network namespace); one more answers 429 "
 	     "`too_many_requests` with `Retry-After`"},
     {I("network-conn-max", network_conn_max, "64", 1, 65536),
-     .help = "TCP connections one command with network may have open at once (beyond: reset)"},
+     .help = "TCP connections one command with network may have open at once through the egress gateway "
+	     "(beyond: reset and recorded)"},
     {I("network-conn-per-s", network_conn_per_s, "10", 1, 10000),
      .help = "new TCP connections per second of one command with network, burst twice that (beyond: "
-	     "reset); bounds the host sockets pasta leaves in TIME_WAIT"},
+	     "reset and recorded); bounds the host's sockets the gateway leaves in TIME_WAIT"},
     {I("network-resolve-ms", network_resolve_ms, "2000", 100, 60000),
-     .help = "the longest the allowlist's names of one command are resolved together; a name not resolved "
-	     "by then is left out"},
+     .help = "the longest the egress gateway resolves a connection's name; a name not resolved by then is "
+	     "refused (recorded)"},
     {I("egress-threads", egress_threads, "2", 1, 64),
      .help = "event-loop threads of the egress gateway, which decides and relays every connection of "
 	     "commands with network (see docs/network.md)"},
