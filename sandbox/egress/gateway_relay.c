@@ -19,7 +19,10 @@
 #include "common/xmalloc.h"
 #include "sandbox/egress/gateway_int.h"
 
-#define SPLICE_MAX (64 * 1024)
+/* A pipe of 512 KiB per direction (the default 64 KiB moves a bulk
+ * download at about half the speed of a direct one: bench/ P13); its
+ * pages are taken only as data waits in it. */
+#define SPLICE_MAX (512 * 1024)
 #define HTTP_BUF 16384
 
 struct dir {
@@ -44,7 +47,10 @@ static int dir_init(struct dir *d, int src, int dst, bool copy)
 		d->buf = xmalloc(HTTP_BUF);
 		return 0;
 	}
-	return pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC);
+	if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -1;
+	(void)fcntl(d->pipe[1], F_SETPIPE_SZ, SPLICE_MAX); /* best effort: the default works, slower */
+	return 0;
 }
 
 static void dir_fini(struct dir *d)
