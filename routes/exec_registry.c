@@ -208,8 +208,8 @@ static json_t *egress_denied_json(const struct sbx_egress_summary *sum)
 	json_t *a = json_array();
 
 	for (size_t i = 0; i < sum->n_denied; i++)
-		json_array_append_new(a, json_pack("{s:s, s:s}", "dest", sum->denied[i].dest, "reason",
-						   sum->denied[i].reason));
+		json_array_append_new(
+		    a, json_pack("{s:s, s:s}", "dest", sum->denied[i].dest, "reason", sum->denied[i].reason));
 	return a;
 }
 

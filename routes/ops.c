@@ -160,7 +160,8 @@ static void runner_metrics(struct app *a, struct buf *out)
 	sbx_runner_net_counts(a->runner, &waiting, &running);
 	buf_appendf(
 	    out,
-	    "# HELP sandboxd_network_setups Network setups of commands (the namespace taken from the egress gateway's pool) by "
+	    "# HELP sandboxd_network_setups Network setups of commands (the namespace taken from the egress "
+	    "gateway's pool) by "
 	    "state: waiting for a setup thread or for their tenant's turn, or running.\n"
 	    "# TYPE sandboxd_network_setups gauge\n"
 	    "sandboxd_network_setups{state=\"waiting\"} %u\nsandboxd_network_setups{state=\"running\"} %u\n",

@@ -608,7 +608,8 @@ void sbx_backend_set_egress(struct sbx_backend *b, struct sbx_egress_gateway *g)
 /* The command's egress session, open (its namespace taken from the
  * gateway's pool, bound to the tenant's rules), or NULL without
  * net_allow. */
-int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_egress_session **out)
+int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req,
+			    struct sbx_egress_session **out)
 {
 	struct sbx_egress_rules *rules = NULL;
 	char err[256];

@@ -64,8 +64,8 @@ struct bwrap {
 	uid_t probe_uid; /* what the probe runs as when root */
 	struct blob seccomp;
 	struct blob etc[2][ETC_FIXED]; /* the same in every sandbox: [0] without network, [1] with */
-	struct sbx_strv head;	    /* the fixed front of every command line */
-	pthread_mutex_t ids_mu;	    /* guards ids, ids_tick and the fds in ids */
+	struct sbx_strv head;	       /* the fixed front of every command line */
+	pthread_mutex_t ids_mu;	       /* guards ids, ids_tick and the fds in ids */
 	struct ids_etc ids[SBX_BWRAP_IDS_CACHE];
 	uint64_t ids_tick;
 };
@@ -82,7 +82,8 @@ static const char *etc_fixed_text(size_t i, bool net)
 	    {
 		[ETC_HOSTS] = "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
 		[ETC_RESOLV] = "",
-		[ETC_NSSWITCH] = "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n",
+		[ETC_NSSWITCH] =
+		    "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n",
 		[ETC_HOSTNAME] = "sandbox\n",
 	    },
 	    {
@@ -430,7 +431,8 @@ static int bw_init(struct sbx_backend *b, const struct sbx_backend_config *cfg)
 	for (i = 0; i < 2 * ETC_FIXED; i++) {
 		const char *text = etc_fixed_text(i % ETC_FIXED, i >= ETC_FIXED);
 
-		blob_make(&bw->etc[i / ETC_FIXED][i % ETC_FIXED], etc_fixed_name[i % ETC_FIXED], text, strlen(text));
+		blob_make(&bw->etc[i / ETC_FIXED][i % ETC_FIXED], etc_fixed_name[i % ETC_FIXED], text,
+			  strlen(text));
 	}
 	pthread_mutex_init(&bw->ids_mu, NULL);
 	build_head(&bw->head, NULL);

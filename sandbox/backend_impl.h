@@ -50,8 +50,8 @@ struct sbx_launch {
 	int cgroup_fds[SBX_LAUNCH_MAX_CGROUPS]; /* cgroup.procs; the child writes "0\n" */
 	int n_cgroup_fds;
 	bool pdeathsig; /* PR_SET_PDEATHSIG SIGKILL after dropping privileges */
-	int netns_fd; /* setns(CLONE_NEWNET) into it while still privileged (-1: stay); not owned */
-	bool net;     /* the command has network (net_allow): netns_fd is its egress namespace */
+	int netns_fd;	/* setns(CLONE_NEWNET) into it while still privileged (-1: stay); not owned */
+	bool net;	/* the command has network (net_allow): netns_fd is its egress namespace */
 
 	/* written by the child on failure (shared memory, CLONE_VM) */
 	volatile int child_err;
@@ -100,8 +100,8 @@ struct sbx_backend {
 	pthread_mutex_t net_mu;
 	struct sbx_backend_net *nets;
 	struct sbx_egress_gateway *egress; /* sbx_backend_set_egress; not owned */
-	bool cgroups;		   /* use_cgroups asked for and the host allows it */
-	char uncontained_why[512]; /* without cgroups: why ("" with them) */
+	bool cgroups;			   /* use_cgroups asked for and the host allows it */
+	char uncontained_why[512];	   /* without cgroups: why ("" with them) */
 	char *cgroup_root;
 	int cgroup_lock; /* flock on the root: this server's alone (-1: no cgroups) */
 	_Atomic uint64_t refused_limits;

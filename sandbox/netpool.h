@@ -17,8 +17,6 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-
-
 struct sbx_backend;
 struct sbx_spawn_req;
 struct sbx_egress_session;

@@ -25,8 +25,8 @@ static bool has_route4(void)
 	unsigned dst, gw, flags;
 	bool found = false;
 	while (!found && fgets(line, sizeof(line), f))
-		found = sscanf(line, "%63s %x %x %x", ifc, &dst, &gw, &flags) == 4 && (flags & 1) /* RTF_UP */ &&
-			strcmp(ifc, "lo") != 0;
+		found = sscanf(line, "%63s %x %x %x", ifc, &dst, &gw, &flags) == 4 &&
+			(flags & 1) /* RTF_UP */ && strcmp(ifc, "lo") != 0;
 	fclose(f);
 	return found;
 }

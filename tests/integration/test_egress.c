@@ -330,7 +330,8 @@ static void test_programs(void **state)
 		 "EOF\n"
 		 "s() { o=$(printf 'GET / HTTP/1.0\\r\\nHost: allowed.test\\r\\n\\r\\n' | timeout 10 "
 		 "openssl s_client -quiet -connect $2:443 -servername $3 -CAfile /workspace/ca.pem "
-		 "-verify_return_error 2>&1 | grep -m1 -e 'I am' -e error); case $o in *'I am'*) r=0;; *) r=1;; esac; "
+		 "-verify_return_error 2>&1 | grep -m1 -e 'I am' -e error); case $o in *'I am'*) r=0;; *) "
+		 "r=1;; esac; "
 		 "echo \"$1 $o rc=$r\"; }\n"
 		 "s Z1 allowed.test allowed.test\ns Z2 " EG_ALLOWED " shared.test\n");
 	reached(res, "Y1", "allowed.test");
@@ -345,9 +346,8 @@ static void test_programs(void **state)
 	size_t i;
 	bool udp = false;
 	json_array_foreach(json_object_get(j, "connections"), i, r) {
-		udp = udp ||
-		      (jstr(r, "proto") && strcmp(jstr(r, "proto"), "udp") == 0 && !rec_allowed(r) &&
-		       jstr(r, "dialled") && strstr(jstr(r, "dialled"), EG_ALLOWED ":9999"));
+		udp = udp || (jstr(r, "proto") && strcmp(jstr(r, "proto"), "udp") == 0 && !rec_allowed(r) &&
+			      jstr(r, "dialled") && strstr(jstr(r, "dialled"), EG_ALLOWED ":9999"));
 	}
 	json_decref(j);
 	if (!udp)
