@@ -692,73 +692,6 @@ static void test_pool(void **state)
 	assert_true(wait_count("/proc/self/task", tasks0));
 }
 
-static int64_t cpu_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* Lines of the log in fd that contain what. */
-static unsigned log_lines(int fd, const char *what)
-{
-	char buf[8192];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-	unsigned k = 0;
-
-	buf[n > 0 ? n : 0] = '\0';
-	for (char *at = buf; (at = strstr(at, what)); at++)
-		k++;
-	return k;
-}
-
-/* A host that cannot make one (here: out of fds) is not asked in a
- * loop, its failure is logged once, and the pool fills when it can. */
-static void test_pool_backoff(void **state)
-{
-	const char *what = "cannot make one ahead";
-	unsigned fds0;
-	struct rlimit old, low;
-	struct sbx_egress_nspool *p;
-	struct sbx_egress_ns ns;
-	char err[256] = "";
-	int logfd, saved, probe;
-	int64_t deadline, cpu;
-
-	if (!need_root())
-		skip();
-	logfd = memfd_create("log", MFD_CLOEXEC);
-	saved = dup(2);
-	assert_true(logfd >= 0 && saved >= 0 && dup2(logfd, 2) == 2);
-	fds0 = count_dir("/proc/self/fd");
-	p = sbx_egress_nspool_new(2);
-	/* Room for the namespace's fd and one socket, not for the filter's. */
-	probe = dup(0);
-	close(probe);
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-	low = old;
-	low.rlim_cur = (rlim_t)probe + 2;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-	assert_int_equal(sbx_egress_nspool_take(p, &ns, err, sizeof(err)), -SBX_E_BACKEND);
-	for (deadline = now_us() + WAIT_MS * 1000; !log_lines(logfd, what) && now_us() < deadline;)
-		poll(NULL, 0, 5);
-	/* A second of failing costs little CPU: a loop would take it all. */
-	cpu = cpu_us();
-	poll(NULL, 0, 1000);
-	cpu = cpu_us() - cpu;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
-	print_message("a second of failed refills: %.1f ms CPU\n", (double)cpu / 1000);
-	assert_true(cpu < 150000);
-	assert_int_equal(log_lines(logfd, what), 1);
-	/* Recovered: the pool fills after its backoff. */
-	assert_true(wait_count("/proc/self/fd", fds0 + 2 * (ns_fds())));
-	sbx_egress_nspool_free(&p);
-	dup2(saved, 2);
-	close(saved);
-	close(logfd);
-}
-
 static void test_probe(void **state)
 {
 	char msg[256] = "";
@@ -772,11 +705,11 @@ static void test_probe(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_make),	 cmocka_unit_test(test_tcp_redirected),
-	    cmocka_unit_test(test_loopback),	 cmocka_unit_test(test_udp),
-	    cmocka_unit_test(test_udp_flood),	 cmocka_unit_test(test_icmp_refused),
-	    cmocka_unit_test(test_nflog_parse),	 cmocka_unit_test(test_pool),
-	    cmocka_unit_test(test_pool_backoff), cmocka_unit_test(test_probe),
+	    cmocka_unit_test(test_make),	cmocka_unit_test(test_tcp_redirected),
+	    cmocka_unit_test(test_loopback),	cmocka_unit_test(test_udp),
+	    cmocka_unit_test(test_udp_flood),	cmocka_unit_test(test_icmp_refused),
+	    cmocka_unit_test(test_nflog_parse), cmocka_unit_test(test_pool),
+	    cmocka_unit_test(test_probe),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
