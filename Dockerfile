@@ -4,7 +4,7 @@ FROM debian:12-slim AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config xxd \
         libmicrohttpd-dev libjansson-dev libsqlite3-dev libjwt-dev libseccomp-dev libssl-dev \
-        libcurl4-openssl-dev libssh-dev libarchive-dev \
+        libcurl4-openssl-dev libssh-dev libarchive-dev libmnl-dev libnftables-dev libhttp-parser-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -25,6 +25,7 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSANDBOXD_TESTS=OFF && cmake
 FROM debian:12-slim
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libsqlite3-0 libjwt0 libseccomp2 libssl3 libcurl4 libssh-4 libarchive13 \
+        libmnl0 libnftables1 libhttp-parser2.9 \
         bubblewrap ca-certificates curl tini python3 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/sandboxd /usr/local/bin/sandboxd
