@@ -116,9 +116,20 @@ char *it_token_hs256(const char *secret, const char *kid, const char *tenant, co
 				   now, now + 600, NULL);
 }
 
+static long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Up to 60 s for /healthz to answer 200: a deadline, not a count of
+ * tries, since a start's cost depends on the machine (images made and
+ * mounted for three tenants under a TCG guest took past the 6 s that
+ * 300 tries of 20 ms gave). A server that exits fails at once. */
 static int wait_healthy(struct it_server *s)
 {
-	for (int i = 0; i < 300; i++) {
+	for (long until = mono_ms() + 60000; mono_ms() < until;) {
 		struct it_resp r;
 		if (it_http(s, "GET", "/healthz", NULL, NULL, NULL, 0, &r) == 0) {
 			long st = r.status;
@@ -128,12 +139,15 @@ static int wait_healthy(struct it_server *s)
 		}
 		int status;
 		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-			fprintf(stderr, "harness: server exited during start; log %s\n", s->log);
+			fprintf(stderr, "harness: server exited during start; the log's end (%s):\n", s->log);
+			it_sh("tail -n 30 '%s' >&2", s->log);
 			s->pid = 0;
 			return -1;
 		}
 		usleep(20000);
 	}
+	fprintf(stderr, "harness: no healthy answer within 60 s; the log's end (%s):\n", s->log);
+	it_sh("tail -n 30 '%s' >&2", s->log);
 	return -1;
 }
 
@@ -550,13 +564,6 @@ static int loops_under(const char *prefix, bool release)
 	if (d)
 		closedir(d);
 	return n;
-}
-
-static long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Whatever a test did, a server gone (even killed) leaves no mount and no
