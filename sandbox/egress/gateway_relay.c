@@ -1,6 +1,10 @@
 /* Both directions of an allowed connection, with splice(2) through a pipe
  * each (no copy through user space), level-triggered: every event of
- * either socket moves what can move, then says what to wait for. A
+ * either socket moves what can move, then says what to wait for. A pipe
+ * is filled from its source while it has room and drained into its
+ * destination while it holds data, both at once: a destination that is
+ * full (the sandbox's reader behind) does not stop the source's reads
+ * until the pipe is full too, so both sockets stay busy. A
  * direction ends at its source's EOF, which is passed on as
  * shutdown(SHUT_WR) of its destination (half-close); the connection ends
  * when both have, or at the first error of either socket.
@@ -28,6 +32,7 @@
 struct dir {
 	int src, dst;
 	int pipe[2];   /* splice: read end, write end; -1 with copy */
+	size_t cap;    /* the pipe's size; with copy, HTTP_BUF */
 	size_t queued; /* in the pipe, or in buf[off..len) */
 	uint8_t *buf;  /* copy (HTTP) */
 	size_t off, len;
@@ -45,11 +50,16 @@ static int dir_init(struct dir *d, int src, int dst, bool copy)
 	*d = (struct dir){.src = src, .dst = dst, .pipe = {-1, -1}};
 	if (copy) {
 		d->buf = xmalloc(HTTP_BUF);
+		d->cap = HTTP_BUF;
 		return 0;
 	}
 	if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
 		return -1;
-	(void)fcntl(d->pipe[1], F_SETPIPE_SZ, SPLICE_MAX); /* best effort: the default works, slower */
+	/* best effort: the default works, slower */
+	int sz = fcntl(d->pipe[1], F_SETPIPE_SZ, SPLICE_MAX);
+	if (sz < 0)
+		sz = fcntl(d->pipe[1], F_GETPIPE_SZ);
+	d->cap = sz > 0 ? (size_t)sz : 65536;
 	return 0;
 }
 
@@ -101,13 +111,6 @@ static int fail(const char *side, char *why, size_t whysz)
 	return -1;
 }
 
-/* The source's EOF: pass it on. */
-static void dir_eof(struct dir *d)
-{
-	d->eof = true;
-	shutdown(d->dst, SHUT_WR);
-}
-
 /* Drain the pipe or buffer into dst. 0: empty now or dst is full; -1: dst failed. */
 static int dir_flush(struct dir *d)
 {
@@ -124,58 +127,81 @@ static int dir_flush(struct dir *d)
 	return 0;
 }
 
-/* Fill from src. 0: something queued, EOF, or src is empty; -1: src failed
- * (errno), -2: the HTTP check ended it (why). */
-static int dir_fill(struct dir *d, struct sbx_egress_http *http, char *why, size_t whysz)
+/* Room to fill: the pipe's free part; the buffer only once it is empty
+ * (its bytes are checked and written in order). */
+static size_t dir_room(const struct dir *d)
 {
-	ssize_t n =
-	    d->buf ? read(d->src, d->buf, HTTP_BUF)
-		   : splice(d->src, NULL, d->pipe[1], NULL, SPLICE_MAX, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (d->eof)
+		return 0;
+	if (d->buf)
+		return d->queued ? 0 : HTTP_BUF;
+	return d->cap - d->queued;
+}
+
+/* Fill from src into the room there is. >0: bytes queued; 0: EOF or src
+ * is empty; -1: src failed (errno), -2: the HTTP check ended
+ * it (why). */
+static ssize_t dir_fill(struct dir *d, struct sbx_egress_http *http, char *why, size_t whysz)
+{
+	size_t room = dir_room(d);
+	ssize_t n = d->buf ? read(d->src, d->buf, room)
+			   : splice(d->src, NULL, d->pipe[1], NULL, room, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 	if (n < 0)
 		return again() ? 0 : -1;
 	if (n == 0) {
-		dir_eof(d);
+		d->eof = true;
 		return 0;
 	}
 	if (http && sbx_egress_http_feed(http, d->buf, (size_t)n, why, whysz) < 0)
 		return -2;
-	d->queued = (size_t)n;
-	d->off = 0;
-	return 0;
+	if (d->buf)
+		d->off = 0;
+	d->queued += (size_t)n;
+	return n;
 }
 
-/* Move what can move in one direction. */
+/* Move what can move in one direction: fill while there is room and the
+ * source gives, drain while the destination takes, until neither moves,
+ * or for PUMP_ROUNDS rounds: the loop's other connections get their turn,
+ * and level-triggered epoll brings this one back at once. */
+#define PUMP_ROUNDS 16
 static int dir_pump(struct dir *d, struct sbx_egress_http *http, const char *src_side, const char *dst_side,
 		    char *why, size_t whysz)
 {
-	while (!d->done) {
+	for (int round = 0; round < PUMP_ROUNDS && !d->done; round++) {
+		size_t before = d->queued;
 		if (dir_flush(d) < 0)
 			return fail(dst_side, why, whysz);
-		if (d->queued)
-			return 0; /* dst is full */
-		if (d->eof) {
+		if (d->eof && !d->queued) {
+			/* the source's EOF, passed on once all before it is */
+			shutdown(d->dst, SHUT_WR);
 			d->done = true;
 			return 0;
 		}
-		int rc = dir_fill(d, http, why, whysz);
-		if (rc == -1)
+		bool had_room = dir_room(d) > 0, was_eof = d->eof;
+		ssize_t n = had_room ? dir_fill(d, http, why, whysz) : 0;
+		if (n == -1)
 			return fail(src_side, why, whysz);
-		if (rc < 0)
+		if (n < 0)
 			return -1;
-		if (!d->queued && !d->eof)
-			return 0; /* src is empty */
+		if (n > 0 || d->eof != was_eof)
+			continue; /* new data or a new EOF: drain it */
+		if (!had_room && !d->eof && d->queued < before)
+			continue; /* the drain made room the fill did not try */
+		return 0;
 	}
 	return 0;
 }
 
-/* What d waits for: its destination writable, or its source readable. */
+/* What d waits for: its destination writable while it holds data, its
+ * source readable while it has room. */
 static void dir_wants(const struct dir *d, uint32_t *src_ev, uint32_t *dst_ev)
 {
 	if (d->done)
 		return;
 	if (d->queued)
 		*dst_ev |= EPOLLOUT;
-	else if (!d->eof)
+	if (dir_room(d))
 		*src_ev |= EPOLLIN;
 }
 

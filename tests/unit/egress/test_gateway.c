@@ -885,6 +885,39 @@ static void bytes_counted(void **state)
 	assert_int_equal(r.down, MIB);
 }
 
+/* A reader far behind its upstream: the pipe holds data when the
+ * upstream's EOF reaches the gateway, and the EOF is passed on only after
+ * every byte before it (the relay fills while the sandbox's side is full). */
+static void slow_reader_every_byte(void **state)
+{
+	struct fx *f = *state;
+	gw_start(&base);
+	f->s = open_session("t1", "allowed.test");
+	static uint8_t up[MIB];
+	size_t n = client_hello("allowed.test", up, sizeof(up));
+	memset(up + n, 'u', MIB - n);
+	struct sockaddr_storage a;
+	socklen_t len = sockaddr_of(ALLOWED_IP, 9000, &a);
+	int fd = sbx_socket6(f->s, a.ss_family, SOCK_STREAM);
+	int small = 4096;
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, len), 0);
+	write_all(fd, up, MIB);
+	uint64_t down = 0;
+	char b[4096];
+	ssize_t r;
+	while ((r = read(fd, b, sizeof(b))) > 0) {
+		for (ssize_t i = 0; i < r; i++)
+			assert_int_equal(b[i], 'd');
+		down += (uint64_t)r;
+	}
+	close(fd);
+	assert_int_equal(down, MIB);
+	struct rec rr = wait_rec("tls", ALLOWED_IP ":9000");
+	assert_true(rr.allowed);
+	assert_int_equal(rr.down, MIB);
+}
+
 /* UDP other than DNS goes nowhere and is recorded (QUIC by its port). */
 static void udp_dropped(void **state)
 {
@@ -1007,6 +1040,7 @@ int main(void)
 	    UNIT_TEST_FX(rate_and_pending_bounds),
 	    UNIT_TEST_FX(slow_hello),
 	    UNIT_TEST_FX(bytes_counted),
+	    UNIT_TEST_FX(slow_reader_every_byte),
 	    UNIT_TEST_FX(http_second_host),
 	    UNIT_TEST_FX(half_close),
 	    UNIT_TEST_FX(http_by_host6),
