@@ -9,6 +9,7 @@
  * session (its first question), not per packet. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <libmnl/libmnl.h>
 #include <linux/netlink.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,8 +193,10 @@ void gw_nflog_read(struct sbx_egress_session *s, int fd)
 		if (n <= 0)
 			return;
 		int len = (int)n;
-		for (const struct nlmsghdr *h = (const struct nlmsghdr *)buf; NLMSG_OK(h, len);
-		     h = NLMSG_NEXT(h, len)) {
+		/* libmnl's walk, not NLMSG_OK/NEXT: those compare a __u32
+		 * with the int length (clang's -Wsign-compare) */
+		for (const struct nlmsghdr *h = (const struct nlmsghdr *)buf; mnl_nlmsg_ok(h, len);
+		     h = mnl_nlmsg_next(h, &len)) {
 			int family;
 			uint8_t addr[16];
 			uint16_t port;
