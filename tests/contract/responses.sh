@@ -3,7 +3,10 @@
 # see tests/integration/harness.c) and validates every recorded response
 # against openapi/openapi.yaml with validate-responses.mjs. Run by CTest
 # (test contract_responses); scripts/test installs node_modules first.
-# Usage: tests/contract/responses.sh BUILD_DIR [SUITE...]
+# Usage: tests/contract/responses.sh [--recorded DIR] BUILD_DIR [SUITE...]
+#   --recorded DIR: the suites' records are in DIR already (CTest ran them
+#   with SANDBOXD_RECORD_DIR=DIR, tests/CMakeLists.txt); only a suite with
+#   no record there is run here. DIR is kept.
 #   SANDBOXD_BIN must name the server binary (CTest sets it).
 #   Default suites: it_test_foundation, the five it_test_fs_* (access,
 #   errors, paths, read, write), it_test_ops, it_test_transfers and
@@ -11,7 +14,12 @@
 #   records nothing and fails nothing). RECORD_KEEP=1 keeps the records.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-build="${1:?usage: responses.sh BUILD_DIR [SUITE...]}"
+recorded=
+if [ "${1:-}" = --recorded ]; then
+  recorded="${2:?usage: responses.sh [--recorded DIR] BUILD_DIR [SUITE...]}"
+  shift 2
+fi
+build="${1:?usage: responses.sh [--recorded DIR] BUILD_DIR [SUITE...]}"
 shift
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(it_test_foundation it_test_fs_access it_test_fs_errors it_test_fs_paths it_test_fs_read
@@ -23,8 +31,10 @@ if [ ! -d "$here/node_modules/ajv" ] || [ ! -d "$here/node_modules/yaml" ]; then
   echo "contract responses: $here/node_modules is incomplete; run (cd tests/contract && npm ci --no-audit --no-fund), as scripts/test does" >&2
   exit 1
 fi
-rec="$(mktemp -d /tmp/sandboxd-records-XXXXXX)"
-if [ -n "${RECORD_KEEP:-}" ]; then
+if [ -n "$recorded" ]; then
+  mkdir -p "$recorded"
+  rec="$recorded"
+elif rec="$(mktemp -d /tmp/sandboxd-records-XXXXXX)" && [ -n "${RECORD_KEEP:-}" ]; then
   echo "contract responses: records kept in $rec"
 else
   trap 'rm -rf "$rec"' EXIT
@@ -35,6 +45,10 @@ for s in "${suites[@]}"; do
   if [ ! -x "$bin" ]; then
     echo "contract responses: $bin is not built" >&2
     exit 1
+  fi
+  if [ -n "$recorded" ] && grep -qsF "\"suite\":\"$s\"" "$rec"/*.ndjson; then
+    echo "contract responses: $s recorded by CTest's run"
+    continue
   fi
   start=$SECONDS
   # A failing suite fails this test too (its records would be incomplete),
