@@ -512,11 +512,11 @@ void gw_conn_resolved(void *job)
 	gw_job_free(job);
 }
 
-static void relay_pump(struct gw_conn *c)
+static void relay_pump(struct gw_conn *c, int fd, uint32_t events)
 {
 	char why[SBX_EGRESS_WHY_MAX];
 	uint32_t cev, uev;
-	int rc = gw_relay_pump(c->relay, &cev, &uev, why, sizeof(why));
+	int rc = gw_relay_pump(c->relay, fd, events, &cev, &uev, why, sizeof(why));
 	if (rc != 0) {
 		gw_conn_end(c, rc > 0 ? NULL : why);
 		return;
@@ -536,7 +536,7 @@ static void relay_start(struct gw_conn *c)
 		return;
 	}
 	c->st = GW_C_RELAY;
-	relay_pump(c);
+	relay_pump(c, -1, 0);
 }
 
 /* The bytes read before the decision go first. */
@@ -578,7 +578,7 @@ static void connect_done(struct gw_conn *c)
 	flush_step(c);
 }
 
-void gw_conn_event(struct gw_conn *c, struct gw_handle *h)
+void gw_conn_event(struct gw_conn *c, struct gw_handle *h, uint32_t events)
 {
 	switch (c->st) {
 	case GW_C_PEEK:
@@ -593,7 +593,7 @@ void gw_conn_event(struct gw_conn *c, struct gw_handle *h)
 		flush_step(c);
 		break;
 	case GW_C_RELAY:
-		relay_pump(c);
+		relay_pump(c, h->fd, events);
 		break;
 	default:
 		break;

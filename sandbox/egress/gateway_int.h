@@ -200,7 +200,7 @@ void gw_session_loopback_later(struct sbx_egress_session *s);
 
 /* gateway_conn.c: accept, bounds, peek, decide, connect. */
 void gw_conn_accept(struct sbx_egress_session *s, int lfd);
-void gw_conn_event(struct gw_conn *c, struct gw_handle *h);
+void gw_conn_event(struct gw_conn *c, struct gw_handle *h, uint32_t events);
 void gw_conn_deadline(struct gw_conn *c);
 void gw_conn_resolved(void *job);
 /* End c: the record is written; reason NULL: healthy. */
@@ -229,9 +229,12 @@ struct gw_relay;
  * the client's requests are checked by it (owned by the relay). */
 struct gw_relay *gw_relay_new(int cfd, int ufd, struct sbx_egress_http *http);
 void gw_relay_free(struct gw_relay **r);
-/* Move what can move. 1: both directions done; 0: go on (wanted events
- * in *cev, *uev); -1: ended by error (why). */
-int gw_relay_pump(struct gw_relay *r, uint32_t *cev, uint32_t *uev, char *why, size_t whysz);
+/* Move what can move. fd, events: what epoll reported (fd -1: nothing
+ * yet, every side is tried); a side is tried again only after an event
+ * of its own. 1: both directions done; 0: go on (wanted events in *cev,
+ * *uev); -1: ended by error (why). */
+int gw_relay_pump(struct gw_relay *r, int fd, uint32_t events, uint32_t *cev, uint32_t *uev, char *why,
+		  size_t whysz);
 void gw_relay_bytes(const struct gw_relay *r, uint64_t *up, uint64_t *down);
 
 /* gateway_dns.c: DNS questions and NFLOG datagrams of a session. */

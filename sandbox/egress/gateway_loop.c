@@ -132,7 +132,7 @@ static void free_graveyard(struct gw_loop *l)
 	}
 }
 
-static void dispatch(struct gw_handle *h)
+static void dispatch(struct gw_handle *h, uint32_t events)
 {
 	struct sbx_egress_session *s = h->obj;
 	switch (h->kind) {
@@ -152,7 +152,7 @@ static void dispatch(struct gw_handle *h)
 		break;
 	case GW_H_CLIENT:
 	case GW_H_UPSTREAM:
-		gw_conn_event(h->obj, h);
+		gw_conn_event(h->obj, h, events);
 		break;
 	}
 }
@@ -177,7 +177,7 @@ static void *loop_main(void *arg)
 			if ((h->kind == GW_H_CLIENT || h->kind == GW_H_UPSTREAM) &&
 			    ((struct gw_conn *)h->obj)->st == GW_C_DEAD)
 				continue;
-			dispatch(h);
+			dispatch(h, evs[i].events);
 		}
 		run_deadlines(l);
 		bool go_on = drain_queue(l);

@@ -37,6 +37,10 @@ struct dir {
 	uint8_t *buf;  /* copy (HTTP) */
 	size_t off, len;
 	bool eof, done; /* source ended; passed on and nothing queued */
+	/* Worth a syscall: no EAGAIN since the side's last event (a read
+	 * or write that would block costs as much as one that moves, and
+	 * every event pumps both directions) */
+	bool src_ready, dst_ready;
 	uint64_t bytes; /* delivered to dst */
 };
 
@@ -47,7 +51,7 @@ struct gw_relay {
 
 static int dir_init(struct dir *d, int src, int dst, bool copy)
 {
-	*d = (struct dir){.src = src, .dst = dst, .pipe = {-1, -1}};
+	*d = (struct dir){.src = src, .dst = dst, .pipe = {-1, -1}, .src_ready = true, .dst_ready = true};
 	if (copy) {
 		d->buf = xmalloc(HTTP_BUF);
 		d->cap = HTTP_BUF;
@@ -118,8 +122,12 @@ static int dir_flush(struct dir *d)
 		ssize_t n = d->buf ? write(d->dst, d->buf + d->off, d->queued)
 				   : splice(d->pipe[0], NULL, d->dst, NULL, d->queued,
 					    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-		if (n < 0)
-			return again() ? 0 : -1;
+		if (n < 0) {
+			if (!again())
+				return -1;
+			d->dst_ready = false;
+			return 0;
+		}
 		d->queued -= (size_t)n;
 		d->off += (size_t)n;
 		d->bytes += (uint64_t)n;
@@ -146,8 +154,12 @@ static ssize_t dir_fill(struct dir *d, struct sbx_egress_http *http, char *why, 
 	size_t room = dir_room(d);
 	ssize_t n = d->buf ? read(d->src, d->buf, room)
 			   : splice(d->src, NULL, d->pipe[1], NULL, room, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-	if (n < 0)
-		return again() ? 0 : -1;
+	if (n < 0) {
+		if (!again())
+			return -1;
+		d->src_ready = false;
+		return 0;
+	}
 	if (n == 0) {
 		d->eof = true;
 		return 0;
@@ -170,7 +182,7 @@ static int dir_pump(struct dir *d, struct sbx_egress_http *http, const char *src
 {
 	for (int round = 0; round < PUMP_ROUNDS && !d->done; round++) {
 		size_t before = d->queued;
-		if (dir_flush(d) < 0)
+		if (d->dst_ready && dir_flush(d) < 0)
 			return fail(dst_side, why, whysz);
 		if (d->eof && !d->queued) {
 			/* the source's EOF, passed on once all before it is */
@@ -179,7 +191,7 @@ static int dir_pump(struct dir *d, struct sbx_egress_http *http, const char *src
 			return 0;
 		}
 		bool had_room = dir_room(d) > 0, was_eof = d->eof;
-		ssize_t n = had_room ? dir_fill(d, http, why, whysz) : 0;
+		ssize_t n = had_room && d->src_ready ? dir_fill(d, http, why, whysz) : 0;
 		if (n == -1)
 			return fail(src_side, why, whysz);
 		if (n < 0)
@@ -205,8 +217,26 @@ static void dir_wants(const struct dir *d, uint32_t *src_ev, uint32_t *dst_ev)
 		*src_ev |= EPOLLIN;
 }
 
-int gw_relay_pump(struct gw_relay *r, uint32_t *cev, uint32_t *uev, char *why, size_t whysz)
+/* What an event of fd makes worth trying: readable wakes the direction
+ * it is the source of, writable the one it is the destination of; an
+ * error or hangup both, so that the syscall reports it. */
+static void mark_ready(struct gw_relay *r, int fd, uint32_t events)
 {
+	bool in = events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+	bool out = events & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+	struct dir *dirs[2] = {&r->up, &r->down};
+	for (int i = 0; i < 2; i++) {
+		if (fd < 0 || (in && dirs[i]->src == fd))
+			dirs[i]->src_ready = true;
+		if (fd < 0 || (out && dirs[i]->dst == fd))
+			dirs[i]->dst_ready = true;
+	}
+}
+
+int gw_relay_pump(struct gw_relay *r, int fd, uint32_t events, uint32_t *cev, uint32_t *uev, char *why,
+		  size_t whysz)
+{
+	mark_ready(r, fd, events);
 	if (dir_pump(&r->up, r->http, "sandbox", "destination", why, whysz) < 0 ||
 	    dir_pump(&r->down, NULL, "destination", "sandbox", why, whysz) < 0)
 		return -1;
