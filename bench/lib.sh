@@ -295,10 +295,14 @@ exec_lat() {
 # start_nginx ROOT [sendfile on|off]: sets NGX_PID, NGX_PORT, NGX_URL.
 start_nginx() {
 	need nginx nginx
-	local root=$1 sf=${2:-on} d
+	# access: off, or buffered (a combined log line per request, written
+	# in 64 KiB batches: nginx's access_log ... buffer=)
+	local root=$1 sf=${2:-on} access=${3:-off} d al
 	mktmp d
 	mkdir -p "$d/tmp"
 	NGX_PORT=$(free_port)
+	al=off
+	[ "$access" = buffered ] && al="$d/access.log combined buffer=64k flush=1s"
 	cat >"$d/nginx.conf" <<EOF
 daemon off;
 master_process on;
@@ -308,7 +312,7 @@ pid $d/nginx.pid;
 error_log $d/error.log warn;
 events { worker_connections 4096; }
 http {
-    access_log off;
+    access_log $al;
     sendfile $sf;
     tcp_nopush on;
     keepalive_requests 100000000;
@@ -326,7 +330,7 @@ http {
     }
 }
 EOF
-	NGX_CMD="nginx -c $d/nginx.conf -p $d -e $d/error.log (sendfile $sf, worker_processes auto, access_log off)"
+	NGX_CMD="nginx -c $d/nginx.conf -p $d -e $d/error.log (sendfile $sf, worker_processes auto, access_log $access)"
 	bg nginx -c "$d/nginx.conf" -p "$d" -e "$d/error.log"
 	NGX_PID=$LASTPID
 	NGX_URL=http://127.0.0.1:$NGX_PORT

@@ -13,6 +13,7 @@
 #include "common/nowait.h"
 #include "common/utf8.h"
 #include "common/errors.h"
+#include "common/log.h"
 #include "common/timeutil.h"
 #include "common/config.h"
 #include "common/xmalloc.h"
@@ -424,7 +425,7 @@ static void log_line(struct http_req *r, double ms, const char *route)
 		json_object_set_new(j, "detail", json_string(r->log_detail));
 	char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 	if (t)
-		fprintf(stderr, "%s\n", t);
+		log_line_write(t, strlen(t));
 	free(t);
 	json_decref(j);
 	free(path);

@@ -455,6 +455,7 @@ static void shut_down(struct server *s)
 		log_msg("error",
 			"the runner has been stuck for %lld ms (%s): exiting without a clean shutdown",
 			(long long)busy, step);
+		log_flush();
 		_exit(1);
 	}
 	/* The runner has reported every exit; their records and answers are
@@ -544,6 +545,9 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	int reaper_fd = -1;
 	srv_host_init(&s.host, cfg, true);
 	int status = check_and_prepare(&s, &reaper_fd);
+	/* After the checks that must run before any thread (common/log.h) */
+	if (status == 0)
+		log_writer_start();
 	if (status == 0 && start_backend(&s) == 0 && start_app(&s) == 0 && start_http(&s) == 0) {
 		wait_for_signal(reaper_fd, s.host.uids_lock);
 		shut_down(&s);
@@ -553,6 +557,7 @@ int cli_serve(struct sbx_config *cfg, const struct cli_args *args)
 	server_free(&s);
 	if (status == 0)
 		log_msg("info", "stopped");
+	log_writer_stop();
 	if (signal_pipe[0] >= 0) {
 		close(signal_pipe[0]);
 		close(signal_pipe[1]);
