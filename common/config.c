@@ -293,7 +293,9 @@ static const struct option_spec specs[] = {
 	     "the rest are counted as `sandboxd_audit_suppressed_total`"},
     {I("audit-unauthenticated-burst", audit_unauth_burst, "20", 1, 1000000),
      .help = "the size of that bucket"},
-    {B("log-requests", log_requests, "true"), .help = "one JSON line per request on stderr"},
+    {B("log-requests", log_requests, "true"),
+     .help = "one JSON line per request on stderr, written with the server's other lines by one writer "
+	     "thread in batches (a line reaches stderr within 20 ms; an error line at once)"},
     {SC("node-id", node_id, NULL, check_node_id), .shown = "the host name's first label",
      .help = "this node's id among several (`[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?`); see Running many nodes"},
     {J("nodes", nodes, check_nodes), .shown = "none",
