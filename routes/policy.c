@@ -14,7 +14,7 @@
 #include "routes/remote.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
-#include "sandbox/network.h"
+#include "sandbox/egress/rules.h"
 #include "sandbox/rootimg.h"
 #include "store/store.h"
 
@@ -95,13 +95,24 @@ static const struct policy_key *key_find(const char *name)
 
 /* ---- the network allowlist (the grammar of sandbox/backend.h's net_allow) ---- */
 
-/* The grammar and its rules are sandbox/network.h's: an allowlist that
- * passes here is one the backend enforces. */
+/* The grammar and its rules are the egress rules' (sandbox/egress/
+ * rules.h): an allowlist that passes here is one the gateway enforces.
+ * But one of no rules ("", or "none" with spaces around it), which the
+ * rules read as "nothing allowed", is refused: a policy's "none" (exact)
+ * means no network at all, and anything else that says nothing is a
+ * mistake, not a network that reaches nothing. */
 static int allowlist_check(const char *spec, char *err, size_t errsz)
 {
+	struct sbx_egress_rules *r = NULL;
 	char why[256];
+	int rc = sbx_egress_rules_parse(spec, &r, why, sizeof(why));
 
-	if (sbx_net_allow_check(spec, why, sizeof(why)) == 0)
+	if (rc == 0 && sbx_egress_rules_count(r) == 0) {
+		snprintf(why, sizeof(why), "the allowlist is empty (\"none\": no network)");
+		rc = -EINVAL;
+	}
+	sbx_egress_rules_unref(&r);
+	if (rc == 0)
 		return 0;
 	snprintf(err, errsz, "network: %s", why);
 	return -EINVAL;

@@ -37,7 +37,6 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/diskimg.h"
 #include "sandbox/egress/gateway.h"
-#include "sandbox/network.h"
 #include "sandbox/quota.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/workspace.h"

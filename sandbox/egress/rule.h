@@ -29,6 +29,5 @@ struct sbx_egress_rule {
 	int textlen;
 };
 
-size_t sbx_egress_rules_count(const struct sbx_egress_rules *r);
 /* i < sbx_egress_rules_count(r); owned by r. */
 const struct sbx_egress_rule *sbx_egress_rules_at(const struct sbx_egress_rules *r, size_t i);

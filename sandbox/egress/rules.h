@@ -55,6 +55,9 @@ struct sbx_egress_rules *sbx_egress_rules_ref(struct sbx_egress_rules *r);
 void sbx_egress_rules_unref(struct sbx_egress_rules **r);
 /* The spec it was parsed from (owned by r). */
 const char *sbx_egress_rules_spec(const struct sbx_egress_rules *r);
+/* How many rules r holds: 0 for "none" and "" (a policy tells those from
+ * the exact "none" of no network, routes/policy.c). */
+size_t sbx_egress_rules_count(const struct sbx_egress_rules *r);
 
 /* name: lowercase, no trailing dot. port 0: "some port" (a DNS question:
  * allowed when some allow rule matches the name on any port and no deny

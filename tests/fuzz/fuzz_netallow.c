@@ -1,15 +1,13 @@
-/* libFuzzer: the network allowlist (sandbox/network.h) and the egress
- * rules it grew into (sandbox/egress/rules.h). Invariants: an accepted
- * allowlist has at most SBX_NET_ENTRIES_MAX entries, each a name of
- * [A-Za-z0-9._-] or an address with its host bits clear, never a
- * link-local or metadata range, loopback only as 127.0.0.1 / ::1 with a
- * port, ports 1..65535 in order; what it becomes (pasta's -T spec, the
- * nft ruleset) holds only digits, addresses and the fixed rule text, so
- * no entry can add a rule. The rules accept what the allowlist check
- * does (and no more but deny rules, wildcards, `*` and no rules at
- * all), and their decisions never let a never-reachable address through,
- * an internal one only under a literal rule that is not a /0, always say
- * why they refuse, and grant loopback ports sorted, apart, at most 256.
+/* libFuzzer: the network allowlist, a tenant policy's `network` value:
+ * the egress rules (sandbox/egress/rules.h). Invariants: a refusal says
+ * why; an accepted allowlist has at most SBX_EGRESS_RULES_MAX rules,
+ * each with ports 1..65535 in order, a name of [a-z0-9._-] (lowercased)
+ * or an address with its host bits clear; an allow rule never names a
+ * link-local or metadata range (nor a CIDR around one but a /0), nor the
+ * unspecified address, and loopback only as 127.0.0.1 / ::1 with a port.
+ * The decisions never let a never-reachable address through, an internal
+ * one only under a literal rule that is not a /0, always say why they
+ * refuse, and grant loopback ports sorted, apart, at most 256.
  * Build: scripts/fuzz. */
 #include <arpa/inet.h>
 #include <stdbool.h>
@@ -19,30 +17,64 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "common/buf.h"
+#include "sandbox/egress/classes.h"
 #include "sandbox/egress/rule.h"
 #include "sandbox/egress/rules.h"
-#include "sandbox/netplan.h"
 
-static void check_entry(const struct sbx_net_entry *e)
+static bool host_bits_clear(const struct sbx_egress_rule *e, unsigned bits)
 {
-	if (e->lo < 1 || e->lo > e->hi)
-		abort();
-	if (!e->family) {
-		if (!e->name || !e->name[0] ||
-		    strspn(e->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				    "0123456789.-_") != strlen(e->name))
-			abort();
-		return;
+	for (unsigned b = e->prefix; b < bits; b++) {
+		if (e->addr[b / 8] & (0x80 >> (b % 8)))
+			return false;
 	}
-	if (e->name || (e->family != AF_INET && e->family != AF_INET6) ||
-	    e->prefix > (e->family == AF_INET ? 32u : 128u))
+	return true;
+}
+
+static void check_addr_rule(const struct sbx_egress_rule *e)
+{
+	static const uint8_t zero[16], lo6[16] = {[15] = 1};
+	unsigned bits = e->family == AF_INET ? 32 : 128;
+	char text[64];
+	bool inside;
+
+	if ((e->family != AF_INET && e->family != AF_INET6) || e->prefix > bits || !host_bits_clear(e, bits))
 		abort();
-	if (sbx_net_is_never(e->family, e->addr, e->prefix))
+	if (e->deny)
+		return; /* a deny rule may name anything */
+	if (e->prefix > 0 &&
+	    sbx_egress_never_named(e->family, e->addr, e->prefix, &inside, text, sizeof(text)))
+		abort();
+	if (e->prefix == bits && memcmp(e->addr, zero, bits / 8) == 0)
 		abort();
 	if (e->family == AF_INET && e->addr[0] == 127 && e->prefix >= 8 &&
-	    (!sbx_net_is_host_loopback(e->family, e->addr, e->prefix) || !e->has_port))
+	    (e->prefix != 32 || e->addr[1] || e->addr[2] || e->addr[3] != 1 || !e->has_port))
 		abort();
+	if (e->family == AF_INET6 && e->prefix == 128 && memcmp(e->addr, lo6, 16) == 0 && !e->has_port)
+		abort();
+}
+
+/* spec: the rules' own copy, which e's text points into. */
+static void check_rule(const char *spec, const struct sbx_egress_rule *e)
+{
+	if (e->lo < 1 || e->lo > e->hi || (!e->has_port && (e->lo != 1 || e->hi != 65535)))
+		abort();
+	if (e->textlen < 1 || e->text < spec || e->text + e->textlen > spec + strlen(spec))
+		abort();
+	switch (e->kind) {
+	case SBX_EGRESS_NAME:
+	case SBX_EGRESS_WILD:
+		if (!e->namelen || e->namelen > SBX_EGRESS_NAME_MAX || strlen(e->name) != e->namelen ||
+		    strspn(e->name, "abcdefghijklmnopqrstuvwxyz0123456789.-_") != e->namelen)
+			abort();
+		break;
+	case SBX_EGRESS_ADDR:
+		check_addr_rule(e);
+		break;
+	case SBX_EGRESS_ANY:
+		break;
+	default:
+		abort();
+	}
 }
 
 static void check_why(bool ok, const char *why)
@@ -56,11 +88,9 @@ static bool literal_covers(const struct sbx_egress_rules *r, int family, const u
 {
 	for (size_t i = 0; i < sbx_egress_rules_count(r); i++) {
 		const struct sbx_egress_rule *e = sbx_egress_rules_at(r, i);
-		struct sbx_net_entry x = {.family = e->family, .prefix = e->prefix};
 
-		memcpy(x.addr, e->addr, sizeof(x.addr));
-		if (!e->deny && e->kind == SBX_EGRESS_ADDR && e->prefix > 0 && e->lo <= port &&
-		    port <= e->hi && sbx_net_covers(&x, family, addr))
+		if (!e->deny && e->kind == SBX_EGRESS_ADDR && e->family == family && e->prefix > 0 &&
+		    e->lo <= port && port <= e->hi && sbx_egress_prefix_eq(addr, e->addr, e->prefix))
 			return true;
 	}
 	return false;
@@ -106,21 +136,23 @@ static void check_loopback(const struct sbx_egress_rules *r)
 		abort();
 }
 
-/* The rules of spec against the allowlist's check, then some decisions:
- * names made of the input's own bytes, fixed addresses, its ports. */
-static void check_rules(const char *spec, const uint8_t *data, size_t size, bool allow_ok)
+/* The rules of spec, each checked, then some decisions: names made of
+ * the input's own bytes, fixed addresses, its ports. */
+static void check_rules(const char *spec, const uint8_t *data, size_t size)
 {
 	struct sbx_egress_rules *r = NULL;
 	char err[256] = "", why[SBX_EGRESS_WHY_MAX], name[32] = "";
 	uint16_t port = size >= 2 ? (uint16_t)(data[0] << 8 | data[1]) : 443;
 
 	if (sbx_egress_rules_parse(spec, &r, err, sizeof err) != 0) {
-		if (allow_ok || !err[0])
-			abort();
+		if (!err[0])
+			abort(); /* a refusal always says why */
 		return;
 	}
-	if (sbx_egress_rules_count(r) && !allow_ok)
+	if (sbx_egress_rules_count(r) > SBX_EGRESS_RULES_MAX)
 		abort();
+	for (size_t i = 0; i < sbx_egress_rules_count(r); i++)
+		check_rule(sbx_egress_rules_spec(r), sbx_egress_rules_at(r, i));
 	for (size_t i = 0; i < size && i + 1 < sizeof(name); i++)
 		name[i] = (char)(data[i] >= 'a' && data[i] <= 'z' ? data[i] : 'a' + data[i] % 26);
 	check_why(sbx_egress_rules_name(r, name[0] ? name : "example.com", port, why, sizeof(why)), why);
@@ -132,37 +164,11 @@ static void check_rules(const char *spec, const uint8_t *data, size_t size, bool
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct sbx_net_allow a = {0};
-	struct buf rules, ports;
-	char err[256];
 	char *spec = malloc(size + 1);
 
 	memcpy(spec, data, size);
 	spec[size] = '\0';
-	check_rules(spec, data, size, sbx_net_allow_check(spec, err, sizeof err) == 0);
-	if (sbx_net_allow_parse(spec, &a, err, sizeof err) != 0) {
-		if (!err[0])
-			abort(); /* a refusal always says why */
-		free(spec);
-		return 0;
-	}
-	if (a.n > SBX_NET_ENTRIES_MAX)
-		abort();
-	for (size_t i = 0; i < a.n; i++)
-		check_entry(&a.e[i]);
-	buf_init(&rules, 1 << 22);
-	buf_init(&ports, 1 << 22);
-	if (sbx_net_ruleset(a.e, a.n, NULL, &rules) != 0 || sbx_net_pasta_ports(a.e, a.n, &ports) != 0)
-		abort();
-	if (strcmp(buf_cstr(&ports), "none") != 0 && strspn(buf_cstr(&ports), "0123456789,-") != ports.len)
-		abort();
-	/* names never reach the ruleset; addresses come from inet_ntop (and
-	 * "oif != lo" from the connection bounds) */
-	if (strspn(buf_cstr(&rules), "abcdefghijklmnopqrstuvwxyz0123456789 \t\n{}:;,./-\"!=") != rules.len)
-		abort();
-	buf_free(&rules);
-	buf_free(&ports);
-	sbx_net_allow_clear(&a);
+	check_rules(spec, data, size);
 	free(spec);
 	return 0;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "allowlist_cases.h"
 #include "common/config.h"
 #include "routes/policy.h"
 
@@ -31,20 +32,30 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The configuration with network set to spec: its policy's validity. */
-static int network_ok(const char *spec)
+/* The configuration with network set to spec: its policy's validity,
+ * and the reason in err. */
+static int network_err(const char *spec, char *err, size_t errsz)
 {
-	char err[256] = "";
 	char key[] = "network";
 	char errc[256];
+	struct route_policy p;
+	int rc;
+
+	err[0] = '\0';
 	if (cfg_set(&cfg, key, spec, errc, sizeof errc) < 0)
 		return -1;
-	struct route_policy p;
-	int rc = route_policy_defaults(&cfg, &p, err, sizeof err);
+	rc = route_policy_defaults(&cfg, &p, err, errsz);
 	if (rc == 0)
 		route_policy_clear(&p);
 	cfg_set(&cfg, key, "none", errc, sizeof errc);
 	return rc;
+}
+
+static int network_ok(const char *spec)
+{
+	char err[256];
+
+	return network_err(spec, err, sizeof err);
 }
 
 static void test_defaults_follow_the_configuration(void **state)
@@ -136,7 +147,7 @@ static void test_allowlist_grammar(void **state)
 	    "1.2.3.4/",
 	    "[::1]:",
 	    "a:1:2",
-	    /* the rules of sandbox/network.h: loopback only with a port, never metadata */
+	    /* the egress rules': loopback only with a port, never metadata */
 	    "127.0.0.2:80",
 	    "169.254.169.254",
 	    /* a range holding a metadata address (fd00:ec2::254), issue 26 */
@@ -150,6 +161,42 @@ static void test_allowlist_grammar(void **state)
 		if (network_ok(bad[i]) == 0)
 			fail_msg("accepted bad allowlist \"%s\"", bad[i]);
 	}
+}
+
+/* The policy takes exactly the egress rules (sandbox/egress/rules.h)
+ * with their reasons, but not an allowlist of no rules: its "none" is no
+ * network, and an empty value a mistake. */
+static void test_allowlist_is_the_rules(void **state)
+{
+	char err[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(allowlist_good) / sizeof(allowlist_good[0]); i++) {
+		if (network_err(allowlist_good[i], err, sizeof err) != 0)
+			fail_msg("refused \"%s\": %s", allowlist_good[i], err);
+	}
+	for (size_t i = 0; i < sizeof(allowlist_bad) / sizeof(allowlist_bad[0]); i++) {
+		const char *spec = allowlist_bad[i].spec;
+
+		if (!spec)
+			continue; /* a policy's value is a string */
+		if (network_err(spec, err, sizeof err) != -EINVAL)
+			fail_msg("accepted \"%s\"", spec);
+		if (strncmp(err, "network: ", 9) != 0 || !strstr(err, allowlist_bad[i].want))
+			fail_msg("\"%s\": reason '%s' does not say 'network: ...%s'", spec, err,
+				 allowlist_bad[i].want);
+	}
+	/* what the rules grew: wildcards, any name, deny rules */
+	assert_int_equal(
+	    network_err("*.github.com:443, *, !*.internal, !169.254.0.0/16, ![::1], !127.0.0.0/8", err,
+			sizeof err),
+	    0);
+	assert_int_equal(network_err("", err, sizeof err), -EINVAL);
+	assert_string_equal(err, "network: the allowlist is empty (\"none\": no network)");
+	assert_int_equal(network_err(" none ", err, sizeof err), -EINVAL);
+	assert_string_equal(err, "network: the allowlist is empty (\"none\": no network)");
+	assert_int_equal(network_err("none", err, sizeof err), 0);
+	assert_int_equal(network_err("*, none", err, sizeof err), 0); /* a name there */
 }
 
 static void test_kv_typing(void **state)
@@ -221,6 +268,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_defaults_follow_the_configuration),
 	    cmocka_unit_test(test_allowlist_grammar),
+	    cmocka_unit_test(test_allowlist_is_the_rules),
 	    cmocka_unit_test(test_kv_typing),
 	    cmocka_unit_test(test_io_set),
 	    cmocka_unit_test(test_approval_patterns),
