@@ -132,15 +132,6 @@ bool sbx_egress_never_named(int family, const uint8_t *addr, unsigned prefix, bo
 	return false;
 }
 
-bool sbx_egress_never_named_at(size_t i, int *family, char *text, size_t textsz)
-{
-	if (i >= N_NEVER || !never[i].text)
-		return false;
-	*family = never[i].family;
-	snprintf(text, textsz, "%s", never[i].text);
-	return true;
-}
-
 /* ---- the host's own addresses ---- */
 
 #define HOST_ADDRS_MAX 256

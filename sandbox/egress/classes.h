@@ -1,7 +1,6 @@
 #pragma once
-/* Internal to sandbox/: the address classes behind rules.h's decisions
- * (classes.c), shared by the rules' parser (rules.c) and the namespace
- * filter of the pasta path (sandbox/network.c). */
+/* Internal to sandbox/egress/: the address classes behind rules.h's
+ * decisions (classes.c), for the rules' parser and decisions (rules.c). */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +20,3 @@ const char *sbx_egress_addr_what(int family, const uint8_t *addr, bool *never);
  * false: none. [::1] is loopback, not an IPv4-compatible address. */
 bool sbx_egress_never_named(int family, const uint8_t *addr, unsigned prefix, bool *inside, char *text,
 			    size_t textsz);
-/* The i-th of those ranges (from 0): its family, and its text into text;
- * false past the last. */
-bool sbx_egress_never_named_at(size_t i, int *family, char *text, size_t textsz);

@@ -1,7 +1,7 @@
 #pragma once
-/* Internal to sandbox/: one parsed rule of rules.h, for the namespace
- * filter of the pasta path (sandbox/network.c) until the egress gateway
- * replaces it. */
+/* Internal to sandbox/egress/: one parsed rule of rules.h, as rules.c
+ * keeps it, open to white-box checks of what the parser accepted
+ * (tests/fuzz/fuzz_netallow.c). */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 #pragma once
 /* The old network allowlist's forms, accepted and refused (with a word
- * of the reason), which both its check (tests/unit/sandbox/test_netspec.c)
- * and the egress rules that grew from it (tests/unit/egress/
- * test_rules.c) keep. */
+ * of the reason), which the egress rules that grew from it keep
+ * (tests/unit/egress/test_rules.c) and a tenant policy's `network`
+ * takes with the rules' reasons (tests/unit/routes/test_policy.c). */
 #include <stddef.h>
 
 static const char *const allowlist_good[] = {
