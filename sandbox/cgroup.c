@@ -218,24 +218,6 @@ int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct s
 	return drv->prepare(root, uid, seq, lim, fds);
 }
 
-int sbx_cgroup_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
-			      int fds[SBX_CGROUP_MAX])
-{
-	for (size_t i = 0; i < SBX_CGROUP_MAX; i++)
-		fds[i] = -1;
-	if (!drv)
-		return -ENOTSUP;
-	if (!sbx_cgroup_name_ok(root))
-		return -EINVAL;
-	return drv->helper_prepare(root, uid, seq, lim, fds);
-}
-
-void sbx_cgroup_helper_remove(const char *root, uid_t uid, uint64_t seq)
-{
-	if (drv && sbx_cgroup_name_ok(root))
-		drv->helper_remove(root, uid, seq);
-}
-
 void sbx_cgroup_remove(const char *root, uid_t uid, uint64_t seq, struct sbx_cgroup_outcome *out)
 {
 	struct sbx_cgroup_outcome none = {false, false};

@@ -16,7 +16,6 @@
  * mount; v2: the server's own cgroup as it found it at start):
  *
  *     <root>/u<uid>/j<seq>     a command (its limits)
- *     <root>/u<uid>/n<seq>     the command's helpers (pasta), no limits
  *     <root>/u<uid>            the tenant (its budget: every command together)
  *     <root>/server            v2: the server itself (the "no internal
  *                              processes" rule: it moves there at the probe)
@@ -69,16 +68,6 @@ const struct sbx_cgroup_caps *sbx_cgroup_caps(void);
  * driver cannot apply (its controller missing) is -EOPNOTSUPP. */
 int sbx_cgroup_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
 		       int fds[SBX_CGROUP_MAX]);
-
-/* The group of the command seq's helpers (its pasta): u<uid>/n<seq>,
- * below the tenant's budget (set as by sbx_cgroup_prepare) and without
- * limits of its own, so what the helpers use counts against the tenant,
- * not the server. cgroup.procs opened into fds; how many, or -errno with
- * nothing left behind. Remove it (killing what is left) with
- * sbx_cgroup_helper_remove once the helpers are reaped. */
-int sbx_cgroup_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
-			      int fds[SBX_CGROUP_MAX]);
-void sbx_cgroup_helper_remove(const char *root, uid_t uid, uint64_t seq);
 
 /* Why a command's group ended what it ran, read at its removal. */
 struct sbx_cgroup_outcome {

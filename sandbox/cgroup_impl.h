@@ -10,9 +10,6 @@ struct sbx_cgroup_driver {
 	int (*probe)(const char *root, struct sbx_cgroup_caps *caps);
 	int (*prepare)(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
 		       int fds[SBX_CGROUP_MAX]);
-	int (*helper_prepare)(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
-			      int fds[SBX_CGROUP_MAX]);
-	void (*helper_remove)(const char *root, uid_t uid, uint64_t seq);
 	void (*remove)(const char *root, uid_t uid, uint64_t seq, struct sbx_cgroup_outcome *out);
 	int (*tenant_usage)(const char *root, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc);
 	int (*tenant_cpu)(const char *root, uid_t uid, uint64_t *usage_ns, uint64_t *throttled_ns);

@@ -868,61 +868,6 @@ static int v1_prepare(const char *root, uid_t uid, uint64_t seq, const struct sb
 	return rc;
 }
 
-static int helper_path(char *out, size_t outsz, const char *hier, const char *root, uid_t uid, uint64_t seq)
-{
-	int n = snprintf(out, outsz, CG_ROOT "/%s/%s/u%u/n%" PRIu64, hier, root, (unsigned)uid, seq);
-
-	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
-}
-
-static void v1_helper_remove(const char *root, uid_t uid, uint64_t seq);
-
-static int v1_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
-			     int fds[SBX_CGROUP_MAX])
-{
-	char rel[300], path[600], file[640];
-	int n = 0, rc = 0;
-
-	for (size_t i = 0; i < SBX_CGROUP_MAX; i++)
-		fds[i] = -1;
-	if (!sbx_cgroup_name_ok(root))
-		return -EINVAL;
-	snprintf(rel, sizeof(rel), "%s/u%u", root, (unsigned)uid);
-	for (size_t i = 0; i < H_N && rc == 0; i++) {
-		if (!layout.dir[i][0])
-			continue;
-		rc = ensure_parent(i, root, rel, uid, budget_of(i, lim));
-		if (rc == 0)
-			rc = helper_path(path, sizeof(path), layout.dir[i], root, uid, seq);
-		if (rc == 0 && mkdir(path, 0755) < 0 && errno != EEXIST)
-			rc = -errno;
-		snprintf(file, sizeof(file), "%s/cgroup.procs", path);
-		if (rc == 0 && (fds[n++] = open(file, O_WRONLY | O_CLOEXEC)) < 0)
-			rc = -errno;
-	}
-	if (rc == 0)
-		return n;
-	for (size_t i = 0; i < SBX_CGROUP_MAX; i++) {
-		if (fds[i] >= 0)
-			close(fds[i]);
-		fds[i] = -1;
-	}
-	v1_helper_remove(root, uid, seq);
-	return rc;
-}
-
-static void v1_helper_remove(const char *root, uid_t uid, uint64_t seq)
-{
-	char path[600];
-
-	if (!sbx_cgroup_name_ok(root))
-		return;
-	for (size_t i = 0; i < H_N; i++) {
-		if (layout.dir[i][0] && helper_path(path, sizeof(path), layout.dir[i], root, uid, seq) == 0)
-			rmdir_group(path);
-	}
-}
-
 static void v1_remove(const char *root, uid_t uid, uint64_t seq, struct sbx_cgroup_outcome *out)
 {
 	char path[600];
@@ -1022,8 +967,6 @@ const struct sbx_cgroup_driver sbx_cgroup_v1 = {
     .name = "v1",
     .probe = v1_probe,
     .prepare = v1_prepare,
-    .helper_prepare = v1_helper_prepare,
-    .helper_remove = v1_helper_remove,
     .remove = v1_remove,
     .tenant_usage = v1_tenant_usage,
     .tenant_cpu = v1_tenant_cpu,

@@ -6,7 +6,6 @@
  *                               pids.max, cpu.max, cpu.weight, io.max
  *     <base>/<root>/u<uid>/j<n> a command: memory.max, memory.swap.max 0,
  *                               memory.oom.group 1, pids.max
- *     <base>/<root>/u<uid>/n<n> the command's helpers (no limits)
  *
  * The "no internal processes" rule: a group that enables controllers for
  * its children (cgroup.subtree_control) holds no process itself (the root
@@ -346,7 +345,7 @@ static void close_fds(int fds[SBX_CGROUP_MAX])
 	}
 }
 
-/* A new group kind<seq> of the tenant: an existing one is a leftover of an
+/* A new group j<seq> of the tenant: an existing one is a leftover of an
  * earlier run (seq numbers restart), killed and removed first; a control
  * file of that name is refused. ENOENT: the tenant's group is gone. */
 static int make_group(const char *dir)
@@ -368,14 +367,14 @@ static int make_group(const char *dir)
 	return mkdir(dir, 0755) < 0 ? -errno : 0;
 }
 
-/* The tenant's group and the new kind<seq> below it, made. */
-static int make_below_tenant(const char *root, uid_t uid, uint64_t seq, char kind,
-			     const struct sbx_limits *lim, char *dir, size_t dirsz)
+/* The tenant's group and the command's new j<seq> below it, made. */
+static int make_below_tenant(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
+			     char *dir, size_t dirsz)
 {
 	int rc = ensure_tenant(root, uid, lim, false);
 
 	if (rc == 0)
-		rc = group_dir(dir, dirsz, root, uid, kind, seq);
+		rc = group_dir(dir, dirsz, root, uid, 'j', seq);
 	if (rc == 0)
 		rc = make_group(dir);
 	if (rc == -ENOENT) { /* the tenant's group vanished behind the memo */
@@ -407,7 +406,7 @@ static int v2_prepare(const char *root, uid_t uid, uint64_t seq, const struct sb
 		fds[i] = -1;
 	if (!sbx_cgroup_name_ok(root))
 		return -EINVAL;
-	rc = make_below_tenant(root, uid, seq, 'j', lim, dir, sizeof dir);
+	rc = make_below_tenant(root, uid, seq, lim, dir, sizeof dir);
 	if (rc == -ENOTDIR || rc == -EOPNOTSUPP || rc == -ENAMETOOLONG)
 		return rc; /* nothing of ours made */
 	if (rc == 0 && lim->mem_bytes) {
@@ -432,37 +431,6 @@ static int v2_prepare(const char *root, uid_t uid, uint64_t seq, const struct sb
 	if (group_dir(dir, sizeof dir, root, uid, 'j', seq) == 0)
 		kill_remove(dir);
 	return rc;
-}
-
-static int v2_helper_prepare(const char *root, uid_t uid, uint64_t seq, const struct sbx_limits *lim,
-			     int fds[SBX_CGROUP_MAX])
-{
-	char dir[600];
-	int rc;
-
-	for (size_t i = 0; i < SBX_CGROUP_MAX; i++)
-		fds[i] = -1;
-	if (!sbx_cgroup_name_ok(root))
-		return -EINVAL;
-	rc = make_below_tenant(root, uid, seq, 'n', lim, dir, sizeof dir);
-	if (rc == -ENOTDIR || rc == -EOPNOTSUPP || rc == -ENAMETOOLONG)
-		return rc;
-	if (rc == 0)
-		rc = open_procs(dir, fds);
-	if (rc > 0)
-		return rc;
-	close_fds(fds);
-	if (group_dir(dir, sizeof dir, root, uid, 'n', seq) == 0)
-		kill_remove(dir);
-	return rc;
-}
-
-static void v2_helper_remove(const char *root, uid_t uid, uint64_t seq)
-{
-	char dir[600];
-
-	if (sbx_cgroup_name_ok(root) && group_dir(dir, sizeof dir, root, uid, 'n', seq) == 0)
-		kill_remove(dir);
 }
 
 static void v2_remove(const char *root, uid_t uid, uint64_t seq, struct sbx_cgroup_outcome *out)
@@ -843,8 +811,6 @@ const struct sbx_cgroup_driver sbx_cgroup_v2 = {
     .name = "v2",
     .probe = v2_probe,
     .prepare = v2_prepare,
-    .helper_prepare = v2_helper_prepare,
-    .helper_remove = v2_helper_remove,
     .remove = v2_remove,
     .tenant_usage = v2_tenant_usage,
     .tenant_cpu = v2_tenant_cpu,
