@@ -35,9 +35,10 @@ struct sbx_config {
 	 * left), and one tenant's waiting requests (429 beyond). */
 	int64_t fs_threads, fs_threads_per_tenant, fs_queue_per_tenant;
 	int64_t runner_threads; /* threads that start and own commands (0: one per core) */
-	/* network on request (sandbox/netpool.h, sandbox/network.h): setup
-	 * threads, one tenant's setups at once and network commands at once,
-	 * each command's open and per-second new connections, name resolution */
+	/* network on request: setup threads, one tenant's setups at once and
+	 * network commands at once (sandbox/netpool.h); each command's open
+	 * and per-second new connections, name resolution (the egress
+	 * gateway's, sandbox/egress/gateway.h) */
 	int64_t network_setup_threads, network_setups_per_tenant, network_tenant_commands;
 	int64_t network_conn_max, network_conn_per_s, network_resolve_ms;
 	/* the egress gateway (sandbox/egress/gateway.h) */

@@ -329,7 +329,8 @@ CHILD_FN static int child_main(void *arg)
 			child_fail(l, STEP_CGROUP);
 	}
 	/* The command's network namespace, made and filtered by the server
-	 * before this (sandbox/netns.c): joined as root, never by the
+	 * before this (its egress session, sandbox/egress/nsprep.h): joined
+	 * as root, never by the
 	 * tenant's uid, so nothing the command runs can leave it. */
 	if (a->netns_fd >= 0 && syscall(SYS_setns, a->netns_fd, CLONE_NEWNET) < 0)
 		child_fail(l, STEP_SETNS);

@@ -42,7 +42,7 @@ static int enter(int target, int *self)
 	 * (the subordinate-range mode) the host's namespace is not ours to
 	 * join, and a thread stuck in another one would make every later
 	 * namespace, and every socket, there. Joining the one it is in is
-	 * that same check (sandbox/netns.c does the same). */
+	 * that same check. */
 	if (setns(*self, CLONE_NEWNET) < 0 ||
 	    (target < 0 ? unshare(CLONE_NEWNET) : setns(target, CLONE_NEWNET)) < 0) {
 		rc = -errno;

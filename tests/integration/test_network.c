@@ -149,7 +149,8 @@ static void test_allowlisted_only(void **state)
 	expect_refused(url);
 	free(url);
 	/* No address outside the machine is dialled, not even to see it
-	 * refused: the metadata ranges' rules are checked in test_netspec. */
+	 * refused: the metadata ranges' rules are checked in
+	 * tests/unit/egress/test_rules.c. */
 	free(kv);
 }
 
