@@ -33,6 +33,35 @@ bool sbxc__jbool(json_t *o, const char *key)
 	return json_is_true(json_object_get(o, key));
 }
 
+/* egress_denied is there only for a command with network, an empty array
+ * when nothing was refused; entries without a dest are not kept. */
+static void egress_from(json_t *o, struct sbxc_result *r)
+{
+	json_t *a = json_object_get(o, "egress_denied");
+	if (!json_is_array(a))
+		return;
+	r->networked = true;
+	size_t n = json_array_size(a);
+	if (n > SBXC_EGRESS_DENIED_MAX)
+		n = SBXC_EGRESS_DENIED_MAX;
+	if (n)
+		r->egress_denied = xcalloc(n, sizeof *r->egress_denied);
+	for (size_t i = 0; i < n; i++) {
+		json_t *d = json_array_get(a, i);
+		char *dest = sbxc__jstrdup(d, "dest"), *reason = sbxc__jstrdup(d, "reason");
+		if (!dest) {
+			free(reason);
+			continue;
+		}
+		r->egress_denied[r->n_egress_denied++] =
+		    (struct sbxc_egress_denied){dest, reason ? reason : xstrdup("")};
+	}
+	if (!r->n_egress_denied) {
+		free(r->egress_denied);
+		r->egress_denied = NULL;
+	}
+}
+
 void sbxc__result_from(json_t *o, struct sbxc_result *r)
 {
 	*r = (struct sbxc_result){0};
@@ -58,6 +87,7 @@ void sbxc__result_from(json_t *o, struct sbxc_result *r)
 	r->oom_killed = sbxc__jbool(o, "oom_killed");
 	r->pids_limited = sbxc__jbool(o, "pids_limited");
 	r->uncontained = sbxc__jbool(o, "uncontained");
+	egress_from(o, r);
 }
 
 void sbxc_result_clear(struct sbxc_result *r)
@@ -68,6 +98,11 @@ void sbxc_result_clear(struct sbxc_result *r)
 	free(r->stderr_text);
 	free(r->stdout_spill);
 	free(r->stderr_spill);
+	for (size_t i = 0; i < r->n_egress_denied; i++) {
+		free(r->egress_denied[i].dest);
+		free(r->egress_denied[i].reason);
+	}
+	free(r->egress_denied);
 	*r = (struct sbxc_result){0};
 }
 

@@ -314,6 +314,13 @@ struct sbxc_exec_req {
 	const char *id;	       /* NULL: the library makes one ("c" and 32 hex digits) */
 };
 
+/* The server keeps at most 8 refused destinations per command. */
+#define SBXC_EGRESS_DENIED_MAX 8
+struct sbxc_egress_denied {
+	char *dest;   /* "evil.example:443", "10.0.0.1:22", "udp 203.0.113.5:443"; never NULL */
+	char *reason; /* "not in the allowlist", ...; never NULL ("" when the server gave none) */
+};
+
 struct sbxc_result {
 	char id[72];
 	int exit_code;
@@ -328,7 +335,19 @@ struct sbxc_result {
 	 * of it was refused by a pids limit; uncontained: it ran without
 	 * cgroups (rlimits only). false from a server that does not say. */
 	bool oom_killed, pids_limited, uncontained;
+	/* What the server's egress gateway refused a command with network
+	 * (`egress_denied`), so that a caller, a model, stops retrying a
+	 * host it will never reach. networked: the field was there (the
+	 * command had network; false without, or from a server that does not
+	 * say). Then the first refused destinations, each once, with the
+	 * reason: n_egress_denied entries, at most SBXC_EGRESS_DENIED_MAX
+	 * (a longer list is cut there), none when nothing was refused (NULL).
+	 * Every connection, allowed ones too, is in GET /exec/{id}/egress. */
+	bool networked;
+	struct sbxc_egress_denied *egress_denied;
+	size_t n_egress_denied;
 };
+/* Frees the result's strings and egress_denied, and zeroes it. */
 SBXC_API void sbxc_result_clear(struct sbxc_result *r);
 
 /* Output as it is printed: stream 1 stdout, 2 stderr; data is not
