@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "common/xmalloc.h"
 #include "http/errors.h"
 #include "routes/app.h"
@@ -106,6 +107,30 @@ static int64_t time_ms(const char *s, int64_t dflt)
 	return s && rfc3339_parse(s, &ms) == 0 ? ms : dflt;
 }
 
+/* s into dst, NUL-terminated, cut to fit at a character's start: a JSON
+ * string must stay UTF-8 (a sandboxd back's values fit: its arrays are
+ * these). */
+static void copy_cut(char *dst, size_t dstsz, const char *s)
+{
+	size_t n = strnlen(s, dstsz - 1);
+	if (s[n])
+		n = utf8_cut_end(s, n);
+	memcpy(dst, s, n);
+	dst[n] = '\0';
+}
+
+/* The back's egress_denied as the front's (the back's gateway decided);
+ * the back's counts of connections are not in its ShellResult and stay
+ * 0. */
+static void to_egress(const struct sbxc_result *in, struct sbx_egress_summary *out)
+{
+	for (size_t i = 0; i < in->n_egress_denied && out->n_denied < SBX_EGRESS_DENIED_MAX; i++) {
+		struct sbx_egress_denied *d = &out->denied[out->n_denied++];
+		copy_cut(d->dest, sizeof d->dest, in->egress_denied[i].dest);
+		copy_cut(d->reason, sizeof d->reason, in->egress_denied[i].reason);
+	}
+}
+
 /* The back's ShellResult as the runner's result; takes its strings. */
 static void to_result(struct sbxc_result *in, struct sbx_exec_result *out)
 {
@@ -128,7 +153,9 @@ static void to_result(struct sbxc_result *in, struct sbx_exec_result *out)
 	    .stdout_spill = in->stdout_spill,
 	    .stderr_spill = in->stderr_spill,
 	    .finished_at_ms = time_ms(in->finished_at, now),
+	    .networked = in->networked,
 	};
+	to_egress(in, &out->egress);
 	out->started_at_ms = time_ms(in->started_at, out->finished_at_ms - in->duration_ms);
 	in->stdout_text = in->stderr_text = in->stdout_spill = in->stderr_spill = NULL;
 }
