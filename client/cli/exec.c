@@ -84,7 +84,7 @@ static void *signal_thread(void *arg)
 
 static json_t *result_json(const struct sbxc_result *res)
 {
-	return json_pack(
+	json_t *o = json_pack(
 	    "{s:s, s:i, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:I, s:I, s:s?, s:s?, s:s, s:s, s:I}",
 	    "id", res->id, "exit_code", res->exit_code, "stdout", res->stdout_text, "stderr",
 	    res->stderr_text, "timed_out", res->timed_out, "cancelled", res->cancelled, "truncated",
@@ -93,10 +93,19 @@ static json_t *result_json(const struct sbxc_result *res)
 	    "stderr_bytes", (json_int_t)res->stderr_bytes, "stdout_spill", res->stdout_spill, "stderr_spill",
 	    res->stderr_spill, "started_at", res->started_at, "finished_at", res->finished_at, "duration_ms",
 	    (json_int_t)res->duration_ms);
+	if (o && res->networked) {
+		json_t *a = json_array();
+		for (size_t i = 0; i < res->n_egress_denied; i++)
+			json_array_append_new(a, json_pack("{s:s, s:s}", "dest", res->egress_denied[i].dest,
+							   "reason", res->egress_denied[i].reason));
+		json_object_set_new(o, "egress_denied", a);
+	}
+	return o;
 }
 
 /* Why the command ended, for a person (stderr, beside its exit status):
- * a 137 alone does not say the OOM killer sent the SIGKILL. */
+ * a 137 alone does not say the OOM killer sent the SIGKILL; and what its
+ * network was refused, one line per destination. */
 static void print_why(const struct sbxc_result *res)
 {
 	if (res->timed_out)
@@ -107,6 +116,14 @@ static void print_why(const struct sbxc_result *res)
 		fprintf(stderr, "sbx: a fork was refused: process limit reached\n");
 	if (res->uncontained)
 		fprintf(stderr, "sbx: note: the command ran uncontained (no cgroups: rlimits only)\n");
+	/* The destination is what the sandbox asked for: neutralised, as its output. */
+	for (size_t i = 0; i < res->n_egress_denied; i++) {
+		const struct sbxc_egress_denied *d = &res->egress_denied[i];
+		fputs("sbx: egress refused: ", stderr);
+		cli_term_puts(stderr, d->dest, strlen(d->dest));
+		fputs(": ", stderr);
+		cli_term_line(stderr, d->reason);
+	}
 }
 
 static int read_stdin(struct buf *b)
