@@ -56,6 +56,8 @@ static json_t *exec_body(const struct sbxc_exec_req *q, const char *id, bool str
 		json_object_set_new(o, "idle_timeout_s", json_integer(q->idle_timeout_s));
 	if (q->max_output_bytes > 0)
 		json_object_set_new(o, "max_output_bytes", json_integer(q->max_output_bytes));
+	if (q->network)
+		json_object_set_new(o, "network", json_true());
 	if (q->stdin_data) {
 		json_t *in = json_stringn(q->stdin_data, q->stdin_len);
 		if (!in) {

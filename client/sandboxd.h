@@ -312,6 +312,11 @@ struct sbxc_exec_req {
 	size_t stdin_len;
 	long max_output_bytes; /* 0: the server's default */
 	const char *id;	       /* NULL: the library makes one ("c" and 32 hex digits) */
+	/* "network": true: the command may reach what the tenant policy's
+	 * allowlist names, through the server's egress gateway (403,
+	 * -EPERM, when the policy has none); the result's egress_denied says
+	 * what was refused. false: no network at all. */
+	bool network;
 };
 
 /* The server keeps at most 8 refused destinations per command. */

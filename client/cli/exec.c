@@ -164,15 +164,12 @@ struct exec_args {
 
 static int parse_exec(int argc, char **argv, struct exec_args *a)
 {
-	static const struct option opts[] = {{"env", required_argument, NULL, 'e'},
-					     {"cwd", required_argument, NULL, 'w'},
-					     {"timeout", required_argument, NULL, 't'},
-					     {"idle-timeout", required_argument, NULL, 'I'},
-					     {"stdin", no_argument, NULL, 'i'},
-					     {"max-output", required_argument, NULL, 'm'},
-					     {"id", required_argument, NULL, 'x'},
-					     {"raw", no_argument, NULL, 'R'},
-					     {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+	    {"env", required_argument, NULL, 'e'},     {"cwd", required_argument, NULL, 'w'},
+	    {"timeout", required_argument, NULL, 't'}, {"idle-timeout", required_argument, NULL, 'I'},
+	    {"stdin", no_argument, NULL, 'i'},	       {"max-output", required_argument, NULL, 'm'},
+	    {"id", required_argument, NULL, 'x'},      {"raw", no_argument, NULL, 'R'},
+	    {"network", no_argument, NULL, 'N'},       {NULL, 0, NULL, 0}};
 	int ch;
 	bool ok = true;
 	while (ok && (ch = getopt_long(argc, argv, "+e:w:t:i", opts, NULL)) != -1) {
@@ -196,6 +193,8 @@ static int parse_exec(int argc, char **argv, struct exec_args *a)
 			a->with_stdin = true;
 		} else if (ch == 'R') {
 			a->raw = true;
+		} else if (ch == 'N') {
+			a->req.network = true;
 		} else {
 			return CLI_USAGE;
 		}
