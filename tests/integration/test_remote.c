@@ -4,15 +4,22 @@
  * answers for the same requests (files, errors, exec results, timeouts,
  * cancel, events), the front audits its own requests, and a back that is
  * killed mid-command or down gives 503 backend_unavailable with
- * Retry-After promptly; the back restarted, the next call works. */
+ * Retry-After promptly; the back restarted, the next call works; a
+ * back's egress_denied (from a stand-in back) reaches the front's client. */
 #include <setjmp.h>
 #include <sys/stat.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -534,6 +541,192 @@ static long put_remote(const char *tenant, const char *url, const char *tok, con
 	return st;
 }
 
+/* A back whose command had network, on loopback: a real back never runs
+ * one for the front (the front refuses network for a remote tenant), so
+ * this stand-in answers POST /exec with the events of a command whose
+ * ShellResult has egress_denied: one ordinary destination and one longer
+ * than the front's summary holds, in two-byte characters. Anything else
+ * is a 404. One connection at a time; the thread never asserts. */
+struct fake_back {
+	int fd;
+	char base[64];
+	pthread_t thread;
+	atomic_bool stop;
+	atomic_int execs;
+	char long_dest[512];
+};
+
+static void fake_send(int fd, const char *s)
+{
+	for (size_t off = 0, n = strlen(s); off < n;) {
+		ssize_t k = send(fd, s + off, n - off, MSG_NOSIGNAL);
+		if (k <= 0)
+			return;
+		off += (size_t)k;
+	}
+}
+
+static void fake_serve(struct fake_back *f, int c)
+{
+	struct timeval tv = {5, 0};
+	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	char buf[16384];
+	size_t len = 0;
+	char *end = NULL, *body = NULL;
+	long want = -1;
+	while (len < sizeof buf - 1) {
+		ssize_t k = recv(c, buf + len, sizeof buf - 1 - len, 0);
+		if (k <= 0)
+			return;
+		len += (size_t)k;
+		buf[len] = '\0';
+		if (!end && (end = strstr(buf, "\r\n\r\n"))) {
+			body = end + 4;
+			const char *cl = strcasestr(buf, "\r\ncontent-length:");
+			want = cl && cl < end ? strtol(cl + 17, NULL, 10) : 0;
+			if (strcasestr(buf, "\r\nexpect: 100-continue"))
+				fake_send(c, "HTTP/1.1 100 Continue\r\n\r\n");
+		}
+		if (end && (long)(buf + len - body) >= want)
+			break;
+	}
+	if (!end || strncmp(buf, "POST /exec ", 11) != 0) {
+		fake_send(c,
+			  "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nConnection: close\r\n"
+			  "\r\n{\"error\":{\"code\":\"not_found\",\"message\":\"not here\"}}");
+		return;
+	}
+	json_t *q = json_loadb(body, (size_t)want, 0, NULL);
+	json_t *res =
+	    json_pack("{s:s, s:i, s:s, s:s, s:b, s:b, s:b, s:b, s:i, s:i, s:n, s:n, s:s, s:s, s:i, s:[{s:s, "
+		      "s:s}, {s:s, s:s}]}",
+		      "id", jstr(q, "id") ? jstr(q, "id") : "", "exit_code", 7, "stdout", "", "stderr",
+		      "curl: (35) refused\n", "timed_out", 0, "cancelled", 0, "truncated", 0, "idle", 0,
+		      "stdout_bytes", 0, "stderr_bytes", 19, "stdout_spill", "stderr_spill", "started_at",
+		      "2024-05-01T10:00:00.000Z", "finished_at", "2024-05-01T10:00:00.250Z", "duration_ms",
+		      250, "egress_denied", "dest", "evil.test:443", "reason", "not in the allowlist", "dest",
+		      f->long_dest, "reason", "not in the allowlist");
+	char *data = json_dumps(res, JSON_COMPACT);
+	char *answer =
+	    xasprintf("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+		      "id: 1\nevent: start\ndata: {\"id\":\"%s\"}\n\nid: 2\nevent: exit\ndata: %s\n\n",
+		      jstr(q, "id") ? jstr(q, "id") : "", data);
+	fake_send(c, answer);
+	f->execs++;
+	free(answer);
+	free(data);
+	json_decref(res);
+	json_decref(q);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake_back *f = arg;
+	while (!f->stop) {
+		struct pollfd p = {.fd = f->fd, .events = POLLIN};
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		int c = accept4(f->fd, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0)
+			continue;
+		fake_serve(f, c);
+		close(c);
+	}
+	return NULL;
+}
+
+static void fake_start(struct fake_back *f)
+{
+	*f = (struct fake_back){0};
+	size_t n = 0;
+	for (int i = 0; i < 200; i++)
+		n += (size_t)snprintf(f->long_dest + n, sizeof f->long_dest - n, "\xc3\xa9");
+	snprintf(f->long_dest + n, sizeof f->long_dest - n, ".test:443");
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof a;
+	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(f->fd >= 0);
+	assert_int_equal(bind(f->fd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(f->fd, 8), 0);
+	assert_int_equal(getsockname(f->fd, (struct sockaddr *)&a, &al), 0);
+	snprintf(f->base, sizeof f->base, "http://127.0.0.1:%d", ntohs(a.sin_port));
+	assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake_back *f)
+{
+	f->stop = true;
+	pthread_join(f->thread, NULL);
+	close(f->fd);
+}
+
+/* The front's dest: the back's, cut to the summary's array at a
+ * character's start (so still UTF-8, or the front could not say it). */
+static void assert_denied_passed_on(json_t *res, const char *long_dest)
+{
+	json_t *d = json_object_get(res, "egress_denied");
+	if (json_array_size(d) != 2) {
+		char *txt = json_dumps(res, JSON_COMPACT);
+		fail_msg("want the back's two egress_denied entries: %s", txt);
+	}
+	assert_string_equal(jstr(json_array_get(d, 0), "dest"), "evil.test:443");
+	assert_string_equal(jstr(json_array_get(d, 0), "reason"), "not in the allowlist");
+	const char *cut = jstr(json_array_get(d, 1), "dest");
+	assert_non_null(cut);
+	assert_true(strlen(cut) > 200 && strlen(cut) < strlen(long_dest));
+	assert_int_equal(strlen(cut) % 2, 0); /* whole two-byte characters */
+	assert_int_equal(strncmp(cut, long_dest, strlen(cut)), 0);
+	assert_string_equal(jstr(json_array_get(d, 1), "reason"), "not in the allowlist");
+}
+
+/* What the back's egress gateway refused reaches the front's client: its
+ * ShellResult, the exec's record and its exit event carry the back's
+ * egress_denied. A real back cannot be asked: the front refuses network
+ * for a remote tenant (403; the back's policy would govern it). */
+static void test_back_egress_denied(void **state)
+{
+	(void)state;
+	json_t *res = exec_front("{\"command\":\"true\",\"network\":true}", 403);
+	assert_string_equal(jstr(json_object_get(res, "error"), "code"), "forbidden");
+	json_decref(res);
+
+	struct fake_back f;
+	fake_start(&f);
+	assert_int_equal(put_remote("globex", f.base, tok_globex_b, "globex-token", NULL), 200);
+	const char *const hdrs[] = {"Content-Type: application/json", "X-Session-Key: remote-suite", NULL};
+	const char *body = "{\"command\":\"curl https://evil.test/\"}";
+	struct it_resp r;
+	assert_int_equal(it_http(&front, "POST", "/exec", tok_globex_f, hdrs, body, strlen(body), &r), 0);
+	it_expect_status(&r, 200);
+	res = it_json(&r);
+	it_resp_free(&r);
+	assert_int_equal(jint(res, "exit_code"), 7);
+	assert_denied_passed_on(res, f.long_dest);
+
+	char path[160];
+	snprintf(path, sizeof path, "/exec/%s", jstr(res, "id"));
+	json_t *x = NULL;
+	assert_int_equal(it_get_json(&front, tok_globex_f, path, &x), 200);
+	assert_denied_passed_on(json_object_get(x, "result"), f.long_dest);
+	json_decref(x);
+	snprintf(path, sizeof path, "/exec/%s/events", jstr(res, "id"));
+	assert_int_equal(it_http(&front, "GET", path, tok_globex_f, hdrs, NULL, 0, &r), 0);
+	it_expect_status(&r, 200);
+	const char *exit_ev = strstr(r.body, "event: exit\ndata: ");
+	assert_non_null(exit_ev);
+	exit_ev += strlen("event: exit\ndata: ");
+	json_t *ev = json_loadb(exit_ev, strcspn(exit_ev, "\n"), 0, NULL);
+	assert_non_null(ev);
+	assert_denied_passed_on(ev, f.long_dest);
+	json_decref(ev);
+	it_resp_free(&r);
+	json_decref(res);
+	assert_int_equal(f.execs, 1);
+
+	assert_int_equal(pol_put(&front, tok_admin, "globex", "{\"backend\":null}", NULL), 200);
+	fake_stop(&f);
+}
+
 /* Issue 26 item 11: two front tenants naming one back tenant would share
  * its files. The second is refused when its policy is set, and at use
  * when the token file changed to name a taken back tenant. */
@@ -638,6 +831,7 @@ int main(void)
 	    cmocka_unit_test(test_remote_hazards),
 	    cmocka_unit_test(test_one_back_tenant_each),
 	    cmocka_unit_test(test_errors_hide_internals),
+	    cmocka_unit_test(test_back_egress_denied),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
