@@ -864,16 +864,22 @@ static void slow_hello(void **state)
 	close(slow);
 }
 
+/* 1 MiB for port 9000: a ClientHello for allowed.test, then filler. */
+static const uint8_t *mib_upload(void)
+{
+	static uint8_t up[MIB];
+	size_t n = client_hello("allowed.test", up, sizeof(up));
+	memset(up + n, 'u', MIB - n);
+	return up;
+}
+
 static void bytes_counted(void **state)
 {
 	struct fx *f = *state;
 	gw_start(&base);
 	f->s = open_session("t1", "allowed.test");
-	static uint8_t up[MIB];
-	size_t n = client_hello("allowed.test", up, sizeof(up));
-	memset(up + n, 'u', MIB - n);
 	int fd = sbx_connect(f->s, ALLOWED_IP, 9000);
-	write_all(fd, up, MIB);
+	write_all(fd, mib_upload(), MIB);
 	uint64_t down = 0;
 	read_to_eof(fd, &down);
 	close(fd);
@@ -893,16 +899,13 @@ static void slow_reader_every_byte(void **state)
 	struct fx *f = *state;
 	gw_start(&base);
 	f->s = open_session("t1", "allowed.test");
-	static uint8_t up[MIB];
-	size_t n = client_hello("allowed.test", up, sizeof(up));
-	memset(up + n, 'u', MIB - n);
 	struct sockaddr_storage a;
 	socklen_t len = sockaddr_of(ALLOWED_IP, 9000, &a);
 	int fd = sbx_socket6(f->s, a.ss_family, SOCK_STREAM);
 	int small = 4096;
 	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
 	assert_int_equal(connect(fd, (struct sockaddr *)&a, len), 0);
-	write_all(fd, up, MIB);
+	write_all(fd, mib_upload(), MIB);
 	uint64_t down = 0;
 	char b[4096];
 	ssize_t r;
