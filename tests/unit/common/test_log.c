@@ -123,7 +123,7 @@ static void every_line_once_in_order(void **state)
 static void child_writes_directly(void **state)
 {
 	(void)state;
-	ftruncate(STDERR_FILENO, 0);
+	assert_int_equal(ftruncate(STDERR_FILENO, 0), 0);
 	lseek(STDERR_FILENO, 0, SEEK_SET);
 	log_writer_start();
 	pid_t pid = fork();

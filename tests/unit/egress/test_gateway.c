@@ -169,9 +169,8 @@ static bool only_veth_routes(const char *netdir)
 	FILE *f = fopen(p, "re");
 	if (!f)
 		return false;
-	bool ok = true;
 	unsigned dst, mask;
-	fgets(line, sizeof(line), f); /* header */
+	bool ok = fgets(line, sizeof(line), f) != NULL; /* the header */
 	while (ok && fgets(line, sizeof(line), f))
 		ok = sscanf(line, "%*s %x %*s %*s %*s %*s %*s %x", &dst, &mask) == 2 &&
 		     ntohl(dst) == 0xc6336400u && ntohl(mask) == 0xffffff00u;
