@@ -118,23 +118,25 @@ void log_writer_start(void)
 
 void log_flush(void)
 {
+	/* A forked child (its exit() runs this, atexit) must not take the
+	 * mutex, which another thread may have held at the fork. */
+	if (!w.running || w.pid != getpid())
+		return;
 	pthread_mutex_lock(&w.mu);
 	if (w.running && w.len) {
 		w.urgent = true;
 		pthread_cond_signal(&w.more);
 	}
-	while (w.running && w.pid == getpid() && (w.len || w.writing))
+	while (w.running && (w.len || w.writing))
 		pthread_cond_wait(&w.room, &w.mu);
 	pthread_mutex_unlock(&w.mu);
 }
 
 void log_writer_stop(void)
 {
+	if (!w.running || w.pid != getpid())
+		return; /* not started, or a forked child (as in log_flush) */
 	pthread_mutex_lock(&w.mu);
-	if (!w.running || w.pid != getpid()) {
-		pthread_mutex_unlock(&w.mu);
-		return;
-	}
 	w.stop = true;
 	pthread_cond_signal(&w.more);
 	pthread_mutex_unlock(&w.mu);
