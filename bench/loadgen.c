@@ -9,7 +9,8 @@
  *       keep-alive request loop; prints one line of key=value figures:
  *       ok (2xx) r429 other err secs rps p50_ms p90_ms p99_ms max_ms
  *       (latencies of 2xx answers only; a 429 is retried at once, or
- *       after -R MS milliseconds).
+ *       after -R MS milliseconds). -t MS: each client pauses MS after
+ *       every answer (think time: a warm pool refills meanwhile).
  *   loadgen sse     -p PORT -a AUTH -i ID[,ID...] -c WATCHERS -d SECONDS [-r READYFILE]
  *       opens WATCHERS GET /exec/{id}/events streams (ids round robin),
  *       writes "connected=N" to READYFILE once every stream answered,
@@ -57,6 +58,7 @@ static const char *ids;
 static const char *readyfile;
 static long long bsize = 16 << 20;
 static int backoff_ms;
+static int think_ms; /* -t: each client's pause after every answer (an agent's think time) */
 
 static double now(void)
 {
@@ -275,6 +277,8 @@ static void *req_worker(void *arg)
 		if (write_all(c.fd, request_text, request_len) == 0)
 			st = read_response(&c, &closing);
 		double t1 = now();
+		if (think_ms)
+			usleep((useconds_t)think_ms * 1000);
 		if (st < 0 || closing) {
 			close(c.fd);
 			c.fd = -1;
@@ -626,9 +630,10 @@ static int mode_ballast(void)
 
 static void usage(void)
 {
-	fprintf(stderr,
-		"usage: loadgen req|sse|hold|ballast -p PORT [-a AUTH] [-m METHOD] [-u PATH] [-b BODY]\n"
-		"       [-c N] [-n N] [-d SECONDS] [-w N] [-i IDS] [-r READYFILE] [-s BYTES] [-R MS]\n");
+	fprintf(
+	    stderr,
+	    "usage: loadgen req|sse|hold|ballast -p PORT [-a AUTH] [-m METHOD] [-u PATH] [-b BODY]\n"
+	    "       [-c N] [-n N] [-d SECONDS] [-w N] [-i IDS] [-r READYFILE] [-s BYTES] [-R MS] [-t MS]\n");
 	exit(2);
 }
 
@@ -664,7 +669,7 @@ int main(int argc, char **argv)
 		usage();
 	mode = argv[1];
 	optind = 2;
-	while ((o = getopt(argc, argv, "p:a:m:u:b:c:n:d:w:i:r:s:R:")) != -1) {
+	while ((o = getopt(argc, argv, "p:a:m:u:b:c:n:d:w:i:r:s:R:t:")) != -1) {
 		switch (o) {
 		case 'p':
 			port = (int)opt_int(optarg, 1, 65535);
@@ -704,6 +709,9 @@ int main(int argc, char **argv)
 			break;
 		case 'R':
 			backoff_ms = (int)opt_int(optarg, 0, INT_MAX);
+			break;
+		case 't':
+			think_ms = (int)opt_int(optarg, 0, 60000);
 			break;
 		default:
 			usage();
