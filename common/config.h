@@ -44,6 +44,8 @@ struct sbx_config {
 	/* the egress gateway (sandbox/egress/gateway.h) */
 	int64_t egress_threads, egress_pool, egress_tenant_conns, egress_tenant_pending;
 	int64_t egress_hello_ms, egress_first_byte_ms, egress_connect_ms;
+	/* warm sandboxes (sandbox/warm.h): per tenant, and how long unused */
+	int64_t warm_pool, warm_idle_s;
 	int64_t connection_timeout_s;
 	int64_t max_connections;
 	int64_t max_connections_per_ip;

@@ -314,13 +314,15 @@ fail:
  * its name): nothing of it may serve the next life. Its commands are
  * killed (no process of its uid stays), its events forgotten, its disk
  * image let go. name comes from the store, not from a request. */
-static void life_ended(struct app *a, const char *name, int64_t incarnation, bool removed,
+static void life_ended(struct app *a, const char *name, uid_t uid, int64_t incarnation, bool removed,
 		       bool forget_storage)
 {
 	log_msg("info", "tenant %s (life %lld) %s: its commands are stopped and its events dropped", name,
 		(long long)incarnation, removed ? "was removed" : "was removed and added again");
 	if (a->execs)
 		route_execs_stop_life(a->execs, name, incarnation);
+	for (size_t i = 0; i < a->nbackends; i++) /* its warm sandboxes hold its workspace */
+		sbx_backend_warm_flush(a->backends[i], uid);
 	if (a->hub)
 		http_hub_forget_tenant(a->hub, name);
 	if (forget_storage)
@@ -359,9 +361,11 @@ static void recheck_cache(struct app *a)
 	size_t n = a->ntenants;
 	char(*names)[64] = n ? xcalloc(n, sizeof *names) : NULL;
 	int64_t *lives = n ? xcalloc(n, sizeof *lives) : NULL;
+	uid_t *uids = n ? xcalloc(n, sizeof *uids) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		snprintf(names[i], sizeof names[i], "%s", a->tenants[i]->name);
 		lives[i] = a->tenants[i]->incarnation;
+		uids[i] = a->tenants[i]->uid;
 		a->tenants[i]->loaded_at_ms = -TENANT_TTL_MS; /* stale: read again at the next use */
 	}
 	pthread_mutex_unlock(&a->tenants_lock);
@@ -374,13 +378,14 @@ static void recheck_cache(struct app *a)
 			drop_life_locked(a, names[i], lives[i]);
 			pthread_mutex_unlock(&a->tenants_lock);
 			/* No new life is loaded yet: what is attached is the old one's. */
-			life_ended(a, names[i], lives[i], rc == -ENOENT, true);
+			life_ended(a, names[i], uids[i], lives[i], rc == -ENOENT, true);
 		}
 		if (rc == 0)
 			store_tenant_clear(&st);
 	}
 	free(names);
 	free(lives);
+	free(uids);
 }
 
 static int tenant_get(struct app *a, const char *name, struct tenant **out)
@@ -407,6 +412,7 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 
 	bool removed = false, readded = false;
 	int64_t ended = 0;
+	uid_t ended_uid = 0;
 	pthread_mutex_lock(&a->tenants_lock);
 	/* Replace (or drop) the cached entry; in-flight holders keep theirs. */
 	for (size_t i = 0; i < a->ntenants; i++) {
@@ -416,6 +422,7 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 		removed = rc == -ENOENT;
 		readded = rc == 0 && fresh->incarnation != t->incarnation;
 		ended = t->incarnation;
+		ended_uid = t->uid;
 		if (t->refs == 0)
 			tenant_free(t);
 		else
@@ -442,7 +449,7 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 	/* A name from the store, not from a request. Re-added: the new
 	 * life's image is attached now (load), and stays. */
 	if (removed || readded)
-		life_ended(a, name, ended, removed, removed);
+		life_ended(a, name, ended_uid, ended, removed, removed);
 	return rc;
 }
 

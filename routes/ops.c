@@ -677,6 +677,25 @@ int route_metrics(struct http_req *r)
 		    "# TYPE sandboxd_cgroups_kept gauge\nsandboxd_cgroups_kept{state=\"busy\"} %u\n"
 		    "sandboxd_cgroups_kept{state=\"idle\"} %u\n",
 		    kept_busy, kept_idle);
+	struct sbx_warm_stats ws;
+	sbx_backend_warm_stats(r->app->backend, &ws);
+	buf_appendf(&out,
+		    "# HELP sandboxd_warm_sandboxes Warm sandboxes waiting for a command (warm-pool per "
+		    "tenant).\n"
+		    "# TYPE sandboxd_warm_sandboxes gauge\nsandboxd_warm_sandboxes %u\n"
+		    "# HELP sandboxd_warm_commands_total Commands that could start in a warm sandbox: in one "
+		    "(warm), or cold because none of their shape waited.\n"
+		    "# TYPE sandboxd_warm_commands_total counter\n"
+		    "sandboxd_warm_commands_total{start=\"warm\"} %llu\n"
+		    "sandboxd_warm_commands_total{start=\"cold\"} %llu\n"
+		    "# HELP sandboxd_warm_made_total Warm sandboxes made: ready, failed to start, or ended "
+		    "unused (idle, flushed by a policy, image or workspace change, stopped).\n"
+		    "# TYPE sandboxd_warm_made_total counter\n"
+		    "sandboxd_warm_made_total{outcome=\"ready\"} %llu\n"
+		    "sandboxd_warm_made_total{outcome=\"failed\"} %llu\n"
+		    "sandboxd_warm_made_total{outcome=\"ended\"} %llu\n",
+		    ws.waiting, (unsigned long long)ws.taken, (unsigned long long)ws.cold,
+		    (unsigned long long)ws.made, (unsigned long long)ws.failed, (unsigned long long)ws.ended);
 	if (r->app->runner)
 		runner_metrics(r->app, &out);
 	route_admit_render(r->app, &out);

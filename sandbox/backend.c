@@ -23,6 +23,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/warm.h"
 #include "sandbox/egress/gateway.h"
 #include "sandbox/reaper.h"
 
@@ -183,6 +184,7 @@ void sbx_launch_init(struct sbx_launch *l)
 	for (i = 0; i < SBX_LAUNCH_MAX_CGROUPS; i++)
 		l->cgroup_fds[i] = -1;
 	l->netns_fd = -1;
+	l->warm_ctl = l->warm_exe = -1;
 }
 
 void sbx_launch_release(struct sbx_launch *l)
@@ -773,6 +775,11 @@ int sbx_backend_new(struct sbx_backend **out, const struct sbx_backend_config *c
 		free(b);
 		return rc;
 	}
+	if (cfg->warm_per_tenant && ops->warm) {
+		rc = sbx_warm_new(&b->warm, b, cfg->warm_per_tenant, cfg->warm_idle_ms);
+		if (rc < 0)
+			log_msg("warn", "warm sandboxes off: %s", sbx_strerror(rc));
+	}
 	*out = b;
 	return 0;
 }
@@ -784,6 +791,7 @@ void sbx_backend_free(struct sbx_backend **pb)
 	if (!pb || !*pb)
 		return;
 	b = *pb;
+	sbx_warm_free(&b->warm);
 	while (b->nets) /* commands never reaped: their sessions must not outlive us */
 		net_down(b, b->nets->seq, NULL);
 	pthread_mutex_destroy(&b->net_mu);
@@ -870,6 +878,18 @@ static int set_std_fds(struct sbx_launch *l, const struct sbx_spawn_req *req, in
 
 int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
 {
+	if (b && req && pid && pidfd && req->command && req->workspace_host_dir &&
+	    sbx_cwd_rel_ok(req->cwd_rel)) {
+		int rc = sbx_warm_take(b->warm, req, pid, pidfd);
+		if (rc != 0)
+			return rc < 0 ? rc : 0;
+	}
+	return sbx_backend_launch(b, req, -1, -1, pid, pidfd);
+}
+
+int sbx_backend_launch(struct sbx_backend *b, const struct sbx_spawn_req *req, int warm_ctl, int warm_exe,
+		       pid_t *pid, int *pidfd)
+{
 	struct sbx_launch l;
 	struct sbx_egress_session *net = NULL;
 	int devnull = -1;
@@ -877,9 +897,11 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 	int i, rc;
 
 	sbx_launch_init(&l);
+	l.warm_ctl = warm_ctl;
+	l.warm_exe = warm_exe;
 	net = req ? req->net_ready : NULL; /* ours now, whatever happens */
 	if (!b || !req || !pid || !pidfd || !req->command || !req->workspace_host_dir ||
-	    !sbx_cwd_rel_ok(req->cwd_rel)) {
+	    !sbx_cwd_rel_ok(req->cwd_rel) || (warm_ctl >= 0 && (!b->ops->warm || req->net_allow))) {
 		rc = -EINVAL;
 		goto out;
 	}
@@ -958,8 +980,9 @@ void sbx_backend_reap(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 		return;
 	if (req->net_allow)
 		net_down(b, req->seq, egress);
+	uint64_t group = sbx_warm_group(b->warm, req->seq);
 	if (b->cgroups)
-		sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, out);
+		sbx_cgroup_remove(b->cgroup_root, req->uid, group, out);
 }
 
 int sbx_backend_tenant_usage(struct sbx_backend *b, uid_t uid, uint64_t *mem_bytes, uint64_t *nproc)
@@ -1045,4 +1068,15 @@ int sbx_backend_health(struct sbx_backend *b, char *msg, size_t msgsz)
 			 b->cgroups ? "memory+pids " : "none", b->cgroups ? ver : "",
 			 sbx_backend_cpu(b, NULL) ? ", cpu " : "", sbx_backend_cpu(b, NULL) ? ver : "");
 	return rc;
+}
+
+void sbx_backend_warm_stats(struct sbx_backend *b, struct sbx_warm_stats *out)
+{
+	sbx_warm_stats(b ? b->warm : NULL, out);
+}
+
+void sbx_backend_warm_flush(struct sbx_backend *b, uid_t uid)
+{
+	if (b)
+		sbx_warm_flush(b->warm, uid);
 }

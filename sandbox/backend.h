@@ -79,6 +79,10 @@ struct sbx_backend_config {
 	 * cgroup_root: share it, claim nothing. Commands of every backend of
 	 * one server are numbered by one runner, so their groups never clash. */
 	bool cgroup_shared;
+	/* Warm sandboxes (sandbox/warm.h): at most this many made ahead per
+	 * tenant (0: none, every command starts cold), ended after
+	 * warm_idle_ms unused. bwrap only. */
+	unsigned warm_per_tenant, warm_idle_ms;
 };
 
 struct sbx_backend;
@@ -203,3 +207,18 @@ void sbx_backend_set_egress(struct sbx_backend *b, struct sbx_egress_gateway *g)
  * -SBX_E_BACKEND; msg gets the gateway's health line, or why the backend
  * cannot (local cannot filter, no gateway). For /readyz. */
 int sbx_backend_net_health(struct sbx_backend *b, char *msg, size_t msgsz);
+
+/* The warm pool's figures (sandbox/warm.h; all 0 without one), and an end
+ * to a tenant's waiting sandboxes (its tenant or workspace was removed). */
+struct sbx_warm_stats {
+	uint64_t taken;	 /* commands that started in a warm sandbox */
+	uint64_t cold;	 /* commands that could have, but found none waiting */
+	uint64_t made;	 /* sandboxes made ready */
+	uint64_t failed; /* sandboxes that never became ready */
+	uint64_t ended;	 /* waiting ones ended unused: idle, flushed, stopped */
+	unsigned waiting;
+	unsigned per_tenant;
+};
+
+void sbx_backend_warm_stats(struct sbx_backend *b, struct sbx_warm_stats *out);
+void sbx_backend_warm_flush(struct sbx_backend *b, uid_t uid);

@@ -631,6 +631,31 @@ static int keep_args(struct sbx_launch *l, const struct sbx_strv *args)
 	return rc < 0 ? rc : sbx_launch_keep(l, rc);
 }
 
+/* A warm sandbox's end of the command line: no environment (the
+ * launcher gets the command's from the server), and the launcher as its
+ * command, run from its memfd with its control socket as argument
+ * (sandbox/warm.h). */
+static int warm_tail(struct sbx_launch *l, const struct sbx_strv *args)
+{
+	int ctl = fcntl(l->warm_ctl, F_DUPFD_CLOEXEC, 3);
+	ctl = ctl < 0 ? -errno : sbx_launch_keep(l, ctl);
+	if (ctl < 0)
+		return ctl;
+	int exe = fcntl(l->warm_exe, F_DUPFD_CLOEXEC, 3);
+	exe = exe < 0 ? -errno : sbx_launch_keep(l, exe);
+	if (exe < 0)
+		return exe;
+	int fd = keep_args(l, args);
+	if (fd < 0)
+		return fd;
+	sbx_strv_add(&l->argv, "bwrap");
+	sbx_strv_add(&l->argv, "--args");
+	sbx_strv_addf(&l->argv, "%d", fd);
+	sbx_strv_addf(&l->argv, "/proc/self/fd/%d", exe);
+	sbx_strv_addf(&l->argv, "%d", ctl);
+	return 0;
+}
+
 static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l)
 {
 	struct bwrap *bw = b->priv;
@@ -669,6 +694,10 @@ static int bw_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req, st
 	if (rc < 0)
 		goto out;
 	add_mounts(&args, req, rel);
+	if (l->warm_ctl >= 0) {
+		rc = warm_tail(l, &args);
+		goto out;
+	}
 
 	setenv_arg(&args, "PATH", 4, SBX_ENV_PATH);
 	setenv_arg(&args, "HOME", 4, "/workspace");
@@ -736,4 +765,5 @@ const struct sbx_backend_ops sbx_backend_bwrap_ops = {
     .prepare = bw_prepare,
     .health = bw_health,
     .net = true,
+    .warm = true,
 };

@@ -53,6 +53,11 @@ struct sbx_launch {
 	int netns_fd;	/* setns(CLONE_NEWNET) into it while still privileged (-1: stay); not owned */
 	bool net;	/* the command has network (net_allow): netns_fd is its egress namespace */
 
+	/* filled by the warm pool (sandbox/warm.h); -1 for a command: a warm
+	 * sandbox, whose command is the launcher (warm_exe, a sealed memfd)
+	 * waiting on its control socket (warm_ctl); not owned */
+	int warm_ctl, warm_exe;
+
 	/* written by the child on failure (shared memory, CLONE_VM) */
 	volatile int child_err;
 	volatile int child_step;
@@ -81,7 +86,8 @@ struct sbx_backend_ops {
 	int (*prepare)(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l);
 	/* Backend-specific part of the health line; 0 or -SBX_E_BACKEND. */
 	int (*health)(struct sbx_backend *b, char *msg, size_t msgsz);
-	bool net; /* enforces sbx_spawn_req.net_allow: joins l->netns_fd's namespace */
+	bool net;  /* enforces sbx_spawn_req.net_allow: joins l->netns_fd's namespace */
+	bool warm; /* prepare() makes warm sandboxes (l->warm_ctl) */
 };
 
 struct sbx_backend_net; /* running commands' network namespaces, by seq */
@@ -105,8 +111,14 @@ struct sbx_backend {
 	char *cgroup_root;
 	int cgroup_lock; /* flock on the root: this server's alone (-1: no cgroups) */
 	_Atomic uint64_t refused_limits;
+	struct sbx_warm *warm; /* the warm pool (NULL: none) */
 	void *priv;
 };
+
+/* sbx_backend_spawn without the warm pool; with warm_ctl >= 0 the
+ * sandbox of a warm pool (struct sbx_launch's warm_ctl and warm_exe). */
+int sbx_backend_launch(struct sbx_backend *b, const struct sbx_spawn_req *req, int warm_ctl, int warm_exe,
+		       pid_t *pid, int *pidfd);
 
 extern const struct sbx_backend_ops sbx_backend_local_ops;
 extern const struct sbx_backend_ops sbx_backend_bwrap_ops;

@@ -853,6 +853,8 @@ static int make_backends(struct srv_host *h, struct srv_check *c)
 						.use_cgroups = cfg->use_cgroups,
 						.cgroup_root = cgroup_root,
 						.cgroup_shared = !h->serving || h->nbackends > 0,
+						.warm_per_tenant = h->serving ? (unsigned)cfg->warm_pool : 0,
+						.warm_idle_ms = (unsigned)cfg->warm_idle_s * 1000,
 						.probe_uid = h->uids_ready ? sbx_uids_probe_id(&h->uids) : 0};
 		struct sbx_backend *b = NULL;
 		int rc = sbx_backend_new(&b, &bc);

@@ -230,9 +230,84 @@ static inline json_t *bg_join(struct bg_req *b)
 	return b->rc == 0 ? it_json(&b->resp) : NULL;
 }
 
+/* The real uid of process pid (a /proc entry's name) and its command
+ * name (name[64]); -1 when it is gone. */
+static inline long proc_ruid(const char *pid, char name[64])
+{
+	char path[300], line[256];
+	snprintf(path, sizeof path, "/proc/%s/status", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	long ruid = -1;
+	name[0] = '\0';
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, "Name:", 5) == 0)
+			sscanf(line + 5, "%63s", name);
+		else if (strncmp(line, "Uid:", 4) == 0)
+			ruid = strtol(line + 4, NULL, 10);
+	}
+	fclose(f);
+	return ruid;
+}
+
+/* Whether pid runs the warm sandboxes' launcher (sandbox/warm.c: exec'd
+ * from its memfd, "sbx-launch"): the sandbox it is in waits for a
+ * command. */
+static inline bool it_pid_is_launcher(const char *pid)
+{
+	char path[64], link[128];
+	snprintf(path, sizeof path, "/proc/%s/exe", pid);
+	ssize_t n = readlink(path, link, sizeof link - 1);
+	if (n <= 0)
+		return false;
+	link[n] = '\0';
+	return strncmp(link, "/memfd:sbx-launch", 17) == 0;
+}
+
+/* Whether the cgroup directory dir holds a warm sandbox waiting for a
+ * command (a launcher among its processes). */
+static inline bool it_cgroup_is_warm(const char *dir)
+{
+	char *p = xasprintf("%s/cgroup.procs", dir);
+	char *t = it_read_file(p, NULL);
+	free(p);
+	bool warm = false;
+	for (char *q = t; q && *q && !warm;) {
+		char pid[16];
+		size_t len = strcspn(q, "\n");
+		snprintf(pid, sizeof pid, "%.*s", (int)(len < 15 ? len : 15), q);
+		warm = len && it_pid_is_launcher(pid);
+		q += len + (q[len] == '\n');
+	}
+	free(t);
+	return warm;
+}
+
+/* Whether process pid is in a waiting warm sandbox: its cgroup
+ * (/proc/PID/cgroup's last line: v2's, or v1's last hierarchy) holds a
+ * launcher. */
+static inline bool it_pid_in_warm(const char *pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%s/cgroup", pid);
+	char *cg = it_read_file(path, NULL);
+	char *last = cg ? strrchr(cg, ':') : NULL;
+	bool warm = false;
+	if (last) {
+		last[strcspn(last, "\n")] = '\0';
+		char *dir = xasprintf("/sys/fs/cgroup%s", last + 1);
+		warm = it_cgroup_is_warm(dir);
+		free(dir);
+	}
+	free(cg);
+	return warm;
+}
+
 /* Host processes whose real uid is uid (and, if comm is given, whose
- * command name is comm and whose command line contains arg). */
-static inline int host_procs_of_uid(uid_t uid, const char *comm, const char *arg)
+ * command name is comm and whose command line contains arg; with
+ * unwarm, not in a warm sandbox waiting for a command). */
+static inline int host_procs_count(uid_t uid, const char *comm, const char *arg, bool unwarm)
 {
 	DIR *d = opendir("/proc");
 	if (!d)
@@ -242,23 +317,10 @@ static inline int host_procs_of_uid(uid_t uid, const char *comm, const char *arg
 	while ((e = readdir(d))) {
 		if (!isdigit((unsigned char)e->d_name[0]))
 			continue;
-		char path[300], line[256];
-		snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
+		char path[300], name[64];
+		if (proc_ruid(e->d_name, name) != (long)uid)
 			continue;
-		char name[64] = "";
-		long ruid = -1;
-		while (fgets(line, sizeof line, f)) {
-			if (strncmp(line, "Name:", 5) == 0)
-				sscanf(line + 5, "%63s", name);
-			else if (strncmp(line, "Uid:", 4) == 0)
-				ruid = strtol(line + 4, NULL, 10);
-		}
-		fclose(f);
-		if (ruid != (long)uid)
-			continue;
-		if (comm && strcmp(name, comm) != 0)
+		if ((comm && strcmp(name, comm) != 0) || (unwarm && it_pid_in_warm(e->d_name)))
 			continue;
 		if (arg) {
 			snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
@@ -277,6 +339,18 @@ static inline int host_procs_of_uid(uid_t uid, const char *comm, const char *arg
 	}
 	closedir(d);
 	return n;
+}
+
+static inline int host_procs_of_uid(uid_t uid, const char *comm, const char *arg)
+{
+	return host_procs_count(uid, comm, arg, false);
+}
+
+/* Processes of uid outside waiting warm sandboxes: a command's, or
+ * leftovers. */
+static inline int host_procs_of_uid_unwarm(uid_t uid)
+{
+	return host_procs_count(uid, NULL, NULL, true);
 }
 
 /* Wait (bounded) until no process of uid matching comm/arg is left. */

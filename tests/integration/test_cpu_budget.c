@@ -182,7 +182,9 @@ static int tasks_in_jobs(const char *tenant)
 	int n = 0;
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
-		if (e->d_name[0] != 'j')
+		/* j<n>: a command's group; n >= 2^48: a warm sandbox waiting
+		 * for a command (sandbox/warm.c), not a command */
+		if (e->d_name[0] != 'j' || strtoull(e->d_name + 1, NULL, 10) >= 1ULL << 48)
 			continue;
 		char *p = xasprintf("%s/%s/tasks", dir, e->d_name);
 		size_t len = 0;
