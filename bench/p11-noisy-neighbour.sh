@@ -2,7 +2,8 @@
 # P11 (issue 13): noisy neighbour. Tenant B's p99 for POST /exec
 # {"command":"true"} and a 4 KiB GET /fs/read (one client each, keep-alive)
 # while tenant A in turn runs: a fork bomb, memory hogs up to its budget,
-# a 1 GB stdout flood, a disk fill to its quota, and six concurrent
+# a 1 GB stdout flood, its warm pool emptied as fast as it can (issue
+# 30), a disk fill to its quota, and six concurrent
 # readdirs of a 300,000-entry directory. Goal: B's p99 <= 1.5 x its quiet
 # p99 in every phase. bwrap backend (the tenants' cgroup budgets), disk
 # quotas as disk-quota=auto finds them (project quotas, else an image per
@@ -136,6 +137,13 @@ phase "memory hogs"
 a_load 1 "$(cmd "head -c $FLOOD /dev/zero")"
 cmdline "A stdout flood: POST /exec $(cmd "head -c $FLOOD /dev/zero") repeated"
 phase "stdout flood"
+
+# Issue 30: A takes its warm sandboxes as fast as it can (8 clients of
+# `true`): the pool's one thread makes sandboxes for A and B in turn, so
+# B's commands still find theirs.
+a_load 8 "$(cmd true)"
+cmdline "A emptying its warm pool: 8 clients repeating POST /exec $(cmd true)"
+phase "warm pool drain"
 
 FILL="head -c $((QUOTA + (16 << 20))) /dev/zero > /workspace/fill; rm -f /workspace/fill"
 a_load 1 "$(cmd "$FILL")"
