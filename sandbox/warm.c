@@ -32,6 +32,7 @@
 #define WARM_SEQ_BASE (1ULL << 48) /* warm groups' seqs: never a runner's job number */
 #define WARM_BACKOFF_MAX_MS 60000  /* a tenant whose sandboxes fail waits at most this long */
 #define WARM_ARGS_MAX (8u << 20)   /* as bwrap's options: far above any request's bound */
+#define WARM_QUIET_MS 20	   /* a tenant's next sandbox is made this long after its last command */
 
 /* The launcher's bytes, linked in by sandbox/warm_blob.c. */
 extern const unsigned char sbx_warm_launcher[];
@@ -230,14 +231,23 @@ static unsigned uid_count_locked(const struct shape *s)
 }
 
 /* The tenant to make a sandbox for next: below its bound, used within
- * idle_ms, not backing off; the one served longest ago first. */
-static struct shape *needy_locked(struct sbx_warm *w, int64_t now)
+ * idle_ms, not backing off, and without a command in the last
+ * WARM_QUIET_MS: a making would compete for the CPU with the command just
+ * started, and with the next ones of a burst, which then start cold as
+ * fast as without a pool; the one served longest ago first. *next gets
+ * the end of a quiet time it skipped, if sooner. */
+static struct shape *needy_locked(struct sbx_warm *w, int64_t now, int64_t *next)
 {
 	struct shape *best = NULL;
 	for (struct shape *s = w->shapes; s; s = s->next) {
 		if (uid_count_locked(s) >= w->per_tenant || now - s->used_ms > (int64_t)w->idle_ms ||
 		    now < s->backoff_until)
 			continue;
+		if (now - s->used_ms < WARM_QUIET_MS) {
+			int64_t at = s->used_ms + WARM_QUIET_MS;
+			*next = at < *next ? at : *next;
+			continue;
+		}
 		if (!best || s->refill_ms < best->refill_ms)
 			best = s;
 	}
@@ -319,7 +329,7 @@ static void *warm_main(void *arg)
 	while (!w->stop) {
 		int64_t now = mono_ms();
 		int64_t next = tidy_locked(w, &d, now);
-		struct shape *s = needy_locked(w, now);
+		struct shape *s = needy_locked(w, now, &next);
 		if (d.n || !s) {
 			pthread_mutex_unlock(&w->mu);
 			doomed_end(w, &d);
