@@ -256,7 +256,7 @@ static inline long proc_ruid(const char *pid, char name[64])
  * command. */
 static inline bool it_pid_is_launcher(const char *pid)
 {
-	char path[64], link[128];
+	char path[300], link[128];
 	snprintf(path, sizeof path, "/proc/%s/exe", pid);
 	ssize_t n = readlink(path, link, sizeof link - 1);
 	if (n <= 0)
@@ -289,7 +289,7 @@ static inline bool it_cgroup_is_warm(const char *dir)
  * launcher. */
 static inline bool it_pid_in_warm(const char *pid)
 {
-	char path[64];
+	char path[300];
 	snprintf(path, sizeof path, "/proc/%s/cgroup", pid);
 	char *cg = it_read_file(path, NULL);
 	char *last = cg ? strrchr(cg, ':') : NULL;
