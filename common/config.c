@@ -132,7 +132,8 @@ static const struct option_spec specs[] = {
      .help = "network namespaces made ahead for commands with network (0: each made when asked)"},
     {I("warm-pool", warm_pool, "2", 0, 16),
      .help = "bwrap sandboxes made ahead per tenant, each waiting for exactly one command of that tenant "
-	     "(0: every command starts cold); they count against the tenant's budgets (see Warm sandboxes)"},
+	     "(0: every command starts cold), as many again for its commands with network (each in an "
+	     "egress namespace of its own); they count against the tenant's budgets (see Warm sandboxes)"},
     {I("warm-idle-s", warm_idle_s, "60", 1, 86400),
      .help = "a tenant's warm sandboxes unused this long are ended"},
     {I("egress-tenant-conns", egress_tenant_conns, "256", 1, 1000000),

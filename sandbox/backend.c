@@ -628,11 +628,7 @@ int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *r
 	}
 	rc = sbx_egress_rules_parse(req->net_allow, &rules, err, sizeof(err));
 	if (rc == 0) {
-		struct sbx_egress_bind bind = {.tenant = req->net_tenant ? req->net_tenant : "",
-					       .exec_id = req->net_exec_id,
-					       .sub = req->net_sub,
-					       .rules = rules,
-					       .seq = req->seq};
+		struct sbx_egress_bind bind = sbx_backend_net_bind(req, rules);
 
 		rc = sbx_egress_session_open(b->egress, &bind, out, err, sizeof(err));
 	}
@@ -642,7 +638,16 @@ int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *r
 	return rc;
 }
 
-static void net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_egress_session *ns)
+struct sbx_egress_bind sbx_backend_net_bind(const struct sbx_spawn_req *req, struct sbx_egress_rules *rules)
+{
+	return (struct sbx_egress_bind){.tenant = req->net_tenant ? req->net_tenant : "",
+					.exec_id = req->net_exec_id,
+					.sub = req->net_sub,
+					.rules = rules,
+					.seq = req->seq};
+}
+
+void sbx_backend_net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_egress_session *ns)
 {
 	struct sbx_backend_net *e = xcalloc(1, sizeof(*e));
 
@@ -883,6 +888,9 @@ int sbx_backend_spawn(struct sbx_backend *b, const struct sbx_spawn_req *req, pi
 		int rc = sbx_warm_take(b->warm, req, pid, pidfd);
 		if (rc != 0)
 			return rc < 0 ? rc : 0;
+	} else if (b && req && req->warm_box) {
+		struct sbx_warm_box *bx = req->warm_box;
+		sbx_warm_unclaim(b->warm, &bx);
 	}
 	return sbx_backend_launch(b, req, -1, -1, pid, pidfd);
 }
@@ -893,13 +901,16 @@ int sbx_backend_launch(struct sbx_backend *b, const struct sbx_spawn_req *req, i
 	struct sbx_launch l;
 	struct sbx_egress_session *net = NULL;
 	int devnull = -1;
-	bool cgroup_made = false;
+	bool cgroup_made = false, own_net;
 	int i, rc;
 
 	sbx_launch_init(&l);
 	l.warm_ctl = warm_ctl;
 	l.warm_exe = warm_exe;
-	net = req ? req->net_ready : NULL; /* ours now, whatever happens */
+	/* A command's: ours now, whatever happens; a warm sandbox's stays its
+	 * pool's (sandbox/warm.h), and a warm one asks for no rules. */
+	net = req ? req->net_ready : NULL;
+	own_net = warm_ctl < 0;
 	if (!b || !req || !pid || !pidfd || !req->command || !req->workspace_host_dir ||
 	    !sbx_cwd_rel_ok(req->cwd_rel) || (warm_ctl >= 0 && (!b->ops->warm || req->net_allow))) {
 		rc = -EINVAL;
@@ -955,12 +966,13 @@ int sbx_backend_launch(struct sbx_backend *b, const struct sbx_spawn_req *req, i
 		}
 		if (cgroup_made)
 			sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, NULL);
-	} else if (net) {
-		net_keep(b, req->seq, net);
+	} else if (net && own_net) {
+		sbx_backend_net_keep(b, req->seq, net);
 		net = NULL;
 	}
 out:
-	sbx_egress_session_close(&net, NULL);
+	if (own_net)
+		sbx_egress_session_close(&net, NULL);
 	for (i = 0; i < l.n_cgroup_fds; i++)
 		close(l.cgroup_fds[i]);
 	if (devnull >= 0)
@@ -1079,4 +1091,18 @@ void sbx_backend_warm_flush(struct sbx_backend *b, uid_t uid)
 {
 	if (b)
 		sbx_warm_flush(b->warm, uid);
+}
+
+struct sbx_warm_box *sbx_backend_warm_claim(struct sbx_backend *b, const struct sbx_spawn_req *req)
+{
+	if (!b || !req || !req->net_allow || !req->command || !req->workspace_host_dir ||
+	    !sbx_cwd_rel_ok(req->cwd_rel))
+		return NULL;
+	return sbx_warm_claim(b->warm, req);
+}
+
+void sbx_backend_warm_unclaim(struct sbx_backend *b, struct sbx_warm_box **bx)
+{
+	if (b)
+		sbx_warm_unclaim(b->warm, bx);
 }

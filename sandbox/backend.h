@@ -30,6 +30,8 @@ struct sbx_limits {
 	dev_t io_dev;
 };
 
+struct sbx_warm_box; /* sandbox/warm.h */
+
 struct sbx_spawn_req {
 	const char *command;		/* one argv element: /bin/sh -c <command> */
 	const char *workspace_host_dir; /* bound read-write at /workspace */
@@ -49,6 +51,10 @@ struct sbx_spawn_req {
 	 * spawn opens it itself, blocking). The spawn takes it whatever it
 	 * returns. */
 	struct sbx_egress_session *net_ready;
+	/* With net_allow: a warm sandbox claimed for the command, with its
+	 * own egress session (sbx_backend_warm_claim), or NULL. The spawn
+	 * takes it whatever it returns. */
+	struct sbx_warm_box *warm_box;
 	/* NULL: the host's /usr; else the host path of a root image's root
 	 * filesystem (sandbox/rootimg.h, held open by the caller until the
 	 * command ends), whose /usr, /bin... and /etc pieces are bound instead.
@@ -221,4 +227,11 @@ struct sbx_warm_stats {
 };
 
 void sbx_backend_warm_stats(struct sbx_backend *b, struct sbx_warm_stats *out);
+/* A command with net_allow: a warm sandbox of its shape waiting with its
+ * egress namespace, taken out of the pool for it (then no network setup
+ * is needed: set it as req->warm_box and spawn), or NULL (none waits;
+ * the pool learns the shape). Never blocks. unclaim ends one that was
+ * not spawned (accepts NULL; sets *bx NULL). */
+struct sbx_warm_box *sbx_backend_warm_claim(struct sbx_backend *b, const struct sbx_spawn_req *req);
+void sbx_backend_warm_unclaim(struct sbx_backend *b, struct sbx_warm_box **bx);
 void sbx_backend_warm_flush(struct sbx_backend *b, uid_t uid);

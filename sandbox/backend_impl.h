@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "sandbox/backend.h"
+#include "sandbox/egress/gateway.h"
 
 struct sbx_egress_session;
 
@@ -100,6 +101,10 @@ struct sbx_egress_session;
 struct sbx_spawn_req;
 int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *req,
 			    struct sbx_egress_session **out);
+/* The session's binding to req's command (tenant, exec, subject, seq). */
+struct sbx_egress_bind sbx_backend_net_bind(const struct sbx_spawn_req *req, struct sbx_egress_rules *rules);
+/* Command seq's session from now until sbx_backend_reap (which closes it). */
+void sbx_backend_net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_egress_session *ns);
 
 struct sbx_backend {
 	const struct sbx_backend_ops *ops;

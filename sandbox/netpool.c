@@ -185,6 +185,21 @@ int sbx_netpool_submit(struct sbx_netpool *p, struct sbx_backend *b, const struc
 	return rc;
 }
 
+int sbx_netpool_hold(struct sbx_netpool *p, uid_t uid)
+{
+	struct tenant *t;
+	int rc = 0;
+
+	pthread_mutex_lock(&p->mu);
+	t = tenant_locked(p, uid, true);
+	if (t->held >= p->cfg.commands_per_tenant)
+		rc = -SBX_E_TOO_MANY;
+	else
+		t->held++;
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
+
 void sbx_netpool_release(struct sbx_netpool *p, uid_t uid)
 {
 	struct tenant *t;

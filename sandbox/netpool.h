@@ -49,7 +49,11 @@ void sbx_netpool_free(struct sbx_netpool **p);
  * queued, nothing held), -ENOMEM/-EAGAIN (no thread could start). */
 int sbx_netpool_submit(struct sbx_netpool *p, struct sbx_backend *b, const struct sbx_spawn_req *req,
 		       sbx_netpool_done_fn done, sbx_netpool_skip_fn skip, void *ctx);
-/* The tenant's command submitted with success is over (reaped). */
+/* A command that needs no setup (a warm sandbox's namespace, sandbox/warm.h)
+ * held as a submitted one is: 0, or -SBX_E_TOO_MANY (nothing held).
+ * Release it the same way. */
+int sbx_netpool_hold(struct sbx_netpool *p, uid_t uid);
+/* The tenant's command submitted (or held) with success is over (reaped). */
 void sbx_netpool_release(struct sbx_netpool *p, uid_t uid);
 /* Setups waiting and running now (all tenants). */
 void sbx_netpool_counts(struct sbx_netpool *p, unsigned *waiting, unsigned *running);

@@ -189,6 +189,7 @@ static void job_free(struct job *j)
 	}
 	free(j->in_buf);
 	sbx_egress_session_close(&j->net, NULL);
+	sbx_backend_warm_unclaim(j->req.backend, &j->req.spawn.warm_box);
 	if (j->net_held)
 		sbx_netpool_release(j->lane->owner->net, j->req.spawn.uid);
 	free(j);
@@ -488,6 +489,7 @@ static int job_start(struct lane *r, struct job *j)
 	j->net = NULL;
 	rc = spawn_counted(r, j, &pid, &pidfd);
 	j->req.spawn.net_ready = NULL;
+	j->req.spawn.warm_box = NULL; /* the spawn's too */
 	j->req.spawn.stdin_fd = j->req.spawn.stdout_fd = j->req.spawn.stderr_fd = -1;
 	if (rc)
 		goto out;
@@ -838,12 +840,24 @@ static bool net_skip(void *ctx)
 }
 
 /* Resolution and namespace off this thread (sandbox/netpool.h): 0 when
- * the setup is queued, else why the job cannot start. */
+ * the setup is queued, 1 when none is needed (a warm sandbox waits in a
+ * namespace of its own: q->req.spawn.warm_box), else why the job cannot
+ * start. */
 static int net_send(struct lane *r, struct job *q)
 {
 	int rc;
 
 	q->lane = r;
+	q->req.spawn.warm_box = sbx_backend_warm_claim(q->req.backend, &q->req.spawn);
+	if (q->req.spawn.warm_box) {
+		rc = sbx_netpool_hold(r->owner->net, q->req.spawn.uid);
+		if (rc < 0) {
+			sbx_backend_warm_unclaim(q->req.backend, &q->req.spawn.warm_box);
+			return rc;
+		}
+		q->net_held = true;
+		return 1;
+	}
 	pthread_mutex_lock(&r->mu);
 	rc = sbx_netpool_submit(r->owner->net, q->req.backend, &q->req.spawn, net_done, net_skip, q);
 	if (rc == 0) {
@@ -880,6 +894,7 @@ static void take_control(struct lane *r)
 			rc = net_send(r, q);
 			if (!rc)
 				continue; /* back in pending once its namespace is made */
+			rc = rc > 0 ? 0 : rc;
 		}
 		if (!rc && q->net_sent)
 			rc = q->net_rc;

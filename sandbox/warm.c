@@ -22,6 +22,7 @@
 #include "common/xmalloc.h"
 #include "sandbox/backend_impl.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/egress/gateway.h"
 #include "sandbox/warm/proto.h"
 
 #ifndef MFD_EXEC
@@ -38,18 +39,23 @@
 extern const unsigned char sbx_warm_launcher[];
 extern const unsigned long long sbx_warm_launcher_len;
 
-struct box {
-	struct box *next;
+struct sbx_warm_box {
+	struct sbx_warm_box *next;
+	uid_t uid;
 	pid_t pid;
 	int pidfd, ctl;
 	uint64_t wseq;
 	int64_t made_ms;
+	struct sbx_egress_session *ns; /* a networked one's, until its command takes it */
 };
 
-/* A tenant's shape (warm.h) and its waiting sandboxes. */
+/* A tenant's shape (warm.h) and its waiting sandboxes: one without
+ * network and one with, each bounded by per_tenant. */
 struct shape {
 	struct shape *next;
 	uid_t uid;
+	bool net;     /* its sandboxes wait in egress namespaces of their own */
+	char *tenant; /* whose rules and records (net) */
 	gid_t gid;
 	bool drop_privs;
 	char *workspace, *rootfs; /* rootfs NULL: the host's /usr */
@@ -57,7 +63,7 @@ struct shape {
 	ino_t ws_ino, root_ino;
 	struct sbx_limits limits;
 	uint64_t gen; /* bumped when the shape changes: sandboxes being made for the old one are ended */
-	struct box *boxes;
+	struct sbx_warm_box *boxes;
 	unsigned n, making;
 	int64_t used_ms, refill_ms; /* last command; last sandbox begun (tenants in turn) */
 	int64_t backoff_until;
@@ -91,8 +97,8 @@ _Static_assert(sizeof(struct sbx_limits) == 12 * sizeof(uint64_t) + sizeof(dev_t
 
 /* ---- ending sandboxes ---- */
 
-/* Kill b's whole sandbox, reap it, remove its group. */
-static void box_end(struct sbx_warm *w, uid_t uid, struct box *bx)
+/* Kill b's whole sandbox, reap it, remove its group, close its network. */
+static void box_end(struct sbx_warm *w, uid_t uid, struct sbx_warm_box *bx)
 {
 	kill(-bx->pid, SIGKILL);
 	kill(bx->pid, SIGKILL);
@@ -103,17 +109,18 @@ static void box_end(struct sbx_warm *w, uid_t uid, struct box *bx)
 		close(bx->ctl);
 	if (w->b->cgroups)
 		sbx_cgroup_remove(w->b->cgroup_root, uid, bx->wseq, NULL);
+	sbx_egress_session_close(&bx->ns, NULL);
 	free(bx);
 }
 
 /* A list of sandboxes to end once the lock is let go (box_end waits). */
 struct doomed {
 	uid_t uids[64];
-	struct box *v[64];
+	struct sbx_warm_box *v[64];
 	unsigned n;
 };
 
-static void doom_locked(struct sbx_warm *w, struct doomed *d, struct shape *s, struct box *bx)
+static void doom_locked(struct sbx_warm *w, struct doomed *d, struct shape *s, struct sbx_warm_box *bx)
 {
 	w->waiting--;
 	w->n_ended++;
@@ -129,7 +136,7 @@ static void doom_locked(struct sbx_warm *w, struct doomed *d, struct shape *s, s
 static void doom_all_locked(struct sbx_warm *w, struct doomed *d, struct shape *s)
 {
 	while (s->boxes) {
-		struct box *bx = s->boxes;
+		struct sbx_warm_box *bx = s->boxes;
 		s->boxes = bx->next;
 		s->n--;
 		doom_locked(w, d, s, bx);
@@ -145,6 +152,7 @@ static void doomed_end(struct sbx_warm *w, struct doomed *d)
 
 static void shape_free(struct shape *s)
 {
+	free(s->tenant);
 	free(s->workspace);
 	free(s->rootfs);
 	free(s);
@@ -154,7 +162,7 @@ static void shape_free(struct shape *s)
 
 /* Wait for the launcher's ready byte: 0, or -1 (it ended, or said
  * nothing within WARM_READY_MS). */
-static int wait_ready(struct box *bx)
+static int wait_ready(struct sbx_warm_box *bx)
 {
 	int64_t deadline = mono_ms() + WARM_READY_MS;
 	for (;;) {
@@ -178,12 +186,24 @@ static int wait_ready(struct box *bx)
 
 /* A sandbox of shape copy s, numbered wseq; NULL when it cannot be made
  * (*status: its wait status when it ended, -1 else). */
-static struct box *box_make(struct sbx_warm *w, const struct shape *s, uint64_t wseq, int *status)
+static struct sbx_warm_box *box_make(struct sbx_warm *w, const struct shape *s, uint64_t wseq, int *status)
 {
 	int sv[2];
 	*status = -1;
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+	/* A networked one waits in a namespace of the egress gateway's pool,
+	 * bound to no command yet (sbx_egress_session_rebind at the take). */
+	struct sbx_egress_session *ns = NULL;
+	if (s->net) {
+		char err[256];
+		struct sbx_egress_bind bind = {.tenant = s->tenant, .exec_id = "", .seq = wseq};
+		if (!w->b->egress || sbx_backend_net_health(w->b, err, sizeof err) < 0 ||
+		    sbx_egress_session_open(w->b->egress, &bind, &ns, err, sizeof err) < 0)
+			return NULL;
+	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+		sbx_egress_session_close(&ns, NULL);
 		return NULL;
+	}
 	struct sbx_spawn_req req = {
 	    .command = "",
 	    .workspace_host_dir = s->workspace,
@@ -197,14 +217,18 @@ static struct box *box_make(struct sbx_warm *w, const struct shape *s, uint64_t 
 	    .stdin_fd = -1,
 	    .stdout_fd = -1,
 	    .stderr_fd = -1,
+	    .net_ready = ns,
 	};
-	struct box *bx = xcalloc(1, sizeof *bx);
+	struct sbx_warm_box *bx = xcalloc(1, sizeof *bx);
 	bx->ctl = sv[0];
 	bx->wseq = wseq;
+	bx->uid = s->uid;
+	bx->ns = ns;
 	int rc = sbx_backend_launch(w->b, &req, sv[1], w->exe, &bx->pid, &bx->pidfd);
 	close(sv[1]);
 	if (rc < 0) {
 		close(bx->ctl);
+		sbx_egress_session_close(&bx->ns, NULL);
 		free(bx);
 		return NULL;
 	}
@@ -218,6 +242,7 @@ static struct box *box_make(struct sbx_warm *w, const struct shape *s, uint64_t 
 		close(bx->ctl);
 		if (w->b->cgroups)
 			sbx_cgroup_remove(w->b->cgroup_root, s->uid, wseq, NULL);
+		sbx_egress_session_close(&bx->ns, NULL);
 		free(bx);
 		return NULL;
 	}
@@ -262,8 +287,8 @@ static int64_t tidy_locked(struct sbx_warm *w, struct doomed *d, int64_t now)
 	int64_t next = now + 1000;
 	for (struct shape **ps = &w->shapes; *ps;) {
 		struct shape *s = *ps;
-		for (struct box **pb = &s->boxes; *pb;) {
-			struct box *bx = *pb;
+		for (struct sbx_warm_box **pb = &s->boxes; *pb;) {
+			struct sbx_warm_box *bx = *pb;
 			struct pollfd p = {.fd = bx->pidfd, .events = POLLIN};
 			bool dead = poll(&p, 1, 0) > 0;
 			if (dead || now - bx->made_ms >= (int64_t)w->idle_ms ||
@@ -310,6 +335,7 @@ static void cond_wait_until(struct sbx_warm *w, int64_t until_ms)
 static struct shape shape_copy(const struct shape *s)
 {
 	struct shape c = *s;
+	c.tenant = xstrdup(s->tenant);
 	c.workspace = xstrdup(s->workspace);
 	c.rootfs = s->rootfs ? xstrdup(s->rootfs) : NULL;
 	c.boxes = NULL;
@@ -345,7 +371,7 @@ static void *warm_main(void *arg)
 		pthread_mutex_unlock(&w->mu);
 
 		int status;
-		struct box *bx = box_make(w, &c, wseq, &status);
+		struct sbx_warm_box *bx = box_make(w, &c, wseq, &status);
 
 		pthread_mutex_lock(&w->mu);
 		s->making--; /* s outlives this: tidy_locked frees no shape being made for */
@@ -381,6 +407,7 @@ static void *warm_main(void *arg)
 			w->waiting++;
 			w->n_made++;
 		}
+		free(c.tenant);
 		free(c.workspace);
 		free(c.rootfs);
 	}
@@ -491,6 +518,7 @@ static bool same_shape(const struct shape *s, const struct sbx_spawn_req *req, c
 		       const struct stat *rs)
 {
 	return s->gid == req->gid && s->drop_privs == req->drop_privs &&
+	       (!s->net || strcmp(s->tenant, req->net_tenant ? req->net_tenant : "") == 0) &&
 	       strcmp(s->workspace, req->workspace_host_dir) == 0 && s->ws_dev == ws->st_dev &&
 	       s->ws_ino == ws->st_ino && (s->rootfs == NULL) == (req->rootfs == NULL) &&
 	       (!req->rootfs || (strcmp(s->rootfs, req->rootfs) == 0 && s->root_dev == rs->st_dev &&
@@ -501,9 +529,12 @@ static bool same_shape(const struct shape *s, const struct sbx_spawn_req *req, c
 static void shape_set(struct shape *s, const struct sbx_spawn_req *req, const struct stat *ws,
 		      const struct stat *rs)
 {
+	free(s->tenant);
 	free(s->workspace);
 	free(s->rootfs);
 	s->uid = req->uid;
+	s->net = req->net_allow != NULL;
+	s->tenant = xstrdup(req->net_tenant ? req->net_tenant : "");
 	s->gid = req->gid;
 	s->drop_privs = req->drop_privs;
 	s->workspace = xstrdup(req->workspace_host_dir);
@@ -589,7 +620,7 @@ static int write_all(int fd, const char *p, size_t len)
 }
 
 /* The command into bx's launcher: 0, or -1 (the sandbox is no use). */
-static int hand_over(struct box *bx, const struct sbx_warm_hdr *h, const struct buf *payload,
+static int hand_over(struct sbx_warm_box *bx, const struct sbx_warm_hdr *h, const struct buf *payload,
 		     const struct sbx_spawn_req *req)
 {
 	int devnull = -1, fds[3];
@@ -623,22 +654,25 @@ static int hand_over(struct box *bx, const struct sbx_warm_hdr *h, const struct 
 	return rc;
 }
 
-int sbx_warm_take(struct sbx_warm *w, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
+/* The pool's part of a take: a waiting sandbox of req's shape, out of the
+ * pool, or NULL (none, or req is one the cold path should answer; the
+ * pool learns its shape). */
+static struct sbx_warm_box *claim(struct sbx_warm *w, const struct sbx_spawn_req *req)
 {
 	struct stat ws, rs;
-	if (!w || req->net_allow || req->net_ready || stat(req->workspace_host_dir, &ws) < 0 ||
-	    (req->rootfs && stat(req->rootfs, &rs) < 0))
-		return 0;
-	int rc = sbx_cwd_check(req->workspace_host_dir, req->cwd_rel ? req->cwd_rel : "");
-	if (rc < 0)
-		return 0; /* the cold path says why, as it always did */
+	if (!w || req->net_ready || (req->net_allow && !w->b->egress) ||
+	    stat(req->workspace_host_dir, &ws) < 0 || (req->rootfs && stat(req->rootfs, &rs) < 0))
+		return NULL;
+	if (sbx_cwd_check(req->workspace_host_dir, req->cwd_rel ? req->cwd_rel : "") < 0)
+		return NULL; /* the cold path says why, as it always did */
 
+	bool net = req->net_allow != NULL;
 	struct doomed d = {0};
-	struct box *bx = NULL;
+	struct sbx_warm_box *bx = NULL;
 	int64_t now = mono_ms();
 	pthread_mutex_lock(&w->mu);
 	struct shape *s = w->shapes;
-	while (s && s->uid != req->uid)
+	while (s && (s->uid != req->uid || s->net != net))
 		s = s->next;
 	if (!s) {
 		s = xcalloc(1, sizeof *s);
@@ -662,26 +696,66 @@ int sbx_warm_take(struct sbx_warm *w, const struct sbx_spawn_req *req, pid_t *pi
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	doomed_end(w, &d);
-	if (!bx)
-		return 0;
+	return bx;
+}
 
+/* A claimed sandbox that serves no command after all. */
+static void unclaimed(struct sbx_warm *w, struct sbx_warm_box *bx, bool cold)
+{
+	pthread_mutex_lock(&w->mu);
+	w->n_taken--;
+	w->n_ended++;
+	if (cold)
+		w->n_cold++;
+	pthread_mutex_unlock(&w->mu);
+	box_end(w, bx->uid, bx);
+}
+
+/* A networked sandbox's session bound to req (its exec, its rules of
+ * now): 0, -EINVAL (bad rules, as the cold path says), 1 (start cold). */
+static int bind_net(struct sbx_warm_box *bx, const struct sbx_spawn_req *req)
+{
+	struct sbx_egress_rules *rules = NULL;
+	char err[256];
+	int rc = sbx_egress_rules_parse(req->net_allow, &rules, err, sizeof err);
+	if (rc == 0) {
+		struct sbx_egress_bind bind = sbx_backend_net_bind(req, rules);
+		if (sbx_egress_session_rebind(bx->ns, &bind, err, sizeof err) < 0) {
+			log_msg("warn",
+				"command %" PRIu64 ": its warm sandbox's network: %s; starting it cold",
+				req->seq, err);
+			rc = 1;
+		}
+	} else {
+		log_msg("error", "command %" PRIu64 " refused: its network: %s", req->seq, err);
+	}
+	sbx_egress_rules_unref(&rules);
+	return rc;
+}
+
+/* req into bx, claimed for it: 1 with *pid and *pidfd, 0 (bx was no use:
+ * start cold), -errno. bx is the command's or ended on return. */
+static int start(struct sbx_warm *w, struct sbx_warm_box *bx, const struct sbx_spawn_req *req, pid_t *pid,
+		 int *pidfd)
+{
+	int rc = bx->ns ? bind_net(bx, req) : 0;
 	struct buf payload;
 	struct sbx_warm_hdr h;
 	buf_init(&payload, WARM_ARGS_MAX);
-	rc = make_payload(&payload, req, &h);
+	if (rc == 0)
+		rc = make_payload(&payload, req, &h);
 	if (rc == 0 && hand_over(bx, &h, &payload, req) < 0) {
 		log_msg("warn", "command %" PRIu64 ": its warm sandbox was gone; starting it cold", req->seq);
 		rc = 1;
 	}
 	buf_free(&payload);
 	if (rc != 0) {
-		pthread_mutex_lock(&w->mu);
-		w->n_taken--;
-		w->n_ended++;
-		w->n_cold++;
-		pthread_mutex_unlock(&w->mu);
-		box_end(w, req->uid, bx);
+		unclaimed(w, bx, true);
 		return rc < 0 ? rc : 0;
+	}
+	if (bx->ns) {
+		sbx_backend_net_keep(w->b, req->seq, bx->ns); /* closed at the reap, as a cold one's */
+		bx->ns = NULL;
 	}
 	struct taken *t = xmalloc(sizeof *t);
 	t->seq = req->seq;
@@ -695,6 +769,34 @@ int sbx_warm_take(struct sbx_warm *w, const struct sbx_spawn_req *req, pid_t *pi
 	*pidfd = bx->pidfd;
 	free(bx);
 	return 1;
+}
+
+int sbx_warm_take(struct sbx_warm *w, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd)
+{
+	struct sbx_warm_box *bx = req->warm_box;
+	if (!bx) {
+		/* A networked command's sandbox is claimed before, in place
+		 * of its network setup (sbx_warm_claim). */
+		if (req->net_allow)
+			return 0;
+		bx = claim(w, req);
+		if (!bx)
+			return 0;
+	}
+	return start(w, bx, req, pid, pidfd);
+}
+
+struct sbx_warm_box *sbx_warm_claim(struct sbx_warm *w, const struct sbx_spawn_req *req)
+{
+	return req->net_allow ? claim(w, req) : NULL;
+}
+
+void sbx_warm_unclaim(struct sbx_warm *w, struct sbx_warm_box **bx)
+{
+	if (w && bx && *bx)
+		unclaimed(w, *bx, false);
+	if (bx)
+		*bx = NULL;
 }
 
 uint64_t sbx_warm_group(struct sbx_warm *w, uint64_t seq)

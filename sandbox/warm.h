@@ -17,18 +17,20 @@
  * its image changed, its workspace was replaced) flushes the tenant's
  * waiting sandboxes and starts cold; so does one whose workspace or image
  * is no longer the inode its sandboxes were made on. Commands with
- * network start cold (their namespace comes from the egress gateway's
- * own pool, sandbox/netpool.h).
+ * network have a shape of their own: their sandboxes wait in a namespace
+ * of the egress gateway's pool, bound to the command when it takes one
+ * (sbx_warm_claim, in place of the setup of sandbox/netpool.h).
  *
- * Bounds: at most per_tenant waiting (or being made) per tenant, each
- * in a cgroup of its own below the tenant's (its memory and processes
+ * Bounds: at most per_tenant waiting (or being made) per tenant and
+ * kind (with network, without), each in a cgroup of its own below the
+ * tenant's (its memory and processes
  * count against the tenant's budgets, as a command's do); one made at a
  * time, tenants in turn; a tenant's sandboxes idle for idle_ms are
  * ended, and the tenant forgotten. Every sandbox dies with the pool's
  * thread (PR_SET_PDEATHSIG, bwrap --die-with-parent): a killed server
  * leaves none behind.
  *
- * Threads: sbx_warm_take and sbx_warm_group from any thread. */
+ * Threads: sbx_warm_take, _claim, _unclaim and _group from any thread. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -50,8 +52,19 @@ void sbx_warm_free(struct sbx_warm **w);
  * (as sbx_backend_spawn's), 0 when none fits (then spawn it cold; the
  * pool learns the shape and makes some), -errno for a request the cold
  * path would refuse too (-EINVAL environment, a cwd that is not a
- * directory of the workspace). */
+ * directory of the workspace). A networked req starts in req->warm_box
+ * (claimed for it), never in another. */
 int sbx_warm_take(struct sbx_warm *w, const struct sbx_spawn_req *req, pid_t *pid, int *pidfd);
+
+/* Commands with network: a waiting sandbox of req's shape in its own
+ * egress namespace, out of the pool for req (never blocks), or NULL
+ * (none waits; the pool learns the shape). The caller sets it as
+ * req->warm_box for sbx_warm_take (which binds the namespace's session to
+ * the command: its exec id, its rules of now), or ends it unused with
+ * sbx_warm_unclaim (accepts NULL; sets *bx NULL). */
+struct sbx_warm_box;
+struct sbx_warm_box *sbx_warm_claim(struct sbx_warm *w, const struct sbx_spawn_req *req);
+void sbx_warm_unclaim(struct sbx_warm *w, struct sbx_warm_box **bx);
 
 /* The cgroup seq of command seq: its warm sandbox's when it took one
  * (forgotten with this call), else seq itself. */

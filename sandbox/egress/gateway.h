@@ -88,6 +88,13 @@ struct sbx_egress_bind {
  * 0, -SBX_E_BACKEND (err says why), -ENOMEM. */
 int sbx_egress_session_open(struct sbx_egress_gateway *g, const struct sbx_egress_bind *b,
 			    struct sbx_egress_session **out, char *err, size_t errsz);
+/* A session opened ahead (a warm sandbox's, sandbox/warm.h, with no
+ * exec_id) bound to the command about to start in it: b's exec_id, sub
+ * and seq replace the session's, b->rules (when given) become the
+ * tenant's, and its loopback grants are the newest rules' on return.
+ * Only before any process of the command runs. 0, or -SBX_E_BACKEND. */
+int sbx_egress_session_rebind(struct sbx_egress_session *s, const struct sbx_egress_bind *b, char *err,
+			      size_t errsz);
 /* The namespace the command joins (owned by the session). */
 int sbx_egress_session_netns(const struct sbx_egress_session *s);
 

@@ -160,6 +160,27 @@ int sbx_egress_session_open(struct sbx_egress_gateway *g, const struct sbx_egres
 	return 0;
 }
 
+int sbx_egress_session_rebind(struct sbx_egress_session *s, const struct sbx_egress_bind *b, char *err,
+			      size_t errsz)
+{
+	if (b->rules)
+		sbx_egress_gateway_set_rules(s->g, s->t->name, b->rules); /* the session's tenant */
+	/* Nothing reads these yet: no process of the command runs, so no
+	 * connection or datagram of it has reached a loop (the hand-over that
+	 * releases the command comes after this, through the kernel). */
+	free(s->exec_id);
+	free(s->sub);
+	s->exec_id = xstrdup(b->exec_id ? b->exec_id : "");
+	s->sub = b->sub ? xstrdup(b->sub) : NULL;
+	s->seq = b->seq;
+	/* The newest rules' loopback grants before the command starts, as an
+	 * open gives them (the set_rules above only queued the change). */
+	pthread_mutex_lock(&s->ns_mu);
+	int rc = s->ns_closed ? -SBX_E_BACKEND : apply_loopback(s, err, errsz);
+	pthread_mutex_unlock(&s->ns_mu);
+	return rc < 0 ? -SBX_E_BACKEND : 0;
+}
+
 int sbx_egress_session_netns(const struct sbx_egress_session *s)
 {
 	return s->ns.netns;

@@ -279,20 +279,97 @@ static bool rec_allowed(json_t *r)
 
 /* GET /exec/{id}/egress: its records once written (batched), each
  * connection one record. */
-static json_t *ledger(const char *id, size_t want)
+static json_t *ledger(const char *t, const char *id, size_t want)
 {
 	char *path = xasprintf("/exec/%s/egress", id);
 	json_t *j = NULL;
 	for (long until = it_now_ms() + 10000; it_now_ms() < until; usleep(50000)) {
 		json_decref(j);
 		j = NULL;
-		if (it_get_json(&srv, tok, path, &j) == 200 &&
+		if (it_get_json(&srv, t, path, &j) == 200 &&
 		    json_array_size(json_object_get(j, "connections")) >= want)
 			break;
 	}
 	free(path);
 	assert_non_null(j);
 	return j;
+}
+
+/* The server's warm pool (sandbox/warm.h): sandboxes waiting, commands
+ * started in one. */
+static long warm_waiting(void)
+{
+	return it_metric(&srv, tok_ops, "sandboxd_warm_sandboxes");
+}
+
+static long started_warm(void)
+{
+	return it_metric(&srv, tok_ops, "sandboxd_warm_commands_total{start=\"warm\"}");
+}
+
+/* The network namespace's inode a result printed on its NS line. */
+static char *ns_of(json_t *res)
+{
+	char *l = line_of(jstr(res, "stdout"), "NS");
+	assert_non_null(strstr(l, "net:["));
+	return l;
+}
+
+/* Networked commands start in warm sandboxes too, each in an egress
+ * namespace of its own made for it alone, and what the gateway tells of
+ * them (the refusals in the result, the ledger by exec id) is the
+ * command's: the waiting sandbox's session is bound to the command that
+ * takes it. First in the list: no other tenant's sandboxes wait yet. */
+static void test_warm_network(void **state)
+{
+	(void)state;
+	assert_int_equal(warm_waiting(), 0);
+	it_egress_policy(&srv, tok_ops, "globex", "allowed.test");
+	const char *script = "echo NS $(readlink /proc/self/ns/net)\n"
+			     "c W1 https://allowed.test/\n"
+			     "c W2 --resolve other.test:443:" EG_OTHER " https://other.test/\n";
+	long warm0 = started_warm();
+	json_t *cold = run_net(tok_b, script);
+	assert_int_equal(started_warm(), warm0); /* the pool learns the shape */
+	reached(cold, "W1", "allowed.test");
+
+	char *prev = ns_of(cold);
+	for (int round = 0; round < 2; round++) {
+		long until = it_now_ms() + 30000;
+		while (warm_waiting() < 1 && it_now_ms() < until)
+			usleep(20000);
+		assert_true(warm_waiting() >= 1);
+		long before = started_warm();
+		json_t *res = run_net(tok_b, script);
+		assert_int_equal(started_warm(), before + 1);
+		reached(res, "W1", "allowed.test");
+		refused(res, "W2");
+		denied(res, "other.test:443", "not in");
+		char *ns = ns_of(res);
+		if (strcmp(ns, prev) == 0)
+			fail_msg("two commands in one network namespace: %s", ns);
+		/* Its connections are recorded under its own id: W1's, W2's. */
+		json_t *j = ledger(tok_b, jstr(res, "id"), 2), *recs = json_object_get(j, "connections"), *r;
+		size_t i;
+		bool w1 = false, w2 = false;
+		json_array_foreach(recs, i, r) {
+			const char *name = jstr(r, "name"), *proto = jstr(r, "proto");
+			char *txt = json_dumps(r, JSON_COMPACT);
+			fprintf(stderr, "ledger: %s\n", txt);
+			free(txt);
+			if (!name || !proto || strcmp(proto, "tls") != 0)
+				continue;
+			w1 = w1 || (rec_allowed(r) && strcmp(name, "allowed.test") == 0);
+			w2 = w2 || (!rec_allowed(r) && strcmp(name, "other.test") == 0);
+		}
+		assert_true(w1 && w2);
+		json_decref(j);
+		json_decref(res);
+		free(prev);
+		prev = ns;
+	}
+	free(prev);
+	json_decref(cold);
 }
 
 /* Whatever the program: python's http.client (no proxy support at all)
@@ -342,7 +419,7 @@ static void test_programs(void **state)
 	assert_non_null(strstr(l, "PermissionError"));
 	free(l);
 	/* the datagram is in the ledger, refused */
-	json_t *j = ledger(jstr(res, "id"), 1), *r;
+	json_t *j = ledger(tok, jstr(res, "id"), 1), *r;
 	size_t i;
 	bool udp = false;
 	json_array_foreach(json_object_get(j, "connections"), i, r) {
@@ -385,7 +462,7 @@ static void test_ledger_and_audit(void **state)
 	free(l);
 	refused(res, "G3");
 	denied(res, "other.test:443", "not in");
-	json_t *j = ledger(jstr(res, "id"), 3), *recs = json_object_get(j, "connections"), *r;
+	json_t *j = ledger(tok, jstr(res, "id"), 3), *recs = json_object_get(j, "connections"), *r;
 	size_t i, allowed = 0;
 	json_array_foreach(recs, i, r) {
 		char *txt = json_dumps(r, JSON_COMPACT);
@@ -476,15 +553,11 @@ int main(void)
 {
 	it_egress_enter(&world);
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_world),
-	    cmocka_unit_test(test_by_name),
-	    cmocka_unit_test(test_internal_addresses),
-	    cmocka_unit_test(test_rules),
-	    cmocka_unit_test(test_live_change),
-	    cmocka_unit_test(test_programs),
-	    cmocka_unit_test(test_ledger_and_audit),
-	    cmocka_unit_test(test_ipv6_only_name),
-	    cmocka_unit_test(test_dns),
+	    cmocka_unit_test(test_warm_network),   cmocka_unit_test(test_world),
+	    cmocka_unit_test(test_by_name),	   cmocka_unit_test(test_internal_addresses),
+	    cmocka_unit_test(test_rules),	   cmocka_unit_test(test_live_change),
+	    cmocka_unit_test(test_programs),	   cmocka_unit_test(test_ledger_and_audit),
+	    cmocka_unit_test(test_ipv6_only_name), cmocka_unit_test(test_dns),
 	    cmocka_unit_test(test_ipv4_only_host),
 	};
 	int rc = cmocka_run_group_tests(tests, setup, teardown);
