@@ -169,12 +169,72 @@ struct MHD_Response *http_json_response(struct http_req *r, char *text)
 	return resp;
 }
 
+/* The answer inside r's envelope (taken off r: it wraps one answer):
+ * the body to send with 200, or NULL for a 202 without one. */
+static json_t *enveloped(struct http_req *r, int status, json_t *body)
+{
+	http_envelope_fn wrap = r->envelope;
+	r->envelope = NULL;
+	r->audit_status = status;
+	return wrap(r, status, body);
+}
+
 int http_reply_json(struct http_req *r, int status, json_t *body)
 {
+	if (r->envelope) {
+		body = enveloped(r, status, body);
+		if (!body)
+			return http_reply_static(r, 202, NULL, "", 0);
+		status = 200;
+	}
 	char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
 	json_decref(body);
 	struct MHD_Response *resp = text ? http_json_response(r, text) : NULL;
 	return resp ? http_reply_response(r, status, resp) : -ENOMEM;
+}
+
+int http_reply_text(struct http_req *r, int status, char *data, size_t len)
+{
+	if (r->envelope) {
+		json_t *o = json_pack("{s:s%}", "text", data, len);
+		free(data);
+		return o ? http_reply_json(r, status, o) : -ENOMEM;
+	}
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(data);
+		return -ENOMEM;
+	}
+	MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+	r->bytes_out += (int64_t)len;
+	return http_reply_response(r, status, resp);
+}
+
+/* A Host header's value as a URL's authority: a name, an IPv4 address or
+ * a bracketed IPv6 one, an optional port; nothing that could end the
+ * quoted string of a header or start a path. */
+static bool host_ok(const char *h)
+{
+	size_t n = strlen(h);
+	if (n == 0 || n > 255)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = h[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '-' || c == ':' || c == '[' || c == ']'))
+			return false;
+	}
+	return true;
+}
+
+bool http_base_url(struct http_req *r, char *out, size_t outsz)
+{
+	const char *host = http_header(r, "Host");
+	if (!host || !host_ok(host))
+		return false;
+	bool tls = r->env && r->env->cfg && r->env->cfg->tls_cert;
+	int n = snprintf(out, outsz, "%s://%s", tls ? "https" : "http", host);
+	return n > 0 && (size_t)n < outsz;
 }
 
 void http_suspend(struct http_req *r)

@@ -29,6 +29,11 @@ struct http_req;
 typedef int (*http_resume_fn)(struct http_req *r); /* called when the connection is resumed */
 typedef int (*http_upload_fn)(struct http_req *r, const char *data, size_t len); /* streaming body */
 typedef void (*http_free_fn)(struct http_req *r); /* completion: free handler state */
+/* A protocol that carries the routes' answers inside its own answer (POST
+ * /mcp's JSON-RPC, routes/mcp.c): the answer a route's code gives (status
+ * and JSON body, stolen) goes in, the body to send with 200 comes out
+ * (NULL: 202 without a body). */
+typedef json_t *(*http_envelope_fn)(struct http_req *r, int status, json_t *body);
 
 struct http_req {
 	struct http_env *env; /* the HTTP layer's */
@@ -80,6 +85,16 @@ struct http_req {
 	int exit_code;
 	bool oom_killed, pids_limited, uncontained; /* why the command it ran ended */
 	char exec_id[72]; /* the exec it ran (POST /exec): joins its egress records; "" none */
+	int audit_status; /* the status of the answer an envelope carried (audited); 0: r->status */
+
+	/* Set by a handler that runs other routes' code inside its own
+	 * protocol (routes/mcp.c): every JSON answer and error rendered for r
+	 * (http_reply_json, http_reply_text, http_render_error) is handed to
+	 * envelope, once, and what it returns is sent instead. envelope_ctx is
+	 * its state, freed with envelope_free at completion. */
+	http_envelope_fn envelope;
+	void *envelope_ctx;
+	void (*envelope_free)(void *ctx);
 
 	/* handler state for suspended / streaming requests */
 	void *hstate;
@@ -144,6 +159,13 @@ int http_reply_json(struct http_req *r, int status, json_t *body); /* steals bod
  * or here when none can be made, then NULL); its bytes are counted. */
 struct MHD_Response *http_json_response(struct http_req *r, char *text);
 int http_reply_static(struct http_req *r, int status, const char *content_type, const void *p, size_t n);
+/* 200-class text/plain; charset=utf-8 of data (taken, len bytes); inside
+ * an envelope, the JSON {"text": data} instead (data must be UTF-8). */
+int http_reply_text(struct http_req *r, int status, char *data, size_t len);
+/* "http(s)://host[:port]" of this server as the request reached it (its
+ * Host header, checked to be a host name or address; the scheme from the
+ * TLS configuration), into out; false when Host is absent or unusable. */
+bool http_base_url(struct http_req *r, char *out, size_t outsz);
 int http_reply_response(struct http_req *r, int status, struct MHD_Response *resp); /* destroys resp */
 void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp);
 

@@ -26,6 +26,9 @@ enum http_route_flags {
 	RF_NOWAIT = 1u << 11,	 /* RF_POOL, read-only: first tried on the event thread in no-wait
 				    mode (common/nowait.h), on the pool only when that would wait */
 	RF_TAIL = 1u << 12,	 /* the last {x} takes the rest of the path: '/'s included, may be empty */
+	RF_RESOURCE_META =
+	    1u << 13, /* a 401 names the RFC 9728 metadata (WWW-Authenticate
+			 resource_metadata="<base>/.well-known/oauth-protected-resource<pattern>") */
 };
 
 typedef int (*http_handler)(struct http_req *r);

@@ -351,6 +351,22 @@ int http_run(struct http_req *r)
 	return r->route->handler(r);
 }
 
+/* RFC 6750's challenge; on RF_RESOURCE_META routes with the URL of the
+ * route's protected-resource metadata (RFC 9728 section 5.1), so that a
+ * client (an MCP client) finds out how to authenticate. */
+static void www_authenticate(struct http_req *r, struct MHD_Response *resp)
+{
+	char base[300], v[700];
+	if (r->route && (r->route->flags & RF_RESOURCE_META) && http_base_url(r, base, sizeof base) &&
+	    (size_t)snprintf(v, sizeof v,
+			     "Bearer error=\"invalid_token\", resource_metadata=\"%s/.well-known/"
+			     "oauth-protected-resource%s\"",
+			     base, r->route->pattern) < sizeof v)
+		MHD_add_response_header(resp, "WWW-Authenticate", v);
+	else
+		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
+}
+
 int http_render_error(struct http_req *r, int code)
 {
 	struct http_wire_error w = http_wire_error(code);
@@ -360,6 +376,8 @@ int http_render_error(struct http_req *r, int code)
 				 r->error_msg ? r->error_msg : wcode, "retry_hint", hint);
 	if (body && r->error_details)
 		json_object_set(json_object_get(body, "error"), "details", r->error_details);
+	if (r->envelope && body) /* carried inside the handler's protocol, as its answers are */
+		return http_reply_json(r, w.status, body);
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	if (!text) /* never unanswered: the code alone (static ASCII) */
@@ -369,7 +387,7 @@ int http_render_error(struct http_req *r, int code)
 	if (!resp)
 		return -ENOMEM;
 	if (w.status == 401)
-		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
+		www_authenticate(r, resp);
 	if (w.status == 405 && r->allow)
 		MHD_add_response_header(resp, "Allow", r->allow);
 	if (w.status == 416 && r->content_range[0])
@@ -475,7 +493,8 @@ void http_complete(struct http_req *r, bool ok)
 			http_set_target_raw(r, p, n);
 	}
 	const struct http_hooks *hk = &r->env->hooks;
-	if (audit_wanted(r) && hk->audit(hk->ctx, r, route, outcome_for(r->status), ms) < 0)
+	int audited = r->audit_status ? r->audit_status : r->status; /* an envelope's answer: its own */
+	if (audit_wanted(r) && hk->audit(hk->ctx, r, route, outcome_for(audited), ms) < 0)
 		http_metrics_audit_failure(r->env->metrics);
 	http_metrics_request(r->env->metrics,
 			     r->route ? (size_t)(r->route - r->env->routes) : r->env->nroutes, r->status, ms);
@@ -489,6 +508,8 @@ void http_complete(struct http_req *r, bool ok)
 		MHD_destroy_response(r->deferred);
 	if (r->stash_free)
 		r->stash_free(r->stash);
+	if (r->envelope_free)
+		r->envelope_free(r->envelope_ctx);
 	json_decref(r->json);
 	buf_free(&r->body);
 	free(r->url);

@@ -92,7 +92,7 @@ static int hook_audit(void *ctx, const struct http_req *r, const char *route, co
 	    .method = r->method,
 	    .route = route,
 	    .target = tried ? tried : r->target,
-	    .status = r->status,
+	    .status = r->audit_status ? r->audit_status : r->status,
 	    .outcome = outcome,
 	    .has_exit_code = r->has_exit_code,
 	    .exit_code = r->exit_code,

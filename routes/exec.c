@@ -561,7 +561,11 @@ int route_exec_get(struct http_req *r)
 
 int route_exec_cancel(struct http_req *r)
 {
-	const char *id = r->params[0];
+	return route_exec_cancel_id(r, r->params[0]);
+}
+
+int route_exec_cancel_id(struct http_req *r, const char *id)
+{
 	http_set_target(r, id);
 	if (!id_ok(id, strlen(id)))
 		return route_exec_unknown(r, id);

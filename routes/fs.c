@@ -111,11 +111,15 @@ static int read_whole(struct http_req *r, const char *rel, char **data, size_t *
 int route_fs_read(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
+	int rc = route_query_path(r, rel, sizeof rel);
+	return rc < 0 ? rc : route_fs_read_at(r, rel);
+}
+
+int route_fs_read_at(struct http_req *r, const char *rel)
+{
 	char *data = NULL;
 	size_t len = 0;
-	int rc = route_query_path(r, rel, sizeof rel);
-	if (rc < 0)
-		return rc;
+	int rc;
 	if (r->tenant->provider)
 		return r->tenant->provider->ops->read(r, rel);
 	if ((rc = read_whole(r, rel, &data, &len)) < 0)
@@ -129,10 +133,7 @@ int route_fs_reply_text(struct http_req *r, char *data, size_t len)
 		free(data);
 		return http_fail(r, -SBX_E_NOT_TEXT, "the file is not UTF-8 text");
 	}
-	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
-	r->bytes_out += (int64_t)len;
-	return http_reply_response(r, 200, resp);
+	return http_reply_text(r, 200, data, len);
 }
 
 int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
@@ -260,8 +261,12 @@ int route_fs_write(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
-	if (rc < 0)
-		return rc;
+	return rc < 0 ? rc : route_fs_write_at(r, rel);
+}
+
+int route_fs_write_at(struct http_req *r, const char *rel)
+{
+	int rc;
 	if (r->tenant->provider)
 		return r->tenant->provider->ops->write(r, rel);
 	if ((rc = route_storage_guard(r)) < 0)
@@ -300,8 +305,12 @@ int route_fs_stat(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
-	if (rc < 0)
-		return rc;
+	return rc < 0 ? rc : route_fs_stat_at(r, rel);
+}
+
+int route_fs_stat_at(struct http_req *r, const char *rel)
+{
+	int rc;
 	if (r->tenant->provider)
 		return r->tenant->provider->ops->stat(r, rel);
 	struct sbx_stat st;
@@ -314,7 +323,7 @@ int route_fs_stat(struct http_req *r)
 /* readdir pages (wire.md amended in openapi.yaml): limit entries after
  * the cursor `after`; `more` and `next` say whether and where to go on. */
 #define READDIR_LIMIT_DEFAULT 1000
-#define READDIR_LIMIT_MAX 10000
+#define READDIR_LIMIT_MAX ROUTE_FS_READDIR_LIMIT_MAX
 
 static json_t *entry_json(const struct sbx_dirent *d, bool detail)
 {
@@ -350,8 +359,12 @@ int route_fs_readdir(struct http_req *r)
 		return rc;
 	if ((rc = http_query_int(r, "limit", READDIR_LIMIT_DEFAULT, 1, READDIR_LIMIT_MAX, &limit)) < 0)
 		return rc;
-	const char *after = http_query(r, "after");
-	bool detail = http_query_bool(r, "detail");
+	return route_fs_readdir_at(r, rel, http_query(r, "after"), limit, http_query_bool(r, "detail"));
+}
+
+int route_fs_readdir_at(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
+{
+	int rc;
 	if (r->tenant->provider)
 		return r->tenant->provider->ops->readdir(r, rel, after, limit, detail);
 	struct sbx_dir_page page;

@@ -47,3 +47,14 @@ int route_query_path(struct http_req *r, char *rel, size_t relsz);
  * the file and transfer routes ("no such file or directory: /workspace/x").
  * what: the verb ("read", "write", ...); rel: the workspace-relative path. */
 int route_fail_path(struct http_req *r, int rc, const char *what, const char *rel);
+
+/* The work of read_file, write_file (r->body is the file), stat and
+ * readdir on a path already resolved (route_path) into rel, answered as
+ * those routes answer: for the routes that carry a file operation inside
+ * their own request (POST /mcp's tools, routes/mcp.c). File work: on the
+ * pool. readdir: limit 1..10000, after a cursor or NULL. */
+int route_fs_read_at(struct http_req *r, const char *rel);
+int route_fs_write_at(struct http_req *r, const char *rel);
+int route_fs_stat_at(struct http_req *r, const char *rel);
+int route_fs_readdir_at(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail);
+#define ROUTE_FS_READDIR_LIMIT_MAX 10000

@@ -75,3 +75,8 @@ int route_audit(struct http_req *r);
 /* tenants.c */
 int route_tenant_policy_get(struct http_req *r);
 int route_tenant_policy_put(struct http_req *r);
+
+/* routes/mcp.c: POST /mcp (MCP over streamable HTTP) and its RFC 9728
+ * protected-resource metadata */
+int route_mcp_post(struct http_req *r);
+int route_mcp_resource_metadata(struct http_req *r);

@@ -161,6 +161,23 @@ const struct http_route route_table[] = {
      .flags = RF_SSE,
      .handler = route_exec_events},
     {.method = "GET", .pattern = "/events", .scope = EXEC | AUDIT, .flags = RF_SSE, .handler = route_events},
+    /* mcp.c: the tools need their own scopes (each checks; any one lets
+     * a client in to initialize and list them). RAW: the body is one
+     * JSON-RPC message, parsed there (a batch or a parse error is
+     * JSON-RPC's to answer). The metadata tells a client how to sign in. */
+    {.method = "POST",
+     .pattern = "/mcp",
+     .scope = EXEC | FS_READ | FS_WRITE,
+     .flags = RF_RAW | RF_RESOURCE_META,
+     .handler = route_mcp_post},
+    {.method = "GET",
+     .pattern = "/.well-known/oauth-protected-resource",
+     .flags = RF_PUBLIC,
+     .handler = route_mcp_resource_metadata},
+    {.method = "GET",
+     .pattern = "/.well-known/oauth-protected-resource/mcp",
+     .flags = RF_PUBLIC,
+     .handler = route_mcp_resource_metadata},
     /* audit.c */
     {.method = "GET", .pattern = "/audit", .scope = AUDIT | ADMIN, .handler = route_audit},
     /* tenants.c: operators only */
