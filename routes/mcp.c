@@ -68,6 +68,19 @@ static int reply_rpc(struct http_req *r, int status, json_t *msg, const char *se
 	return http_reply_response(r, status, resp);
 }
 
+/* How many bytes of s (UTF-8) to quote in a message of ours: at most
+ * max, never cutting a character (jansson refuses a cut one). */
+static int quoted(const char *s, size_t max)
+{
+	size_t n = strnlen(s, max + 1);
+	if (n > max) {
+		n = max;
+		while (n && ((unsigned char)s[n] & 0xc0) == 0x80)
+			n--;
+	}
+	return (int)n;
+}
+
 static int rpc_error(struct http_req *r, int http_status, json_t *id, int code, const char *msg)
 {
 	return reply_rpc(r, http_status, http_jsonrpc_error(id, code, msg, NULL), NULL);
@@ -167,7 +180,8 @@ static int tools_call(struct http_req *r, const struct http_jsonrpc_msg *m)
 	const struct route_mcp_tool *t = route_mcp_tool_find(name);
 	if (!t) {
 		char msg[200];
-		snprintf(msg, sizeof msg, "unknown tool: %.120s (tools/list names them)", name);
+		snprintf(msg, sizeof msg, "unknown tool: %.*s (tools/list names them)", quoted(name, 120),
+			 name);
 		return rpc_error(r, 200, m->id, HTTP_JSONRPC_INVALID_PARAMS, msg);
 	}
 	if (args && !json_is_object(args))
@@ -244,8 +258,8 @@ static int dispatch(struct http_req *r, const struct http_jsonrpc_msg *m)
 		return tools_call(r, m);
 	char msg[200];
 	snprintf(msg, sizeof msg,
-		 "method not found: %.120s (sandboxd serves initialize, ping, tools/list, tools/call)",
-		 m->method);
+		 "method not found: %.*s (sandboxd serves initialize, ping, tools/list, tools/call)",
+		 quoted(m->method, 120), m->method);
 	return rpc_error(r, 200, m->id, HTTP_JSONRPC_NO_METHOD, msg);
 }
 

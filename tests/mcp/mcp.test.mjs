@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { connect as tcpConnect } from 'node:net';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -286,6 +287,28 @@ test('hostile input: batches, nesting, oversized bodies, GET, other versions', a
   assert.equal(r.text, '');
   r = await rawMcp('{"jsonrpc":"2.0","id":9,"result":{}}');
   assert.equal(r.status, 202);
+  // Names quoted back are cut on a character, never mid-way (one that is
+  // not valid UTF-8 could not be answered at all).
+  r = await rawMcp(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'é'.repeat(100) } }));
+  assert.equal(r.status, 200);
+  assert.equal(JSON.parse(r.text).error.code, -32602);
+  r = await rawMcp(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'x'.repeat(119) + 'éé' }));
+  assert.equal(JSON.parse(r.text).error.code, -32601);
+  for (const params of [undefined, { name: 'exec', arguments: [1] }, { name: 7 }]) {
+    r = await rawMcp(JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'tools/call', params }));
+    assert.equal(JSON.parse(r.text).error.code, -32602, JSON.stringify(params));
+  }
+  // A Host that is not a host name never reaches the challenge header.
+  const head = await new Promise((resolve, reject) => {
+    const sock = tcpConnect(srv.port, '127.0.0.1', () =>
+      sock.write('POST /mcp HTTP/1.1\r\nHost: x", evil="1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'));
+    let got = '';
+    sock.on('data', (d) => { got += d; });
+    sock.on('end', () => resolve(got));
+    sock.on('error', reject);
+  });
+  assert.match(head, /^HTTP\/1\.1 401/);
+  assert.match(head, /\r\nWWW-Authenticate: Bearer error="invalid_token"\r\n/i);
   // Still serving.
   assert.equal((await fetch(`${srv.url}/healthz`)).status, 200);
 });
