@@ -193,9 +193,17 @@ static int tools_call(struct http_req *r, const struct http_jsonrpc_msg *m)
 	r->envelope = tool_answer;
 	r->envelope_ctx = c;
 	r->envelope_free = call_free;
-	char target[160];
-	snprintf(target, sizeof target, "tools/call %s", t->name);
-	http_set_target(r, target); /* the tool's path or command replaces it */
+	/* The audit's target: what the call asks for (its command, path or
+	 * exec id), as a refused REST request's is, until the tool's route
+	 * sets it as resolved. */
+	static const char *const asked[] = {"command", "code", "path", "id"};
+	json_t *what = NULL;
+	for (size_t i = 0; i < sizeof asked / sizeof asked[0] && !json_is_string(what); i++)
+		what = json_object_get(c->args, asked[i]);
+	if (json_is_string(what))
+		http_set_target_raw(r, json_string_value(what), json_string_length(what));
+	else
+		http_set_target(r, t->name);
 	/* The scope of the tool, as its route would ask: a tool-level
 	 * failure (isError, audited denied 403), the session goes on. */
 	if (!(r->claims.scopes & t->scope)) {

@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -57,7 +58,13 @@ before(async () => {
 
 after(async () => {
   for (const c of clients) await c.close().catch(() => {});
-  if (srv) await srv.close();
+  if (!srv) return;
+  // A clean exit: under ASan (the Debug build) a leak of any request's
+  // state would make it non-zero.
+  const exit = await srv.stop();
+  const log = readFileSync(`${srv.dir}/server.log`, 'utf8');
+  await srv.close();
+  assert.deepEqual(exit, { code: 0, sig: null }, log.slice(-4000));
 });
 
 test('initialize and tools/list: seven tools with schemas and annotations', async () => {
@@ -173,7 +180,12 @@ test('scopes are per tool: a missing one is a tool error, audited denied', async
   // The refused exec is in the audit as 403 denied.
   const a = await rest('/audit?route=/mcp&outcome=denied&limit=50', audit);
   assert.equal(a.status, 200);
-  assert.ok(a.body.records.some((x) => x.status === 403 && x.session === 'mcp-ro'), JSON.stringify(a.body.records));
+  assert.ok(a.body.records.some((x) => x.status === 403 && x.session === 'mcp-ro' && x.target === 'touch /workspace/pwned'),
+    JSON.stringify(a.body.records));
+  // Calls that ran are recorded as their route would be.
+  const ok = await rest('/audit?route=/mcp&outcome=ok&session=mcp-main&limit=200', audit);
+  assert.ok(ok.body.records.some((x) => x.target === 'echo out; echo err >&2; exit 3' && x.exit_code === 3), 'the exec call');
+  assert.ok(ok.body.records.some((x) => /\/dir\/hello\.txt$/.test(x.target)), 'the write_file call');
 });
 
 test('a bad token is 401 naming the RFC 9728 metadata', async () => {
