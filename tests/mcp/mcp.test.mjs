@@ -52,6 +52,9 @@ before(async () => {
   // A second tenant whose every command waits for a person's approval.
   execFileSync(bin, ['tenant', 'add', 'gated', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
   execFileSync(bin, ['tenant', 'set', 'gated', 'approval=always', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
+  // And one that may run one command at a time, with no queue for more.
+  execFileSync(bin, ['tenant', 'add', 'tight', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync(bin, ['tenant', 'set', 'tight', 'max_execs=1', 'exec_queue=0', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
   await srv.start();
   tok = srv.token();
 });
@@ -261,6 +264,21 @@ test('approval: the call answers at once with the exec id; exec again collects, 
   assert.equal(r.isError, false);
   assert.equal(r.structuredContent.state, 'cancelling');
   await until('the withdrawn exec to end', async () => (await rest('/exec/mcp-approval-1', gtok)).body.state === 'cancelled', 20000);
+});
+
+test('budgets: past the tenant\'s concurrent commands, a tool error with a retry hint', async () => {
+  const ttok = execFileSync(bin, ['token', '--tenant', 'tight', '--data-dir', srv.dir], { encoding: 'utf8' }).trim();
+  const c = await connect({ token: ttok, session: 'mcp-tight' });
+  const first = c.callTool({ name: 'exec', arguments: { command: 'sleep 30', id: 'tight-1' } });
+  await until('the first command to run', async () => (await rest('/execs?state=running', ttok)).body.execs.length === 1, 20000);
+  const r = await c.callTool({ name: 'exec', arguments: { command: 'true' } });
+  assert.equal(r.isError, true);
+  assert.equal(r.structuredContent.error.code, 'too_many_requests');
+  assert.ok(r.structuredContent.error.retry_hint);
+  const x = await c.callTool({ name: 'cancel', arguments: { id: 'tight-1' } });
+  assert.equal(x.structuredContent.state, 'cancelling');
+  assert.equal(shell(await first).exit_code, 143);
+  assert.equal((await first).structuredContent.cancelled, true);
 });
 
 test('sessions are isolated by X-Session-Key', async () => {
