@@ -52,6 +52,7 @@ before(async () => {
   // A second tenant whose every command waits for a person's approval.
   execFileSync(bin, ['tenant', 'add', 'gated', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
   execFileSync(bin, ['tenant', 'set', 'gated', 'approval=always', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync(bin, ['tenant', 'set-approver', 'gated', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
   // And one that may run one command at a time, with no queue for more.
   execFileSync(bin, ['tenant', 'add', 'tight', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
   execFileSync(bin, ['tenant', 'set', 'tight', 'max_execs=1', 'exec_queue=0', '--data-dir', srv.dir], { stdio: ['ignore', 'ignore', 'inherit'] });
@@ -264,6 +265,19 @@ test('approval: the call answers at once with the exec id; exec again collects, 
   assert.equal(r.isError, false);
   assert.equal(r.structuredContent.state, 'cancelling');
   await until('the withdrawn exec to end', async () => (await rest('/exec/mcp-approval-1', gtok)).body.state === 'cancelled', 20000);
+
+  // Approved by a person (the approver key, over REST): calling again
+  // with the id collects its result.
+  const args2 = { command: 'echo approved', id: 'mcp-approval-2' };
+  r = await c.callTool({ name: 'exec', arguments: args2 });
+  assert.equal(r.structuredContent.state, 'pending_approval');
+  const alice = execFileSync(bin, ['token', '--tenant', 'gated', '--scope', 'approve', '--sub', 'alice', '--data-dir', srv.dir], { encoding: 'utf8' }).trim();
+  const ap = await rest('/exec/mcp-approval-2/approve', alice, { method: 'POST' });
+  assert.equal(ap.status, 200, JSON.stringify(ap.body));
+  r = await c.callTool({ name: 'exec', arguments: args2 });
+  assert.equal(r.isError, false);
+  assert.deepEqual(shell(r), { stdout: 'approved\n', stderr: '', exit_code: 0 });
+  assert.equal(r.structuredContent.id, 'mcp-approval-2');
 });
 
 test('budgets: past the tenant\'s concurrent commands, a tool error with a retry hint', async () => {
