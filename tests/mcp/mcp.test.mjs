@@ -231,8 +231,10 @@ test('timeouts: the tool\'s timeout_s is a result; the client\'s request timeout
   assert.deepEqual(shell(r), { stdout: 'started\n', stderr: '', exit_code: 124, timed_out: true });
   assert.equal(r.structuredContent.timed_out, true);
 
-  // The SDK's own request timeout sends notifications/cancelled as well.
-  await assert.rejects(c.callTool({ name: 'exec', arguments: { command: 'sleep 60' } }, undefined, { timeout: 1500 }),
+  // The SDK's own request timeout sends notifications/cancelled as well
+  // (4 s: long enough for the command to have started on a loaded machine;
+  // a notification before its admission would find nothing to cancel).
+  await assert.rejects(c.callTool({ name: 'exec', arguments: { command: 'sleep 60' } }, undefined, { timeout: 4000 }),
     (e) => e instanceof McpError && e.code === ErrorCode.RequestTimeout);
   const done = await until('the timed-out call\'s exec to end', async () => {
     const l = await rest('/execs?session=mcp-timeout&limit=1');
