@@ -4,7 +4,10 @@
 # committed), type-checked with tsc, then gateway.test.ts (only generated
 # functions) and eventsource.test.mjs (the eventsource package through TCP
 # relays), each against a real sandboxd on 127.0.0.1 that the tests start
-# themselves (server.mjs) with the bwrap backend.
+# themselves (server.mjs) with the bwrap backend. Then a second client,
+# generated from the spec a running server serves (gen-served.mjs) with zod
+# response validation, reads both event streams and POST /exec's stream
+# (events-validated.test.ts).
 #   usage: SANDBOXD_BIN=build/sandboxd tests/clients/run.sh
 # Exit 77 (skipped) when bwrap cannot run here or we are not root.
 set -euo pipefail
@@ -16,14 +19,16 @@ if [ "$(id -u)" -ne 0 ] || ! command -v bwrap >/dev/null 2>&1 ||
   echo "client tests: skipped: the bwrap backend needs root and a working bwrap" >&2
   exit 77
 fi
-for m in @hey-api/openapi-ts eventsource tsx typescript; do
+for m in @hey-api/openapi-ts eventsource tsx typescript zod; do
   if [ ! -d "node_modules/$m" ]; then
     echo "client tests: $here/node_modules is incomplete; run (cd tests/clients && npm ci --no-audit --no-fund), as scripts/test does" >&2
     exit 1
   fi
 done
-rm -rf generated
+rm -rf generated generated-validated
 npx --no-install openapi-ts -i ../../openapi/openapi.yaml -o generated -c @hey-api/client-fetch >/dev/null
 npx --no-install tsc -p tsconfig.json
-echo "client tests: generated client type-checks"
-node --import tsx --test --test-reporter=spec gateway.test.ts eventsource.test.mjs
+node gen-served.mjs
+npx --no-install tsc -p tsconfig.validated.json
+echo "client tests: generated clients type-check"
+node --import tsx --test --test-reporter=spec gateway.test.ts eventsource.test.mjs events-validated.test.ts
