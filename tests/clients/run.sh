@@ -14,11 +14,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${SANDBOXD_BIN:?set SANDBOXD_BIN to the sandboxd binary}"
 cd "$here"
-if [ "$(id -u)" -ne 0 ] || ! command -v bwrap >/dev/null 2>&1 ||
-   ! bwrap --unshare-all --die-with-parent --ro-bind / / true >/dev/null 2>&1; then
-  echo "client tests: skipped: the bwrap backend needs root and a working bwrap" >&2
-  exit 77
-fi
+source "$here/../needs-bwrap.sh"
+needs_bwrap "client tests"
 for m in @hey-api/openapi-ts eventsource tsx typescript zod; do
   if [ ! -d "node_modules/$m" ]; then
     echo "client tests: $here/node_modules is incomplete; run (cd tests/clients && npm ci --no-audit --no-fund), as scripts/test does" >&2

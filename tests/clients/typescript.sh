@@ -10,11 +10,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 pkg=$here/../../clients/typescript
 : "${SANDBOXD_BIN:?set SANDBOXD_BIN to the sandboxd binary}"
-if [ "$(id -u)" -ne 0 ] || ! command -v bwrap >/dev/null 2>&1 ||
-   ! bwrap --unshare-all --die-with-parent --ro-bind / / true >/dev/null 2>&1; then
-  echo "typescript client: skipped: the bwrap backend needs root and a working bwrap" >&2
-  exit 77
-fi
+source "$here/../needs-bwrap.sh"
+needs_bwrap "typescript client"
 [ -x "$here/node_modules/.bin/tsc" ] || {
   echo "typescript client: $here/node_modules is incomplete; run (cd tests/clients && npm ci --no-audit --no-fund), as scripts/test does" >&2
   exit 1
