@@ -106,7 +106,10 @@ test('exec: sync, timeout, cancel from another call, idempotent retry', async ()
 
 test('agent runs: code with files_changed, a background REPL fed through stdin', async () => {
   const code = await api.runCode({
-    body: { language: 'sh', code: 'cat in.txt > out.txt', files: [{ path: 'in.txt', content: 'abc' }] },
+    // network and wait are ExecRequest fields /code takes too: the
+    // generated body type must have them (tsc's excess-property check).
+    body: { language: 'sh', code: 'cat in.txt > out.txt', files: [{ path: 'in.txt', content: 'abc' }],
+      network: false, wait: true },
     headers: SESSION,
   });
   assert.equal(code.response.status, 200);
