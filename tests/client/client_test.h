@@ -1,9 +1,17 @@
 #pragma once
-/* What the client suites share: a handle on a harness server, and
- * waiting for a condition with a deadline. */
+/* What the client suites share: a handle on a harness server, waiting
+ * for a condition with a deadline, and an exec run on a thread of its
+ * own (to cancel it from this one). Include cmocka.h first. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client/sandboxd.h"
 #include "harness.h"
@@ -26,4 +34,108 @@ static inline struct sbxc *ct_client(const char *base, const char *token, const 
 	if (sbxc_new(&h, &opts) != 0)
 		return NULL;
 	return h;
+}
+
+/* A loopback port nothing listens on (bound, then closed): -1 when none
+ * could be had. */
+static inline int ct_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof a;
+	int port = -1;
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* An exec's output as it arrives (sbxc_output_fn) and its id
+ * (sbxc_started_fn), for the thread that waits on it. */
+struct ct_collected {
+	pthread_mutex_t lock;
+	char out[4096], err[4096], id[72];
+	size_t nout, nerr;
+};
+
+static inline int ct_collect(void *arg, int stream, const char *data, size_t len)
+{
+	struct ct_collected *k = arg;
+	pthread_mutex_lock(&k->lock);
+	char *dst = stream == 2 ? k->err : k->out;
+	size_t *n = stream == 2 ? &k->nerr : &k->nout;
+	if (*n + len < sizeof k->out) {
+		memcpy(dst + *n, data, len);
+		*n += len;
+		dst[*n] = '\0';
+	}
+	pthread_mutex_unlock(&k->lock);
+	return 0;
+}
+
+static inline void ct_started(void *arg, const char *id)
+{
+	struct ct_collected *k = arg;
+	pthread_mutex_lock(&k->lock);
+	snprintf(k->id, sizeof k->id, "%s", id);
+	pthread_mutex_unlock(&k->lock);
+}
+
+/* sbxc_exec of req on h with call, as a pthread start routine (streamed:
+ * with ct_collect into k); rc, res and err are its outcome. */
+struct ct_exec_thread {
+	struct sbxc *h;
+	struct sbxc_call call;
+	struct sbxc_exec_req req;
+	struct ct_collected k;
+	struct sbxc_result res;
+	struct sbxc_err err;
+	int rc;
+	bool streamed;
+};
+
+static inline void *ct_exec_main(void *arg)
+{
+	struct ct_exec_thread *t = arg;
+	t->rc = sbxc_exec(t->h, &t->call, &t->req, t->streamed ? ct_collect : NULL, ct_started, &t->k,
+			  &t->res, &t->err);
+	return NULL;
+}
+
+/* The exec's state, polled until it is not running (deadline 20 s),
+ * must be want. */
+static inline void ct_wait_state(struct sbxc *h, const char *id, const char *want)
+{
+	struct sbxc_exec_info x = {0};
+	int64_t end = ct_now_ms() + 20000;
+	for (;;) {
+		int rc = sbxc_exec_get(h, NULL, id, &x, NULL);
+		bool done = rc == 0 && strcmp(x.state, "running") != 0;
+		if (done) {
+			assert_string_equal(x.state, want);
+			sbxc_exec_info_clear(&x);
+			return;
+		}
+		sbxc_exec_info_clear(&x);
+		assert_true(ct_now_ms() < end);
+		usleep(20000);
+	}
+}
+
+/* Polls until the exec is running (deadline 20 s). */
+static inline void ct_wait_running(struct sbxc *h, const char *id)
+{
+	int64_t end = ct_now_ms() + 20000;
+	for (;;) {
+		struct sbxc_exec_info x = {0};
+		bool running = sbxc_exec_get(h, NULL, id, &x, NULL) == 0 && strcmp(x.state, "running") == 0;
+		sbxc_exec_info_clear(&x);
+		if (running)
+			return;
+		assert_true(ct_now_ms() < end);
+		usleep(20000);
+	}
 }

@@ -264,11 +264,10 @@ static void test_wire_errors(void **state)
 static void test_connection_refused(void **state)
 {
 	(void)state;
-	/* a port nobody listens on: the relay's, once stopped */
-	struct relay r = {0};
-	assert_int_equal(relay_start(&r, srv.port), 0);
-	relay_stop(&r);
-	struct sbxc *h = ct_client(r.base, tok, &(struct sbxc_opts){.max_retries = 2, .max_backoff_ms = 100});
+	/* a port nobody listens on */
+	char base[64];
+	snprintf(base, sizeof base, "http://127.0.0.1:%d", ct_free_port());
+	struct sbxc *h = ct_client(base, tok, &(struct sbxc_opts){.max_retries = 2, .max_backoff_ms = 100});
 	struct sbxc_err e;
 	bool yes;
 	int64_t t0 = ct_now_ms();
@@ -361,35 +360,6 @@ static void test_exec_idempotent_id(void **state)
 	sbxc_free(&h);
 }
 
-struct collected {
-	pthread_mutex_t lock;
-	char out[4096], err[4096], id[72];
-	size_t nout, nerr;
-};
-
-static int collect(void *arg, int stream, const char *data, size_t len)
-{
-	struct collected *k = arg;
-	pthread_mutex_lock(&k->lock);
-	char *dst = stream == 2 ? k->err : k->out;
-	size_t *n = stream == 2 ? &k->nerr : &k->nout;
-	if (*n + len < sizeof k->out) {
-		memcpy(dst + *n, data, len);
-		*n += len;
-		dst[*n] = '\0';
-	}
-	pthread_mutex_unlock(&k->lock);
-	return 0;
-}
-
-static void started(void *arg, const char *id)
-{
-	struct collected *k = arg;
-	pthread_mutex_lock(&k->lock);
-	snprintf(k->id, sizeof k->id, "%s", id);
-	pthread_mutex_unlock(&k->lock);
-}
-
 static void test_exec_streamed(void **state)
 {
 	(void)state;
@@ -397,11 +367,11 @@ static void test_exec_streamed(void **state)
 	struct sbxc_call c = {.session = "stream"};
 	struct sbxc_err e;
 	struct sbxc_result r;
-	struct collected k = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct ct_collected k = {.lock = PTHREAD_MUTEX_INITIALIZER};
 	struct sbxc_exec_req q = {
 	    .command = "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.2; done; exit 5",
 	    .id = "streamed-1"};
-	assert_int_equal(sbxc_exec(h, &c, &q, collect, started, &k, &r, &e), 0);
+	assert_int_equal(sbxc_exec(h, &c, &q, ct_collect, ct_started, &k, &r, &e), 0);
 	assert_int_equal(r.exit_code, 5);
 	assert_string_equal(k.id, "streamed-1");
 	assert_string_equal(k.out, "out1\nout2\nout3\n");
@@ -426,67 +396,15 @@ static void test_exec_streamed(void **state)
 	sbxc_free(&h);
 }
 
-struct exec_thread {
-	struct sbxc *h;
-	struct sbxc_call call;
-	struct sbxc_exec_req req;
-	struct collected k;
-	struct sbxc_result res;
-	struct sbxc_err err;
-	int rc;
-	bool streamed;
-};
-
-static void *exec_main(void *arg)
-{
-	struct exec_thread *t = arg;
-	t->rc = sbxc_exec(t->h, &t->call, &t->req, t->streamed ? collect : NULL, started, &t->k, &t->res,
-			  &t->err);
-	return NULL;
-}
-
-/* The exec's state, polled until it is not running (deadline 20 s). */
-static void wait_state(struct sbxc *h, const char *id, const char *want)
-{
-	struct sbxc_exec_info x = {0};
-	int64_t end = ct_now_ms() + 20000;
-	for (;;) {
-		int rc = sbxc_exec_get(h, NULL, id, &x, NULL);
-		bool done = rc == 0 && strcmp(x.state, "running") != 0;
-		if (done) {
-			assert_string_equal(x.state, want);
-			sbxc_exec_info_clear(&x);
-			return;
-		}
-		sbxc_exec_info_clear(&x);
-		assert_true(ct_now_ms() < end);
-		usleep(20000);
-	}
-}
-
-static void wait_running(struct sbxc *h, const char *id)
-{
-	int64_t end = ct_now_ms() + 20000;
-	for (;;) {
-		struct sbxc_exec_info x = {0};
-		bool running = sbxc_exec_get(h, NULL, id, &x, NULL) == 0 && strcmp(x.state, "running") == 0;
-		sbxc_exec_info_clear(&x);
-		if (running)
-			return;
-		assert_true(ct_now_ms() < end);
-		usleep(20000);
-	}
-}
-
 static void test_exec_cancel_route(void **state)
 {
 	(void)state;
-	struct exec_thread t = {.h = acme(),
-				.req = {.command = "echo started; sleep 60", .id = "cancel-route-1"},
-				.k = {.lock = PTHREAD_MUTEX_INITIALIZER},
-				.streamed = true};
+	struct ct_exec_thread t = {.h = acme(),
+				   .req = {.command = "echo started; sleep 60", .id = "cancel-route-1"},
+				   .k = {.lock = PTHREAD_MUTEX_INITIALIZER},
+				   .streamed = true};
 	pthread_t th;
-	pthread_create(&th, NULL, exec_main, &t);
+	pthread_create(&th, NULL, ct_exec_main, &t);
 	/* running, and past its echo */
 	for (int64_t end = ct_now_ms() + 20000;; usleep(10000)) {
 		pthread_mutex_lock(&t.k.lock);
@@ -504,7 +422,7 @@ static void test_exec_cancel_route(void **state)
 	assert_int_equal(t.res.exit_code, 128 + 15);
 	assert_string_equal(t.k.out, "started\n");
 	sbxc_result_clear(&t.res);
-	wait_state(t.h, "cancel-route-1", "cancelled");
+	ct_wait_state(t.h, "cancel-route-1", "cancelled");
 	assert_int_equal(sbxc_exec_cancel(t.h, NULL, "cancel-route-1", &e), -EBUSY);
 	assert_int_equal(sbxc_exec_cancel(t.h, NULL, "never-was", &e), -ENOENT);
 	sbxc_free(&t.h);
@@ -515,17 +433,17 @@ static void test_exec_cancel_route(void **state)
 static void test_cancel_object(void **state)
 {
 	(void)state;
-	struct exec_thread t = {.h = acme(), .req = {.command = "sleep 60", .id = "cancel-obj-1"}};
+	struct ct_exec_thread t = {.h = acme(), .req = {.command = "sleep 60", .id = "cancel-obj-1"}};
 	sbxc_cancel_new(&t.call.cancel);
 	pthread_t th;
-	pthread_create(&th, NULL, exec_main, &t);
-	wait_running(t.h, "cancel-obj-1");
+	pthread_create(&th, NULL, ct_exec_main, &t);
+	ct_wait_running(t.h, "cancel-obj-1");
 	int64_t t0 = ct_now_ms();
 	sbxc_cancel_fire(t.call.cancel);
 	pthread_join(th, NULL);
 	assert_int_equal(t.rc, -ECANCELED);
 	assert_true(ct_now_ms() - t0 < 2000);
-	wait_state(t.h, "cancel-obj-1", "cancelled");
+	ct_wait_state(t.h, "cancel-obj-1", "cancelled");
 	/* a fired object stays fired: the next call returns at once */
 	bool yes;
 	struct sbxc_err e;
@@ -535,10 +453,10 @@ static void test_cancel_object(void **state)
 	t.call = (struct sbxc_call){.timeout_ms = 1500};
 	t.req.id = "deadline-1";
 	t0 = ct_now_ms();
-	exec_main(&t);
+	ct_exec_main(&t);
 	assert_int_equal(t.rc, -ETIMEDOUT);
 	assert_true(ct_now_ms() - t0 < 5000);
-	wait_state(t.h, "deadline-1", "cancelled");
+	ct_wait_state(t.h, "deadline-1", "cancelled");
 	sbxc_free(&t.h);
 }
 
@@ -920,11 +838,11 @@ static void test_retry_429(void **state)
 			       "--set", "tenant-max-transfers=1", NULL};
 	assert_int_equal(it_start(&s2, extra), 0);
 	char *t2 = it_token(&s2, "acme", NULL);
-	struct exec_thread t = {.h = ct_client(s2.base, t2, NULL),
-				.req = {.command = "sleep 2", .id = "busy-1"}};
+	struct ct_exec_thread t = {.h = ct_client(s2.base, t2, NULL),
+				   .req = {.command = "sleep 2", .id = "busy-1"}};
 	pthread_t th;
-	pthread_create(&th, NULL, exec_main, &t);
-	wait_running(t.h, "busy-1");
+	pthread_create(&th, NULL, ct_exec_main, &t);
+	ct_wait_running(t.h, "busy-1");
 	struct sbxc *h = ct_client(s2.base, t2, NULL);
 	struct sbxc_err e;
 	struct sbxc_result r;
