@@ -21,6 +21,21 @@ static int dial(int port)
 	return -1;
 }
 
+static void send_503(int c)
+{
+	static const char body[] =
+	    "{\"error\":{\"code\":\"backend_unavailable\",\"message\":\"the backend is "
+	    "restarting\",\"retry_hint\":\"retry after Retry-After seconds\"}}";
+	char head[256];
+	int h = snprintf(
+	    head, sizeof head,
+	    "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+	    sizeof body - 1);
+	if (write(c, head, (size_t)h) < 0 || write(c, body, sizeof body - 1) < 0)
+		return;
+}
+
 /* Read the request head (up to the blank line) and answer 503. */
 static void answer_503(int c)
 {
@@ -38,24 +53,17 @@ static void answer_503(int c)
 		if (strstr(buf, "\r\n\r\n"))
 			break;
 	}
-	static const char body[] =
-	    "{\"error\":{\"code\":\"backend_unavailable\",\"message\":\"the backend is "
-	    "restarting\",\"retry_hint\":\"retry after Retry-After seconds\"}}";
-	char head[256];
-	int h = snprintf(
-	    head, sizeof head,
-	    "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
-	    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-	    sizeof body - 1);
-	if (write(c, head, (size_t)h) < 0 || write(c, body, sizeof body - 1) < 0)
-		return;
+	send_503(c);
 }
 
-/* Copy both ways until one side closes, the cut point or stop. */
-static void pump(struct relay *r, int c, int s)
+/* Copy both ways until one side closes, the cut point or stop. lose:
+ * the server's answer goes no further; once its head is in (the server
+ * has acted), the client gets the 503 instead. */
+static void pump(struct relay *r, int c, int s, bool lose)
 {
 	size_t down = 0;
-	char buf[16384];
+	char buf[16384], lost[8192];
+	size_t nlost = 0;
 	while (!atomic_load(&r->stop)) {
 		struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = s, .events = POLLIN}};
 		if (poll(p, 2, 100) < 0 && errno != EINTR)
@@ -67,6 +75,17 @@ static void pump(struct relay *r, int c, int s)
 			if (i == 1 && r->cut_after)
 				cap = r->cut_after - down < cap ? r->cut_after - down : cap;
 			ssize_t n = read(p[i].fd, buf, cap);
+			if (n > 0 && i == 1 && lose) {
+				size_t k =
+				    (size_t)n < sizeof lost - 1 - nlost ? (size_t)n : sizeof lost - 1 - nlost;
+				memcpy(lost + nlost, buf, k);
+				lost[nlost += k] = '\0';
+				if (strstr(lost, "\r\n\r\n")) {
+					send_503(c);
+					return;
+				}
+				continue;
+			}
 			if (n <= 0 || write(i == 0 ? s : c, buf, (size_t)n) != n)
 				return;
 			if (i == 0 && r->nupstream < sizeof r->upstream - 1) {
@@ -100,7 +119,7 @@ static void *run(void *arg)
 		} else {
 			int s = dial(r->target_port);
 			if (s >= 0) {
-				pump(r, c, s);
+				pump(r, c, s, n < r->answer_503 + r->lose_answers);
 				close(s);
 			}
 		}
