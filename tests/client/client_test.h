@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client/sandboxd.h"
+#include "common/buf.h"
 #include "harness.h"
 
 static inline int64_t ct_now_ms(void)
@@ -34,6 +35,23 @@ static inline struct sbxc *ct_client(const char *base, const char *token, const 
 	if (sbxc_new(&h, &opts) != 0)
 		return NULL;
 	return h;
+}
+
+/* An upload's body from a string (sbxc_source_fn): arg is a const char **
+ * moved along as it is read. */
+static inline ssize_t ct_text_source(void *arg, void *buf, size_t cap)
+{
+	const char **p = arg;
+	size_t n = strlen(*p) < cap ? strlen(*p) : cap;
+	memcpy(buf, *p, n);
+	*p += n;
+	return (ssize_t)n;
+}
+
+/* A download into a struct buf (sbxc_sink_fn). */
+static inline int ct_buf_sink(void *arg, const void *data, size_t len)
+{
+	return buf_append(arg, data, len) < 0 ? -1 : 0;
 }
 
 /* A loopback port nothing listens on (bound, then closed): -1 when none

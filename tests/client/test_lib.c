@@ -735,15 +735,6 @@ static void *hold_main(void *arg)
 	return NULL;
 }
 
-static ssize_t text_source(void *arg, void *buf, size_t cap)
-{
-	const char **p = arg;
-	size_t n = strlen(*p) < cap ? strlen(*p) : cap;
-	memcpy(buf, *p, n);
-	*p += n;
-	return (ssize_t)n;
-}
-
 /* Whether the audit shows a refused (429) upload yet. */
 static bool upload_refused(const char *audit)
 {
@@ -773,7 +764,8 @@ struct uploader {
 static void *upload_main(void *arg)
 {
 	struct uploader *u = arg;
-	u->rc = sbxc_write_file_stream(u->h, NULL, "after.txt", -1, text_source, &u->left, &u->res, &u->err);
+	u->rc =
+	    sbxc_write_file_stream(u->h, NULL, "after.txt", -1, ct_text_source, &u->left, &u->res, &u->err);
 	return NULL;
 }
 

@@ -225,11 +225,6 @@ static void test_gib_each_way_constant_memory(void **state)
 	sbxc_free(&h);
 }
 
-static int collect(void *arg, const void *data, size_t len)
-{
-	return buf_append(arg, data, len) < 0 ? -1 : 0;
-}
-
 static int stop_at_once(void *arg, const void *data, size_t len)
 {
 	(void)arg;
@@ -248,7 +243,7 @@ static void test_offsets_fds_and_tokens(void **state)
 	struct buf b;
 	buf_init(&b, 1024);
 	uint64_t total = 0;
-	assert_int_equal(sbxc_read_file_stream(h, NULL, "abc.txt", 4, collect, &b, &total, &e), 0);
+	assert_int_equal(sbxc_read_file_stream(h, NULL, "abc.txt", 4, ct_buf_sink, &b, &total, &e), 0);
 	assert_int_equal(total, 6);
 	assert_string_equal(buf_cstr(&b), "456789");
 	buf_free(&b);
