@@ -2,14 +2,11 @@
 /* What the client suites share: a handle on a harness server, waiting
  * for a condition with a deadline, and an exec run on a thread of its
  * own (to cancel it from this one). Include cmocka.h first. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +20,26 @@ static inline int64_t ct_now_ms(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+/* Defines setup() and teardown(), the group fixture of a client suite:
+ * libcurl initialised and server s started with extra (a NULL-terminated
+ * array of arguments, or NULL) and the tokens of the table toks minted
+ * before the first test; all of it undone after the last. */
+#define CT_SERVER_FIXTURE(s, extra, toks)                                                                    \
+	static int setup(void **state)                                                                       \
+	{                                                                                                    \
+		(void)state;                                                                                 \
+		curl_global_init(CURL_GLOBAL_ALL);                                                           \
+		return it_start_minted(&(s), (extra), (toks), IT_NTOKS(toks));                               \
+	}                                                                                                    \
+	static int teardown(void **state)                                                                    \
+	{                                                                                                    \
+		(void)state;                                                                                 \
+		it_free_all((toks), IT_NTOKS(toks));                                                         \
+		it_cleanup(&(s));                                                                            \
+		curl_global_cleanup();                                                                       \
+		return 0;                                                                                    \
+	}
 
 /* A handle on base with token; o may add options (base_url and token
  * are set here). Fails the test when it cannot be made. */
@@ -52,23 +69,6 @@ static inline ssize_t ct_text_source(void *arg, void *buf, size_t cap)
 static inline int ct_buf_sink(void *arg, const void *data, size_t len)
 {
 	return buf_append(arg, data, len) < 0 ? -1 : 0;
-}
-
-/* A loopback port nothing listens on (bound, then closed): -1 when none
- * could be had. */
-static inline int ct_free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t len = sizeof a;
-	int port = -1;
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
 }
 
 /* An exec's output as it arrives (sbxc_output_fn) and its id

@@ -266,7 +266,7 @@ static void test_connection_refused(void **state)
 	(void)state;
 	/* a port nobody listens on */
 	char base[64];
-	snprintf(base, sizeof base, "http://127.0.0.1:%d", ct_free_port());
+	snprintf(base, sizeof base, "http://127.0.0.1:%d", it_free_port());
 	struct sbxc *h = ct_client(base, tok, &(struct sbxc_opts){.max_retries = 2, .max_backoff_ms = 100});
 	struct sbxc_err e;
 	bool yes;

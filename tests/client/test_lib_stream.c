@@ -31,21 +31,7 @@ static struct it_server srv;
 static char *tok;
 static const struct it_tok toks[] = {{&tok, "acme", NULL}};
 
-static int setup(void **state)
-{
-	(void)state;
-	curl_global_init(CURL_GLOBAL_ALL);
-	return it_start_minted(&srv, NULL, toks, IT_NTOKS(toks));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	it_free_all(toks, IT_NTOKS(toks));
-	it_cleanup(&srv);
-	curl_global_cleanup();
-	return 0;
-}
+CT_SERVER_FIXTURE(srv, NULL, toks)
 
 /* Deterministic bytes (xorshift64), hashed as they are produced. */
 struct gen {

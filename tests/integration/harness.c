@@ -39,7 +39,7 @@ const char *it_bin(void)
 	return b ? b : "./sandboxd";
 }
 
-static int free_port(void)
+int it_free_port(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -219,7 +219,7 @@ static void rmdir_tree(const char *dir, int depth)
 static int spawn(struct it_server *s, const char *const *extra)
 {
 	if (!s->keep_port || !s->port)
-		s->port = free_port();
+		s->port = it_free_port();
 	snprintf(s->base, sizeof s->base, "%s://127.0.0.1:%d", s->tls ? "https" : "http", s->port);
 	char listen[64];
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);

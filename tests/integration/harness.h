@@ -36,6 +36,9 @@ void it_cgroup2_base(const struct it_server *s, char *out, size_t outsz);
 
 /* The binary under test ($SANDBOXD_BIN). */
 const char *it_bin(void);
+/* A loopback port free a moment ago (bound, then closed): where the next
+ * server may listen, or where nothing does. -1 when none could be had. */
+int it_free_port(void);
 /* Make a data directory with tenants "acme" and "globex" (HS256, each
  * with an HS256 approver key) and "ops" (HS256, operator), then start `serve` with extra args (NULL
  * terminated, may be NULL). Waits for /healthz. 0 or -1. */
