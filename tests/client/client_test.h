@@ -71,6 +71,20 @@ static inline int ct_buf_sink(void *arg, const void *data, size_t len)
 	return buf_append(arg, data, len) < 0 ? -1 : 0;
 }
 
+/* read_file_stream of path from offset must deliver want, no more. */
+static inline void ct_expect_stream(struct sbxc *h, const struct sbxc_call *c, const char *path,
+				    uint64_t offset, const char *want)
+{
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	uint64_t total = 0;
+	struct sbxc_err e;
+	assert_int_equal(sbxc_read_file_stream(h, c, path, offset, ct_buf_sink, &b, &total, &e), 0);
+	assert_int_equal(total, strlen(want));
+	assert_string_equal(buf_cstr(&b), want);
+	buf_free(&b);
+}
+
 /* An exec's output as it arrives (sbxc_output_fn) and its id
  * (sbxc_started_fn), for the thread that waits on it. */
 struct ct_collected {

@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include "client_test.h"
-#include "common/buf.h"
 #include "common/xmalloc.h"
 
 #define MIB (1024ull * 1024ull)
@@ -226,13 +225,8 @@ static void test_offsets_fds_and_tokens(void **state)
 	struct sbxc_err e;
 	assert_int_equal(sbxc_write_file(h, NULL, "abc.txt", "0123456789", 10, NULL, &e), 0);
 	/* resume at an offset */
-	struct buf b;
-	buf_init(&b, 1024);
+	ct_expect_stream(h, NULL, "abc.txt", 4, "456789");
 	uint64_t total = 0;
-	assert_int_equal(sbxc_read_file_stream(h, NULL, "abc.txt", 4, ct_buf_sink, &b, &total, &e), 0);
-	assert_int_equal(total, 6);
-	assert_string_equal(buf_cstr(&b), "456789");
-	buf_free(&b);
 	/* a receiver that stops */
 	assert_int_equal(sbxc_read_file_stream(h, NULL, "abc.txt", 0, stop_at_once, NULL, &total, &e),
 			 -ECANCELED);
