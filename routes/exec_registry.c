@@ -26,6 +26,7 @@
 #include "common/utf8.h"
 #include "routes/code.h"
 #include "sandbox/changes.h"
+#include "sandbox/registry.h"
 #include "sandbox/rootimg.h"
 #include "routes/provider.h"
 #include "routes/routes.h"
@@ -1176,7 +1177,7 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	j->max_execs = o->max_execs;
 	if (withdrawn)
 		return end_withdrawn_locked(r, j, row, o);
-	if (!j->tenant->provider && strcmp(sbx_backend_name(run->backend), "local") == 0)
+	if (!j->tenant->provider && !sbx_backend_kind_named(sbx_backend_name(run->backend))->isolated)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)",
 			j->id, j->tenant->name);
 	if (o->approval)

@@ -11,6 +11,7 @@
 #include "routes/app.h"
 #include "routes/policy.h"
 #include "sandbox/backend.h"
+#include "sandbox/registry.h"
 #include "sandbox/rootimg.h"
 
 /* The images the tenant may name that exist and are usable. */
@@ -58,7 +59,7 @@ int route_image_select(struct http_req *r, const char *requested, const struct r
 				 p->images ? p->images : "none");
 	if (!want[0])
 		return 0;
-	if (strcmp(sbx_backend_name(backend), "bwrap") != 0) {
+	if (!sbx_backend_kind_named(sbx_backend_name(backend))->images) {
 		r->retry_after_s = 30;
 		return http_fail(r, -SBX_E_BACKEND, "image %s needs the bwrap backend; the tenant's is %s",
 				 want, sbx_backend_name(backend));

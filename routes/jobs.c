@@ -18,6 +18,7 @@
 #include "routes/provider.h"
 #include "routes/remote.h"
 #include "routes/ssh.h"
+#include "sandbox/registry.h"
 #include "sandbox/rootimg.h"
 
 #define PROVIDER_BIT (1ULL << 63)
@@ -41,10 +42,15 @@ struct route_jobs {
 
 struct route_provider *route_provider_new(struct app *a, const char *tenant, const struct route_policy *p)
 {
-	if (strcmp(p->backend, "remote") == 0)
+	switch (route_policy_kind(p)->id) {
+	case SBX_BK_REMOTE:
 		return route_remote_new(a, tenant, p);
-	if (strcmp(p->backend, "ssh") == 0)
+	case SBX_BK_SSH:
 		return route_ssh_new(a, tenant, p);
+	case SBX_BK_BWRAP:
+	case SBX_BK_LOCAL:
+		break; /* this server's own (sandbox/backend.h) */
+	}
 	return NULL;
 }
 

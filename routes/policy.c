@@ -15,6 +15,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/egress/rules.h"
+#include "sandbox/registry.h"
 #include "sandbox/rootimg.h"
 #include "store/store.h"
 
@@ -252,9 +253,10 @@ static int set_value(struct route_policy *p, const struct policy_key *k, const j
 		return 0;
 	}
 	case PK_BACKEND:
-		if (!s || (strcmp(s, "bwrap") != 0 && strcmp(s, "local") != 0 && strcmp(s, "remote") != 0 &&
-			   strcmp(s, "ssh") != 0)) {
-			snprintf(err, errsz, "backend: \"bwrap\", \"local\", \"remote\" or \"ssh\"");
+		if (!sbx_backend_kind_named(s)) {
+			char names[96];
+			sbx_backend_kind_list(names, sizeof names, true, false);
+			snprintf(err, errsz, "backend: %s", names);
 			return -EINVAL;
 		}
 		snprintf(p->backend, sizeof p->backend, "%s", s);
@@ -315,6 +317,12 @@ static int approval_text(struct route_policy *p, const char *text, char *err, si
 int route_policy_defaults(const struct sbx_config *cfg, struct route_policy *p, char *err, size_t errsz)
 {
 	memset(p, 0, sizeof *p);
+	if (!sbx_backend_kind_named(cfg->backend)) {
+		char names[96];
+		sbx_backend_kind_list(names, sizeof names, true, false);
+		snprintf(err, errsz, "backend \"%s\": %s", cfg->backend ? cfg->backend : "", names);
+		return -EINVAL;
+	}
 	snprintf(p->backend, sizeof p->backend, "%s", cfg->backend);
 	p->mem_limit_bytes = cfg->mem_limit_bytes;
 	p->nproc_limit = cfg->nproc_limit;
@@ -441,6 +449,11 @@ bool route_policy_needs_approval(const struct route_policy *p, const char *comma
 		if (fnmatch(p->patterns[i], command, 0) == 0)
 			return true;
 	return false;
+}
+
+const struct sbx_backend_kind *route_policy_kind(const struct route_policy *p)
+{
+	return sbx_backend_kind_named(p->backend);
 }
 
 bool route_policy_backend_offered(const struct sbx_config *cfg, const char *backend)
@@ -574,11 +587,12 @@ static int remote_complete(const struct sbx_config *cfg, json_t *overrides, char
 	if (route_policy_defaults(cfg, &p, err, errsz) < 0)
 		return -EINVAL;
 	int rc = apply(&p, overrides, NULL, err, errsz);
-	if (rc == 0 && strcmp(p.backend, "remote") == 0 && (!p.remote_url || !p.remote_token_file)) {
+	enum sbx_backend_id id = route_policy_kind(&p)->id;
+	if (rc == 0 && id == SBX_BK_REMOTE && (!p.remote_url || !p.remote_token_file)) {
 		snprintf(err, errsz, "backend remote needs remote_url and remote_token_file");
 		rc = -EINVAL;
 	}
-	if (rc == 0 && strcmp(p.backend, "ssh") == 0 &&
+	if (rc == 0 && id == SBX_BK_SSH &&
 	    (!p.ssh_host || !p.ssh_user || !p.ssh_root || !p.ssh_key_file || !p.ssh_host_key)) {
 		snprintf(err, errsz,
 			 "backend ssh needs ssh_host, ssh_user, ssh_root, ssh_key_file and ssh_host_key");
@@ -600,7 +614,7 @@ static int back_unique(struct store *s, const struct sbx_config *cfg, const char
 	if (route_policy_defaults(cfg, &p, err, errsz) < 0)
 		return -EINVAL;
 	int rc = apply(&p, overrides, NULL, err, errsz);
-	bool remote = rc == 0 && strcmp(p.backend, "remote") == 0 &&
+	bool remote = rc == 0 && route_policy_kind(&p)->id == SBX_BK_REMOTE &&
 		      route_remote_back_of(&p, mine, sizeof mine, why, sizeof why) == 0;
 	route_policy_clear(&p);
 	if (!remote)
@@ -614,7 +628,7 @@ static int back_unique(struct store *s, const struct sbx_config *cfg, const char
 		if (strcmp(v[i].name, tenant) == 0 ||
 		    route_policy_load(s, cfg, v[i].name, &q, NULL, NULL) < 0)
 			continue;
-		if (strcmp(q.backend, "remote") == 0 &&
+		if (route_policy_kind(&q)->id == SBX_BK_REMOTE &&
 		    route_remote_back_of(&q, theirs, sizeof theirs, why, sizeof why) == 0 &&
 		    strcmp(mine, theirs) == 0) {
 			snprintf(

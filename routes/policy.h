@@ -51,6 +51,7 @@
 
 struct sbx_config;
 struct store;
+struct sbx_backend_kind;
 
 enum route_approval { ROUTE_APPROVAL_NEVER, ROUTE_APPROVAL_ALWAYS, ROUTE_APPROVAL_PATTERNS };
 
@@ -114,6 +115,9 @@ int route_policy_kv(const char *kv, json_t *changes, char *err, size_t errsz);
 
 /* Whether the configuration's `backends` list names backend. */
 bool route_policy_backend_offered(const struct sbx_config *cfg, const char *backend);
+/* What the policy's backend is (sandbox/registry.h): never NULL, as every
+ * policy's backend was checked against the registry when it was set. */
+const struct sbx_backend_kind *route_policy_kind(const struct route_policy *p);
 
 /* {"tenant", "policy" (effective), "overrides" (the stored keys),
  * "updated_at" (RFC 3339 or null)}: what `tenant show` prints and

@@ -38,6 +38,7 @@
 #include "sandbox/diskimg.h"
 #include "sandbox/egress/gateway.h"
 #include "sandbox/quota.h"
+#include "sandbox/registry.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/workspace.h"
 #include "server/cli.h"
@@ -150,36 +151,37 @@ static void check_clock(struct srv_host *h, struct srv_check *c)
 /* ---- the configuration ---- */
 
 /* `backend` (the default of tenant policies) must be one of `backends`
- * (every backend this server starts), each bwrap, local, remote or ssh
- * (which start nothing: they are per tenant), and local only
- * with allow-unsafe-local; the configured policy must be well formed. */
+ * (every backend this server starts), each a name of the registry
+ * (sandbox/registry.h: those not on_host start nothing, they are per
+ * tenant), one that isolates nothing only with allow-unsafe-local; the
+ * configured policy must be well formed. */
 static void check_config(struct srv_host *h, struct srv_check *c)
 {
 	const struct sbx_config *cfg = h->cfg;
-	bool local = strcmp(cfg->backend, "local") == 0, bad = false;
+	const struct sbx_backend_kind *dflt = sbx_backend_kind_named(cfg->backend);
+	bool unsafe = dflt && !dflt->isolated, bad = false;
 	for (const char *q = cfg->backends; *q;) {
 		q += strspn(q, ", ");
 		size_t len = strcspn(q, ", ");
-		if (len == 5 && strncmp(q, "local", 5) == 0)
-			local = true;
-		else if (len && !(len == 5 && strncmp(q, "bwrap", 5) == 0) &&
-			 !(len == 6 && strncmp(q, "remote", 6) == 0) &&
-			 !(len == 3 && strncmp(q, "ssh", 3) == 0))
-			bad = true;
+		const struct sbx_backend_kind *k = sbx_backend_kind_find(q, len);
+		bad |= len && !k;
+		unsafe |= k && !k->isolated;
 		q += len;
 	}
 	struct route_policy p;
-	char err[512] = "";
+	char err[512] = "", all[96], here[96];
+	sbx_backend_kind_list(all, sizeof all, false, false);
+	sbx_backend_kind_list(here, sizeof here, false, true);
 	missing(c, true);
 	if (bad) {
-		DETAIL(c, "backends must list bwrap, local, remote and/or ssh (it is \"%s\")", cfg->backends);
-		FIX(c, "--set backends=bwrap (or a list of bwrap, local, remote, ssh)");
-	} else if (local && !cfg->allow_unsafe_local) {
+		DETAIL(c, "backends must list some of %s (it is \"%s\")", all, cfg->backends);
+		FIX(c, "--set backends=bwrap (or a list of %s)", all);
+	} else if (unsafe && !cfg->allow_unsafe_local) {
 		DETAIL(c,
 		       "--backend local isolates nothing; it needs --allow-unsafe-local (development only)");
 		FIX(c, "--backend bwrap, or --allow-unsafe-local on a development machine");
-	} else if (strcmp(cfg->backend, "local") != 0 && strcmp(cfg->backend, "bwrap") != 0) {
-		DETAIL(c, "--backend must be bwrap or local (it is \"%s\")", cfg->backend);
+	} else if (!dflt || !dflt->on_host) {
+		DETAIL(c, "--backend must be %s (it is \"%s\")", here, cfg->backend);
 		FIX(c, "--backend bwrap");
 	} else if (!route_policy_backend_offered(cfg, cfg->backend)) {
 		DETAIL(c, "backend %s must be one of backends (%s)", cfg->backend, cfg->backends);
@@ -842,9 +844,10 @@ static int make_backends(struct srv_host *h, struct srv_check *c)
 		size_t len = strcspn(q, ", ");
 		char name[16];
 		snprintf(name, sizeof name, "%.*s", (int)len, q);
+		const struct sbx_backend_kind *k = sbx_backend_kind_find(q, len);
 		q += len;
 		/* remote and ssh are tenant-level (routes/provider.h): nothing to start. */
-		bool started = !len || strcmp(name, "remote") == 0 || strcmp(name, "ssh") == 0;
+		bool started = !len || (k && !k->on_host);
 		for (size_t i = 0; i < h->nbackends; i++)
 			started |= strcmp(sbx_backend_name(h->backends[i]), name) == 0;
 		if (started || h->nbackends == SRV_BACKENDS_MAX)

@@ -40,6 +40,7 @@
 #include "sandbox/runner.h"
 #include "sandbox/uids.h"
 #include "sandbox/reaper.h"
+#include "sandbox/registry.h"
 #include "sandbox/workspace.h"
 #include "server/cli.h"
 #include "server/doctor.h"
@@ -292,7 +293,7 @@ static int start_backend(struct server *s)
 		sweep_tenant_uids(s);
 	}
 	for (size_t i = 0; i < h->nbackends; i++)
-		if (strcmp(sbx_backend_name(h->backends[i]), "local") == 0)
+		if (!sbx_backend_kind_named(sbx_backend_name(h->backends[i]))->isolated)
 			log_msg(
 			    "warn",
 			    "backend local: commands of the tenants whose policy names it run on the host "
