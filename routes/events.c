@@ -58,7 +58,7 @@ int route_exec_events(struct http_req *r)
 		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
-	if (strcmp(ex.state, "rejected") == 0) {
+	if (ex.state == EXEC_REJECTED) {
 		store_exec_clear(&ex);
 		return http_fail(r, -SBX_E_REJECTED, "exec %s was rejected", id);
 	}
@@ -67,7 +67,7 @@ int route_exec_events(struct http_req *r)
 	bool own = r->tenant && strcmp(tenant, r->tenant->name) == 0;
 	json_t *res = route_exec_row_result(own ? r->tenant : NULL, &ex);
 	json_t *start = route_exec_start_json(&ex);
-	bool running = strcmp(ex.state, "running") == 0 || strcmp(ex.state, "pending_approval") == 0;
+	bool running = store_exec_state_live(ex.state);
 	int64_t exit_id = ex.exit_event_id;
 	store_exec_clear(&ex);
 	if (!res) {

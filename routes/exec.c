@@ -411,7 +411,7 @@ static int start(struct http_req *r, struct exec_request *q)
 				 .request_hash = q->hash};
 	snprintf(row.tenant, sizeof row.tenant, "%s", r->tenant->name);
 	snprintf(row.id, sizeof row.id, "%s", q->idbuf);
-	snprintf(row.state, sizeof row.state, "running");
+	row.state = EXEC_RUNNING;
 	row.policy = q->policy_text;
 	row.requested_by = r->claims.sub[0] ? r->claims.sub : NULL;
 
@@ -507,8 +507,8 @@ static json_t *approval_json(const struct store_exec *ex)
 static json_t *exec_view(const struct http_req *r, const struct store_exec *ex, bool with_result)
 {
 	json_t *o = route_exec_start_json(ex);
-	json_object_set_new(o, "state", json_string(ex->state));
-	if (strcmp(ex->state, "pending_approval") == 0) {
+	json_object_set_new(o, "state", json_string(store_exec_state_name(ex->state)));
+	if (ex->state == EXEC_PENDING_APPROVAL) {
 		/* Waiting commands do not outlive the run that set their timeout. */
 		char at[40];
 		rfc3339_ms(ex->started_at + r->app->cfg->approval_timeout_s * 1000, at, sizeof at);
@@ -550,9 +550,8 @@ int route_exec_get(struct http_req *r)
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
 	json_t *o = exec_view(r, &ex, true);
-	json_t *progress = strcmp(ex.state, "running") == 0
-			       ? route_execs_progress(r->app->execs, r->tenant->name, id)
-			       : NULL;
+	json_t *progress =
+	    ex.state == EXEC_RUNNING ? route_execs_progress(r->app->execs, r->tenant->name, id) : NULL;
 	if (progress)
 		json_object_set_new(o, "progress", progress);
 	store_exec_clear(&ex);
@@ -611,28 +610,21 @@ int route_exec_reject(struct http_req *r)
 
 int route_exec_list(struct http_req *r)
 {
-	const char *state = http_query(r, "state");
+	const char *state_name = http_query(r, "state");
 	const char *session = http_query(r, "session");
 	int64_t limit;
 	int rc = http_query_int(r, "limit", 100, 1, 1000, &limit);
 	if (rc < 0)
 		return rc;
-	static const char *const states[] = {"pending_approval", "running",  "exited", "timed_out",
-					     "cancelled",	 "rejected", "lost"};
-	if (state) {
-		bool ok = false;
-		for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
-			ok |= strcmp(state, states[i]) == 0;
-		if (!ok)
-			return http_fail(
-			    r, -EINVAL,
-			    "state must be pending_approval, running, exited, timed_out, cancelled, "
-			    "rejected or lost");
-	}
+	enum store_exec_state state;
+	if (state_name && store_exec_state_parse(state_name, &state) < 0)
+		return http_fail(r, -EINVAL,
+				 "state must be pending_approval, running, exited, timed_out, cancelled, "
+				 "rejected or lost");
 	struct store_exec *v = NULL;
 	size_t n = 0;
-	rc = store_exec_list(r->app->store, r->tenant->name, state, session, session ? strlen(session) : 0,
-			     (size_t)limit, false, &v, &n);
+	rc = store_exec_list(r->app->store, r->tenant->name, state_name ? &state : NULL, session,
+			     session ? strlen(session) : 0, (size_t)limit, false, &v, &n);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot list execs");
 	json_t *arr = json_array();

@@ -71,8 +71,8 @@ struct exec_job {
 	json_t *result;	     /* NULL: never started */
 	bool spill_whole[2]; /* stdout, stderr: the row may keep less (routes/exec_row.h) */
 	size_t window;
-	int error;	   /* with result NULL */
-	const char *state; /* with result: exited, timed_out, cancelled */
+	int error;		     /* with result NULL */
+	enum store_exec_state state; /* with result: exited, timed_out, cancelled */
 	int exit_code;
 	int64_t finished_at_ms, duration_ms;
 	struct exec_job *done_next; /* under done_mu */
@@ -174,9 +174,9 @@ static struct exec_job *find_locked(struct route_execs *e, const char *tenant, i
 	return NULL;
 }
 
-static const char *state_of(const struct sbx_exec_result *res)
+static enum store_exec_state state_of(const struct sbx_exec_result *res)
 {
-	return res->timed_out ? "timed_out" : res->cancelled ? "cancelled" : "exited";
+	return res->timed_out ? EXEC_TIMED_OUT : res->cancelled ? EXEC_CANCELLED : EXEC_EXITED;
 }
 
 static json_t *time_json(int64_t ms)
@@ -266,7 +266,8 @@ static void record_exit(struct app *a, struct exec_job *j)
 				      j->finished_at_ms, exit_id, &why) < 0)
 			http_metrics_store_error(a->metrics);
 		free(text);
-		http_metrics_exec_finished(a->metrics, j->state, (double)j->duration_ms);
+		http_metrics_exec_finished(a->metrics, store_exec_state_name(j->state),
+					   (double)j->duration_ms);
 		http_hub_channel_exit(a->hub, j->chan, j->result, NULL);
 	}
 	j->chan = NULL;
@@ -755,7 +756,7 @@ static int join_running(struct http_req *r, const char *id, bool stream)
  * when it was lost. */
 static int answer_finished(struct http_req *r, const char *id, struct store_exec *ex, bool stream)
 {
-	if (strcmp(ex->state, "rejected") == 0) {
+	if (ex->state == EXEC_REJECTED) {
 		char why[512];
 		snprintf(why, sizeof why, "exec %s was rejected%s%s%s%s", id, ex->decided_by ? " by " : "",
 			 ex->decided_by ? ex->decided_by : "", ex->reason ? ": " : "",
@@ -763,7 +764,7 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 		store_exec_clear(ex);
 		return http_fail(r, -SBX_E_REJECTED, "%s", why);
 	}
-	if (strcmp(ex->state, "lost") == 0 || !ex->result) {
+	if (ex->state == EXEC_LOST || !ex->result) {
 		store_exec_clear(ex);
 		return http_fail(r, -SBX_E_CONFLICT,
 				 "exec %s was lost in a restart of the server; use a new id", id);
@@ -795,8 +796,8 @@ static int reply_view(struct http_req *r, struct store_exec *ex)
 {
 	json_t *o = route_exec_start_json(ex);
 	json_t *res = route_exec_row_result(r->tenant, ex);
-	bool running = strcmp(ex->state, "running") == 0 || strcmp(ex->state, "pending_approval") == 0;
-	json_object_set_new(o, "state", json_string(ex->state));
+	bool running = store_exec_state_live(ex->state);
+	json_object_set_new(o, "state", json_string(store_exec_state_name(ex->state)));
 	json_object_set_new(o, "result", res ? res : json_null());
 	store_exec_clear(ex);
 	return http_reply_json(r, running ? 202 : 200, o);
@@ -815,10 +816,10 @@ static int answer_existing(struct http_req *r, const char *id, const char *hash,
 		store_exec_clear(&ex);
 		return http_fail(r, -SBX_E_CONFLICT, "exec id %s was used for a different request", id);
 	}
-	bool pending = strcmp(ex.state, "pending_approval") == 0;
+	bool pending = ex.state == EXEC_PENDING_APPROVAL;
 	if (o->background || (pending && !o->wait && !o->stream))
 		return reply_view(r, &ex);
-	if (pending || strcmp(ex.state, "running") == 0) {
+	if (pending || ex.state == EXEC_RUNNING) {
 		store_exec_clear(&ex);
 		if ((rc = join_running(r, id, o->stream)) != -ENOENT)
 			return rc;
@@ -853,8 +854,7 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 		return 0; /* the limit was lowered: waits again, first in line */
 	/* Cancelled while it waited: recorded and ended without a slot. */
 	*withdrawn = took == 2;
-	snprintf(row->state, sizeof row->state, "%s",
-		 o->approval && !*withdrawn ? "pending_approval" : "running");
+	row->state = o->approval && !*withdrawn ? EXEC_PENDING_APPROVAL : EXEC_RUNNING;
 	bool held = took == 1;
 	if (held && o->approval) {
 		route_tenant_release_exec(a, r->tenant); /* its policy changed while it waited */
@@ -953,7 +953,7 @@ static void first_answer_locked(struct http_req *r, struct exec_job *j, const st
 	if (o->background) {
 		json_t *v = start_json(j->id, row->command, row->session, row->session_len, row->cwd,
 				       row->started_at);
-		json_object_set_new(v, "state", json_string("running"));
+		json_object_set_new(v, "state", json_string(store_exec_state_name(EXEC_RUNNING)));
 		json_object_set_new(v, "result", json_null());
 		http_reply_json(r, 202, v);
 	} else if (o->stream) {
@@ -1098,7 +1098,7 @@ static int reply_parked(struct http_req *r, const struct store_exec *row)
 {
 	json_t *v =
 	    start_json(row->id, row->command, row->session, row->session_len, row->cwd, row->started_at);
-	json_object_set_new(v, "state", json_string("pending_approval"));
+	json_object_set_new(v, "state", json_string(store_exec_state_name(EXEC_PENDING_APPROVAL)));
 	json_object_set_new(v, "result", json_null());
 	return http_reply_json(r, 202, v);
 }
@@ -1223,10 +1223,9 @@ int route_execs_answer_state(struct http_req *r, const char *id, const char *why
 		return route_exec_unknown(r, id);
 	if (rc < 0)
 		return http_fail(r, rc, "cannot read the exec record");
-	char state[sizeof ex.state];
-	snprintf(state, sizeof state, "%s", ex.state);
+	enum store_exec_state state = ex.state;
 	store_exec_clear(&ex);
-	return http_fail(r, -SBX_E_CONFLICT, "exec %s %s (%s)", id, why, state);
+	return http_fail(r, -SBX_E_CONFLICT, "exec %s %s (%s)", id, why, store_exec_state_name(state));
 }
 
 /* The checks of a decision (registry lock held): 0 with the decision

@@ -11,6 +11,7 @@
  * a scan of that whole index at every start, so all three stay. */
 #include "store/store_impl.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +33,9 @@ static void exec_from_row(sqlite3_stmt *st, void *dst)
 	e->command = store_col_strdup(st, 3);
 	e->cwd = store_col_strdup(st, 4);
 	e->request_hash = store_col_strdup(st, 5);
-	store_col_copy(st, 6, e->state, sizeof e->state);
+	const char *state = (const char *)sqlite3_column_text(st, 6);
+	if (store_exec_state_parse(state ? state : "", &e->state) < 0)
+		e->state = EXEC_LOST;
 	if (sqlite3_column_type(st, 7) != SQLITE_NULL) {
 		e->has_exit_code = true;
 		e->exit_code = sqlite3_column_int(st, 7);
@@ -58,6 +61,29 @@ static void exec_clear(void *e)
 	store_exec_clear(e);
 }
 
+/* The names, as the execs table and the wire have them. */
+static const char *const state_names[EXEC_STATES] = {
+    [EXEC_RUNNING] = "running",	    [EXEC_PENDING_APPROVAL] = "pending_approval",
+    [EXEC_EXITED] = "exited",	    [EXEC_TIMED_OUT] = "timed_out",
+    [EXEC_CANCELLED] = "cancelled", [EXEC_REJECTED] = "rejected",
+    [EXEC_LOST] = "lost",
+};
+
+const char *store_exec_state_name(enum store_exec_state s)
+{
+	return (unsigned)s < EXEC_STATES ? state_names[s] : "lost";
+}
+
+int store_exec_state_parse(const char *name, enum store_exec_state *out)
+{
+	for (int i = 0; name && i < EXEC_STATES; i++)
+		if (strcmp(name, state_names[i]) == 0) {
+			*out = (enum store_exec_state)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
 static const struct store_row exec_row = {sizeof(struct store_exec), exec_from_row, exec_clear};
 
 int store_exec_begin(struct store *s, const struct store_exec *e)
@@ -69,7 +95,7 @@ int store_exec_begin(struct store *s, const struct store_exec *e)
 	    "COALESCE(NULLIF(?11, 0), (SELECT incarnation FROM tenants WHERE name = ?1), 0))",
 	    Q_ARGS(Q_TEXT(e->tenant), Q_TEXT(e->id), Q_BLOB(e->session ? e->session : "", e->session_len),
 		   Q_TEXT(e->command), Q_TEXT(e->cwd), Q_TEXT(e->request_hash),
-		   Q_TEXT(e->state[0] ? e->state : "running"), Q_INT(e->started_at), Q_TEXT(e->policy),
+		   Q_TEXT(store_exec_state_name(e->state)), Q_INT(e->started_at), Q_TEXT(e->policy),
 		   Q_TEXT(e->requested_by), Q_INT(e->incarnation)));
 }
 
@@ -88,8 +114,8 @@ int store_exec_decide(struct store *s, const char *tenant, const char *id, const
 }
 
 /* A negative exit_code (killed, never started) is stored as NULL. */
-int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
-		      const char *result, int64_t finished_at, int64_t exit_event_id,
+int store_exec_finish(struct store *s, const char *tenant, const char *id, enum store_exec_state state,
+		      int exit_code, const char *result, int64_t finished_at, int64_t exit_event_id,
 		      const struct store_exec_why *why)
 {
 	const struct store_exec_why none = {0};
@@ -99,7 +125,7 @@ int store_exec_finish(struct store *s, const char *tenant, const char *id, const
 			     "UPDATE execs SET state = ?3, exit_code = ?4, result = ?5, finished_at = ?6, "
 			     "exit_event_id = ?7, oom_killed = ?8, pids_limited = ?9, uncontained = ?10 "
 			     "WHERE tenant = ?1 AND id = ?2",
-			     Q_ARGS(Q_TEXT(tenant), Q_TEXT(id), Q_TEXT(state),
+			     Q_ARGS(Q_TEXT(tenant), Q_TEXT(id), Q_TEXT(store_exec_state_name(state)),
 				    exit_code >= 0 ? Q_INT(exit_code) : Q_NULL, Q_TEXT(result),
 				    Q_INT(finished_at), Q_INT(exit_event_id), Q_INT(why->oom_killed),
 				    Q_INT(why->pids_limited), Q_INT(why->uncontained)));
@@ -118,8 +144,9 @@ int store_exec_get(struct store *s, const char *tenant, const char *id, struct s
 			 &exec_row, out, Q_ARGS(Q_TEXT(tenant), Q_TEXT(id)));
 }
 
-int store_exec_list(struct store *s, const char *tenant, const char *state, const char *session,
-		    size_t session_len, size_t limit, bool with_result, struct store_exec **out, size_t *n)
+int store_exec_list(struct store *s, const char *tenant, const enum store_exec_state *state,
+		    const char *session, size_t session_len, size_t limit, bool with_result,
+		    struct store_exec **out, size_t *n)
 {
 	void *v;
 	int r;
@@ -134,8 +161,9 @@ int store_exec_list(struct store *s, const char *tenant, const char *state, cons
 		       "WHERE tenant = ?1 AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR session = ?3) "
 		       "ORDER BY started_at DESC LIMIT ?4",
 		       &exec_row, &v, n,
-		       Q_ARGS(Q_TEXT(tenant), Q_TEXT(state), Q_BLOB(session, session_len),
-			      Q_INT(limit ? (int64_t)limit : -1), Q_INT(with_result ? 1 : 0)));
+		       Q_ARGS(Q_TEXT(tenant), Q_TEXT(state ? store_exec_state_name(*state) : NULL),
+			      Q_BLOB(session, session_len), Q_INT(limit ? (int64_t)limit : -1),
+			      Q_INT(with_result ? 1 : 0)));
 	if (!r)
 		*out = v;
 	return r;

@@ -168,15 +168,37 @@ struct store_exec_why {
 	bool oom_killed, pids_limited, uncontained;
 };
 
+/* An exec's state; the store keeps its name (the wire's `state`). Zero is
+ * running, what store_exec_begin writes unless told otherwise. */
+enum store_exec_state {
+	EXEC_RUNNING,
+	EXEC_PENDING_APPROVAL,
+	EXEC_EXITED,
+	EXEC_TIMED_OUT,
+	EXEC_CANCELLED,
+	EXEC_REJECTED,
+	EXEC_LOST,
+};
+#define EXEC_STATES 7
+/* The wire name of s ("running", "pending_approval", ...). */
+const char *store_exec_state_name(enum store_exec_state s);
+/* The state named name: 0, or -EINVAL for no state. */
+int store_exec_state_parse(const char *name, enum store_exec_state *out);
+/* Not over yet: running, or waiting for a person's decision. */
+static inline bool store_exec_state_live(enum store_exec_state s)
+{
+	return s == EXEC_RUNNING || s == EXEC_PENDING_APPROVAL;
+}
+
 struct store_exec {
 	char tenant[64];
 	char id[72];
 	char *session; /* owned */
 	size_t session_len;
-	char *command;	    /* owned */
-	char *cwd;	    /* owned: wire path */
-	char *request_hash; /* owned: hex digest of the canonical request */
-	char state[20];	    /* pending_approval, running, exited, timed_out, cancelled, rejected, lost */
+	char *command;		     /* owned */
+	char *cwd;		     /* owned: wire path */
+	char *request_hash;	     /* owned: hex digest of the canonical request */
+	enum store_exec_state state; /* the table's CHECK admits only these names */
 	bool has_exit_code;
 	int exit_code;
 	char *result; /* owned: ShellResult JSON, or NULL */
@@ -205,8 +227,8 @@ int store_exec_decide(struct store *s, const char *tenant, const char *id, const
 /* Finish: state, exit code, result JSON, finished_at, the id its
  * `exit` event has on the live stream, and why it ended (NULL: nothing
  * said, all false). */
-int store_exec_finish(struct store *s, const char *tenant, const char *id, const char *state, int exit_code,
-		      const char *result, int64_t finished_at, int64_t exit_event_id,
+int store_exec_finish(struct store *s, const char *tenant, const char *id, enum store_exec_state state,
+		      int exit_code, const char *result, int64_t finished_at, int64_t exit_event_id,
 		      const struct store_exec_why *why);
 /* Remove a row still 'running' whose command never started (the backend
  * refused it), so the id can be retried. -ENOENT. */
@@ -215,8 +237,9 @@ int store_exec_delete(struct store *s, const char *tenant, const char *id);
 int store_exec_get(struct store *s, const char *tenant, const char *id, struct store_exec *out);
 /* Newest first; state/session may be NULL (no filter); results omitted
  * (result NULL) when with_result is false. */
-int store_exec_list(struct store *s, const char *tenant, const char *state, const char *session,
-		    size_t session_len, size_t limit, bool with_result, struct store_exec **out, size_t *n);
+int store_exec_list(struct store *s, const char *tenant, const enum store_exec_state *state,
+		    const char *session, size_t session_len, size_t limit, bool with_result,
+		    struct store_exec **out, size_t *n);
 void store_exec_clear(struct store_exec *e);
 void store_execs_free(struct store_exec *v, size_t n);
 

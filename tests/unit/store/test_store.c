@@ -670,7 +670,7 @@ static void test_execs(void **state)
 	assert_int_equal(store_exec_begin(s, &e), 0);
 
 	assert_int_equal(store_exec_get(s, "alice", "e1", &g), 0);
-	assert_string_equal(g.state, "running");
+	assert_int_equal(g.state, EXEC_RUNNING);
 	assert_false(g.has_exit_code);
 	assert_null(g.result);
 	assert_int_equal(g.finished_at, 0);
@@ -683,15 +683,15 @@ static void test_execs(void **state)
 	store_exec_clear(&g);
 	assert_int_equal(store_exec_get(s, "alice", "nope", &g), -ENOENT);
 
-	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 3, "{\"exit_code\":3}", 150, 9, NULL),
-			 0);
-	assert_int_equal(store_exec_finish(s, "alice", "nope", "exited", 0, NULL, 150, 0, NULL), -ENOENT);
+	assert_int_equal(
+	    store_exec_finish(s, "alice", "e1", EXEC_EXITED, 3, "{\"exit_code\":3}", 150, 9, NULL), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "nope", EXEC_EXITED, 0, NULL, 150, 0, NULL), -ENOENT);
 	const struct store_exec_why oom = {.oom_killed = true, .uncontained = true}; /* e2 */
-	assert_int_equal(store_exec_finish(s, "alice", "e2", "cancelled", -1, NULL, 250, 0, &oom), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "e2", EXEC_CANCELLED, -1, NULL, 250, 0, &oom), 0);
 	assert_int_equal(store_exec_get(s, "alice", "e1", &g), 0);
 	/* Why each ended: its own columns, none for a NULL why. */
 	assert_false(g.why.oom_killed || g.why.pids_limited || g.why.uncontained);
-	assert_string_equal(g.state, "exited");
+	assert_int_equal(g.state, EXEC_EXITED);
 	assert_true(g.has_exit_code);
 	assert_int_equal(g.exit_code, 3);
 	assert_string_equal(g.result, "{\"exit_code\":3}");
@@ -718,7 +718,9 @@ static void test_execs(void **state)
 	assert_null(v[2].result);
 	store_execs_free(v, n);
 	/* By state. */
-	assert_int_equal(store_exec_list(s, "alice", "running", NULL, 0, 0, false, &v, &n), 0);
+	assert_int_equal(
+	    store_exec_list(s, "alice", &(enum store_exec_state){EXEC_RUNNING}, NULL, 0, 0, false, &v, &n),
+	    0);
 	assert_int_equal(n, 1);
 	assert_string_equal(v[0].id, "e3");
 	store_execs_free(v, n);
@@ -732,12 +734,33 @@ static void test_execs(void **state)
 	assert_int_equal(n, 1);
 	assert_string_equal(v[0].id, "e3");
 	store_execs_free(v, n);
-	assert_int_equal(store_exec_list(s, "alice", "exited", "s2", 2, 0, false, &v, &n), 0);
+	assert_int_equal(
+	    store_exec_list(s, "alice", &(enum store_exec_state){EXEC_EXITED}, "s2", 2, 0, false, &v, &n), 0);
 	assert_int_equal(n, 0);
 	store_execs_free(v, n);
 	assert_int_equal(store_exec_list(s, "bob", NULL, NULL, 0, 0, false, &v, &n), 0);
 	assert_int_equal(n, 1);
 	store_execs_free(v, n);
+}
+
+/* The state names, both ways, are the wire's. */
+static void test_exec_state_names(void **state)
+{
+	(void)state;
+	static const char *const names[] = {"running",	 "pending_approval", "exited", "timed_out",
+					    "cancelled", "rejected",	     "lost"};
+	enum store_exec_state st;
+	for (int i = 0; i < EXEC_STATES; i++) {
+		assert_string_equal(store_exec_state_name((enum store_exec_state)i), names[i]);
+		assert_int_equal(store_exec_state_parse(names[i], &st), 0);
+		assert_int_equal(st, i);
+	}
+	assert_int_equal(store_exec_state_parse("Running", &st), -EINVAL);
+	assert_int_equal(store_exec_state_parse("", &st), -EINVAL);
+	assert_int_equal(store_exec_state_parse(NULL, &st), -EINVAL);
+	assert_string_equal(store_exec_state_name((enum store_exec_state)99), "lost");
+	assert_true(store_exec_state_live(EXEC_RUNNING) && store_exec_state_live(EXEC_PENDING_APPROVAL));
+	assert_false(store_exec_state_live(EXEC_EXITED) || store_exec_state_live(EXEC_LOST));
 }
 
 /* One statement per read: a tenant without overrides reads as none (no
@@ -781,7 +804,7 @@ static void test_recover(void **state)
 	assert_int_equal(store_exec_begin(s, &e), 0);
 	e = mk_exec("alice", "done", "s", 2);
 	assert_int_equal(store_exec_begin(s, &e), 0);
-	assert_int_equal(store_exec_finish(s, "alice", "done", "exited", 0, "{}", 3, 2, NULL), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "done", EXEC_EXITED, 0, "{}", 3, 2, NULL), 0);
 	/* One active, one minted and expired, one minted and valid. */
 	t.expires_at = far;
 	memset(t.token_hash, 1, 32);
@@ -800,11 +823,11 @@ static void test_recover(void **state)
 	assert_int_equal(lost, 1);
 	assert_int_equal(failed, 1);
 	assert_int_equal(store_exec_get(s, "alice", "run", &g), 0);
-	assert_string_equal(g.state, "lost");
+	assert_int_equal(g.state, EXEC_LOST);
 	assert_true(g.finished_at > 0);
 	store_exec_clear(&g);
 	assert_int_equal(store_exec_get(s, "alice", "done", &g), 0);
-	assert_string_equal(g.state, "exited");
+	assert_int_equal(g.state, EXEC_EXITED);
 	store_exec_clear(&g);
 	memset(t.token_hash, 1, 32);
 	assert_int_equal(store_transfer_get(s, t.token_hash, &got), 0);
@@ -1383,7 +1406,7 @@ static void test_usage(void **state)
 	assert_non_null(big);
 	memset(big, 'r', 100000);
 	big[100000] = '\0';
-	assert_int_equal(store_exec_finish(s, "alice", "e1", "exited", 0, big, 200, 2, NULL), 0);
+	assert_int_equal(store_exec_finish(s, "alice", "e1", EXEC_EXITED, 0, big, 200, 2, NULL), 0);
 	assert_int_equal(store_usage_get(s, "alice", 0, &rows, &bytes), 0);
 	assert_int_equal(bytes, one + 100000);
 
@@ -1457,6 +1480,7 @@ int main(void)
 	    UNIT_TEST_FX(test_sessions),
 	    UNIT_TEST_FX(test_session_race),
 	    UNIT_TEST_FX(test_execs),
+	    cmocka_unit_test(test_exec_state_names),
 	    UNIT_TEST_FX(test_policies),
 	    UNIT_TEST_FX(test_recover),
 	    UNIT_TEST_FX(test_transfers),
