@@ -327,16 +327,21 @@ static const struct option_spec specs[] = {
 	     "`docs_not_installed`; to anyone, so only files everyone may read are served"},
 };
 
+bool sbx_key_same(const char *key, const char *name)
+{
+	for (;; key++, name++) {
+		char a = *key == '_' ? '-' : *key, b = *name == '_' ? '-' : *name;
+		if (a != b)
+			return false;
+		if (!a)
+			return true;
+	}
+}
+
 static const struct option_spec *find(const char *name)
 {
-	char norm[64];
-	size_t n = strlen(name);
-	if (n >= sizeof norm)
-		return NULL;
-	for (size_t i = 0; i <= n; i++)
-		norm[i] = name[i] == '_' ? '-' : name[i];
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
-		if (strcmp(specs[i].name, norm) == 0)
+		if (sbx_key_same(specs[i].name, name))
 			return &specs[i];
 	return NULL;
 }

@@ -113,6 +113,10 @@ int cfg_set(struct sbx_config *c, const char *name, const char *value, char *err
 /* Derived defaults (db_path from data_dir). */
 void cfg_finish(struct sbx_config *c);
 void cfg_free(struct sbx_config *c);
+/* Whether key and name are the same key, with - and _ the same letter
+ * (the command line says warm-pool, a policy mem_limit_bytes; both take
+ * either). */
+bool sbx_key_same(const char *key, const char *name);
 /* The default CPU budget of a tenant ("auto"): every core this process may
  * run on but one, at least one core, in millicores. */
 int64_t cfg_cpu_auto(void);

@@ -82,14 +82,8 @@ static const struct policy_key {
 
 static const struct policy_key *key_find(const char *name)
 {
-	char norm[32];
-	size_t n = strlen(name);
-	if (n >= sizeof norm)
-		return NULL;
-	for (size_t i = 0; i <= n; i++)
-		norm[i] = name[i] == '-' ? '_' : name[i];
 	for (size_t i = 0; i < NKEYS; i++)
-		if (strcmp(keys[i].name, norm) == 0)
+		if (sbx_key_same(keys[i].name, name))
 			return &keys[i];
 	return NULL;
 }
