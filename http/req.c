@@ -80,6 +80,13 @@ bool http_query_bool(struct http_req *r, const char *name)
 	return v && (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
 }
 
+int http_client_fd(struct http_req *r)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
 void http_set_target(struct http_req *r, const char *target)
 {
 	/* Targets come from URL segments too (ids): keep the audit UTF-8. */

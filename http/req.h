@@ -141,6 +141,10 @@ const char *http_query_n(struct http_req *r, const char *name, size_t *len);
 int http_query_int(struct http_req *r, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out);
 bool http_query_bool(struct http_req *r, const char *name);
 
+/* The socket of r's client, to watch for a hang-up (http/watch.h), or -1
+ * when the connection has none. Read only; the connection owns it. */
+int http_client_fd(struct http_req *r);
+
 /* Set the audit target to what the client asked for, as it was (bounded
  * to 1 KiB, a NUL spelled "\\0", made valid UTF-8): a refused path must
  * say what it tried. */
