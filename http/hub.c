@@ -14,6 +14,7 @@
 #include "common/xmalloc.h"
 #include "http/metrics.h"
 #include "http/req.h"
+#include "http/response.h"
 #include "http/watch.h"
 
 #define CHANNEL_RING 64 /* replayable events per exec */
@@ -475,21 +476,21 @@ static void watch_sub(struct http_hub *h, struct http_req *r, struct sub *s)
  * the handler returns (this thread), so nothing is sent early. */
 static int sub_answer(struct http_hub *h, struct http_req *r, struct sub *s, bool watch)
 {
-	struct MHD_Response *resp =
-	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, s, response_free);
+	struct http_response *resp =
+	    http_response_stream(HTTP_SIZE_UNKNOWN, 32 * 1024, reader, s, response_free);
 	if (!resp) {
 		pthread_mutex_lock(&h->mu);
 		sub_put_locked(h, s); /* the response's reference */
 		pthread_mutex_unlock(&h->mu);
 		return -ENOMEM;
 	}
-	MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
-	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+	http_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
+	http_response_header(resp, "X-Accel-Buffering", "no");
 	/* An event stream's connection ends with the stream: the server closes
 	 * it rather than waiting in keep-alive for the client to hang up (a
 	 * resumed connection in libmicrohttpd 0.9.75's epoll mode was seen to
 	 * linger until the idle timeout). EventSource reconnects anyway. */
-	MHD_add_response_header(resp, "Connection", "close");
+	http_response_header(resp, "Connection", "close");
 	int rc = http_reply_response(r, 200, resp);
 	if (rc == 0 && watch)
 		watch_sub(h, r, s);
@@ -871,7 +872,7 @@ int http_hub_reply_ended(struct http_hub *h, struct http_req *r, json_t *start, 
 		exit_id = 2; /* recorded before exit ids were kept: start, then exit */
 	if (last_id >= exit_id) {
 		/* Nothing more, ever: 204 is what makes EventSource stop. */
-		struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+		struct http_response *resp = http_response_static("", 0);
 		return resp ? http_reply_response(r, 204, resp) : -ENOMEM;
 	}
 	pthread_mutex_lock(&h->mu);

@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "http/response.h"
 #include "http/route.h"
 
 int http_fail(struct http_req *r, int code, const char *fmt, ...)
@@ -107,18 +108,28 @@ void http_set_exec_result(struct http_req *r, const json_t *result)
 	r->uncontained = json_is_true(json_object_get(result, "uncontained"));
 }
 
-void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp)
+void http_reply_common_headers(struct http_req *r, struct http_response *resp)
 {
-	MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+	http_response_header(resp, "X-Request-Id", r->request_id);
 	/* Which node answered (docs/nodes.md): a balancer's
 	 * routing can be checked from outside, and logs of a client name it. */
 	if (r->env && r->env->cfg->node_id)
-		MHD_add_response_header(resp, "Sandboxd-Node", r->env->cfg->node_id);
-	MHD_add_response_header(resp, "Cache-Control", "no-store");
-	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+		http_response_header(resp, "Sandboxd-Node", r->env->cfg->node_id);
+	http_response_header(resp, "Cache-Control", "no-store");
+	http_response_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
-int http_reply_response(struct http_req *r, int status, struct MHD_Response *resp)
+/* Queue resp (libmicrohttpd's, http/response.c) on r's connection and
+ * destroy our reference; false when nothing was queued. */
+static bool queue(struct http_req *r, int status, struct http_response *resp)
+{
+	struct MHD_Response *m = (struct MHD_Response *)resp;
+	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, m);
+	MHD_destroy_response(m);
+	return ok == MHD_YES;
+}
+
+int http_reply_response(struct http_req *r, int status, struct http_response *resp)
 {
 	if (!resp)
 		return -ENOMEM;
@@ -126,15 +137,12 @@ int http_reply_response(struct http_req *r, int status, struct MHD_Response *res
 	if (r->defer) {
 		/* A pool worker: libmicrohttpd is driven only from the
 		 * connection's thread, which queues this on resume. */
-		if (r->deferred)
-			MHD_destroy_response(r->deferred);
+		http_response_free(&r->deferred);
 		r->deferred = resp;
 		r->deferred_status = status;
 		return 0;
 	}
-	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
-	MHD_destroy_response(resp);
-	if (ok != MHD_YES)
+	if (!queue(r, status, resp))
 		return -EIO; /* nothing queued: the dispatcher may still answer */
 	r->status = status;
 	return 0;
@@ -142,11 +150,9 @@ int http_reply_response(struct http_req *r, int status, struct MHD_Response *res
 
 int http_reply_deferred(struct http_req *r)
 {
-	struct MHD_Response *resp = r->deferred;
+	struct http_response *resp = r->deferred;
 	r->deferred = NULL;
-	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)r->deferred_status, resp);
-	MHD_destroy_response(resp);
-	if (ok != MHD_YES)
+	if (!queue(r, r->deferred_status, resp))
 		return -EIO;
 	r->status = r->deferred_status;
 	return 0;
@@ -154,24 +160,22 @@ int http_reply_deferred(struct http_req *r)
 
 int http_reply_static(struct http_req *r, int status, const char *content_type, const void *p, size_t n)
 {
-	struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)p, MHD_RESPMEM_PERSISTENT);
+	struct http_response *resp = http_response_static(p, n);
 	if (!resp)
 		return -ENOMEM;
 	if (content_type)
-		MHD_add_response_header(resp, "Content-Type", content_type);
+		http_response_header(resp, "Content-Type", content_type);
 	r->bytes_out += (int64_t)n;
 	return http_reply_response(r, status, resp);
 }
 
-struct MHD_Response *http_json_response(struct http_req *r, char *text)
+struct http_response *http_json_response(struct http_req *r, char *text)
 {
 	size_t n = strlen(text);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(text);
+	struct http_response *resp = http_response_bytes(text, n);
+	if (!resp)
 		return NULL;
-	}
-	MHD_add_response_header(resp, "Content-Type", "application/json");
+	http_response_header(resp, "Content-Type", "application/json");
 	r->bytes_out += (int64_t)n;
 	return resp;
 }
@@ -196,7 +200,7 @@ int http_reply_json(struct http_req *r, int status, json_t *body)
 	}
 	char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
 	json_decref(body);
-	struct MHD_Response *resp = text ? http_json_response(r, text) : NULL;
+	struct http_response *resp = text ? http_json_response(r, text) : NULL;
 	return resp ? http_reply_response(r, status, resp) : -ENOMEM;
 }
 
@@ -207,12 +211,10 @@ int http_reply_text(struct http_req *r, int status, char *data, size_t len)
 		free(data);
 		return o ? http_reply_json(r, status, o) : -ENOMEM;
 	}
-	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(data);
+	struct http_response *resp = http_response_bytes(data, len);
+	if (!resp)
 		return -ENOMEM;
-	}
-	MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+	http_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
 	r->bytes_out += (int64_t)len;
 	return http_reply_response(r, status, resp);
 }

@@ -22,6 +22,7 @@ struct http_env;
 struct tenant;
 struct http_route;
 struct http_req;
+struct http_response;
 
 #define REQ_MAX_PARAMS 2
 
@@ -108,15 +109,15 @@ struct http_req {
 
 	/* work handed to the pool (http/pool.c; RF_POOL routes) */
 	struct http_fairq_item pool_item;
-	int pool_state;		       /* http/pool.c's */
-	int pool_rc;		       /* the handler's return, or the refusal */
-	int64_t pool_watch;	       /* disconnect watch while queued */
-	int64_t pool_enq_ns;	       /* when it was queued */
-	http_resume_fn pool_work;      /* the blocking part a handler handed over (http_pool_then);
-					  NULL: the route's handler */
-	http_resume_fn pool_then;      /* its next part, on the event thread, once pool_work returned 0 */
-	bool defer;		       /* a worker runs the handler: replies are kept, not queued */
-	struct MHD_Response *deferred; /* the kept reply */
+	int pool_state;			/* http/pool.c's */
+	int pool_rc;			/* the handler's return, or the refusal */
+	int64_t pool_watch;		/* disconnect watch while queued */
+	int64_t pool_enq_ns;		/* when it was queued */
+	http_resume_fn pool_work;	/* the blocking part a handler handed over (http_pool_then);
+					   NULL: the route's handler */
+	http_resume_fn pool_then;	/* its next part, on the event thread, once pool_work returned 0 */
+	bool defer;			/* a worker runs the handler: replies are kept, not queued */
+	struct http_response *deferred; /* the kept reply */
 	int deferred_status;
 	bool completed_ok; /* set before on_free: the response went out whole */
 	/* What a handler's pool part left for its next part (http_pool_then),
@@ -161,7 +162,7 @@ void http_set_exec_result(struct http_req *r, const json_t *result);
 int http_reply_json(struct http_req *r, int status, json_t *body); /* steals body */
 /* An application/json response of text (taken: freed with the response,
  * or here when none can be made, then NULL); its bytes are counted. */
-struct MHD_Response *http_json_response(struct http_req *r, char *text);
+struct http_response *http_json_response(struct http_req *r, char *text);
 int http_reply_static(struct http_req *r, int status, const char *content_type, const void *p, size_t n);
 /* 200-class text/plain; charset=utf-8 of data (taken, len bytes); inside
  * an envelope, the JSON {"text": data} instead (data must be UTF-8). */
@@ -170,8 +171,10 @@ int http_reply_text(struct http_req *r, int status, char *data, size_t len);
  * Host header, checked to be a host name or address; the scheme from the
  * TLS configuration), into out; false when Host is absent or unusable. */
 bool http_base_url(struct http_req *r, char *out, size_t outsz);
-int http_reply_response(struct http_req *r, int status, struct MHD_Response *resp); /* destroys resp */
-void http_reply_common_headers(struct http_req *r, struct MHD_Response *resp);
+/* Queue resp (http/response.h) with status; destroys resp, and answers
+ * -ENOMEM for a NULL one (a constructor that failed). */
+int http_reply_response(struct http_req *r, int status, struct http_response *resp);
+void http_reply_common_headers(struct http_req *r, struct http_response *resp);
 
 /* Queue the reply a handler made on a pool worker (r->deferred); event
  * thread, on resume. 0 or -EIO. */

@@ -42,3 +42,11 @@ void http_response_header(struct http_response *resp, const char *name, const ch
 {
 	MHD_add_response_header((struct MHD_Response *)resp, name, value);
 }
+
+void http_response_free(struct http_response **resp)
+{
+	if (!resp || !*resp)
+		return;
+	MHD_destroy_response((struct MHD_Response *)*resp);
+	*resp = NULL;
+}

@@ -39,3 +39,6 @@ struct http_response *http_response_stream(uint64_t size, size_t block, http_str
 					   void (*done)(void *ctx));
 /* Add the header name: value (both copied). */
 void http_response_header(struct http_response *resp, const char *name, const char *value);
+/* Destroy a response that was never queued, *resp set to NULL (NULL or
+ * *resp NULL: nothing); a stream's done runs, an fd is closed. */
+void http_response_free(struct http_response **resp);

@@ -21,6 +21,7 @@
 #include "http/errors.h"
 #include "http/metrics.h"
 #include "http/pool.h"
+#include "http/response.h"
 
 /* Match "/exec/{id}/cancel" against a path; captures into r->params. A
  * route with RF_TAIL has its last {x} take the rest of the path, '/'s
@@ -354,7 +355,7 @@ int http_run(struct http_req *r)
 /* RFC 6750's challenge; on RF_RESOURCE_META routes with the URL of the
  * route's protected-resource metadata (RFC 9728 section 5.1), so that a
  * client (an MCP client) finds out how to authenticate. */
-static void www_authenticate(struct http_req *r, struct MHD_Response *resp)
+static void www_authenticate(struct http_req *r, struct http_response *resp)
 {
 	char base[300], v[700];
 	if (r->route && (r->route->flags & RF_RESOURCE_META) && http_base_url(r, base, sizeof base) &&
@@ -362,9 +363,9 @@ static void www_authenticate(struct http_req *r, struct MHD_Response *resp)
 			     "Bearer error=\"invalid_token\", resource_metadata=\"%s/.well-known/"
 			     "oauth-protected-resource%s\"",
 			     base, r->route->pattern) < sizeof v)
-		MHD_add_response_header(resp, "WWW-Authenticate", v);
+		http_response_header(resp, "WWW-Authenticate", v);
 	else
-		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
+		http_response_header(resp, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
 }
 
 int http_render_error(struct http_req *r, int code)
@@ -383,22 +384,22 @@ int http_render_error(struct http_req *r, int code)
 	if (!text) /* never unanswered: the code alone (static ASCII) */
 		text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"retry_hint\":null}}",
 				 wcode, wcode);
-	struct MHD_Response *resp = http_json_response(r, text);
+	struct http_response *resp = http_json_response(r, text);
 	if (!resp)
 		return -ENOMEM;
 	if (w.status == 401)
 		www_authenticate(r, resp);
 	if (w.status == 405 && r->allow)
-		MHD_add_response_header(resp, "Allow", r->allow);
+		http_response_header(resp, "Allow", r->allow);
 	if (w.status == 416 && r->content_range[0])
-		MHD_add_response_header(resp, "Content-Range", r->content_range);
+		http_response_header(resp, "Content-Range", r->content_range);
 	if (w.status == 429 || w.status == 503) {
 		char ra[24];
 		snprintf(ra, sizeof ra, "%lld", (long long)(r->retry_after_s > 0 ? r->retry_after_s : 1));
-		MHD_add_response_header(resp, "Retry-After", ra);
+		http_response_header(resp, "Retry-After", ra);
 	}
 	if (w.status == 413 || w.status == 400)
-		MHD_add_response_header(resp, "Connection", "close");
+		http_response_header(resp, "Connection", "close");
 	return http_reply_response(r, w.status, resp);
 }
 
@@ -504,8 +505,8 @@ void http_complete(struct http_req *r, bool ok)
 	if (r->tenant)
 		hk->tenant_put(hk->ctx, &r->tenant);
 	free_params(r);
-	if (r->deferred) /* made by a worker, never queued: the client left */
-		MHD_destroy_response(r->deferred);
+	/* made by a worker, never queued: the client left */
+	http_response_free(&r->deferred);
 	if (r->stash_free)
 		r->stash_free(r->stash);
 	if (r->envelope_free)

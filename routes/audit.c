@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "http/response.h"
 #include "routes/app.h"
 #include "routes/audit_nodes.h"
 #include "routes/routes.h"
@@ -181,7 +182,7 @@ static ssize_t ndjson_reader(void *cls, uint64_t pos, char *out, size_t max)
 	(void)pos;
 	while (q->out_off == q->out.len) {
 		if (q->done || q->remaining == 0)
-			return MHD_CONTENT_READER_END_OF_STREAM;
+			return HTTP_STREAM_END;
 		buf_reset(&q->out);
 		q->out_off = 0;
 		struct store_audit_filter f = q->f;
@@ -189,7 +190,7 @@ static ssize_t ndjson_reader(void *cls, uint64_t pos, char *out, size_t max)
 		struct ndjson_batch b = {&q->out, 0, q->node};
 		int64_t last = 0;
 		if (store_audit_query(q->store, &f, collect_batch, &b, &last) < 0)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+			return HTTP_STREAM_ERROR;
 		q->remaining -= b.count;
 		if (b.count < f.limit)
 			q->done = true;
@@ -246,13 +247,13 @@ int route_audit(struct http_req *r)
 	if (format && strcmp(format, "ndjson") == 0) {
 		/* NDJSON streams everything that matches, up to limit when given. */
 		q->remaining = http_query(r, "limit") ? q->f.limit : SIZE_MAX;
-		struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
-									      ndjson_reader, q, ndjson_free);
+		struct http_response *resp =
+		    http_response_stream(HTTP_SIZE_UNKNOWN, 64 * 1024, ndjson_reader, q, ndjson_free);
 		if (!resp) {
 			query_free(q);
 			return -ENOMEM;
 		}
-		MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+		http_response_header(resp, "Content-Type", "application/x-ndjson");
 		return http_reply_response(r, 200, resp);
 	}
 	if (format && strcmp(format, "json") != 0) {

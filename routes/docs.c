@@ -23,6 +23,7 @@
 
 #include "common/config.h"
 #include "http/req.h"
+#include "http/response.h"
 #include "routes/routes.h"
 #include "sandbox/workspace.h"
 
@@ -153,10 +154,10 @@ static int redirect_to_dir(struct http_req *r, const char *rel)
 	if (*rel)
 		loc[n++] = '/';
 	loc[n] = '\0';
-	struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+	struct http_response *resp = http_response_static(NULL, 0);
 	if (!resp)
 		return -ENOMEM;
-	MHD_add_response_header(resp, "Location", loc);
+	http_response_header(resp, "Location", loc);
 	return http_reply_response(r, 301, resp);
 }
 
@@ -205,13 +206,13 @@ static int serve_fd(struct http_req *r, int fd, const char *rel, const char *pat
 			r->log_detail = private_detail;
 		return http_fail(r, -ENOENT, "no such page: /docs/%s", rel);
 	}
-	struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+	struct http_response *resp = http_response_fd(fd, 0, (uint64_t)st.st_size);
 	if (!resp) {
 		close(fd);
 		return -ENOMEM;
 	}
-	MHD_add_response_header(resp, "Content-Type", content_type(path));
-	MHD_add_response_header(resp, "Content-Security-Policy", docs_csp);
+	http_response_header(resp, "Content-Type", content_type(path));
+	http_response_header(resp, "Content-Security-Policy", docs_csp);
 	r->bytes_out += (int64_t)st.st_size;
 	return http_reply_response(r, 200, resp);
 }

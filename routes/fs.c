@@ -15,6 +15,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "http/response.h"
 #include "routes/app.h"
 #include "http/fields.h"
 #include "routes/fs.h"
@@ -207,15 +208,15 @@ int route_fs_range(struct http_req *r, int fd, uint64_t size, uint64_t *start, u
 	return 0;
 }
 
-void route_fs_range_headers(struct MHD_Response *resp, int status, uint64_t start, uint64_t end,
+void route_fs_range_headers(struct http_response *resp, int status, uint64_t start, uint64_t end,
 			    uint64_t size)
 {
-	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
-	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	http_response_header(resp, "Content-Type", "application/octet-stream");
+	http_response_header(resp, "Accept-Ranges", "bytes");
 	if (status == 206) {
 		char cr[80];
 		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
-		MHD_add_response_header(resp, "Content-Range", cr);
+		http_response_header(resp, "Content-Range", cr);
 	}
 }
 
@@ -232,7 +233,7 @@ int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
 		return http_fail(r, -EFBIG, "%" PRIu64 " bytes is over the buffered limit of %" PRIu64, len,
 				 limit);
 	}
-	struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
+	struct http_response *resp = http_response_fd(fd, start, len);
 	if (!resp) {
 		close(fd);
 		return -ENOMEM;

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 struct http_req;
-struct MHD_Response;
+struct http_response;
 struct sbx_stat;
 struct sbx_dir_page;
 
@@ -29,7 +29,7 @@ int route_fs_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
 int route_fs_range(struct http_req *r, int fd, uint64_t size, uint64_t *start, uint64_t *end, int *status);
 /* The headers of a file's bytes: octet-stream, Accept-Ranges, and
  * Content-Range for a 206. */
-void route_fs_range_headers(struct MHD_Response *resp, int status, uint64_t start, uint64_t end,
+void route_fs_range_headers(struct http_response *resp, int status, uint64_t start, uint64_t end,
 			    uint64_t size);
 /* Answer 200/206 with the bytes of fd (whole, or the request's Range)
  * straight from the file; takes fd. limit: largest body allowed (0: none),

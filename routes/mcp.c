@@ -28,6 +28,7 @@
 #include "common/xmalloc.h"
 #include "http/jsonrpc.h"
 #include "http/req.h"
+#include "http/response.h"
 #include "routes/exec.h"
 #include "routes/routes.h"
 
@@ -60,11 +61,11 @@ static int reply_rpc(struct http_req *r, int status, json_t *msg, const char *se
 {
 	char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
 	json_decref(msg);
-	struct MHD_Response *resp = text ? http_json_response(r, text) : NULL;
+	struct http_response *resp = text ? http_json_response(r, text) : NULL;
 	if (!resp)
 		return -ENOMEM;
 	if (session_id)
-		MHD_add_response_header(resp, "Mcp-Session-Id", session_id);
+		http_response_header(resp, "Mcp-Session-Id", session_id);
 	return http_reply_response(r, status, resp);
 }
 

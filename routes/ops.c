@@ -8,6 +8,7 @@
 #include "common/embedded.h"
 #include "common/errors.h"
 #include "common/xmalloc.h"
+#include "http/response.h"
 #include "routes/admit.h"
 #include "routes/app.h"
 #include "routes/provider.h"
@@ -725,8 +726,8 @@ int route_metrics(struct http_req *r)
 	}
 	size_t n = 0;
 	char *text = buf_steal(&out, &n);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	struct http_response *resp = http_response_bytes(text, n);
+	http_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
 	r->bytes_out += (int64_t)n;
 	return http_reply_response(r, 200, resp);
 }
@@ -762,13 +763,12 @@ int route_dashboard(struct http_req *r)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, dashboard_csp_init);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(
-	    embedded_dashboard.len, (void *)embedded_dashboard.data, MHD_RESPMEM_PERSISTENT);
+	struct http_response *resp = http_response_static(embedded_dashboard.data, embedded_dashboard.len);
 	if (!resp)
 		return -ENOMEM;
-	MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
-	MHD_add_response_header(resp, "Content-Security-Policy", dashboard_csp);
-	MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+	http_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+	http_response_header(resp, "Content-Security-Policy", dashboard_csp);
+	http_response_header(resp, "X-Frame-Options", "DENY");
 	r->bytes_out += (int64_t)embedded_dashboard.len;
 	return http_reply_response(r, 200, resp);
 }

@@ -21,6 +21,7 @@
 #include "common/secretfile.h"
 #include "common/xmalloc.h"
 #include "http/errors.h"
+#include "http/response.h"
 #include "routes/app.h"
 #include "routes/fs.h"
 #include "routes/policy.h"
@@ -338,7 +339,7 @@ static int remote_read_buffer(struct http_req *r, const char *rel)
 		r->retry_after_s = 1;
 		return http_fail(r, -EAGAIN, "the file changed while it was read; read it again");
 	}
-	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	struct http_response *resp = http_response_bytes(data, len);
 	route_fs_range_headers(resp, status, start, end, fsize);
 	r->bytes_out += (int64_t)len;
 	return http_reply_response(r, status, resp);

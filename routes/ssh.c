@@ -14,6 +14,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "http/errors.h"
+#include "http/response.h"
 #include "routes/app.h"
 #include "routes/fs.h"
 #include "routes/policy.h"
@@ -230,7 +231,7 @@ static int ssh_read_buffer(struct http_req *r, const char *rel)
 		rc = sbx_ssh_read(c, rel, start, want, (size_t)max, &data, &len, &size);
 	if ((rc = end(r, &c, rc, "read", rel)) < 0)
 		return rc;
-	struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+	struct http_response *resp = http_response_bytes(data, len);
 	route_fs_range_headers(resp, status, start, stop, size);
 	r->bytes_out += (int64_t)len;
 	return http_reply_response(r, status, resp);

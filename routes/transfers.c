@@ -32,6 +32,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "http/response.h"
 #include "routes/app.h"
 #include "routes/provider.h"
 #include "http/fields.h"
@@ -286,7 +287,7 @@ static ssize_t dl_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct dl *d = cls;
 	if (pos >= d->len)
-		return MHD_CONTENT_READER_END_OF_STREAM;
+		return HTTP_STREAM_END;
 	size_t want = d->len - pos < max ? (size_t)(d->len - pos) : max;
 	ssize_t n;
 	do
@@ -296,7 +297,7 @@ static ssize_t dl_read(void *cls, uint64_t pos, char *buf, size_t max)
 		/* A promised length cannot be met: end with an error, so the
 		 * client sees a truncated body rather than a short "success". */
 		d->err = n < 0 ? errno : EIO;
-		return MHD_CONTENT_READER_END_WITH_ERROR;
+		return HTTP_STREAM_ERROR;
 	}
 	d->sent = pos + (uint64_t)n;
 	return n;
@@ -345,7 +346,7 @@ static int download(struct http_req *r, const char *rel, struct xfer *x, bool ha
 	if (strcmp(r->method, "HEAD") == 0) {
 		/* libmicrohttpd sends the headers (Content-Length included) and
 		 * no body; the fd is the response's. */
-		struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
+		struct http_response *resp = http_response_fd(fd, start, len);
 		if (!resp) {
 			close(fd);
 			return http_fail(r, -ENOMEM, "cannot build the response");
@@ -367,8 +368,7 @@ static int download(struct http_req *r, const char *rel, struct xfer *x, bool ha
 	d->x = *x;
 	r->hstate = d;
 	r->on_free = dl_req_free;
-	struct MHD_Response *resp =
-	    MHD_create_response_from_callback(len, DL_BLOCK, dl_read, d, dl_resp_free);
+	struct http_response *resp = http_response_stream(len, DL_BLOCK, dl_read, d, dl_resp_free);
 	if (!resp) {
 		d->err = ENOMEM;
 		return http_fail(r, -ENOMEM, "cannot build the response");
