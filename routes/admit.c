@@ -163,10 +163,9 @@ static int admit_resumed(struct http_req *r)
  * resume is acted on after that. */
 static void watch_ticket(struct http_req *r, struct route_admit *t)
 {
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci && ci->connect_fd >= 0) {
-		int64_t w = http_watch_add(r->app->watch, ci->connect_fd, on_hangup, t);
+	int fd = http_client_fd(r);
+	if (fd >= 0) {
+		int64_t w = http_watch_add(r->app->watch, fd, on_hangup, t);
 		t->watch = w > 0 ? w : 0;
 	}
 }

@@ -935,11 +935,7 @@ static struct exec_job *job_new(struct http_req *r, const struct store_exec *row
 /* Cancel the job when the client of r hangs up. */
 static void watch_hangup(struct http_req *r, struct exec_job *j)
 {
-	int fd = -1;
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci)
-		fd = ci->connect_fd;
+	int fd = http_client_fd(r);
 	if (fd >= 0) {
 		int64_t w = http_watch_add(r->app->watch, fd, on_hangup, j);
 		j->watch = w > 0 ? w : 0;
