@@ -62,12 +62,11 @@ static int64_t record_wait(struct http_pool *p, const struct http_req *r)
  * its socket; data of a next request, or nothing yet, is "still there"). */
 static bool client_gone(struct http_req *r)
 {
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (!ci || ci->connect_fd < 0)
+	int fd = http_client_fd(r);
+	if (fd < 0)
 		return false;
 	char c;
-	ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN));
 }
 

@@ -8,7 +8,6 @@
  * the reply helpers then keep the response for the event thread, and the
  * handler must not suspend. */
 #include <jansson.h>
-#include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +16,7 @@
 #include "common/buf.h"
 #include "http/fairq.h"
 
+struct MHD_Connection; /* libmicrohttpd's, used by http/ only */
 struct app;
 struct http_env;
 struct tenant;

@@ -4,6 +4,7 @@
 #include "http/route.h"
 
 #include <errno.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
