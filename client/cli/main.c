@@ -17,7 +17,9 @@ static const struct {
 	const char *help;
 } commands[] = {
     {"exec", cmd_exec,
-     "exec [-e NAME=VALUE]... [-w DIR] [-t SECONDS] [-i] [--id ID] [--raw] [--network] -- COMMAND..."},
+     "exec [-e NAME=VALUE]... [-w DIR] [-t SECONDS] [--idle-timeout S] [-i] [--max-output N] [--id ID] "
+     "[--raw] "
+     "[--network] -- COMMAND..."},
     {"cancel", cmd_cancel, "cancel EXEC_ID"},
     {"cp", cmd_cp, "cp [--no-verify] SRC DST        (one of them sandbox:PATH or :PATH; - is stdin/stdout)"},
     {"cat", cmd_cat, "cat PATH..."},
