@@ -14,11 +14,7 @@
 #include "common/xmalloc.h"
 #include "http/errors.h"
 #include "routes/app.h"
-#include "routes/policy.h"
 #include "routes/provider.h"
-#include "routes/remote.h"
-#include "routes/ssh.h"
-#include "sandbox/registry.h"
 #include "sandbox/rootimg.h"
 
 #define PROVIDER_BIT (1ULL << 63)
@@ -39,37 +35,6 @@ struct route_jobs {
 	size_t running; /* threads not yet ended (they outlive their list entry) */
 	struct down_note notes[NOTES_MAX];
 };
-
-struct route_provider *route_provider_new(struct app *a, const char *tenant, const struct route_policy *p)
-{
-	switch (route_policy_kind(p)->id) {
-	case SBX_BK_REMOTE:
-		return route_remote_new(a, tenant, p);
-	case SBX_BK_SSH:
-		return route_ssh_new(a, tenant, p);
-	case SBX_BK_BWRAP:
-	case SBX_BK_LOCAL:
-		break; /* this server's own (sandbox/backend.h) */
-	}
-	return NULL;
-}
-
-void route_provider_free(struct route_provider **p)
-{
-	if (!p || !*p)
-		return;
-	(*p)->ops->free(*p);
-	*p = NULL;
-}
-
-int route_provider_refuse(struct http_req *r, const char *what)
-{
-	if (!r->tenant || !r->tenant->provider)
-		return 0;
-	return http_fail(r, -SBX_E_FORBIDDEN,
-			 "%s is not available for tenant %s: its files and commands are served %s", what,
-			 r->tenant->name, r->tenant->provider->ops->where);
-}
 
 static struct down_note *note_locked(struct route_jobs *o, const char *backend)
 {
