@@ -27,8 +27,10 @@ enum http_route_flags {
 				    mode (common/nowait.h), on the pool only when that would wait */
 	RF_TAIL = 1u << 12,	 /* the last {x} takes the rest of the path: '/'s included, may be empty */
 	RF_RESOURCE_META =
-	    1u << 13, /* a 401 names the RFC 9728 metadata (WWW-Authenticate
-			 resource_metadata="<base>/.well-known/oauth-protected-resource<pattern>") */
+	    1u << 13,		 /* a 401 names the RFC 9728 metadata (WWW-Authenticate
+				    resource_metadata="<base>/.well-known/oauth-protected-resource<pattern>") */
+	RF_WORKSPACE = 1u << 14, /* needs the tenant's workspace on this server: the program's
+				    tenant_admit refuses it for a tenant served elsewhere */
 };
 
 typedef int (*http_handler)(struct http_req *r);
@@ -63,8 +65,10 @@ struct http_hooks {
 	void (*tenant_put)(void *ctx, struct tenant **t);
 	/* Once the token is verified: 0 to serve the tenant, or a negative
 	 * code with why (shown to the client) when the program will not (its
-	 * uid mode cannot give it a uid of its own). NULL: always served. */
-	int (*tenant_admit)(void *ctx, struct tenant *t, char *why, size_t whysz);
+	 * uid mode cannot give it a uid of its own, or it cannot serve route
+	 * rt for it). NULL: always served. */
+	int (*tenant_admit)(void *ctx, struct tenant *t, const struct http_route *rt, char *why,
+			    size_t whysz);
 	/* Record a finished request in the audit trail (r->status, bytes,
 	 * target... are final; route is the pattern or "unmatched"). */
 	int (*audit)(void *ctx, const struct http_req *r, const char *route, const char *outcome, double ms);

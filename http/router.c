@@ -119,9 +119,10 @@ static int authenticate(struct http_req *r)
 	const char *tid = http_header(r, "X-Tenant-Id");
 	if (tid && strcmp(tid, r->claims.tenant) != 0)
 		return http_fail(r, -SBX_E_FORBIDDEN, "X-Tenant-Id does not match the token's tenant");
-	char refused[256] = "";
+	char refused[384] = "";
 	if (r->env->hooks.tenant_admit &&
-	    (rc = r->env->hooks.tenant_admit(r->env->hooks.ctx, r->tenant, refused, sizeof refused)) < 0)
+	    (rc = r->env->hooks.tenant_admit(r->env->hooks.ctx, r->tenant, r->route, refused,
+					     sizeof refused)) < 0)
 		return http_fail(r, rc, "%s", refused);
 	return 0;
 }

@@ -45,12 +45,16 @@ static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struc
 	return rc;
 }
 
-static int hook_tenant_admit(void *ctx, struct tenant *t, char *why, size_t whysz)
+static int hook_tenant_admit(void *ctx, struct tenant *t, const struct http_route *rt, char *why,
+			     size_t whysz)
 {
+	int rc;
 	if (!t)
 		return 0;
 	if (!t->unserved[0])
-		return route_storage_admit(ctx, t, why, whysz);
+		return (rc = route_provider_admit(t, rt, why, whysz)) < 0
+			   ? rc
+			   : route_storage_admit(ctx, t, why, whysz);
 	snprintf(why, whysz, "this server cannot serve tenant %s: %s", t->name, t->unserved);
 	return -SBX_E_BACKEND;
 }

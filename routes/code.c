@@ -157,7 +157,7 @@ static int snapshot_work(struct http_req *r)
 bool route_exec_snapshot_deferred(struct http_req *r, int *rc)
 {
 	/* A remote tenant's track_changes is refused by POST /exec itself. */
-	if (r->stash_free || !r->tenant || r->tenant->provider ||
+	if (r->stash_free || !r->tenant || !(r->tenant->provider->ops->caps & ROUTE_CAN_RUN_HERE) ||
 	    !json_is_true(json_object_get(r->json, "track_changes")))
 		return false;
 	*rc = http_pool_then(r->env->pool, r, snapshot_work, route_exec_post);
@@ -396,7 +396,5 @@ static int code_work(struct http_req *r)
 
 int route_code_post(struct http_req *r)
 {
-	if (r->tenant && r->tenant->provider)
-		return route_provider_refuse(r, "POST /code");
 	return http_pool_then(r->env->pool, r, code_work, route_exec_post);
 }

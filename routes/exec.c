@@ -193,8 +193,11 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 
 /* A remote tenant's command runs on the back server under its policy;
  * what needs this server's workspace or runner is refused. */
-static int remote_checks(struct http_req *r, struct exec_request *q)
+/* A provider whose commands run elsewhere (routes/provider.h): the
+ * fields only this server's backends give are refused, here alone. */
+static int elsewhere_checks(struct http_req *r, struct exec_request *q)
 {
+	const struct route_provider_ops *ops = r->tenant->provider->ops;
 	const char *what = q->image		? "image"
 			   : q->x.track_changes ? "track_changes"
 			   : q->x.stdin_pipe	? "stdin_pipe"
@@ -204,9 +207,9 @@ static int remote_checks(struct http_req *r, struct exec_request *q)
 	if (what)
 		return http_fail(r, -SBX_E_FORBIDDEN,
 				 "%s is not available for tenant %s: its commands run %s", what,
-				 r->tenant->name, r->tenant->provider->ops->where);
+				 r->tenant->name, ops->where);
 	q->backend = r->app->backend; /* not used: the job runs on the back */
-	return r->tenant->provider->ops->check(r);
+	return ops->check ? ops->check(r) : 0;
 }
 
 /* The tenant's I/O budget binds its disk image's loop device (cgroup
@@ -268,8 +271,8 @@ static int apply_policy(struct http_req *r, struct exec_request *q)
 	json_t *pj = route_policy_json(p);
 	q->policy_text = json_dumps(pj, JSON_COMPACT);
 	json_decref(pj);
-	if (r->tenant->provider)
-		return remote_checks(r, q);
+	if (!(r->tenant->provider->ops->caps & ROUTE_CAN_RUN_HERE))
+		return elsewhere_checks(r, q);
 	q->backend = route_backend_find(a, p->backend);
 	if (!q->backend) {
 		r->retry_after_s = 60;
@@ -315,12 +318,9 @@ static int parse_request(struct http_req *r, struct exec_request *q)
 	return rc < 0 ? rc : apply_policy(r, q);
 }
 
-/* Check: the cwd, once, here. Resolved beneath the workspace fd: a
- * symlink (made by a command) that leads out is an escape (403
- * outside_workspace), not "not a directory"; a dangling one is missing
- * (404); one that stays inside is followed. The backend keeps only its
- * cheap defences (a relative path without dot components; an openat2
- * beneath the workspace just before the spawn). */
+/* Check: the session (made here if it is new: a visible step) and the
+ * cwd, once, where the provider keeps the files (routes/local.c: beneath
+ * the workspace fd). */
 static int check_cwd(struct http_req *r, struct exec_request *q)
 {
 	int rc;
@@ -333,17 +333,8 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 		snprintf(q->cwd_rel, sizeof q->cwd_rel, "%s", r->session_rel);
 	}
 	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
-	if (r->tenant->provider) /* where it is, or when it starts */
-		return r->tenant->provider->ops->cwd ? r->tenant->provider->ops->cwd(r, q->cwd_rel) : 0;
-	int cwd_fd = sbx_ws_openat(r->tenant->ws, q->cwd_rel, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
-	if (cwd_fd < 0) {
-		rc = cwd_fd == -EXDEV || cwd_fd == -ENOTDIR || cwd_fd == -ELOOP ? cwd_fd : -ENOENT;
-		return http_fail(r, rc, "cwd %s %s", q->cwd ? q->cwd : "(session)",
-				 rc == -EXDEV ? "leaves the workspace"
-					      : "is not a directory in the workspace");
-	}
-	close(cwd_fd);
-	return 0;
+	const struct route_provider_ops *ops = r->tenant->provider->ops;
+	return ops->cwd ? ops->cwd(r, q->cwd_rel, q->cwd) : 0; /* NULL: checked where it starts */
 }
 
 /* The idempotency key covers everything that changes what runs. */
@@ -477,7 +468,7 @@ int route_exec_post(struct http_req *r)
 	}
 	if (rc == 0)
 		rc = check_cwd(r, &q);
-	if (rc == 0 && !r->tenant->provider) /* a remote tenant's images are the back's */
+	if (rc == 0 && (r->tenant->provider->ops->caps & ROUTE_CAN_RUN_HERE)) /* else the back's */
 		rc = route_image_select(r, q.image, &q.policy, q.backend, &q.img, q.img_name);
 	if (rc == 0) {
 		http_set_target(r, q.command);

@@ -651,9 +651,10 @@ static int exec_resume(struct http_req *r)
 		r->retry_after_s = ew->retry_after_s;
 	if (ew->error && ew->reason)
 		return http_fail(r, ew->error, "%s", ew->reason);
-	if (ew->error && ew->job->tenant->provider)
+	const char *down = ew->job->tenant->provider->ops->down;
+	if (ew->error && down)
 		return http_fail(r, ew->error, "%s",
-				 ew->error == -SBX_E_BACKEND ? ew->job->tenant->provider->ops->down
+				 ew->error == -SBX_E_BACKEND ? down
 							     : "the tenant's backend refused the command");
 	if (ew->error)
 		return http_fail(r, ew->error,
@@ -1173,7 +1174,8 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 	j->max_execs = o->max_execs;
 	if (withdrawn)
 		return end_withdrawn_locked(r, j, row, o);
-	if (!j->tenant->provider && !sbx_backend_kind_named(sbx_backend_name(run->backend))->isolated)
+	if ((j->tenant->provider->ops->caps & ROUTE_CAN_RUN_HERE) &&
+	    !sbx_backend_kind_named(sbx_backend_name(run->backend))->isolated)
 		log_msg("warn", "exec %s of tenant %s runs on the host without isolation (backend local)",
 			j->id, j->tenant->name);
 	if (o->approval)

@@ -25,7 +25,7 @@
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 
-static json_t *wire_path_json(const char *rel)
+json_t *route_fs_path_json(const char *rel)
 {
 	char wire[SBX_PATH_MAX + 16];
 	sbx_path_wire(rel, wire, sizeof wire);
@@ -97,18 +97,6 @@ int route_fail_path(struct http_req *r, int rc, const char *what, const char *re
 	}
 }
 
-/* Read a regular file whole, bounded by max_buffered_bytes. */
-static int read_whole(struct http_req *r, const char *rel, char **data, size_t *len)
-{
-	size_t max = (size_t)r->app->cfg->max_buffered_bytes;
-	uint64_t size = 0;
-	int rc = sbx_fs_read_all(r->tenant->ws, rel, max, data, len, &size);
-	if (rc == -EFBIG)
-		return http_fail(r, rc, "file is %" PRIu64 " bytes or more, over the buffered limit of %zu",
-				 size, max);
-	return rc < 0 ? route_fail_path(r, rc, "read", rel) : 0;
-}
-
 int route_fs_read(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
@@ -118,14 +106,7 @@ int route_fs_read(struct http_req *r)
 
 int route_fs_read_at(struct http_req *r, const char *rel)
 {
-	char *data = NULL;
-	size_t len = 0;
-	int rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->read(r, rel);
-	if ((rc = read_whole(r, rel, &data, &len)) < 0)
-		return rc;
-	return route_fs_reply_text(r, data, len);
+	return r->tenant->provider->ops->read(r, rel);
 }
 
 int route_fs_reply_text(struct http_req *r, char *data, size_t len)
@@ -249,13 +230,7 @@ int route_fs_read_buffer(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->read_buffer(r, rel);
-	int fd = -1;
-	uint64_t size = 0;
-	if ((rc = sbx_fs_open_read(r->tenant->ws, rel, &fd, &size)) < 0)
-		return route_fail_path(r, rc, "read", rel);
-	return route_fs_reply_fd(r, fd, size, (uint64_t)r->app->cfg->max_buffered_bytes);
+	return r->tenant->provider->ops->read_buffer(r, rel);
 }
 
 int route_fs_write(struct http_req *r)
@@ -267,16 +242,7 @@ int route_fs_write(struct http_req *r)
 
 int route_fs_write_at(struct http_req *r, const char *rel)
 {
-	int rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->write(r, rel);
-	if ((rc = route_storage_guard(r)) < 0)
-		return rc;
-	rc = sbx_fs_write(r->tenant->ws, rel, r->body.ptr ? r->body.ptr : "", r->body.len, true);
-	if (rc < 0)
-		return route_fail_path(r, rc, "write", rel);
-	return http_reply_json(
-	    r, 200, json_pack("{s:o, s:I}", "path", wire_path_json(rel), "size", (json_int_t)r->body.len));
+	return r->tenant->provider->ops->write(r, rel);
 }
 
 static void put_mtime(json_t *o, const struct timespec *ts)
@@ -288,7 +254,7 @@ static void put_mtime(json_t *o, const struct timespec *ts)
 
 json_t *route_fs_stat_json(const char *rel, const struct sbx_stat *st)
 {
-	json_t *o = json_pack("{s:o, s:s, s:b}", "path", wire_path_json(rel), "type",
+	json_t *o = json_pack("{s:o, s:s, s:b}", "path", route_fs_path_json(rel), "type",
 			      sbx_ftype_name(st->type), "is_symlink", st->is_symlink);
 	/* A link that dangles or leaves the workspace is described as itself,
 	 * without fields of a target we will not look at. */
@@ -311,14 +277,7 @@ int route_fs_stat(struct http_req *r)
 
 int route_fs_stat_at(struct http_req *r, const char *rel)
 {
-	int rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->stat(r, rel);
-	struct sbx_stat st;
-	if ((rc = sbx_fs_stat(r->tenant->ws, rel, &st)) < 0)
-		return route_fail_path(r, rc, "stat", rel);
-	json_t *o = route_fs_stat_json(rel, &st);
-	return http_reply_json(r, 200, o);
+	return r->tenant->provider->ops->stat(r, rel);
 }
 
 /* readdir pages (wire.md amended in openapi.yaml): limit entries after
@@ -365,19 +324,7 @@ int route_fs_readdir(struct http_req *r)
 
 int route_fs_readdir_at(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
 {
-	int rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->readdir(r, rel, after, limit, detail);
-	struct sbx_dir_page page;
-	rc = sbx_fs_readdir_page(r->tenant->ws, rel, after, (size_t)limit, detail, &page);
-	if (rc == -EBADMSG)
-		return http_fail(r, -EINVAL,
-				 "after is not a cursor of this directory (use the next of the page before)");
-	if (rc < 0)
-		return route_fail_path(r, rc, "list", rel);
-	json_t *o = route_fs_page_json(&page, detail);
-	sbx_dir_page_clear(&page);
-	return http_reply_json(r, 200, o);
+	return r->tenant->provider->ops->readdir(r, rel, after, limit, detail);
 }
 
 int route_fs_exists(struct http_req *r)
@@ -386,12 +333,7 @@ int route_fs_exists(struct http_req *r)
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->exists(r, rel);
-	bool exists = false;
-	if ((rc = sbx_fs_exists(r->tenant->ws, rel, &exists)) < 0)
-		return route_fail_path(r, rc, "look up", rel);
-	return http_reply_json(r, 200, json_pack("{s:b}", "exists", exists));
+	return r->tenant->provider->ops->exists(r, rel);
 }
 
 /* The "path" field of a JSON body, resolved. */
@@ -415,13 +357,7 @@ int route_fs_mkdir(struct http_req *r)
 	char rel[SBX_PATH_MAX];
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->mkdir(r, rel, recursive);
-	if ((rc = route_storage_guard(r)) < 0)
-		return rc;
-	if ((rc = sbx_fs_mkdir(r->tenant->ws, rel, recursive)) < 0)
-		return route_fail_path(r, rc, "create", rel);
-	return http_reply_json(r, 201, json_pack("{s:o}", "path", wire_path_json(rel)));
+	return r->tenant->provider->ops->mkdir(r, rel, recursive);
 }
 
 int route_fs_rm(struct http_req *r)
@@ -440,13 +376,7 @@ int route_fs_rm(struct http_req *r)
 	char rel[SBX_PATH_MAX];
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->rm(r, rel, recursive, force);
-	bool removed = false;
-	if ((rc = sbx_fs_rm(r->tenant->ws, rel, recursive, force, &removed)) < 0)
-		return route_fail_path(r, rc, "remove", rel);
-	return http_reply_json(r, 200,
-			       json_pack("{s:o, s:b}", "path", wire_path_json(rel), "removed", removed));
+	return r->tenant->provider->ops->rm(r, rel, recursive, force);
 }
 
 int route_fs_move(struct http_req *r)
@@ -472,10 +402,5 @@ int route_fs_move(struct http_req *r)
 	sbx_path_wire(rto, wt, sizeof wt);
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
 	http_set_target(r, target);
-	if (r->tenant->provider)
-		return r->tenant->provider->ops->move(r, rfrom, rto, overwrite);
-	if ((rc = sbx_fs_move(r->tenant->ws, rfrom, rto, overwrite)) < 0)
-		return route_fail_path(r, rc, "move",
-				       rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
-	return http_reply_json(r, 200, json_pack("{s:o}", "path", wire_path_json(rto)));
+	return r->tenant->provider->ops->move(r, rfrom, rto, overwrite);
 }

@@ -14,6 +14,8 @@ struct sbx_dir_page;
 /* The bodies of stat and readdir, and the answer of read_file (200 with
  * the text, takes data; 422 not_text when it is not UTF-8): shared with
  * the providers (routes/provider.h) so they render as the local routes. */
+/* A workspace-relative path as the wire spells it (/workspace/...). */
+json_t *route_fs_path_json(const char *rel);
 json_t *route_fs_stat_json(const char *rel, const struct sbx_stat *st);
 json_t *route_fs_page_json(const struct sbx_dir_page *page, bool detail);
 int route_fs_reply_text(struct http_req *r, char *data, size_t len);

@@ -241,10 +241,10 @@ void route_job_exit(struct route_job *j, struct sbx_exec_result *res, int err, c
 int route_jobs_submit(struct app *a, struct route_provider *p, const char *session, size_t session_len,
 		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job)
 {
-	if (!p)
-		return sbx_runner_submit(a->runner, req, cb, ctx, job);
-	struct sbx_rootimg_ref *img = req->rootimg; /* taken, as the runner does (none is chosen) */
-	sbx_rootimg_close(&img);
+	if (!(p->ops->caps & ROUTE_CAN_RUN_HERE)) {
+		struct sbx_rootimg_ref *img = req->rootimg; /* taken, as the runner does (none is chosen) */
+		sbx_rootimg_close(&img);
+	}
 	return p->ops->submit(a, p, session, session_len, req, cb, ctx, job);
 }
 

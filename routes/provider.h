@@ -1,26 +1,30 @@
 #pragma once
-/* The tenant-level seam. A tenant's files and commands are served either
- * here (the local provider: sandbox/workspace.c and fsops.c for files,
- * the runner and a spawn-level struct sbx_backend, bwrap or local, for
- * commands) or by a provider elsewhere: another sandboxd (backend
- * `remote`, routes/remote.c) or a host reached over SSH (backend `ssh`,
- * routes/ssh.c). The `backend` key of the tenant's policy chooses, when
- * the tenant is loaded (routes/app.c; so a policy change applies within
- * the tenant cache's few seconds, or at once when made through PUT
- * /tenants/{name}/policy).
+/* The tenant-level seam: one ops table for the SandboxApi's files and
+ * commands, chosen once per tenant when it is loaded (routes/app.c, by
+ * routes/providers.c from the `backend` key of its policy; so a policy
+ * change applies within the tenant cache's few seconds, or at once when
+ * made through PUT /tenants/{name}/policy). Every served tenant has one:
  *
- * struct tenant's `provider` is NULL for a local tenant; the file routes
- * (routes/fs.c) and POST /exec call its ops instead of sandbox/ when it
- * is set, and routes that only make sense on a local workspace
- * (streaming transfers, sessions, /code, stdin and terminals) refuse such
- * a tenant with route_provider_refuse.
+ * - local (routes/local.c): this server's workspace (sandbox/workspace.c
+ *   and fsops.c) and its runner with a spawn-level struct sbx_backend,
+ *   bwrap or local;
+ * - remote (routes/remote.c): another sandboxd, through libsandboxd;
+ * - ssh (routes/ssh.c): a host reached over SSH.
  *
- * Every op answers r (rendered exactly as the local routes render theirs)
- * and returns 0 or the error code. rel is the resolved path as route_path
- * gives it. A provider that cannot be reached answers 503
- * backend_unavailable with Retry-After. The file ops block on the network
- * and run on the file pool (RF_POOL), never on an HTTP event thread (they
- * return -EAGAIN after nowait_blocked() in no-wait mode).
+ * (A tenant this server cannot serve, t->unserved set, has none: the
+ * HTTP layer refuses its requests before any handler runs.) The file
+ * routes (routes/fs.c) and POST /exec call its ops and branch on nothing
+ * else; what a provider cannot do is said by its caps: a route that
+ * needs the workspace here (RF_WORKSPACE in routes/table.c) is refused in
+ * one place, route_provider_admit, and POST /exec's fields in one
+ * place of routes/exec.c.
+ *
+ * Every file op answers r (rendered with routes/fs.h's helpers, so every
+ * provider answers alike) and returns 0 or the error code. rel is the
+ * resolved path as route_path gives it. A provider that cannot be reached
+ * answers 503 backend_unavailable with Retry-After. The file ops may
+ * block and run on the file pool (RF_POOL), never on an HTTP event
+ * thread (they return -EAGAIN after nowait_blocked() in no-wait mode).
  *
  * Threads: a provider is immutable after it is made (what it shares, such
  * as connections, it locks itself) and is used by any number of threads;
@@ -35,11 +39,29 @@ struct app;
 struct http_req;
 struct route_policy;
 struct route_provider;
+struct tenant;
+struct http_route;
+
+/* What a provider can do beyond the file ops and plain commands. */
+enum route_provider_caps {
+	/* The tenant's workspace is on this server: sessions, streaming
+	 * transfers and /code (RF_WORKSPACE routes). */
+	ROUTE_CAN_WORKSPACE = 1u << 0,
+	/* Commands run here, on this server's backends (sandbox/backend.h):
+	 * root images, I/O budgets, track_changes, stdin_pipe, tty, network
+	 * through the egress gateway. */
+	ROUTE_CAN_RUN_HERE = 1u << 1,
+};
 
 struct route_provider_ops {
-	const char *name;  /* the policy's backend: "remote", "ssh" */
+	const char *name;  /* the policy's backend: "local" for bwrap and local, "remote", "ssh" */
 	const char *where; /* for refusals: "on another sandboxd (backend remote)" */
-	const char *down;  /* an exec's error when the provider went away mid-command */
+	/* An exec's error when the provider went away mid-command (NULL: the
+	 * runner's own reasons say it). */
+	const char *down;
+	unsigned caps; /* enum route_provider_caps */
+	/* POST /exec before the command is accepted: 0, or r answered.
+	 * NULL: nothing to check. */
 	int (*check)(struct http_req *r);
 	int (*read)(struct http_req *r, const char *rel);
 	int (*read_buffer)(struct http_req *r, const char *rel);
@@ -50,9 +72,10 @@ struct route_provider_ops {
 	int (*mkdir)(struct http_req *r, const char *rel, bool recursive);
 	int (*rm)(struct http_req *r, const char *rel, bool recursive, bool force);
 	int (*move)(struct http_req *r, const char *from, const char *to, bool overwrite);
-	/* POST /exec's cwd (a rel path) before the command is accepted: 0, or
+	/* POST /exec's cwd (a rel path; asked: the client's spelling, NULL
+	 * for the session's directory) before the command is accepted: 0, or
 	 * r answered. NULL: the provider checks it when the command starts. */
-	int (*cwd)(struct http_req *r, const char *rel);
+	int (*cwd)(struct http_req *r, const char *rel, const char *asked);
 	/* Start a command (see route_jobs_submit): 0 with *job, or -errno. */
 	int (*submit)(struct app *a, struct route_provider *p, const char *session, size_t session_len,
 		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);
@@ -64,19 +87,25 @@ struct route_provider {
 	const struct route_provider_ops *ops;
 };
 
-/* The provider the policy's backend names, for tenant `tenant` (NULL for
- * bwrap and local). Never fails otherwise: settings that cannot work make
- * every request of the tenant 503 backend_unavailable saying why. */
+/* The provider the policy's backend names, for tenant `tenant`. Never
+ * fails: settings that cannot work make every request of the tenant 503
+ * backend_unavailable saying why. */
 struct route_provider *route_provider_new(struct app *a, const char *tenant, const struct route_policy *p);
 /* Accepts NULL; no call may be running on it. */
 void route_provider_free(struct route_provider **p);
-/* A route that needs the local workspace: 403 forbidden for a tenant with
- * a provider (returns the code), 0 for a local one. */
+/* This server's own (routes/local.c): shared by every local tenant, never freed. */
+extern struct route_provider route_local_provider;
+/* The one refusal of a route the tenant's provider cannot serve: a route
+ * of the table flagged RF_WORKSPACE (rt) for a provider without
+ * ROUTE_CAN_WORKSPACE: -SBX_E_FORBIDDEN with why. 0 otherwise. */
+int route_provider_admit(const struct tenant *t, const struct http_route *rt, char *why, size_t whysz);
+/* The same for a route that finds its tenant itself (a transfer token):
+ * 403 forbidden answered on r (returns the code), or 0. */
 int route_provider_refuse(struct http_req *r, const char *what);
 
-/* ---- commands: the runner's interface, for local and provider jobs ----
+/* ---- commands: the runner's interface, for every provider's jobs ----
  *
- * Handles of provider jobs have the top bit set, so one uint64_t names a
+ * Handles of jobs that run elsewhere have the top bit set, so one uint64_t names a
  * job of either kind and the registry (routes/exec_registry.c) keeps one
  * code path. A provider job runs on a thread of its own and reports
  * SBX_EV_START, SBX_EV_OUTPUT and SBX_EV_EXIT to cb as the runner would
@@ -88,11 +117,11 @@ struct route_jobs;
 void route_jobs_new(struct route_jobs **out);
 /* Cancel every provider job and wait until each has reported its exit. */
 void route_jobs_free(struct route_jobs **j);
-/* p NULL: sbx_runner_submit on a->runner. Else the provider's job:
- * session (len bytes) is the session it runs in; req->spawn.cwd_rel,
- * command, env, the timeouts, stdin and max_output_bytes are used; the
- * rest of req is the local runner's and ignored (req->rootimg is closed:
- * taken, as by sbx_runner_submit). */
+/* The provider's job: session (len bytes) is the session it runs in. The
+ * local provider hands req to sbx_runner_submit on a->runner; a provider
+ * without ROUTE_CAN_RUN_HERE uses req->spawn.cwd_rel, command, env, the
+ * timeouts, stdin and max_output_bytes and ignores the rest, which is the
+ * local runner's (req->rootimg is closed: taken, as by sbx_runner_submit). */
 int route_jobs_submit(struct app *a, struct route_provider *p, const char *session, size_t session_len,
 		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);
 /* sbx_runner_cancel / sbx_runner_kill for either kind: 0 or -ESRCH. */

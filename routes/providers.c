@@ -2,10 +2,14 @@
  * turns the backend its policy names into an ops table. Providers of
  * other machines are routes/remote.c and routes/ssh.c; jobs.c below runs
  * their commands. */
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/errors.h"
 #include "http/errors.h"
+#include "http/req.h"
+#include "http/route.h"
 #include "routes/app.h"
 #include "routes/policy.h"
 #include "routes/provider.h"
@@ -24,7 +28,7 @@ struct route_provider *route_provider_new(struct app *a, const char *tenant, con
 	case SBX_BK_LOCAL:
 		break; /* this server's own (sandbox/backend.h) */
 	}
-	return NULL;
+	return &route_local_provider;
 }
 
 void route_provider_free(struct route_provider **p)
@@ -35,9 +39,23 @@ void route_provider_free(struct route_provider **p)
 	*p = NULL;
 }
 
+static bool has_workspace(const struct tenant *t)
+{
+	return !t->provider || (t->provider->ops->caps & ROUTE_CAN_WORKSPACE);
+}
+
+int route_provider_admit(const struct tenant *t, const struct http_route *rt, char *why, size_t whysz)
+{
+	if (!(rt->flags & RF_WORKSPACE) || has_workspace(t))
+		return 0;
+	snprintf(why, whysz, "%s %s is not available for tenant %s: its files and commands are served %s",
+		 rt->method, rt->pattern, t->name, t->provider->ops->where);
+	return -SBX_E_FORBIDDEN;
+}
+
 int route_provider_refuse(struct http_req *r, const char *what)
 {
-	if (!r->tenant || !r->tenant->provider)
+	if (!r->tenant || has_workspace(r->tenant))
 		return 0;
 	return http_fail(r, -SBX_E_FORBIDDEN,
 			 "%s is not available for tenant %s: its files and commands are served %s", what,

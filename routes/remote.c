@@ -484,6 +484,7 @@ static const struct route_provider_ops remote_ops = {
     .where = "by another sandboxd (backend remote); use that server for it",
     .down = "the tenant's remote sandboxd cannot be reached, or went away while the command ran (what "
 	    "became of it there is unknown)",
+    .caps = 0, /* files and commands on the back: no workspace, nothing run here */
     .check = remote_check,
     .read = remote_read,
     .read_buffer = remote_read_buffer,

@@ -78,8 +78,6 @@ static json_t *session_json(const struct store_session *s)
 
 int route_sessions_list(struct http_req *r)
 {
-	if (r->tenant && r->tenant->provider)
-		return route_provider_refuse(r, "GET /sessions");
 	int64_t limit = 0;
 	int rc = http_query_int(r, "limit", SESSIONS_LIMIT_DEFAULT, 1, SESSIONS_LIMIT_MAX, &limit);
 	if (rc < 0)
@@ -98,8 +96,6 @@ int route_sessions_list(struct http_req *r)
 
 int route_session_delete(struct http_req *r)
 {
-	if (r->tenant && r->tenant->provider)
-		return route_provider_refuse(r, "DELETE /session");
 	char segment[64];
 	int rc =
 	    store_session_find(r->app->store, r->tenant->name, r->session_key, r->session_key_len, segment);

@@ -470,6 +470,7 @@ static const struct route_provider_ops ssh_ops = {
     .where = "on a host over SSH (backend ssh)",
     .down = "the tenant's SSH host cannot be reached, or the connection broke while the command ran "
 	    "(what became of it there is unknown)",
+    .caps = 0, /* files and commands on the host: no workspace, nothing run here */
     .check = ssh_check,
     .read = ssh_read,
     .read_buffer = ssh_read_buffer,

@@ -249,8 +249,8 @@ static int token_open(struct http_req *r, const char *direction, struct store_tr
 				     : http_fail(r, rc, "cannot load the tenant");
 	/* Minted while the tenant was local: a remote tenant is never served
 	 * from this server's disk. */
-	if (r->tenant->provider)
-		return route_provider_refuse(r, "/fs/stream/{token}");
+	if ((rc = route_provider_refuse(r, "/fs/stream/{token}")) < 0)
+		return rc;
 	return 0;
 }
 
@@ -420,8 +420,6 @@ int route_transfer_get(struct http_req *r)
 /* GET /fs/read_stream?path=P */
 int route_fs_read_stream(struct http_req *r)
 {
-	if (r->tenant && r->tenant->provider)
-		return route_provider_refuse(r, "GET /fs/read_stream");
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
 	int rc = route_query_path(r, rel, sizeof rel);
@@ -562,8 +560,6 @@ int route_transfer_put_begin(struct http_req *r)
 /* Begin hook of PUT /fs/write_stream?path=P. */
 int route_fs_write_stream_begin(struct http_req *r)
 {
-	if (r->tenant && r->tenant->provider)
-		return route_provider_refuse(r, "PUT /fs/write_stream");
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
 	int rc = route_query_path(r, rel, sizeof rel);
@@ -601,8 +597,6 @@ int route_transfer_put(struct http_req *r)
 /* POST /fs/transfers {path, direction, ttl_s} */
 int route_transfers_post(struct http_req *r)
 {
-	if (r->tenant && r->tenant->provider)
-		return route_provider_refuse(r, "POST /fs/transfers");
 	const struct sbx_config *cfg = r->app->cfg;
 	const char *path = NULL, *direction = NULL;
 	size_t plen = 0, dlen = 0;

@@ -271,9 +271,24 @@ static void test_exec_equal(void **state)
 	/* What needs this server's workspace is refused, not done wrongly. */
 	res = exec_front("{\"command\":\"true\",\"track_changes\":true}", 403);
 	json_decref(res);
-	struct it_resp r = req(&front, "GET", "/sessions", NULL);
-	it_expect_error(&r, 403, "forbidden");
-	it_resp_free(&r);
+	/* Every route flagged as needing the workspace here, refused in one
+	 * place before its handler (and before any body is read), naming the
+	 * route and where the tenant's files are. */
+	static const char *const local_only[][3] = {
+	    {"GET", "/sessions", NULL},
+	    {"DELETE", "/session", NULL},
+	    {"POST", "/code", "{\"language\":\"python\",\"code\":\"print(1)\"}"},
+	    {"POST", "/fs/transfers", "{\"path\":\"a\",\"direction\":\"download\"}"},
+	    {"GET", "/fs/read_stream?path=a", NULL},
+	    {"PUT", "/fs/write_stream?path=a", "bytes"},
+	};
+	for (size_t i = 0; i < sizeof local_only / sizeof local_only[0]; i++) {
+		struct it_resp r = req(&front, local_only[i][0], local_only[i][1], local_only[i][2]);
+		it_expect_error(&r, 403, "forbidden");
+		assert_non_null(strstr(r.body, "backend remote"));
+		assert_non_null(strstr(r.body, local_only[i][0]));
+		it_resp_free(&r);
+	}
 	/* The front's exec record and its audit. */
 	json_t *list = NULL;
 	assert_int_equal(front_json("GET", "/execs?limit=5", NULL, &list), 200);
