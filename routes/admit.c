@@ -14,7 +14,6 @@
 #include "http/req.h"
 #include "http/watch.h"
 #include "routes/app.h"
-#include "routes/exec_registry.h"
 
 enum admit_state { Q_WAITING, Q_ADMITTED, Q_EXPIRED, Q_STOPPED, Q_GONE, Q_CANCELLED };
 
@@ -284,14 +283,11 @@ int route_admit_exec(struct http_req *r, int64_t limit, int64_t queue_max, int (
 	}
 	struct route_admit *t = enqueue_locked(r, limit, rerun, held);
 	set_limit_locked(l, limit);
-	bool first = a->admit.queued == 1;
 	/* A limit raised meanwhile admits at once (this request, if next). */
 	struct route_admit *now = route_admit_next_locked(a, l);
 	pthread_mutex_unlock(&a->tenants_lock);
 	watch_ticket(r, t);
 	route_admit_resume(now);
-	if (first) /* the approvals thread learns of a deadline */
-		route_execs_wake(a->execs);
 	return 1;
 }
 

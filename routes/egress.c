@@ -14,6 +14,7 @@
 #include "routes/app.h"
 #include "routes/audit.h"
 #include "routes/exec.h"
+#include "routes/exec_registry.h"
 #include "routes/routes.h"
 
 #define EGRESS_LIMIT_MAX 1000

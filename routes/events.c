@@ -7,6 +7,7 @@
 #include "common/errors.h"
 #include "routes/app.h"
 #include "routes/exec.h"
+#include "routes/exec_registry.h"
 #include "routes/exec_row.h"
 #include "routes/routes.h"
 #include "http/hub.h"

@@ -5,6 +5,7 @@
  * connection and answers it at the exit (the first request, and
  * idempotent retries with the same id). A client that hangs up while
  * its command runs cancels it (routes/watch.c notices). */
+#include "routes/paths.h"
 #include "routes/exec.h"
 
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include "routes/admit.h"
 #include "routes/app.h"
 #include "routes/code.h"
+#include "routes/exec_extras.h"
 #include "http/fields.h"
 #include "http/errors.h"
 #include "routes/exec_registry.h"
@@ -122,7 +124,7 @@ struct exec_request {
 	json_t *env;
 	int64_t timeout_s, idle_timeout_s, max_output;
 	bool stream, network, wait, timeout_given, output_given;
-	struct route_exec_extras x; /* track_changes, background, stdin_pipe, tty (routes/code.h) */
+	struct route_exec_extras x; /* track_changes, background, stdin_pipe, tty (routes/exec_extras.h) */
 	/* Derived by the steps below; freed by request_clear. */
 	struct route_policy policy; /* the tenant's, read at this request */
 	struct sbx_backend *backend;
@@ -442,6 +444,7 @@ static int start(struct http_req *r, struct exec_request *q)
 	    .max_execs = p->max_execs,
 	    .exec_queue = p->exec_queue,
 	    .approval_timeout_ms = a->cfg->approval_timeout_s * 1000,
+	    .rerun = route_exec_post,
 	};
 	rc = route_exec_extras_apply(r, &q->x, &run, &o);
 	if (rc < 0)
@@ -462,7 +465,7 @@ int route_exec_post(struct http_req *r)
 	/* track_changes: its file work (the session, the first snapshot) on
 	 * the pool, once the request is known to be one that runs; this
 	 * starts again with the snapshot taken. */
-	if (rc == 0 && route_exec_snapshot_deferred(r, &rc)) {
+	if (rc == 0 && route_exec_snapshot_deferred(r, &rc, route_exec_post)) {
 		request_clear(&q);
 		return rc;
 	}
@@ -515,18 +518,6 @@ static json_t *exec_view(const struct http_req *r, const struct store_exec *ex, 
 		json_object_set_new(o, "result", res ? res : json_null());
 	}
 	return o;
-}
-
-/* 404 for an exec id; one that names another node says so: a balancer
- * sent it to the wrong node (README "Running many nodes"). */
-int route_exec_unknown(struct http_req *r, const char *id)
-{
-	char node[SBX_NODE_ID_MAX + 1];
-	if (sbx_node_of(id, node, sizeof node) && strcmp(node, r->app->cfg->node_id) != 0)
-		return http_fail(r, -ENOENT,
-				 "no exec %s on node %s: its id names node %s (route /exec/{id} by it)", id,
-				 r->app->cfg->node_id, node);
-	return http_fail(r, -ENOENT, "no exec %s", id);
 }
 
 int route_exec_get(struct http_req *r)

@@ -30,9 +30,6 @@ void route_exec_fini(struct app *a);
 /* {"id", "command", "session", "cwd", "started_at"}: the data of the
  * `start` event and the common part of GET /exec/{id}. */
 json_t *route_exec_start_json(const struct store_exec *ex);
-/* 404 not_found for exec id (after http_fail); the message says when the
- * id names another node (a balancer routed it wrongly). */
-int route_exec_unknown(struct http_req *r, const char *id);
 /* POST /exec/{id}/cancel's work for exec id of r's tenant (any string:
  * one that is no exec id is 404): 202 {"id", "state": "cancelling"},
  * 404, or 409 when it has finished. */

@@ -18,6 +18,7 @@
 #include "http/fields.h"
 #include "routes/app.h"
 #include "routes/code.h"
+#include "routes/exec_extras.h"
 #include "routes/exec.h"
 #include "routes/exec_registry.h"
 #include "routes/routes.h"

@@ -12,12 +12,12 @@
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "common/nodes.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/admit.h"
 #include "routes/app.h"
 #include "http/errors.h"
-#include "routes/exec.h"
 #include "routes/exec_row.h"
 #include "http/hub.h"
 #include "http/metrics.h"
@@ -25,6 +25,7 @@
 #include "http/watch.h"
 #include "common/utf8.h"
 #include "routes/code.h"
+#include "routes/exec_extras.h"
 #include "sandbox/changes.h"
 #include "sandbox/registry.h"
 #include "sandbox/rootimg.h"
@@ -868,12 +869,14 @@ static int begin_locked(struct http_req *r, struct store_exec *row, const struct
 			return rc; /* answered (or waiting) from the earlier exec */
 		}
 		rc = held || *withdrawn ? 0
-		     : o->approval ? route_tenant_acquire_pending(a, r->tenant, o->max_execs, o->held_bytes)
-				   : route_admit_exec(r, o->max_execs, o->background ? 0 : o->exec_queue,
-						      route_exec_post);
+		     : o->approval
+			 ? route_tenant_acquire_pending(a, r->tenant, o->max_execs, o->held_bytes)
+			 : route_admit_exec(r, o->max_execs, o->background ? 0 : o->exec_queue, o->rerun);
 		held = false;
-		if (rc == 1)
-			return 0; /* waits for a slot, suspended */
+		if (rc == 1) {
+			route_execs_wake(a->execs); /* the approvals thread learns of its deadline */
+			return 0;		    /* waits for a slot, suspended */
+		}
 		if (rc == -E2BIG || rc == -ENOBUFS)
 			return route_tenant_hold_fail(r, rc, o->held_bytes);
 		if (rc < 0) {
@@ -1211,6 +1214,18 @@ int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exe
 			return http_fail(r, rc, "the command could not be started");
 	}
 	return 0;
+}
+
+/* 404 for an exec id; one that names another node says so: a balancer
+ * sent it to the wrong node (README "Running many nodes"). */
+int route_exec_unknown(struct http_req *r, const char *id)
+{
+	char node[SBX_NODE_ID_MAX + 1];
+	if (sbx_node_of(id, node, sizeof node) && strcmp(node, r->app->cfg->node_id) != 0)
+		return http_fail(r, -ENOENT,
+				 "no exec %s on node %s: its id names node %s (route /exec/{id} by it)", id,
+				 r->app->cfg->node_id, node);
+	return http_fail(r, -ENOENT, "no exec %s", id);
 }
 
 int route_execs_answer_state(struct http_req *r, const char *id, const char *why)

@@ -61,6 +61,7 @@ struct route_exec_opts {
 	int64_t exec_queue;	     /* requests that may wait for one of them (routes/admit.h) */
 	int64_t approval_timeout_ms; /* with approval: rejected when no one decides by then */
 	int64_t held_bytes;	     /* set by route_execs_start: the inline stdin it keeps while it waits */
+	int (*rerun)(struct http_req *r); /* the handler run again once a slot admits r (POST /exec's) */
 };
 
 /* Start the command of r, or answer r from the earlier exec of the same
@@ -85,6 +86,10 @@ struct route_exec_opts {
  * (a rejection); the request waits too, or (!o->wait, or background) is
  * answered 202 with the exec's view. At shutdown a waiting command is
  * cancelled; after a crash its row becomes 'lost' like a running one's. */
+/* 404 for an exec id; one that names another node says so: a balancer
+ * sent it to the wrong node (README "Running many nodes"). */
+int route_exec_unknown(struct http_req *r, const char *id);
+
 int route_execs_start(struct http_req *r, struct store_exec *row, struct sbx_exec_req *run,
 		      struct route_exec_opts *o);
 

@@ -16,6 +16,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "http/response.h"
+#include "routes/paths.h"
 #include "routes/app.h"
 #include "http/fields.h"
 #include "routes/fs.h"
@@ -30,71 +31,6 @@ json_t *route_fs_path_json(const char *rel)
 	char wire[SBX_PATH_MAX + 16];
 	sbx_path_wire(rel, wire, sizeof wire);
 	return json_string(wire);
-}
-
-int route_path(struct http_req *r, const char *wire, size_t len, char *out, size_t outsz)
-{
-	int rc = route_session(r);
-	if (rc < 0)
-		return rc;
-	rc = sbx_path_normalize(wire, len, r->session_rel, out, outsz);
-	if (rc < 0)
-		http_set_target_raw(r, wire, len);
-	if (rc == -EXDEV)
-		return http_fail(r, rc, "path leaves the workspace");
-	if (rc < 0)
-		return http_fail(r, rc, "bad path: empty, NUL byte, or a component or the whole too long");
-	char wirebuf[SBX_PATH_MAX + 16];
-	sbx_path_wire(out, wirebuf, sizeof wirebuf);
-	http_set_target(r, wirebuf);
-	return 0;
-}
-
-int route_query_path(struct http_req *r, char *rel, size_t relsz)
-{
-	size_t n = 0;
-	const char *p = http_query_n(r, "path", &n);
-	if (!p)
-		return http_fail(r, -EINVAL, "query parameter path is required");
-	return route_path(r, p, n, rel, relsz);
-}
-
-int route_fail_path(struct http_req *r, int rc, const char *what, const char *rel)
-{
-	char wire[SBX_PATH_MAX + 16];
-
-	sbx_path_wire(rel, wire, sizeof wire);
-	switch (rc) {
-	case -ENOENT:
-		return http_fail(r, rc, "no such file or directory: %s", wire);
-	case -SBX_E_PARENT_MISSING:
-		return http_fail(r, rc, "parent directory missing: %s", wire);
-	case -EXDEV:
-		return http_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
-	case -EISDIR:
-		return http_fail(r, rc, "is a directory: %s", wire);
-	case -ENOTDIR:
-		return http_fail(r, rc, "not a directory (or a parent is not): %s", wire);
-	case -EEXIST:
-		return http_fail(r, rc, "already exists: %s", wire);
-	case -ENOTEMPTY:
-		return http_fail(r, rc, "directory not empty: %s (use recursive)", wire);
-	case -SBX_E_SPECIAL:
-		return http_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -SBX_E_ROOT:
-		return http_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
-	case -EINVAL:
-		return http_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
-	case -ELOOP:
-		return http_fail(r, rc, "too many levels of symbolic links: %s", wire);
-	case -EFBIG:
-		return http_fail(r, rc, "file too large for %s", wire);
-	case -ENOSPC:
-	case -EDQUOT:
-		return route_storage_fail(r, rc, wire);
-	default:
-		return http_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
-	}
 }
 
 int route_fs_read(struct http_req *r)

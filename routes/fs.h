@@ -1,6 +1,7 @@
 #pragma once
-/* Helpers of routes/fs.c that the other routes share: paths and their
- * errors, ranges, answering with a file. */
+/* Helpers of routes/fs.c that the other routes and the providers share:
+ * ranges, answering with a file, the bodies of stat and readdir. (Paths
+ * and their errors: routes/paths.h.) */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,18 +38,6 @@ void route_fs_range_headers(struct http_response *resp, int status, uint64_t sta
  * straight from the file; takes fd. limit: largest body allowed (0: none),
  * over it 413. */
 int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit);
-
-/* Normalise a wire path against the request's session (created on first
- * use) into a workspace-relative path in out; the audit target is set
- * (as asked for when refused). 0, or -EINVAL / -EXDEV with http_fail. */
-int route_path(struct http_req *r, const char *wire, size_t len, char *out, size_t outsz);
-/* The ?path= parameter (a decoded %00 stays in it and is refused),
- * resolved like route_path. */
-int route_query_path(struct http_req *r, char *rel, size_t relsz);
-/* http_fail for a file operation's error: the one errno -> message table of
- * the file and transfer routes ("no such file or directory: /workspace/x").
- * what: the verb ("read", "write", ...); rel: the workspace-relative path. */
-int route_fail_path(struct http_req *r, int rc, const char *what, const char *rel);
 
 /* The work of read_file, write_file (r->body is the file), stat and
  * readdir on a path already resolved (route_path) into rel, answered as

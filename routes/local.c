@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "http/response.h"
+#include "routes/paths.h"
 #include "routes/app.h"
 #include "routes/fs.h"
 #include "routes/provider.h"

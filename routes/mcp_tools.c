@@ -12,6 +12,7 @@
  * /exec/{id}/cancel's. Only the arguments listed per tool are taken (the
  * REST fields that would change how the request is answered, stream,
  * background, tty, stdin_pipe, wait, are not tools' arguments). */
+#include "routes/paths.h"
 #include "routes/mcp.h"
 
 #include <errno.h>
@@ -26,6 +27,7 @@
 #include "http/pool.h"
 #include "http/req.h"
 #include "routes/code.h"
+#include "routes/exec_extras.h"
 #include "routes/exec.h"
 #include "routes/fs.h"
 #include "routes/routes.h"

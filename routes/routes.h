@@ -34,9 +34,6 @@ int route_fs_rm(struct http_req *r);
 int route_fs_move(struct http_req *r);
 
 /* routes/sessions.c */
-/* Resolve the request's session: find or create its row and directory
- * (once), and set r->session_rel. 0 or -errno (with http_fail). */
-int route_session(struct http_req *r);
 int route_sessions_list(struct http_req *r);
 int route_session_delete(struct http_req *r);
 

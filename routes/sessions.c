@@ -24,37 +24,6 @@
 #define SESSIONS_LIMIT_MAX 10000
 #define SESSION_STOP_WAIT_MS 5000 /* SIGKILLed commands end in a runner turn; bounded all the same */
 
-static void segment_fn(const char *key, size_t len, unsigned salt, char *out)
-{
-	sbx_session_segment(key, len, salt, out);
-}
-
-int route_session(struct http_req *r)
-{
-	if (r->session_rel)
-		return 0;
-	char segment[64];
-	bool created = false;
-	int rc = 0;
-	if (!nowait_on())
-		rc = store_session_get_or_create(r->app->store, r->tenant->name, r->session_key,
-						 r->session_key_len, segment_fn, now_ms(), segment, &created);
-	else if (!store_session_cached(r->app->store, r->tenant->name, r->session_key, r->session_key_len,
-				       now_ms(), segment)) {
-		nowait_blocked(); /* a lookup or a write in SQLite may wait */
-		rc = -EAGAIN;
-	}
-	if (rc < 0)
-		return http_fail(r, rc, "cannot record the session");
-	rc = sbx_session_dir_ensure(r->tenant->ws, segment);
-	if (rc == -ENOSPC || rc == -EDQUOT)
-		return route_storage_fail(r, rc, "the session's directory");
-	if (rc < 0)
-		return http_fail(r, rc, "cannot create the session directory: %s", sbx_strerror(rc));
-	r->session_rel = xasprintf("sessions/%s", segment);
-	return 0;
-}
-
 /* Keys are bytes; JSON wants UTF-8. */
 static json_t *key_json(const char *key, size_t len)
 {

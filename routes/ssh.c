@@ -1,5 +1,6 @@
 /* Backend ssh's route glue: files and commands of a tenant on an SSH host
  * (see ssh.h; the protocol is sandbox/ssh*.c's). */
+#include "routes/paths.h"
 #include "routes/ssh.h"
 
 #include <errno.h>

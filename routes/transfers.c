@@ -33,6 +33,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "http/response.h"
+#include "routes/paths.h"
 #include "routes/app.h"
 #include "routes/provider.h"
 #include "http/fields.h"
