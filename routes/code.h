@@ -5,18 +5,8 @@
  * handler. HTTP threads, except the file work (POST /code's inputs),
  * which runs on the file pool. */
 #include <jansson.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "http/fields.h"
 
 struct app;
-struct http_req;
-struct route_exec_opts;
-struct sbx_exec_req;
-struct sbx_snapshot;
-struct sbx_workspace;
 
 /* The languages POST /code can run now: their interpreters, configured
  * (code-languages) and installed where the sandbox sees them (/readyz). */

@@ -79,40 +79,36 @@ int route_query_path(struct http_req *r, char *rel, size_t relsz)
 	return route_path(r, p, n, rel, relsz);
 }
 
+/* The answers of file errors that name the path: before, the path as
+ * the wire spells it, after. */
+static const struct {
+	int rc;
+	const char *before, *after;
+} path_errors[] = {
+    {-ENOENT, "no such file or directory: ", ""},
+    {-SBX_E_PARENT_MISSING, "parent directory missing: ", ""},
+    {-EXDEV, "", " leaves the workspace (through a symlink or ..)"},
+    {-EISDIR, "is a directory: ", ""},
+    {-ENOTDIR, "not a directory (or a parent is not): ", ""},
+    {-EEXIST, "already exists: ", ""},
+    {-ENOTEMPTY, "directory not empty: ", " (use recursive)"},
+    {-SBX_E_SPECIAL, "not a regular file (FIFO, socket or device): ", ""},
+    {-ELOOP, "too many levels of symbolic links: ", ""},
+    {-EFBIG, "file too large for ", ""},
+};
+
 int route_fail_path(struct http_req *r, int rc, const char *what, const char *rel)
 {
 	char wire[SBX_PATH_MAX + 16];
-
 	sbx_path_wire(rel, wire, sizeof wire);
-	switch (rc) {
-	case -ENOENT:
-		return http_fail(r, rc, "no such file or directory: %s", wire);
-	case -SBX_E_PARENT_MISSING:
-		return http_fail(r, rc, "parent directory missing: %s", wire);
-	case -EXDEV:
-		return http_fail(r, rc, "%s leaves the workspace (through a symlink or ..)", wire);
-	case -EISDIR:
-		return http_fail(r, rc, "is a directory: %s", wire);
-	case -ENOTDIR:
-		return http_fail(r, rc, "not a directory (or a parent is not): %s", wire);
-	case -EEXIST:
-		return http_fail(r, rc, "already exists: %s", wire);
-	case -ENOTEMPTY:
-		return http_fail(r, rc, "directory not empty: %s (use recursive)", wire);
-	case -SBX_E_SPECIAL:
-		return http_fail(r, rc, "not a regular file (FIFO, socket or device): %s", wire);
-	case -SBX_E_ROOT:
+	for (size_t i = 0; i < sizeof path_errors / sizeof path_errors[0]; i++)
+		if (path_errors[i].rc == rc)
+			return http_fail(r, rc, "%s%s%s", path_errors[i].before, wire, path_errors[i].after);
+	if (rc == -SBX_E_ROOT)
 		return http_fail(r, rc, "cannot %s the workspace root or a session's root directory", what);
-	case -EINVAL:
+	if (rc == -EINVAL)
 		return http_fail(r, rc, "cannot %s %s: not a valid path", what, wire);
-	case -ELOOP:
-		return http_fail(r, rc, "too many levels of symbolic links: %s", wire);
-	case -EFBIG:
-		return http_fail(r, rc, "file too large for %s", wire);
-	case -ENOSPC:
-	case -EDQUOT:
+	if (rc == -ENOSPC || rc == -EDQUOT)
 		return route_storage_fail(r, rc, wire);
-	default:
-		return http_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
-	}
+	return http_fail(r, rc, "cannot %s %s: %s", what, wire, sbx_strerror(rc));
 }
