@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "http/req.h"
 #include "http/watch.h"
 #include "routes/app.h"
+#include "routes/policy.h"
 
 enum admit_state { Q_WAITING, Q_ADMITTED, Q_EXPIRED, Q_STOPPED, Q_GONE, Q_CANCELLED };
 
@@ -382,4 +384,122 @@ void route_admit_render(struct app *a, struct buf *out)
 		    (unsigned long long)st->stopped, (unsigned long long)st->left,
 		    (unsigned long long)st->cancelled);
 	pthread_mutex_unlock(&a->tenants_lock);
+}
+
+/* ---- the tenants' slots: commands, approvals, transfers ---- */
+
+static int acquire(struct app *a, int *counter, int64_t limit)
+{
+	int rc = 0;
+	pthread_mutex_lock(&a->tenants_lock);
+	if (*counter >= limit)
+		rc = -SBX_E_TOO_MANY;
+	else
+		(*counter)++;
+	pthread_mutex_unlock(&a->tenants_lock);
+	return rc;
+}
+
+static void release(struct app *a, int *counter)
+{
+	pthread_mutex_lock(&a->tenants_lock);
+	(*counter)--;
+	pthread_mutex_unlock(&a->tenants_lock);
+}
+
+int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit)
+{
+	return acquire(a, &t->load->execs, limit);
+}
+
+void route_tenant_release_exec(struct app *a, struct tenant *t)
+{
+	pthread_mutex_lock(&a->tenants_lock);
+	t->load->execs--;
+	struct route_admit *next = route_admit_next_locked(a, t->load);
+	pthread_mutex_unlock(&a->tenants_lock);
+	route_admit_resume(next);
+}
+
+/* Issue 26, item 7: 32 commands waiting for approval with 14 MB of
+ * inline stdin each kept 619 MiB in the server, outside every tenant's
+ * budget, for up to the approval timeout. */
+int route_tenant_hold_locked(struct app *a, struct tenant_load *l, int64_t n)
+{
+	int64_t per = a->cfg->wait_stdin_bytes_per_tenant;
+	if (n <= 0)
+		return 0;
+	if (n > per)
+		return -E2BIG;
+	if (l->held_stdin > per - n || a->held_stdin > a->cfg->wait_stdin_bytes - n)
+		return -ENOBUFS;
+	l->held_stdin += n;
+	a->held_stdin += n;
+	return 0;
+}
+
+void route_tenant_unhold_locked(struct app *a, struct tenant_load *l, int64_t n)
+{
+	if (n <= 0)
+		return;
+	l->held_stdin -= n;
+	a->held_stdin -= n;
+}
+
+int route_tenant_hold_fail(struct http_req *r, int rc, int64_t n)
+{
+	const struct sbx_config *c = r->app->cfg;
+	if (rc == -E2BIG)
+		return http_fail(r, -E2BIG,
+				 "an inline stdin of %lld bytes cannot wait (for approval or an exec slot): "
+				 "wait-stdin-bytes-per-tenant is %lld; send it with stdin_pipe or as a file",
+				 (long long)n, (long long)c->wait_stdin_bytes_per_tenant);
+	r->retry_after_s = 1;
+	return http_fail(
+	    r, -SBX_E_TOO_MANY,
+	    "requests waiting (for approval or an exec slot) already keep their bound of inline "
+	    "stdin (wait-stdin-bytes-per-tenant %lld, wait-stdin-bytes %lld in all); retry later, "
+	    "or send it with stdin_pipe or as a file",
+	    (long long)c->wait_stdin_bytes_per_tenant, (long long)c->wait_stdin_bytes);
+}
+
+int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit, int64_t stdin_bytes)
+{
+	struct tenant_load *l = t->load;
+	int rc = 0;
+	pthread_mutex_lock(&a->tenants_lock);
+	if (l->pending >= limit)
+		rc = -SBX_E_TOO_MANY;
+	else if ((rc = route_tenant_hold_locked(a, l, stdin_bytes)) == 0)
+		l->pending++;
+	pthread_mutex_unlock(&a->tenants_lock);
+	return rc;
+}
+
+void route_tenant_release_pending(struct app *a, struct tenant *t, int64_t stdin_bytes)
+{
+	pthread_mutex_lock(&a->tenants_lock);
+	t->load->pending--;
+	route_tenant_unhold_locked(a, t->load, stdin_bytes);
+	pthread_mutex_unlock(&a->tenants_lock);
+}
+
+/* The limit is read at each transfer: a policy change applies to the next one. */
+int route_tenant_acquire_transfer(struct app *a, struct tenant *t)
+{
+	struct route_policy p;
+	int64_t limit = a->cfg->tenant_max_transfers;
+	int rc = route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL);
+	if (rc == -SBX_E_BACKEND)
+		return rc; /* a stored limit it cannot apply: refused, not the default */
+	if (rc == 0) {
+		limit = p.max_transfers;
+		route_policy_clear(&p);
+	}
+	return acquire(a, &t->load->transfers, limit);
+}
+
+void route_tenant_release_transfer(struct app *a, struct tenant *t)
+{
+	release(a, &t->load->transfers);
 }

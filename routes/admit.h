@@ -28,6 +28,7 @@
 struct app;
 struct buf;
 struct http_req;
+struct tenant;
 struct tenant_load;
 
 /* Take one of the exec slots of r's tenant (at most limit), or queue r
@@ -77,3 +78,29 @@ void route_admit_stop(struct app *a);
  * sandboxd_exec_queue_refused_total{reason} (the waits are
  * http_metrics's sandboxd_exec_queue_wait_seconds). */
 void route_admit_render(struct app *a, struct buf *out);
+
+/* ---- the tenants' slots (the admission queue hands them on) ---- */
+
+/* Per-tenant concurrency slots: 0, or -SBX_E_TOO_MANY at the limit (the
+ * tenant policy's max_execs, max_transfers). */
+int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit);
+/* Frees one exec slot; when requests wait for one (routes/admit.h), it
+ * passes to the oldest instead. */
+void route_tenant_release_exec(struct app *a, struct tenant *t);
+/* Commands waiting for approval (bounded by max_execs too). */
+/* A pending slot (of limit) for a command that waits for approval and
+ * keeps stdin_bytes of inline stdin meanwhile: 0, -SBX_E_TOO_MANY
+ * (slots), or route_tenant_hold_locked's refusal. */
+int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit, int64_t stdin_bytes);
+void route_tenant_release_pending(struct app *a, struct tenant *t, int64_t stdin_bytes);
+/* Under tenants_lock: count n bytes of inline stdin a waiting request
+ * keeps, within wait-stdin-bytes-per-tenant and wait-stdin-bytes (in
+ * all): 0, -E2BIG (n alone exceeds the tenant's bound) or -ENOBUFS
+ * (other waiting requests hold the rest). route_tenant_unhold_locked
+ * gives them back. */
+int route_tenant_hold_locked(struct app *a, struct tenant_load *l, int64_t n);
+void route_tenant_unhold_locked(struct app *a, struct tenant_load *l, int64_t n);
+/* The answer of a hold refused with rc (-E2BIG or -ENOBUFS). */
+int route_tenant_hold_fail(struct http_req *r, int rc, int64_t n);
+int route_tenant_acquire_transfer(struct app *a, struct tenant *t);
+void route_tenant_release_transfer(struct app *a, struct tenant *t);

@@ -1,7 +1,9 @@
 #pragma once
 /* The process-wide state every route reaches: configuration, store,
- * runner, backends, the tenant cache and metrics. Built by server/ at
- * start-up and handed to every request. */
+ * runner, backends, the tenant cache and metrics; and struct tenant. Types
+ * only (and init/fini, routes/init.c): the tenant cache is
+ * routes/tenant_cache.h, the tenants' slots routes/admit.h. Built by
+ * server/ at start-up and handed to every request. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -111,52 +113,18 @@ struct app {
 	size_t nloads;
 	struct admit_stats admit;
 	int64_t held_stdin; /* every tenant's load->held_stdin, under tenants_lock */
+	/* A life of tenant name ended (removed, or removed and added again):
+	 * what must not serve the next life is stopped (routes/init.c; called
+	 * by the tenant cache, without its lock). */
+	void (*life_ended)(struct app *a, const char *name, uid_t uid, int64_t incarnation, bool removed,
+			   bool forget_storage);
 };
 
+/* Build a's state and wire the HTTP layer's hooks (routes/init.c); fini
+ * frees what init made and the tenant cache. */
 int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz);
 void route_app_fini(struct app *a);
 
-/* Look up a tenant (cached for a few seconds, then re-read so a removal or
- * a key change takes effect) and take a reference. -ENOENT unknown;
- * -SBX_E_BACKEND when the uid mode cannot serve it (t->unserved says
- * why: requests of such a tenant are refused after authentication);
- * other -errno. */
-int route_tenant_get(struct app *a, const char *name, struct tenant **out);
-void route_tenant_put(struct app *a, struct tenant **t);
-/* Make the next lookup of tenant name read it again (its policy changed). */
-void route_tenant_expire(struct app *a, const char *name);
-/* The started backend called name, or NULL when this server does not offer it. */
-struct sbx_backend *route_backend_find(struct app *a, const char *name);
-/* Per-tenant concurrency slots: 0, or -SBX_E_TOO_MANY at the limit (the
- * tenant policy's max_execs, max_transfers). */
-int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit);
-/* Frees one exec slot; when requests wait for one (routes/admit.h), it
- * passes to the oldest instead. */
-void route_tenant_release_exec(struct app *a, struct tenant *t);
-/* Commands waiting for approval (bounded by max_execs too). */
-/* A pending slot (of limit) for a command that waits for approval and
- * keeps stdin_bytes of inline stdin meanwhile: 0, -SBX_E_TOO_MANY
- * (slots), or route_tenant_hold_locked's refusal. */
-int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit, int64_t stdin_bytes);
-void route_tenant_release_pending(struct app *a, struct tenant *t, int64_t stdin_bytes);
-/* Under tenants_lock: count n bytes of inline stdin a waiting request
- * keeps, within wait-stdin-bytes-per-tenant and wait-stdin-bytes (in
- * all): 0, -E2BIG (n alone exceeds the tenant's bound) or -ENOBUFS
- * (other waiting requests hold the rest). route_tenant_unhold_locked
- * gives them back. */
-int route_tenant_hold_locked(struct app *a, struct tenant_load *l, int64_t n);
-void route_tenant_unhold_locked(struct app *a, struct tenant_load *l, int64_t n);
-/* The answer of a hold refused with rc (-E2BIG or -ENOBUFS). */
-int route_tenant_hold_fail(struct http_req *r, int rc, int64_t n);
-int route_tenant_acquire_transfer(struct app *a, struct tenant *t);
-void route_tenant_release_transfer(struct app *a, struct tenant *t);
-
-/* The uid mode as /readyz and the log state it ("root: one uid per
- * tenant", "subuid range N..M via newuidmap", "shared uid (allowed by
- * allow-shared-uid): ..."), into out. false when it cannot serve the
- * tenants there are: uids shared by several tenants without
- * allow-shared-uid. */
-bool route_uids_describe(struct app *a, char *out, size_t outsz);
 /* Containment (security.md item 10): whether every backend of bs (those
  * that start commands here) runs them inside cgroups, and the cgroup
  * layer has a controller for every nonzero default limit and budget of
@@ -168,7 +136,3 @@ bool route_uids_describe(struct app *a, char *out, size_t outsz);
  * then says degraded. */
 bool route_containment_describe(const struct sbx_config *cfg, struct sbx_backend *const *bs, size_t n,
 				bool images, char *out, size_t outsz);
-/* At start: 0, or -EPERM with the reason and the fix in err when a tenant
- * cannot be served (several tenants would share a uid, or a tenant's uid
- * lies outside the subordinate range). */
-int route_uids_check_start(struct app *a, char *err, size_t errsz);

@@ -17,6 +17,7 @@
 #include "common/xmalloc.h"
 #include "routes/admit.h"
 #include "routes/app.h"
+#include "routes/tenant_cache.h"
 #include "http/errors.h"
 #include "routes/exec_row.h"
 #include "http/hub.h"

@@ -11,6 +11,7 @@
 #include "http/response.h"
 #include "routes/admit.h"
 #include "routes/app.h"
+#include "routes/tenant_cache.h"
 #include "routes/provider.h"
 #include "routes/policy.h"
 #include "routes/images.h"

@@ -11,7 +11,7 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/log.h"
-#include "routes/remote.h"
+#include "routes/remote_back.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "sandbox/egress/rules.h"

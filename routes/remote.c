@@ -25,60 +25,14 @@
 #include "routes/app.h"
 #include "routes/fs.h"
 #include "routes/policy.h"
+#include "routes/remote_back.h"
 #include "routes/remote_impl.h"
 #include "sandbox/fsops.h"
 #include "sandbox/workspace.h"
 
-#define TOKEN_MAX 16384
 #define CONNECT_TIMEOUT_MS 3000
 #define CALL_TIMEOUT_MS 60000
 #define DOWN_RETRY_AFTER_S 5
-
-/* The token file's content without surrounding white space, or NULL
- * with why. */
-static char *read_token(const char *path, char *why, size_t whysz)
-{
-	size_t n;
-	char *buf = sbx_secret_file_read(path, "remote_token_file", TOKEN_MAX, &n, why, whysz);
-	if (!buf)
-		return NULL;
-	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-		n--;
-	buf[n] = '\0';
-	if (n == 0 || n == TOKEN_MAX || strpbrk(buf, " \t\r\n")) {
-		snprintf(why, whysz, "remote_token_file %s must hold one token (at most %d bytes)", path,
-			 TOKEN_MAX - 1);
-		free(buf);
-		return NULL;
-	}
-	return buf;
-}
-
-int route_remote_back_of(const struct route_policy *p, char *out, size_t outsz, char *why, size_t whysz)
-{
-	if (!p->remote_url)
-		return -EINVAL;
-	size_t n = strlen(p->remote_url);
-	while (n > 0 && p->remote_url[n - 1] == '/')
-		n--;
-	char back[64] = "";
-	if (p->remote_tenant && *p->remote_tenant) {
-		snprintf(back, sizeof back, "%s", p->remote_tenant);
-	} else {
-		char *token = p->remote_token_file ? read_token(p->remote_token_file, why, whysz) : NULL;
-		int rc = token ? auth_token_tenant_claim(token, back, sizeof back) : -EINVAL;
-		if (token)
-			memset(token, 0, strlen(token));
-		free(token);
-		if (rc < 0) {
-			if (token)
-				snprintf(why, whysz, "the token in remote_token_file names no tenant");
-			return -EINVAL;
-		}
-	}
-	snprintf(out, outsz, "%.*s %s", (int)n, p->remote_url, back);
-	return 0;
-}
 
 /* Which front tenant holds each back tenant in this process: a second
  * one naming it is refused at use as well (a policy set before this
@@ -166,7 +120,7 @@ static void open_handle(struct route_remote *rr, const struct app *a, const stru
 			 "backend remote needs remote_url and remote_token_file in the tenant's policy");
 		return;
 	}
-	char *token = read_token(p->remote_token_file, rr->why, sizeof rr->why);
+	char *token = route_remote_token_read(p->remote_token_file, rr->why, sizeof rr->why);
 	if (!token) {
 		tenant_why(rr, token_reason(rr->why));
 		return;

@@ -30,10 +30,3 @@ struct route_provider;
  * 503 backend_unavailable saying why). The token file is read now. */
 struct route_provider *route_remote_new(const struct app *a, const char *tenant,
 					const struct route_policy *p);
-
-/* The back tenant p names, as "URL tenant" (the URL without trailing
- * slashes; the tenant remote_tenant, else the token's tenant claim):
- * two front tenants naming the same one would share its files, so the
- * policy (routes/policy.c) and the provider refuse the second. 0, or
- * -EINVAL with why (for the server's log: it names the token file). */
-int route_remote_back_of(const struct route_policy *p, char *out, size_t outsz, char *why, size_t whysz);

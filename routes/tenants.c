@@ -13,6 +13,7 @@
 
 #include "common/errors.h"
 #include "routes/app.h"
+#include "routes/tenant_cache.h"
 #include "sandbox/egress/gateway.h"
 #include "routes/policy.h"
 #include "routes/routes.h"

@@ -35,6 +35,8 @@
 #include "http/response.h"
 #include "routes/paths.h"
 #include "routes/app.h"
+#include "routes/admit.h"
+#include "routes/tenant_cache.h"
 #include "routes/provider.h"
 #include "http/fields.h"
 #include "routes/fs.h"

@@ -33,6 +33,7 @@
 #include "common/utf8.h"
 #include "common/xmalloc.h"
 #include "routes/policy.h"
+#include "routes/tenant_cache.h"
 #include "sandbox/backend.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/diskimg.h"

@@ -11,6 +11,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "routes/app.h"
+#include "routes/tenant_cache.h"
 #include "sandbox/fsops.h"
 #include "store/store.h"
 

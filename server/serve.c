@@ -22,6 +22,7 @@
 #include "common/xmalloc.h"
 #include "routes/admit.h"
 #include "routes/app.h"
+#include "routes/tenant_cache.h"
 #include "routes/audit_nodes.h"
 #include "routes/exec.h"
 #include "routes/exec_registry.h"

@@ -1,4 +1,10 @@
-#include "routes/app.h"
+/* The tenant cache: a tenant read from the store with its key, its
+ * policy's provider and budgets, and its workspace opened, cached for a
+ * few seconds and reference-counted; a life that ended (removed, or
+ * removed and added again) is noticed here and handed to a->life_ended.
+ * Also the uid mode as it serves tenants, and the backends offered. Data
+ * only: it calls no route family. */
+#include "routes/tenant_cache.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,19 +14,11 @@
 #include <unistd.h>
 
 #include "common/errors.h"
-#include "common/utf8.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
-#include "common/log.h"
-#include "http/auditgate.h"
-#include "http/hub.h"
-#include "http/metrics.h"
-#include "http/route.h"
-#include "routes/admit.h"
-#include "routes/exec_registry.h"
+#include "routes/app.h"
 #include "routes/policy.h"
 #include "routes/provider.h"
-#include "routes/routes.h"
 #include "routes/storage.h"
 #include "sandbox/backend.h"
 #include "sandbox/uids.h"
@@ -31,125 +29,6 @@
  * `sandboxd tenant remove` (another process) takes effect quickly. */
 #define TENANT_TTL_MS 5000
 
-static int tenant_get(struct app *a, const char *name, struct tenant **out);
-
-/* ---- what the HTTP layer asks of the routes (http/route.h) ---- */
-
-/* A tenant the uid mode cannot serve is still loaded, so that its token
- * is verified before it learns that (tenant_admit). */
-static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struct auth_key *key)
-{
-	int rc = tenant_get(ctx, name, t);
-	if (rc == 0)
-		*key = (*t)->key;
-	return rc;
-}
-
-static int hook_tenant_admit(void *ctx, struct tenant *t, const struct http_route *rt, char *why,
-			     size_t whysz)
-{
-	int rc;
-	if (!t)
-		return 0;
-	if (!t->unserved[0])
-		return (rc = route_provider_admit(t, rt, why, whysz)) < 0
-			   ? rc
-			   : route_storage_admit(ctx, t, why, whysz);
-	snprintf(why, whysz, "this server cannot serve tenant %s: %s", t->name, t->unserved);
-	return -SBX_E_BACKEND;
-}
-
-static void hook_tenant_put(void *ctx, struct tenant **t)
-{
-	route_tenant_put(ctx, t);
-}
-
-/* A request refused before its handler ran: what it tried, from its JSON
- * body (the command of an exec, the path of a file operation), bounded
- * and valid UTF-8; NULL when it named none. */
-static char *attempted(const struct http_req *r)
-{
-	if (r->target || r->ran || !r->body.len)
-		return NULL;
-	json_t *j = json_loadb(r->body.ptr, r->body.len, JSON_DISABLE_EOF_CHECK, NULL);
-	const char *keys[] = {"command", "path", "from"}, *v = NULL;
-	for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !v; i++)
-		v = json_string_value(json_object_get(j, keys[i]));
-	char *out = NULL;
-	if (v) /* bounded, and its full length said, as every audit target */
-		out = store_audit_target_cap(v, strlen(v));
-	json_decref(j);
-	return out;
-}
-
-static int hook_audit(void *ctx, const struct http_req *r, const char *route, const char *outcome, double ms)
-{
-	struct app *a = ctx;
-	char *tried = attempted(r);
-	bool named = r->authed || r->audit_tenant;
-	struct store_audit rec = {
-	    .at = r->at_ms,
-	    .tenant = named ? r->claims.tenant : "",
-	    .session = named ? r->session_key : NULL,
-	    .session_len = named ? r->session_key_len : 0,
-	    .request_id = r->request_id,
-	    .method = r->method,
-	    .route = route,
-	    .target = tried ? tried : r->target,
-	    .status = r->audit_status ? r->audit_status : r->status,
-	    .outcome = outcome,
-	    .has_exit_code = r->has_exit_code,
-	    .exit_code = r->exit_code,
-	    .why = {r->oom_killed, r->pids_limited, r->uncontained},
-	    .bytes_in = r->bytes_in,
-	    .bytes_out = r->bytes_out,
-	    .duration_ms = ms,
-	    .client = r->client,
-	    .sub = named && r->claims.sub[0] ? r->claims.sub : NULL,
-	    .incarnation = named && r->tenant && strcmp(r->tenant->name, r->claims.tenant) == 0
-			       ? r->tenant->incarnation
-			       : 0,
-	    .exec_id = r->exec_id[0] ? r->exec_id : NULL,
-	};
-	int rc = store_audit_append(a->store, &rec);
-	free(tried);
-	return rc;
-}
-
-int route_app_init(struct app *a, struct sbx_config *cfg, struct store *store, char *err, size_t errsz)
-{
-	memset(a, 0, sizeof *a);
-	a->cfg = cfg;
-	a->store = store;
-	a->drop_privs = geteuid() == 0;
-	a->images_dir = xasprintf("%s/images", cfg->data_dir);
-	a->store_dir = xstrdup(cfg->db_path);
-	char *slash = strrchr(a->store_dir, '/');
-	if (slash)
-		slash[slash == a->store_dir] = '\0';
-	else
-		snprintf(a->store_dir, strlen(a->store_dir) + 1, ".");
-	a->started_at_ms = now_ms();
-	pthread_mutex_init(&a->tenants_lock, NULL);
-	http_metrics_new(&a->metrics, route_table, route_count);
-	http_audit_gate_new(&a->audit_gate, cfg->audit_unauth_per_s, cfg->audit_unauth_burst);
-	a->http = (struct http_env){
-	    .cfg = cfg,
-	    .routes = route_table,
-	    .nroutes = route_count,
-	    .metrics = a->metrics,
-	    .audit_gate = a->audit_gate,
-	    .hooks = {.ctx = a,
-		      .tenant_get = hook_tenant_get,
-		      .tenant_put = hook_tenant_put,
-		      .tenant_admit = hook_tenant_admit,
-		      .audit = hook_audit},
-	    .app = a,
-	};
-	/* Checked when the configuration was read: cannot fail here. */
-	return sbx_nodes_parse(cfg->nodes, &a->nodes, err, errsz);
-}
-
 static void tenant_free(struct tenant *t)
 {
 	route_provider_free(&t->provider);
@@ -157,26 +36,6 @@ static void tenant_free(struct tenant *t)
 	free(t->keybuf);
 	free(t->approver_keybuf);
 	free(t);
-}
-
-void route_app_fini(struct app *a)
-{
-	for (size_t i = 0; i < a->ntenants; i++)
-		tenant_free(a->tenants[i]);
-	free(a->tenants);
-	a->tenants = NULL;
-	for (size_t i = 0; i < a->nloads; i++)
-		free(a->loads[i]);
-	free(a->loads);
-	a->loads = NULL;
-	a->nloads = 0;
-	a->ntenants = 0;
-	sbx_nodes_free(&a->nodes);
-	http_metrics_free(&a->metrics);
-	http_audit_gate_free(&a->audit_gate);
-	free(a->store_dir);
-	free(a->images_dir);
-	pthread_mutex_destroy(&a->tenants_lock);
 }
 
 /* How many tenants the store holds; -1 when it cannot say. */
@@ -314,25 +173,6 @@ fail:
 	return rc;
 }
 
-/* A life of a tenant ended (removed, or removed and added again under
- * its name): nothing of it may serve the next life. Its commands are
- * killed (no process of its uid stays), its events forgotten, its disk
- * image let go. name comes from the store, not from a request. */
-static void life_ended(struct app *a, const char *name, uid_t uid, int64_t incarnation, bool removed,
-		       bool forget_storage)
-{
-	log_msg("info", "tenant %s (life %lld) %s: its commands are stopped and its events dropped", name,
-		(long long)incarnation, removed ? "was removed" : "was removed and added again");
-	if (a->execs)
-		route_execs_stop_life(a->execs, name, incarnation);
-	for (size_t i = 0; i < a->nbackends; i++) /* its warm sandboxes hold its workspace */
-		sbx_backend_warm_flush(a->backends[i], uid);
-	if (a->hub)
-		http_hub_forget_tenant(a->hub, name);
-	if (forget_storage)
-		route_storage_forget(a, name);
-}
-
 /* Take the cached entry of name's life incarnation out of the cache (in
  * use: orphaned, freed by its last put), so that the next use loads the
  * store's and no one finds the ended life again. Caller holds
@@ -382,7 +222,7 @@ static void recheck_cache(struct app *a)
 			drop_life_locked(a, names[i], lives[i]);
 			pthread_mutex_unlock(&a->tenants_lock);
 			/* No new life is loaded yet: what is attached is the old one's. */
-			life_ended(a, names[i], uids[i], lives[i], rc == -ENOENT, true);
+			a->life_ended(a, names[i], uids[i], lives[i], rc == -ENOENT, true);
 		}
 		if (rc == 0)
 			store_tenant_clear(&st);
@@ -392,7 +232,7 @@ static void recheck_cache(struct app *a)
 	free(uids);
 }
 
-static int tenant_get(struct app *a, const char *name, struct tenant **out)
+int route_tenant_lookup(struct app *a, const char *name, struct tenant **out)
 {
 	recheck_cache(a);
 	int64_t now = now_ms();
@@ -453,18 +293,32 @@ static int tenant_get(struct app *a, const char *name, struct tenant **out)
 	/* A name from the store, not from a request. Re-added: the new
 	 * life's image is attached now (load), and stays. */
 	if (removed || readded)
-		life_ended(a, name, ended_uid, ended, removed, removed);
+		a->life_ended(a, name, ended_uid, ended, removed, removed);
 	return rc;
 }
 
 int route_tenant_get(struct app *a, const char *name, struct tenant **out)
 {
-	int rc = tenant_get(a, name, out);
+	int rc = route_tenant_lookup(a, name, out);
 	if (rc == 0 && (*out)->unserved[0]) {
 		route_tenant_put(a, out);
 		return -SBX_E_BACKEND;
 	}
 	return rc;
+}
+
+void route_tenant_cache_free(struct app *a)
+{
+	for (size_t i = 0; i < a->ntenants; i++)
+		tenant_free(a->tenants[i]);
+	free(a->tenants);
+	a->tenants = NULL;
+	for (size_t i = 0; i < a->nloads; i++)
+		free(a->loads[i]);
+	free(a->loads);
+	a->loads = NULL;
+	a->nloads = 0;
+	a->ntenants = 0;
 }
 
 void route_tenant_put(struct app *a, struct tenant **tp)
@@ -481,128 +335,12 @@ void route_tenant_put(struct app *a, struct tenant **tp)
 		tenant_free(t);
 }
 
-static int acquire(struct app *a, int *counter, int64_t limit)
-{
-	int rc = 0;
-	pthread_mutex_lock(&a->tenants_lock);
-	if (*counter >= limit)
-		rc = -SBX_E_TOO_MANY;
-	else
-		(*counter)++;
-	pthread_mutex_unlock(&a->tenants_lock);
-	return rc;
-}
-
-static void release(struct app *a, int *counter)
-{
-	pthread_mutex_lock(&a->tenants_lock);
-	(*counter)--;
-	pthread_mutex_unlock(&a->tenants_lock);
-}
-
 struct sbx_backend *route_backend_find(struct app *a, const char *name)
 {
 	for (size_t i = 0; i < a->nbackends; i++)
 		if (strcmp(sbx_backend_name(a->backends[i]), name) == 0)
 			return a->backends[i];
 	return NULL;
-}
-
-int route_tenant_acquire_exec(struct app *a, struct tenant *t, int64_t limit)
-{
-	return acquire(a, &t->load->execs, limit);
-}
-
-void route_tenant_release_exec(struct app *a, struct tenant *t)
-{
-	pthread_mutex_lock(&a->tenants_lock);
-	t->load->execs--;
-	struct route_admit *next = route_admit_next_locked(a, t->load);
-	pthread_mutex_unlock(&a->tenants_lock);
-	route_admit_resume(next);
-}
-
-/* Issue 26, item 7: 32 commands waiting for approval with 14 MB of
- * inline stdin each kept 619 MiB in the server, outside every tenant's
- * budget, for up to the approval timeout. */
-int route_tenant_hold_locked(struct app *a, struct tenant_load *l, int64_t n)
-{
-	int64_t per = a->cfg->wait_stdin_bytes_per_tenant;
-	if (n <= 0)
-		return 0;
-	if (n > per)
-		return -E2BIG;
-	if (l->held_stdin > per - n || a->held_stdin > a->cfg->wait_stdin_bytes - n)
-		return -ENOBUFS;
-	l->held_stdin += n;
-	a->held_stdin += n;
-	return 0;
-}
-
-void route_tenant_unhold_locked(struct app *a, struct tenant_load *l, int64_t n)
-{
-	if (n <= 0)
-		return;
-	l->held_stdin -= n;
-	a->held_stdin -= n;
-}
-
-int route_tenant_hold_fail(struct http_req *r, int rc, int64_t n)
-{
-	const struct sbx_config *c = r->app->cfg;
-	if (rc == -E2BIG)
-		return http_fail(r, -E2BIG,
-				 "an inline stdin of %lld bytes cannot wait (for approval or an exec slot): "
-				 "wait-stdin-bytes-per-tenant is %lld; send it with stdin_pipe or as a file",
-				 (long long)n, (long long)c->wait_stdin_bytes_per_tenant);
-	r->retry_after_s = 1;
-	return http_fail(
-	    r, -SBX_E_TOO_MANY,
-	    "requests waiting (for approval or an exec slot) already keep their bound of inline "
-	    "stdin (wait-stdin-bytes-per-tenant %lld, wait-stdin-bytes %lld in all); retry later, "
-	    "or send it with stdin_pipe or as a file",
-	    (long long)c->wait_stdin_bytes_per_tenant, (long long)c->wait_stdin_bytes);
-}
-
-int route_tenant_acquire_pending(struct app *a, struct tenant *t, int64_t limit, int64_t stdin_bytes)
-{
-	struct tenant_load *l = t->load;
-	int rc = 0;
-	pthread_mutex_lock(&a->tenants_lock);
-	if (l->pending >= limit)
-		rc = -SBX_E_TOO_MANY;
-	else if ((rc = route_tenant_hold_locked(a, l, stdin_bytes)) == 0)
-		l->pending++;
-	pthread_mutex_unlock(&a->tenants_lock);
-	return rc;
-}
-
-void route_tenant_release_pending(struct app *a, struct tenant *t, int64_t stdin_bytes)
-{
-	pthread_mutex_lock(&a->tenants_lock);
-	t->load->pending--;
-	route_tenant_unhold_locked(a, t->load, stdin_bytes);
-	pthread_mutex_unlock(&a->tenants_lock);
-}
-
-/* The limit is read at each transfer: a policy change applies to the next one. */
-int route_tenant_acquire_transfer(struct app *a, struct tenant *t)
-{
-	struct route_policy p;
-	int64_t limit = a->cfg->tenant_max_transfers;
-	int rc = route_policy_load(a->store, a->cfg, t->name, &p, NULL, NULL);
-	if (rc == -SBX_E_BACKEND)
-		return rc; /* a stored limit it cannot apply: refused, not the default */
-	if (rc == 0) {
-		limit = p.max_transfers;
-		route_policy_clear(&p);
-	}
-	return acquire(a, &t->load->transfers, limit);
-}
-
-void route_tenant_release_transfer(struct app *a, struct tenant *t)
-{
-	release(a, &t->load->transfers);
 }
 
 bool route_uids_describe(struct app *a, char *out, size_t outsz)
