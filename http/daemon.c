@@ -21,6 +21,7 @@
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
 #include "http/metrics.h"
+#include "http/req_int.h"
 #include "http/route.h"
 
 struct http_daemon {
@@ -96,9 +97,10 @@ static uint64_t splitmix64(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static void make_request_id(struct http_req *r)
+static void make_request_id(struct http_req_core *c)
 {
-	const char *given = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+	struct http_req *r = &c->req;
+	const char *given = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "X-Request-Id");
 	if (given) {
 		/* Echo the client's id when it is sane (bounded, printable, no spaces). */
 		size_t n = strlen(given);
@@ -147,10 +149,11 @@ static void ipv4_text(const struct in_addr *a, char *out)
 	}
 }
 
-static void client_address(struct http_req *r)
+static void client_address(struct http_req_core *c)
 {
+	struct http_req *r = &c->req;
 	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	    MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	r->client[0] = '\0';
 	if (!ci || !ci->client_addr)
 		return;
@@ -191,11 +194,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct http_req *r = *con_cls;
 	nowait_event_thread(); /* once per thread: never the network here (common/nowait.h) */
 	if (!r) {
-		r = xcalloc(1, sizeof *r);
+		struct http_req_core *c = xcalloc(1, sizeof *c);
+		r = &c->req;
 		r->env = h->env;
 		r->app = h->env->app;
-		r->conn = conn;
-		r->started_ns = mono_ns();
+		c->conn = conn;
+		c->started_ns = mono_ns();
 		r->at_ms = now_ms();
 		/* The method is echoed into the log, the audit and a 405's
 		 * message: printable ASCII only. */
@@ -207,32 +211,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		r->method[ml] = '\0';
 		r->url = xstrdup(url);
 		buf_init(&r->body, (size_t)h->env->cfg->max_buffered_bytes);
-		make_request_id(r);
-		client_address(r);
+		make_request_id(c);
+		client_address(c);
 		http_metrics_inflight(h->env->metrics, 1);
 		*con_cls = r;
 		int rc = http_begin(r);
 		if (rc < 0) {
-			r->pending_error = rc; /* answered once the body is read (or given up on) */
+			c->pending_error = rc; /* answered once the body is read (or given up on) */
 			/* A client waiting for "100 Continue" has sent no body yet:
 			 * answer now, so a refused upload is never sent at all
 			 * (libmicrohttpd then skips the 100 and the body). A request
 			 * whose body length is ambiguous is answered now too: its
 			 * body must never be read, as this request's or the next. */
 			const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect");
-			if (r->refuse_now || (expect && strcasecmp(expect, "100-continue") == 0))
+			if (c->refuse_now || (expect && strcasecmp(expect, "100-continue") == 0))
 				return fail(r, rc);
 		}
 		return MHD_YES;
 	}
+	struct http_req_core *c = http_req_core_of(r);
 	if (r->status) {
 		/* Already answered: swallow what is left. */
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	if (r->suspended) {
+	if (c->suspended) {
 		/* Resumed: the handler has something to say. */
-		r->suspended = false;
+		c->suspended = false;
 		if (!r->on_resume)
 			return MHD_YES;
 		int rc = r->on_resume(r);
@@ -243,10 +248,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (!r->pending_error) {
+		if (!c->pending_error) {
 			int rc = http_body(r, upload_data, n);
 			if (rc < 0)
-				r->pending_error = rc;
+				c->pending_error = rc;
 		} else {
 			r->bytes_in += (int64_t)n;
 			/* The start of a refused JSON body stays for the audit: what
@@ -259,8 +264,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		/* A refused body is read and dropped so the client sees the answer
 		 * rather than a reset, up to a bound; past it, answer and close. */
-		if (r->pending_error && r->bytes_in > SWALLOW_MAX)
-			return fail(r, r->pending_error);
+		if (c->pending_error && r->bytes_in > SWALLOW_MAX)
+			return fail(r, c->pending_error);
 		return MHD_YES;
 	}
 	if (r->ran) {
@@ -268,8 +273,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		 * request without a new answer): nothing to do. */
 		return MHD_YES;
 	}
-	if (r->pending_error)
-		return fail(r, r->pending_error);
+	if (c->pending_error)
+		return fail(r, c->pending_error);
 	int rc = http_run(r);
 	if (rc < 0)
 		return fail(r, rc);
@@ -284,7 +289,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (!r)
 		return;
 	*con_cls = NULL;
-	r->closed = true;
 	http_metrics_inflight(h->env->metrics, -1);
 	http_complete(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }

@@ -14,6 +14,7 @@
 #include "common/xmalloc.h"
 #include "http/metrics.h"
 #include "http/req.h"
+#include "http/req_int.h"
 #include "http/response.h"
 #include "http/watch.h"
 
@@ -439,7 +440,7 @@ static struct sub *sub_new_locked(struct http_hub *h, struct http_req *r, bool o
 {
 	struct sub *s = xcalloc(1, sizeof *s);
 	s->h = h;
-	s->conn = r->conn;
+	s->conn = http_req_core_of(r)->conn;
 	s->r = r;
 	s->output = output;
 	s->qmax = output ? QUEUE_MAX_OUTPUT : QUEUE_MAX;
@@ -461,7 +462,7 @@ static struct sub *sub_new_locked(struct http_hub *h, struct http_req *r, bool o
 static void watch_sub(struct http_hub *h, struct http_req *r, struct sub *s)
 {
 	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(http_req_core_of(r)->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (!ci)
 		return;
 	int64_t w = http_watch_add(h->watch, ci->connect_fd, on_hangup, s);

@@ -16,9 +16,10 @@
 #include "common/xmalloc.h"
 #include "http/fairq.h"
 #include "http/req.h"
+#include "http/req_int.h"
 #include "http/route.h"
 
-/* r->pool_state */
+/* the core's pool_state */
 enum { JOB_QUEUED = 1, JOB_RUNNING, JOB_DROPPED, JOB_REFUSED };
 
 /* Upper bounds (seconds) of the wait histogram's buckets. */
@@ -42,12 +43,12 @@ struct http_pool {
 	atomic_uint_fast64_t refused, dropped, inline_done;
 };
 
-#define REQ_OF(it) ((struct http_req *)((char *)(it)-offsetof(struct http_req, pool_item)))
+#define CORE_OF(it) ((struct http_req_core *)((char *)(it)-offsetof(struct http_req_core, pool_item)))
 
 /* Under mu: a worker takes r. Returns how long it waited. */
-static int64_t record_wait(struct http_pool *p, const struct http_req *r)
+static int64_t record_wait(struct http_pool *p, const struct http_req_core *c)
 {
-	int64_t ns = mono_ns() - r->pool_enq_ns;
+	int64_t ns = mono_ns() - c->pool_enq_ns;
 	double s = (double)ns / 1e9;
 	size_t i = 0;
 	while (i < NWAIT && s > wait_bounds[i])
@@ -72,17 +73,18 @@ static bool client_gone(struct http_req *r)
 
 /* Worker, without the lock: run the route's handler with replies kept
  * for the event thread, or drop the job when its client left. */
-static void run_job(struct http_pool *p, struct http_req *r, int64_t waited_ns)
+static void run_job(struct http_pool *p, struct http_req_core *c, int64_t waited_ns)
 {
+	struct http_req *r = &c->req;
 	if (waited_ns > PEEK_AFTER_NS && client_gone(r)) {
-		r->pool_state = JOB_DROPPED;
+		c->pool_state = JOB_DROPPED;
 		r->log_detail = "the client left while its work was queued; it was not run";
 		atomic_fetch_add(&p->dropped, 1);
 		return;
 	}
-	r->defer = true;
-	r->pool_rc = r->pool_work ? r->pool_work(r) : r->route->handler(r);
-	r->defer = false;
+	c->defer = true;
+	c->pool_rc = c->pool_work ? c->pool_work(r) : r->route->handler(r);
+	c->defer = false;
 }
 
 /* CPU time of the calling thread, ns. */
@@ -112,17 +114,17 @@ static void *worker_main(void *arg)
 			p->idle--;
 			continue;
 		}
-		struct http_req *r = REQ_OF(it);
-		r->pool_state = JOB_RUNNING;
-		int64_t waited = record_wait(p, r);
+		struct http_req_core *c = CORE_OF(it);
+		c->pool_state = JOB_RUNNING;
+		int64_t waited = record_wait(p, c);
 		p->busy++;
 		pthread_mutex_unlock(&p->mu);
 		int64_t cpu0 = thread_cpu_ns(), t0 = mono_ns();
-		run_job(p, r, waited);
+		run_job(p, c, waited);
 		int64_t cpu = thread_cpu_ns() - cpu0, wall = mono_ns() - t0;
 		struct http_fairq_key *key = it->key;
 		int64_t charged = it->charged_ns;
-		http_resume(r);
+		http_resume(&c->req);
 		pthread_mutex_lock(&p->mu);
 		http_fairq_done(p->q, key, charged, cpu, wall);
 		p->busy--;
@@ -155,14 +157,15 @@ int http_pool_new(struct http_pool **out, const struct http_pool_config *cfg)
 /* Answer r's refusal through the resume path (the caller holds no lock). */
 static void refuse(struct http_pool *p, struct http_req *r, int code)
 {
-	r->pool_state = JOB_REFUSED;
+	struct http_req_core *c = http_req_core_of(r);
+	c->pool_state = JOB_REFUSED;
 	r->retry_after_s = code == -SBX_E_TOO_MANY ? 1 : 5;
 	if (code == -SBX_E_TOO_MANY) {
 		atomic_fetch_add(&p->refused, 1);
-		r->pool_rc = http_fail(r, code, "tenant %s already has %zu file requests waiting, its limit",
+		c->pool_rc = http_fail(r, code, "tenant %s already has %zu file requests waiting, its limit",
 				       r->claims.tenant, p->queue_max);
 	} else {
-		r->pool_rc = http_fail(r, code, "the server is shutting down");
+		c->pool_rc = http_fail(r, code, "the server is shutting down");
 	}
 	http_resume(r);
 }
@@ -171,17 +174,18 @@ static int pool_answer(struct http_req *r);
 
 void http_pool_submit(struct http_pool *p, struct http_req *r)
 {
+	struct http_req_core *c = http_req_core_of(r);
 	const char *key = r->authed || r->audit_tenant ? r->claims.tenant : "";
 	r->on_resume = pool_answer;
-	r->pool_item = (struct http_fairq_item){0}; /* a request may come back (http_pool_then) */
+	c->pool_item = (struct http_fairq_item){0}; /* a request may come back (http_pool_then) */
 	http_suspend(r);			    /* before a worker can possibly resume it */
 	pthread_mutex_lock(&p->mu);
 	int rc = p->stopping					 ? -SBX_E_BACKEND
-		 : http_fairq_push(p->q, key, &r->pool_item) < 0 ? -SBX_E_TOO_MANY
+		 : http_fairq_push(p->q, key, &c->pool_item) < 0 ? -SBX_E_TOO_MANY
 								 : 0;
 	if (rc == 0) {
-		r->pool_state = JOB_QUEUED;
-		r->pool_enq_ns = mono_ns();
+		c->pool_state = JOB_QUEUED;
+		c->pool_enq_ns = mono_ns();
 		if (p->idle > 0)
 			pthread_cond_signal(&p->wake);
 	}
@@ -193,17 +197,18 @@ void http_pool_submit(struct http_pool *p, struct http_req *r)
 /* Event thread, on resume: the handler's reply, or its error. */
 static int pool_answer(struct http_req *r)
 {
-	if (r->deferred)
+	struct http_req_core *c = http_req_core_of(r);
+	if (c->deferred)
 		return http_reply_deferred(r);
-	if (r->pool_state == JOB_DROPPED) {
+	if (c->pool_state == JOB_DROPPED) {
 		r->hang_up = true; /* nobody to answer: the connection closes now */
 		return 0;
 	}
-	http_resume_fn then = r->pool_then;
-	r->pool_then = r->pool_work = NULL;
-	if (r->pool_rc == 0 && then && r->pool_state == JOB_RUNNING)
+	http_resume_fn then = c->pool_then;
+	c->pool_then = c->pool_work = NULL;
+	if (c->pool_rc == 0 && then && c->pool_state == JOB_RUNNING)
 		return then(r);
-	return r->pool_rc < 0 ? r->pool_rc : -EIO;
+	return c->pool_rc < 0 ? c->pool_rc : -EIO;
 }
 
 int http_pool_then(struct http_pool *p, struct http_req *r, int (*work)(struct http_req *r),
@@ -213,8 +218,9 @@ int http_pool_then(struct http_pool *p, struct http_req *r, int (*work)(struct h
 		int rc = work(r);
 		return rc < 0 || r->status ? rc : then(r);
 	}
-	r->pool_work = work;
-	r->pool_then = then;
+	struct http_req_core *c = http_req_core_of(r);
+	c->pool_work = work;
+	c->pool_then = then;
 	http_pool_submit(p, r);
 	return 0;
 }
@@ -232,16 +238,16 @@ void http_pool_stop(struct http_pool *p)
 	/* Take what waits, chained through the items (ours once taken). */
 	struct http_fairq_item *waiting = NULL, *it;
 	while ((it = http_fairq_take(p->q))) {
-		REQ_OF(it)->pool_state = JOB_REFUSED;
+		CORE_OF(it)->pool_state = JOB_REFUSED;
 		it->next = waiting;
 		waiting = it;
 	}
 	pthread_cond_broadcast(&p->wake);
 	pthread_mutex_unlock(&p->mu);
 	while (waiting) {
-		struct http_req *r = REQ_OF(waiting);
+		struct http_req_core *c = CORE_OF(waiting);
 		waiting = waiting->next;
-		refuse(p, r, -SBX_E_BACKEND);
+		refuse(p, &c->req, -SBX_E_BACKEND);
 	}
 	for (size_t i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);

@@ -13,9 +13,10 @@
  * waiting is answered 429 too_many_requests (Retry-After) rather than queued.
  *
  * A request handed over is suspended; its handler runs on a worker with
- * r->defer set, so its reply is kept (http_reply_response) instead of
- * queued, and the event thread queues it on resume (libmicrohttpd must
- * only be driven from the connection's own thread). One wake-up each
+ * its replies deferred (the core's defer, http/req_int.h): a reply is
+ * kept (http_reply_response) instead of queued, and the event thread
+ * queues it on resume (libmicrohttpd must only be driven from the
+ * connection's own thread). One wake-up each
  * way: a condition variable to a worker (signalled only when one is
  * idle), libmicrohttpd's resume (its eventfd) back; no thread is made per
  * request. A client that hangs up while its job waits has the job dropped

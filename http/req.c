@@ -13,6 +13,7 @@
 #include "common/errors.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
+#include "http/req_int.h"
 #include "http/response.h"
 #include "http/route.h"
 
@@ -38,20 +39,20 @@ int http_fail(struct http_req *r, int code, const char *fmt, ...)
 
 const char *http_header(struct http_req *r, const char *name)
 {
-	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+	return MHD_lookup_connection_value(http_req_core_of(r)->conn, MHD_HEADER_KIND, name);
 }
 
 const char *http_query(struct http_req *r, const char *name)
 {
-	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+	return MHD_lookup_connection_value(http_req_core_of(r)->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 const char *http_query_n(struct http_req *r, const char *name, size_t *len)
 {
 	const char *v = NULL;
 	size_t n = 0;
-	if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v, &n) !=
-	    MHD_YES)
+	if (MHD_lookup_connection_value_n(http_req_core_of(r)->conn, MHD_GET_ARGUMENT_KIND, name,
+					  strlen(name), &v, &n) != MHD_YES)
 		return NULL;
 	if (!v) /* "?path" without "=": present, empty */
 		v = "";
@@ -85,7 +86,7 @@ bool http_query_bool(struct http_req *r, const char *name)
 int http_client_fd(struct http_req *r)
 {
 	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(http_req_core_of(r)->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	return ci ? ci->connect_fd : -1;
 }
 
@@ -125,7 +126,7 @@ void http_reply_common_headers(struct http_req *r, struct http_response *resp)
 static bool queue(struct http_req *r, int status, struct http_response *resp)
 {
 	struct MHD_Response *m = (struct MHD_Response *)resp;
-	enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, m);
+	enum MHD_Result ok = MHD_queue_response(http_req_core_of(r)->conn, (unsigned)status, m);
 	MHD_destroy_response(m);
 	return ok == MHD_YES;
 }
@@ -135,12 +136,13 @@ int http_reply_response(struct http_req *r, int status, struct http_response *re
 	if (!resp)
 		return -ENOMEM;
 	http_reply_common_headers(r, resp);
-	if (r->defer) {
+	struct http_req_core *c = http_req_core_of(r);
+	if (c->defer) {
 		/* A pool worker: libmicrohttpd is driven only from the
 		 * connection's thread, which queues this on resume. */
-		http_response_free(&r->deferred);
-		r->deferred = resp;
-		r->deferred_status = status;
+		http_response_free(&c->deferred);
+		c->deferred = resp;
+		c->deferred_status = status;
 		return 0;
 	}
 	if (!queue(r, status, resp))
@@ -151,11 +153,12 @@ int http_reply_response(struct http_req *r, int status, struct http_response *re
 
 int http_reply_deferred(struct http_req *r)
 {
-	struct http_response *resp = r->deferred;
-	r->deferred = NULL;
-	if (!queue(r, r->deferred_status, resp))
+	struct http_req_core *c = http_req_core_of(r);
+	struct http_response *resp = c->deferred;
+	c->deferred = NULL;
+	if (!queue(r, c->deferred_status, resp))
 		return -EIO;
-	r->status = r->deferred_status;
+	r->status = c->deferred_status;
 	return 0;
 }
 
@@ -249,18 +252,20 @@ bool http_base_url(struct http_req *r, char *out, size_t outsz)
 
 void http_suspend(struct http_req *r)
 {
-	r->suspended = true;
-	MHD_suspend_connection(r->conn);
+	struct http_req_core *c = http_req_core_of(r);
+	c->suspended = true;
+	MHD_suspend_connection(c->conn);
 }
 
 void http_resume(struct http_req *r)
 {
-	MHD_resume_connection(r->conn);
+	MHD_resume_connection(http_req_core_of(r)->conn);
 }
 
 int http_fail_range(struct http_req *r, uint64_t size)
 {
-	snprintf(r->content_range, sizeof r->content_range, "bytes */%" PRIu64, size);
+	struct http_req_core *c = http_req_core_of(r);
+	snprintf(c->content_range, sizeof c->content_range, "bytes */%" PRIu64, size);
 	return http_fail(r, -ERANGE, "the range starts past the end of the file");
 }
 

@@ -4,9 +4,9 @@
  * returns 0 after queueing a response with one of the reply_* helpers (or
  * after suspending its connection), or a negative errno / -SBX_E_* after
  * http_fail(): only the dispatcher renders error bodies. The handler of
- * an RF_POOL route runs on a pool worker (http/pool.h) with r->defer set:
- * the reply helpers then keep the response for the event thread, and the
- * handler must not suspend. */
+ * an RF_POOL route runs on a pool worker (http/pool.h): the reply helpers
+ * then keep the response for the event thread, and the handler must not
+ * suspend. The HTTP layer's own per-request state is in http/req_int.h. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,9 +14,7 @@
 
 #include "auth/auth.h"
 #include "common/buf.h"
-#include "http/fairq.h"
 
-struct MHD_Connection; /* libmicrohttpd's, used by http/ only */
 struct app;
 struct http_env;
 struct tenant;
@@ -36,29 +34,20 @@ typedef void (*http_free_fn)(struct http_req *r); /* completion: free handler st
  * (NULL: 202 without a body). */
 typedef json_t *(*http_envelope_fn)(struct http_req *r, int status, json_t *body);
 
+/* What a handler reads and sets. The HTTP layer allocates it (as the
+ * first member of its own per-request state, http/req_int.h) and frees it
+ * at completion; a handler never makes one. */
 struct http_req {
-	struct http_env *env; /* the HTTP layer's */
+	struct http_env *env; /* the HTTP layer's (its pool: http_pool_then) */
 	struct app *app;      /* the routes' (env->app) */
-	struct MHD_Connection *conn;
-	const struct http_route *route;
 	char request_id[72];
 	char method[12];
 	char *url; /* path without query, owned */
-	int64_t started_ns;
 	int64_t at_ms;
 	char client[64];
 
-	/* request body */
-	struct buf body; /* buffered bodies (JSON or raw) */
-	json_t *json;	 /* parsed JSON body for JSON routes */
-	int64_t bytes_in;
-	bool body_too_large;
-	int pending_error; /* refused before a body-less request ended */
-	bool refuse_now;   /* answer pending_error before reading any body (and close) */
-	bool headers_done; /* the route has been matched and authorised */
-	bool ran;	   /* the handler ran */
-
 	/* routing and auth */
+	const struct http_route *route;
 	const char *params[REQ_MAX_PARAMS]; /* captured {x} segments, owned */
 	struct auth_claims claims;
 	bool authed;
@@ -69,16 +58,21 @@ struct http_req {
 	size_t session_key_len;
 	char *session_rel; /* "sessions/<segment>", after route_session() */
 
-	/* response */
-	int status;
+	/* request body */
+	struct buf body; /* buffered bodies (JSON or raw) */
+	json_t *json;	 /* parsed JSON body for JSON routes */
+	int64_t bytes_in;
+	bool ran; /* the handler ran */
+
+	/* reply and errors */
+	int status; /* of the response queued; 0: none yet */
 	int64_t bytes_out;
 	char *error_msg;	/* set by http_fail */
 	const char *log_detail; /* static text for the log line only, never the client */
 	const char *error_code; /* wire code override, e.g. "token_used" */
 	json_t *error_details;	/* owned: rendered as error.details (e.g. a quota's usage) */
-	int64_t retry_after_s;
-	char *allow;		/* Allow header for 405 */
-	char content_range[48]; /* Content-Range of a 416, "bytes * /size" */
+	int64_t retry_after_s;	/* Retry-After of a 429 or 503; 0: 1 */
+	bool completed_ok;	/* set before on_free: the response went out whole */
 
 	/* audit extras */
 	char *target;
@@ -87,6 +81,14 @@ struct http_req {
 	bool oom_killed, pids_limited, uncontained; /* why the command it ran ended */
 	char exec_id[72]; /* the exec it ran (POST /exec): joins its egress records; "" none */
 	int audit_status; /* the status of the answer an envelope carried (audited); 0: r->status */
+
+	/* handler state for suspended / streaming requests */
+	void *hstate;
+	http_resume_fn on_resume;
+	http_upload_fn on_upload;
+	http_free_fn on_free;
+	bool hang_up; /* set by on_resume when no one is left to answer: the
+			 connection is closed at once, not left to its idle timeout */
 
 	/* Set by a handler that runs other routes' code inside its own
 	 * protocol (routes/mcp.c): every JSON answer and error rendered for r
@@ -97,29 +99,6 @@ struct http_req {
 	void *envelope_ctx;
 	void (*envelope_free)(void *ctx);
 
-	/* handler state for suspended / streaming requests */
-	void *hstate;
-	http_resume_fn on_resume;
-	http_upload_fn on_upload;
-	http_free_fn on_free;
-	bool suspended;
-	bool closed;  /* completion seen */
-	bool hang_up; /* set by on_resume when no one is left to answer: the
-			 connection is closed at once, not left to its idle timeout */
-
-	/* work handed to the pool (http/pool.c; RF_POOL routes) */
-	struct http_fairq_item pool_item;
-	int pool_state;			/* http/pool.c's */
-	int pool_rc;			/* the handler's return, or the refusal */
-	int64_t pool_watch;		/* disconnect watch while queued */
-	int64_t pool_enq_ns;		/* when it was queued */
-	http_resume_fn pool_work;	/* the blocking part a handler handed over (http_pool_then);
-					   NULL: the route's handler */
-	http_resume_fn pool_then;	/* its next part, on the event thread, once pool_work returned 0 */
-	bool defer;			/* a worker runs the handler: replies are kept, not queued */
-	struct http_response *deferred; /* the kept reply */
-	int deferred_status;
-	bool completed_ok; /* set before on_free: the response went out whole */
 	/* What a handler's pool part left for its next part (http_pool_then),
 	 * owned: freed with stash_free at completion unless a part took it. */
 	void *stash;
@@ -175,10 +154,6 @@ bool http_base_url(struct http_req *r, char *out, size_t outsz);
  * -ENOMEM for a NULL one (a constructor that failed). */
 int http_reply_response(struct http_req *r, int status, struct http_response *resp);
 void http_reply_common_headers(struct http_req *r, struct http_response *resp);
-
-/* Queue the reply a handler made on a pool worker (r->deferred); event
- * thread, on resume. 0 or -EIO. */
-int http_reply_deferred(struct http_req *r);
 
 /* Suspend the connection until http_resume() (thread-safe; once). */
 void http_suspend(struct http_req *r);

@@ -22,6 +22,7 @@
 #include "http/errors.h"
 #include "http/metrics.h"
 #include "http/pool.h"
+#include "http/req_int.h"
 #include "http/response.h"
 
 /* Match "/exec/{id}/cancel" against a path; captures into r->params. A
@@ -175,23 +176,24 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
  * Transfer-Encoding win over Content-Length: refuse all of it. */
 static int refuse_ambiguous(struct http_req *r)
 {
+	struct http_req_core *c = http_req_core_of(r);
 	unsigned seen[NSINGLE] = {0};
-	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, seen);
+	MHD_get_connection_values(c->conn, MHD_HEADER_KIND, count_header, seen);
 	for (size_t i = 0; i < NSINGLE; i++)
 		if (seen[i] > 1) {
-			r->refuse_now = true;
+			c->refuse_now = true;
 			return http_fail(r, -EINVAL, "the %s header appears more than once",
 					 single_headers[i]);
 		}
 	if (seen[0] && seen[1]) {
-		r->refuse_now = true;
+		c->refuse_now = true;
 		return http_fail(r, -EINVAL, "Content-Length and Transfer-Encoding together are ambiguous");
 	}
 	/* Any other coding leaves a request body without a length (0.9.75
 	 * then reads it until the connection ends): RFC 9112 says 400. */
 	const char *te = http_header(r, "Transfer-Encoding");
 	if (te && strcasecmp(te, "chunked") != 0) {
-		r->refuse_now = true;
+		c->refuse_now = true;
 		return http_fail(r, -EINVAL, "only Transfer-Encoding: chunked is understood");
 	}
 	return 0;
@@ -246,7 +248,7 @@ int http_begin(struct http_req *r)
 	if (!found) {
 		char allow[128];
 		if (allowed_methods(r, allow, sizeof allow)) {
-			r->allow = xstrdup(allow);
+			http_req_core_of(r)->allow = xstrdup(allow);
 			return http_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s",
 					 r->method, allow);
 		}
@@ -277,7 +279,6 @@ int http_begin(struct http_req *r)
 		if (rc < 0)
 			return rc;
 	}
-	r->headers_done = true;
 	/* A streaming body goes to r->on_upload from its first byte: the
 	 * route sets that up now, after authentication, before the body (and
 	 * a transfer token names the tenant whose pool queue its work joins). */
@@ -288,21 +289,22 @@ int http_begin(struct http_req *r)
 
 int http_body(struct http_req *r, const char *data, size_t len)
 {
+	struct http_req_core *c = http_req_core_of(r);
 	r->bytes_in += (int64_t)len;
-	if (r->body_too_large)
+	if (c->body_too_large)
 		return 0;
 	if (r->route && (r->route->flags & RF_STREAM_IN) && r->on_upload)
 		return r->on_upload(r, data, len);
 	if (!r->route || !(r->route->flags & (RF_JSON | RF_JSON_OPT | RF_RAW))) {
 		/* A body where none is expected: keep reading (bounded) and ignore. */
 		if (r->bytes_in > 65536) {
-			r->body_too_large = true;
+			c->body_too_large = true;
 			return http_fail(r, -E2BIG, "this route takes no body");
 		}
 		return 0;
 	}
 	if (buf_append(&r->body, data, len) < 0) {
-		r->body_too_large = true;
+		c->body_too_large = true;
 		buf_free(&r->body);
 		return http_fail(r, -E2BIG, "request body over the limit of %zu bytes", r->body.max);
 	}
@@ -372,6 +374,7 @@ static void www_authenticate(struct http_req *r, struct http_response *resp)
 
 int http_render_error(struct http_req *r, int code)
 {
+	struct http_req_core *c = http_req_core_of(r);
 	struct http_wire_error w = http_wire_error(code);
 	const char *wcode = r->error_code ? r->error_code : w.code;
 	json_t *hint = w.retry_hint ? json_string(w.retry_hint) : json_null();
@@ -391,10 +394,10 @@ int http_render_error(struct http_req *r, int code)
 		return -ENOMEM;
 	if (w.status == 401)
 		www_authenticate(r, resp);
-	if (w.status == 405 && r->allow)
-		http_response_header(resp, "Allow", r->allow);
-	if (w.status == 416 && r->content_range[0])
-		http_response_header(resp, "Content-Range", r->content_range);
+	if (w.status == 405 && c->allow)
+		http_response_header(resp, "Allow", c->allow);
+	if (w.status == 416 && c->content_range[0])
+		http_response_header(resp, "Content-Range", c->content_range);
 	if (w.status == 429 || w.status == 503) {
 		char ra[24];
 		snprintf(ra, sizeof ra, "%lld", (long long)(r->retry_after_s > 0 ? r->retry_after_s : 1));
@@ -479,7 +482,7 @@ static bool audit_wanted(struct http_req *r)
 
 void http_complete(struct http_req *r, bool ok)
 {
-	double ms = (double)(mono_ns() - r->started_ns) / 1e6;
+	double ms = (double)(mono_ns() - http_req_core_of(r)->started_ns) / 1e6;
 	const char *route = r->route ? r->route->pattern : "unmatched";
 	if (r->status == 0)
 		r->status = ok ? 200 : 499; /* 499: the client went away before an answer */
@@ -506,9 +509,10 @@ void http_complete(struct http_req *r, bool ok)
 
 	if (r->tenant)
 		hk->tenant_put(hk->ctx, &r->tenant);
+	struct http_req_core *c = http_req_core_of(r);
 	free_params(r);
 	/* made by a worker, never queued: the client left */
-	http_response_free(&r->deferred);
+	http_response_free(&c->deferred);
 	if (r->stash_free)
 		r->stash_free(r->stash);
 	if (r->envelope_free)
@@ -520,7 +524,7 @@ void http_complete(struct http_req *r, bool ok)
 	free(r->session_rel);
 	free(r->error_msg);
 	json_decref(r->error_details);
-	free(r->allow);
+	free(c->allow);
 	free(r->target);
-	free(r);
+	free(c);
 }
