@@ -87,6 +87,17 @@ struct http_env {
 	struct auth_cache *auth_cache; /* tokens verified before; made and freed by http_daemon_start/stop */
 };
 
+/* The first route of routes[0..n) for method and path (HEAD: GET's, when
+ * no HEAD route has the path) into *found, and what its {x} segments
+ * captured into params[0..REQ_MAX_PARAMS) (owned: the caller frees them).
+ * -ENOENT when no route has the path; -SBX_E_METHOD when routes of other
+ * methods have it, their methods then in allow (", "-separated, for a
+ * 405's Allow). The path is matched as it is given (libmicrohttpd has
+ * percent-decoded it): bytewise, a trailing '/' only where the pattern
+ * has one, and a {x} never empty (but RF_TAIL's last may be). http/match.c; no connection needed. */
+int http_route_match(const struct http_route *routes, size_t n, const char *method, const char *path,
+		     const struct http_route **found, const char **params, char *allow, size_t allowsz);
+
 /* server/http.c entry points. */
 /* Called once headers are in: match, authenticate, authorise. Returns 0
  * to go on, or a negative code after which http_render_error answers. */

@@ -25,43 +25,6 @@
 #include "http/req_int.h"
 #include "http/response.h"
 
-/* Match "/exec/{id}/cancel" against a path; captures into r->params. A
- * route with RF_TAIL has its last {x} take the rest of the path, '/'s
- * included, or nothing. */
-static bool match(const struct http_route *rt, const char *path, struct http_req *r, bool capture)
-{
-	const char *p = rt->pattern, *s = path;
-	size_t nparams = 0;
-	while (*p && *s) {
-		if (*p == '{') {
-			const char *pe = strchr(p, '}');
-			const char *se = (rt->flags & RF_TAIL) && pe[1] == '\0' ? NULL : strchr(s, '/');
-			if (!se)
-				se = s + strlen(s);
-			if (se == s || nparams >= REQ_MAX_PARAMS)
-				return false;
-			if (capture)
-				r->params[nparams] = xstrndup(s, (size_t)(se - s));
-			nparams++;
-			p = pe + 1;
-			s = se;
-			continue;
-		}
-		if (*p != *s)
-			return false;
-		p++;
-		s++;
-	}
-	/* An RF_TAIL route's tail may be empty ("/docs/" of "/docs/{path}"). */
-	if (*p == '{' && !*s && (rt->flags & RF_TAIL) && strchr(p, '}')[1] == '\0' &&
-	    nparams < REQ_MAX_PARAMS) {
-		if (capture)
-			r->params[nparams] = xstrdup("");
-		return true;
-	}
-	return *p == '\0' && *s == '\0';
-}
-
 static void free_params(struct http_req *r)
 {
 	for (size_t i = 0; i < REQ_MAX_PARAMS; i++) {
@@ -199,63 +162,23 @@ static int refuse_ambiguous(struct http_req *r)
 	return 0;
 }
 
-/* The methods the route table has for r->url, ", "-separated, into allow
- * (for a 405's Allow); whether any route matched the path at all. */
-static bool allowed_methods(struct http_req *r, char *allow, size_t allowsz)
-{
-	bool path_matched = false;
-	size_t allow_len = 0;
-	allow[0] = '\0';
-	for (size_t i = 0; i < r->env->nroutes; i++) {
-		const struct http_route *rt = &r->env->routes[i];
-		if (!match(rt, r->url, r, false))
-			continue;
-		path_matched = true;
-		if (strstr(allow, rt->method))
-			continue;
-		/* Appended with an explicit length; a method that does not fit
-		 * (never with HTTP's few) is left out whole, not cut. */
-		size_t room = allowsz - allow_len;
-		int n = snprintf(allow + allow_len, room, "%s%s", allow_len ? ", " : "", rt->method);
-		if (n > 0 && (size_t)n < room)
-			allow_len += (size_t)n;
-		else
-			allow[allow_len] = '\0';
-	}
-	return path_matched;
-}
-
-/* The first route of method for r->url, or NULL. */
-static const struct http_route *find_route(struct http_req *r, const char *method)
-{
-	for (size_t i = 0; i < r->env->nroutes; i++) {
-		const struct http_route *rt = &r->env->routes[i];
-		if (strcmp(rt->method, method) == 0 && match(rt, r->url, r, false))
-			return rt;
-	}
-	return NULL;
-}
-
 int http_begin(struct http_req *r)
 {
 	int arc = refuse_ambiguous(r);
 	if (arc < 0)
 		return arc;
-	const struct http_route *found = find_route(r, r->method);
-	/* HEAD is answered as GET (libmicrohttpd drops the body). */
-	if (!found && strcmp(r->method, "HEAD") == 0)
-		found = find_route(r, "GET");
-	if (!found) {
-		char allow[128];
-		if (allowed_methods(r, allow, sizeof allow)) {
-			http_req_core_of(r)->allow = xstrdup(allow);
-			return http_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s",
-					 r->method, allow);
-		}
-		return http_fail(r, -ENOENT, "no such route: %s %s", r->method, r->url);
+	const struct http_route *found = NULL;
+	char allow[128];
+	int mrc = http_route_match(r->env->routes, r->env->nroutes, r->method, r->url, &found, r->params,
+				   allow, sizeof allow);
+	if (mrc == -SBX_E_METHOD) {
+		http_req_core_of(r)->allow = xstrdup(allow);
+		return http_fail(r, -SBX_E_METHOD, "method %s not allowed here; allowed: %s", r->method,
+				 allow);
 	}
+	if (mrc < 0)
+		return http_fail(r, -ENOENT, "no such route: %s %s", r->method, r->url);
 	r->route = found;
-	match(found, r->url, r, true);
 
 	const char *sk = http_header(r, "X-Session-Key");
 	if (sk) {
