@@ -39,21 +39,33 @@ int http_fail(struct http_req *r, int code, const char *fmt, ...)
 
 const char *http_header(struct http_req *r, const char *name)
 {
-	return MHD_lookup_connection_value(http_req_core_of(r)->conn, MHD_HEADER_KIND, name);
+	struct http_req_core *c = http_req_core_of(r);
+	if (!c->conn)
+		return c->fake->value(c->fake, true, name);
+	return MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, name);
 }
 
 const char *http_query(struct http_req *r, const char *name)
 {
-	return MHD_lookup_connection_value(http_req_core_of(r)->conn, MHD_GET_ARGUMENT_KIND, name);
+	struct http_req_core *c = http_req_core_of(r);
+	if (!c->conn)
+		return c->fake->value(c->fake, false, name);
+	return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 const char *http_query_n(struct http_req *r, const char *name, size_t *len)
 {
+	struct http_req_core *c = http_req_core_of(r);
 	const char *v = NULL;
 	size_t n = 0;
-	if (MHD_lookup_connection_value_n(http_req_core_of(r)->conn, MHD_GET_ARGUMENT_KIND, name,
-					  strlen(name), &v, &n) != MHD_YES)
+	if (!c->conn) {
+		if (!(v = c->fake->value(c->fake, false, name)))
+			return NULL;
+		n = strlen(v);
+	} else if (MHD_lookup_connection_value_n(c->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v,
+						 &n) != MHD_YES) {
 		return NULL;
+	}
 	if (!v) /* "?path" without "=": present, empty */
 		v = "";
 	*len = n;
@@ -85,8 +97,11 @@ bool http_query_bool(struct http_req *r, const char *name)
 
 int http_client_fd(struct http_req *r)
 {
+	struct http_req_core *c = http_req_core_of(r);
+	if (!c->conn)
+		return -1;
 	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(http_req_core_of(r)->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	return ci ? ci->connect_fd : -1;
 }
 
@@ -122,13 +137,25 @@ void http_reply_common_headers(struct http_req *r, struct http_response *resp)
 }
 
 /* Queue resp (libmicrohttpd's, http/response.c) on r's connection and
- * destroy our reference; false when nothing was queued. */
+ * destroy our reference; false when nothing was queued. A fake request
+ * has nothing to queue on: the response is only destroyed. */
 static bool queue(struct http_req *r, int status, struct http_response *resp)
 {
+	struct http_req_core *c = http_req_core_of(r);
 	struct MHD_Response *m = (struct MHD_Response *)resp;
-	enum MHD_Result ok = MHD_queue_response(http_req_core_of(r)->conn, (unsigned)status, m);
+	enum MHD_Result ok = c->conn ? MHD_queue_response(c->conn, (unsigned)status, m) : MHD_YES;
 	MHD_destroy_response(m);
 	return ok == MHD_YES;
+}
+
+/* The n bytes at p are a reply's body: counted (and a fake request's
+ * test sees them). */
+static void count_out(struct http_req *r, const void *p, size_t n)
+{
+	struct http_req_core *c = http_req_core_of(r);
+	r->bytes_out += (int64_t)n;
+	if (!c->conn)
+		c->fake->body(c->fake, p, n);
 }
 
 int http_reply_response(struct http_req *r, int status, struct http_response *resp)
@@ -169,7 +196,7 @@ int http_reply_static(struct http_req *r, int status, const char *content_type, 
 		return -ENOMEM;
 	if (content_type)
 		http_response_header(resp, "Content-Type", content_type);
-	r->bytes_out += (int64_t)n;
+	count_out(r, p, n);
 	return http_reply_response(r, status, resp);
 }
 
@@ -180,7 +207,7 @@ struct http_response *http_json_response(struct http_req *r, char *text)
 	if (!resp)
 		return NULL;
 	http_response_header(resp, "Content-Type", "application/json");
-	r->bytes_out += (int64_t)n;
+	count_out(r, text, n);
 	return resp;
 }
 
@@ -219,7 +246,7 @@ int http_reply_text(struct http_req *r, int status, char *data, size_t len)
 	if (!resp)
 		return -ENOMEM;
 	http_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
-	r->bytes_out += (int64_t)len;
+	count_out(r, data, len);
 	return http_reply_response(r, status, resp);
 }
 
@@ -254,12 +281,19 @@ void http_suspend(struct http_req *r)
 {
 	struct http_req_core *c = http_req_core_of(r);
 	c->suspended = true;
-	MHD_suspend_connection(c->conn);
+	if (c->conn)
+		MHD_suspend_connection(c->conn);
+	else
+		c->fake->suspend(c->fake);
 }
 
 void http_resume(struct http_req *r)
 {
-	MHD_resume_connection(http_req_core_of(r)->conn);
+	struct http_req_core *c = http_req_core_of(r);
+	if (c->conn)
+		MHD_resume_connection(c->conn);
+	else
+		c->fake->resume(c->fake);
 }
 
 int http_fail_range(struct http_req *r, uint64_t size)

@@ -2,7 +2,8 @@
 /* The HTTP layer's own part of a request: what http/ keeps per request
  * and a handler never reads or sets (the connection, the refusal of a
  * body, the headers of particular errors, the worker pool's bookkeeping,
- * the reply a worker kept). Only http/ includes this header.
+ * the reply a worker kept). Only http/ includes this header (and the
+ * fake requests of the unit tests, tests/unit/http_fake.h).
  *
  * struct http_req (http/req.h) is the first member of struct
  * http_req_core, and http/daemon.c allocates the core: one allocation per
@@ -21,12 +22,16 @@
 
 struct MHD_Connection;
 struct http_response;
+struct http_req_fake;
 
 struct http_req_core {
-	struct http_req req;	     /* what the handlers see; first */
-	struct MHD_Connection *conn; /* libmicrohttpd's */
-	int64_t started_ns;	     /* monotonic: the request's duration */
-	bool suspended;		     /* http_suspend ran; the next callback is its resume */
+	struct http_req req; /* what the handlers see; first */
+	/* libmicrohttpd's connection; NULL for a fake request (a unit test's,
+	 * no socket), which fake answers instead. */
+	struct MHD_Connection *conn;
+	struct http_req_fake *fake;
+	int64_t started_ns; /* monotonic: the request's duration */
+	bool suspended;	    /* http_suspend ran; the next callback is its resume */
 
 	/* refused requests (http/daemon.c, http/router.c) */
 	bool body_too_large;
@@ -55,6 +60,26 @@ static inline struct http_req_core *http_req_core_of(struct http_req *r)
 	return (struct http_req_core *)((char *)r - offsetof(struct http_req_core, req));
 }
 
+/* What a request without a connection answers with instead of
+ * libmicrohttpd (the unit tests' fake requests): embedded in the test's
+ * own state, which these are handed. */
+struct http_req_fake {
+	/* A request header (header true; names case-insensitive) or query
+	 * argument named name (a string: no NUL inside); NULL when absent. */
+	const char *(*value)(struct http_req_fake *f, bool header, const char *name);
+	/* The len bytes of a reply's body, when the reply has them as bytes
+	 * (JSON, text, static); counted in bytes_out as they are given. */
+	void (*body)(struct http_req_fake *f, const void *p, size_t len);
+	/* http_suspend / http_resume of the request (resume: any thread). */
+	void (*suspend)(struct http_req_fake *f);
+	void (*resume)(struct http_req_fake *f);
+};
+
 /* Queue the reply a handler made on a pool worker (the core's deferred);
  * event thread, on resume. 0 or -EIO. */
 int http_reply_deferred(struct http_req *r);
+
+/* Free what r owns and r itself (its core), without the completion's
+ * audit, metrics, log line or tenant reference (http_complete does those
+ * first). */
+void http_req_free(struct http_req *r);

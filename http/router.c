@@ -141,7 +141,11 @@ static int refuse_ambiguous(struct http_req *r)
 {
 	struct http_req_core *c = http_req_core_of(r);
 	unsigned seen[NSINGLE] = {0};
-	MHD_get_connection_values(c->conn, MHD_HEADER_KIND, count_header, seen);
+	if (c->conn)
+		MHD_get_connection_values(c->conn, MHD_HEADER_KIND, count_header, seen);
+	else /* a fake request: one value per name */
+		for (size_t i = 0; i < NSINGLE; i++)
+			seen[i] = http_header(r, single_headers[i]) != NULL;
 	for (size_t i = 0; i < NSINGLE; i++)
 		if (seen[i] > 1) {
 			c->refuse_now = true;
@@ -432,6 +436,11 @@ void http_complete(struct http_req *r, bool ok)
 
 	if (r->tenant)
 		hk->tenant_put(hk->ctx, &r->tenant);
+	http_req_free(r);
+}
+
+void http_req_free(struct http_req *r)
+{
 	struct http_req_core *c = http_req_core_of(r);
 	free_params(r);
 	/* made by a worker, never queued: the client left */
