@@ -186,6 +186,84 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
 	return atomic_load(&h->quiesced) ? MHD_NO : MHD_YES;
 }
 
+/* The first call for a request: its state made, then matched,
+ * authenticated and authorised (http_begin); a refusal is answered now
+ * or once its body is read. */
+static enum MHD_Result request_start(struct http_daemon *h, struct MHD_Connection *conn, const char *url,
+				     const char *method, void **con_cls)
+{
+	struct http_req_core *c = xcalloc(1, sizeof *c);
+	struct http_req *r = &c->req;
+	r->env = h->env;
+	r->app = h->env->app;
+	c->conn = conn;
+	c->started_ns = mono_ns();
+	r->at_ms = now_ms();
+	/* The method is echoed into the log, the audit and a 405's
+	 * message: printable ASCII only. */
+	size_t ml = strnlen(method, sizeof r->method - 1);
+	for (size_t i = 0; i < ml; i++)
+		r->method[i] =
+		    (unsigned char)method[i] <= 0x20 || (unsigned char)method[i] >= 0x7f ? '?' : method[i];
+	r->method[ml] = '\0';
+	r->url = xstrdup(url);
+	buf_init(&r->body, (size_t)h->env->cfg->max_buffered_bytes);
+	make_request_id(c);
+	client_address(c);
+	http_metrics_inflight(h->env->metrics, 1);
+	*con_cls = r;
+	int rc = http_begin(r);
+	if (rc < 0) {
+		c->pending_error = rc; /* answered once the body is read (or given up on) */
+		/* A client waiting for "100 Continue" has sent no body yet:
+		 * answer now, so a refused upload is never sent at all
+		 * (libmicrohttpd then skips the 100 and the body). A request
+		 * whose body length is ambiguous is answered now too: its
+		 * body must never be read, as this request's or the next. */
+		const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect");
+		if (c->refuse_now || (expect && strcasecmp(expect, "100-continue") == 0))
+			return fail(r, rc);
+	}
+	return MHD_YES;
+}
+
+/* Body bytes: to the route, or, for a refused request, counted and
+ * dropped (the start of a JSON body kept for the audit). */
+static enum MHD_Result request_upload(struct http_req_core *c, const char *upload_data, size_t n)
+{
+	struct http_req *r = &c->req;
+	if (!c->pending_error) {
+		int rc = http_body(r, upload_data, n);
+		if (rc < 0)
+			c->pending_error = rc;
+	} else {
+		r->bytes_in += (int64_t)n;
+		/* The start of a refused JSON body stays for the audit: what
+		 * was attempted (a command, a path) is worth a row. */
+		if (r->route && (r->route->flags & RF_JSON) && r->body.len < REFUSED_BODY_KEEP)
+			buf_append(&r->body, upload_data,
+				   n < REFUSED_BODY_KEEP - r->body.len ? n : REFUSED_BODY_KEEP - r->body.len);
+	}
+	/* A refused body is read and dropped so the client sees the answer
+	 * rather than a reset, up to a bound; past it, answer and close. */
+	if (c->pending_error && r->bytes_in > SWALLOW_MAX)
+		return fail(r, c->pending_error);
+	return MHD_YES;
+}
+
+/* Resumed after http_suspend: the handler has something to say. */
+static enum MHD_Result request_resumed(struct http_req_core *c)
+{
+	struct http_req *r = &c->req;
+	c->suspended = false;
+	if (!r->on_resume)
+		return MHD_YES;
+	int rc = r->on_resume(r);
+	if (rc == 0 && r->hang_up)
+		return MHD_NO;
+	return rc < 0 ? fail(r, rc) : MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size,
 				  void **con_cls)
@@ -193,80 +271,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct http_daemon *h = cls;
 	struct http_req *r = *con_cls;
 	nowait_event_thread(); /* once per thread: never the network here (common/nowait.h) */
-	if (!r) {
-		struct http_req_core *c = xcalloc(1, sizeof *c);
-		r = &c->req;
-		r->env = h->env;
-		r->app = h->env->app;
-		c->conn = conn;
-		c->started_ns = mono_ns();
-		r->at_ms = now_ms();
-		/* The method is echoed into the log, the audit and a 405's
-		 * message: printable ASCII only. */
-		size_t ml = strnlen(method, sizeof r->method - 1);
-		for (size_t i = 0; i < ml; i++)
-			r->method[i] = (unsigned char)method[i] <= 0x20 || (unsigned char)method[i] >= 0x7f
-					   ? '?'
-					   : method[i];
-		r->method[ml] = '\0';
-		r->url = xstrdup(url);
-		buf_init(&r->body, (size_t)h->env->cfg->max_buffered_bytes);
-		make_request_id(c);
-		client_address(c);
-		http_metrics_inflight(h->env->metrics, 1);
-		*con_cls = r;
-		int rc = http_begin(r);
-		if (rc < 0) {
-			c->pending_error = rc; /* answered once the body is read (or given up on) */
-			/* A client waiting for "100 Continue" has sent no body yet:
-			 * answer now, so a refused upload is never sent at all
-			 * (libmicrohttpd then skips the 100 and the body). A request
-			 * whose body length is ambiguous is answered now too: its
-			 * body must never be read, as this request's or the next. */
-			const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Expect");
-			if (c->refuse_now || (expect && strcasecmp(expect, "100-continue") == 0))
-				return fail(r, rc);
-		}
-		return MHD_YES;
-	}
+	if (!r)
+		return request_start(h, conn, url, method, con_cls);
 	struct http_req_core *c = http_req_core_of(r);
 	if (r->status) {
 		/* Already answered: swallow what is left. */
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	if (c->suspended) {
-		/* Resumed: the handler has something to say. */
-		c->suspended = false;
-		if (!r->on_resume)
-			return MHD_YES;
-		int rc = r->on_resume(r);
-		if (rc == 0 && r->hang_up)
-			return MHD_NO;
-		return rc < 0 ? fail(r, rc) : MHD_YES;
-	}
+	if (c->suspended)
+		return request_resumed(c);
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (!c->pending_error) {
-			int rc = http_body(r, upload_data, n);
-			if (rc < 0)
-				c->pending_error = rc;
-		} else {
-			r->bytes_in += (int64_t)n;
-			/* The start of a refused JSON body stays for the audit: what
-			 * was attempted (a command, a path) is worth a row. */
-			if (r->route && (r->route->flags & RF_JSON) && r->body.len < REFUSED_BODY_KEEP)
-				buf_append(&r->body, upload_data,
-					   n < REFUSED_BODY_KEEP - r->body.len
-					       ? n
-					       : REFUSED_BODY_KEEP - r->body.len);
-		}
-		/* A refused body is read and dropped so the client sees the answer
-		 * rather than a reset, up to a bound; past it, answer and close. */
-		if (c->pending_error && r->bytes_in > SWALLOW_MAX)
-			return fail(r, c->pending_error);
-		return MHD_YES;
+		return request_upload(c, upload_data, n);
 	}
 	if (r->ran) {
 		/* Called again while a handler's response is pending (a resumed

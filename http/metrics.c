@@ -161,8 +161,8 @@ static const char *route_label(struct http_metrics *m, size_t i, char *tmp, size
 	return tmp;
 }
 
-void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures,
-			 size_t execs_running)
+/* Requests by route and status, their durations, and those in flight. */
+static void render_requests(struct http_metrics *m, struct buf *out)
 {
 	char tmp[160], labels[200];
 	buf_appendf(out, "# HELP sandboxd_http_requests_total HTTP requests by route and status.\n"
@@ -193,6 +193,12 @@ void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit
 		    "# HELP sandboxd_http_requests_in_flight Requests being served.\n"
 		    "# TYPE sandboxd_http_requests_in_flight gauge\nsandboxd_http_requests_in_flight %d\n",
 		    atomic_load(&m->inflight));
+}
+
+/* Commands: running, started, finished by outcome, their durations and
+ * their waits for a slot. */
+static void render_execs(struct http_metrics *m, struct buf *out, size_t execs_running)
+{
 	buf_appendf(out,
 		    "# HELP sandboxd_execs_running Commands running now.\n"
 		    "# TYPE sandboxd_execs_running gauge\nsandboxd_execs_running %zu\n",
@@ -213,6 +219,13 @@ void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit
 			 "waited for one of their tenant's exec slots.\n"
 			 "# TYPE sandboxd_exec_queue_wait_seconds histogram\n");
 	render_hist(out, "sandboxd_exec_queue_wait_seconds", "", &m->exec_queue_wait);
+}
+
+void http_metrics_render(struct http_metrics *m, struct buf *out, uint64_t audit_failures,
+			 size_t execs_running)
+{
+	render_requests(m, out);
+	render_execs(m, out, execs_running);
 	buf_appendf(out,
 		    "# HELP sandboxd_stream_bytes_total Bytes moved by streaming transfers.\n"
 		    "# TYPE sandboxd_stream_bytes_total counter\n"
