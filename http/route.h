@@ -1,10 +1,12 @@
 #pragma once
 /* The dispatcher (http/router.c): matches a request against a route table
- * of {method, pattern, scope, flags, handler} that the program gives it
- * (sandboxd's is routes/table.c), authenticates, checks scopes, parses
- * JSON bodies and renders errors; only it does. http/daemon.c calls the
- * route_* entry points. It knows nothing of the routes' state: what it
- * needs of it (tenants' keys, the audit trail) it asks through hooks. */
+ * of {method, pattern, scope, flags, handler, begin} that the program
+ * gives it (sandboxd's is routes/table.c; the matching itself is
+ * http/match.c), authenticates, checks scopes, parses JSON bodies and
+ * renders errors; only it does. http/daemon.c calls the http_begin ...
+ * http_complete entry points below. It knows nothing of the routes'
+ * state: what it needs of it (tenants' keys, the audit trail) it asks
+ * through hooks. */
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -94,13 +96,15 @@ struct http_env {
  * methods have it, their methods then in allow (", "-separated, for a
  * 405's Allow). The path is matched as it is given (libmicrohttpd has
  * percent-decoded it): bytewise, a trailing '/' only where the pattern
- * has one, and a {x} never empty (but RF_TAIL's last may be). http/match.c; no connection needed. */
+ * has one, and a {x} never empty (but RF_TAIL's last may be). No
+ * connection needed (http/match.c). */
 int http_route_match(const struct http_route *routes, size_t n, const char *method, const char *path,
 		     const struct http_route **found, const char **params, char *allow, size_t allowsz);
 
-/* server/http.c entry points. */
-/* Called once headers are in: match, authenticate, authorise. Returns 0
- * to go on, or a negative code after which http_render_error answers. */
+/* The entry points http/daemon.c calls for each request. */
+/* Called once headers are in: refuse an ambiguous framing, match,
+ * authenticate, authorise, then the route's begin. Returns 0 to go on, or
+ * a negative code after which http_render_error answers. */
 int http_begin(struct http_req *r);
 /* Body bytes as they arrive. 0, or negative (error rendered at the end). */
 int http_body(struct http_req *r, const char *data, size_t len);
