@@ -90,8 +90,9 @@ struct app {
 	struct http_hub *hub;	   /* live events */
 	struct http_watch *watch;  /* disconnect watcher for suspended requests */
 	struct route_execs *execs; /* commands running now (routes/exec.c) */
-	int64_t store_seen;	   /* PRAGMA data_version last seen (routes/app.c), under the store's lock */
-	struct route_jobs *jobs;   /* commands of provider tenants (routes/provider.h) */
+	int64_t
+	    store_seen; /* PRAGMA data_version last seen (routes/tenant_cache.c), under the store's lock */
+	struct route_jobs *jobs;	    /* commands of provider tenants (routes/provider.h) */
 	struct http_audit_gate *audit_gate; /* audit rows of requests naming no tenant, per address */
 	struct http_env http;		    /* what the HTTP layer reaches: cfg, table, metrics, hooks */
 	struct sbx_nodes nodes;		    /* cfg->nodes parsed: the cluster's other nodes */

@@ -1,6 +1,6 @@
 #pragma once
 /* The tenant-level seam: one ops table for the SandboxApi's files and
- * commands, chosen once per tenant when it is loaded (routes/app.c, by
+ * commands, chosen once per tenant when it is loaded (routes/tenant_cache.c, by
  * routes/providers.c from the `backend` key of its policy; so a policy
  * change applies within the tenant cache's few seconds, or at once when
  * made through PUT /tenants/{name}/policy). Every served tenant has one:
