@@ -12,7 +12,6 @@
  * and that snapshot are file work (a thousand files written and fsync'ed):
  * they run on the file pool, fairly between tenants like every file route,
  * and only POST /exec's start comes back to the event thread. */
-#include "routes/paths.h"
 #include "routes/code.h"
 #include "routes/exec_extras.h"
 
@@ -30,6 +29,7 @@
 #include "http/errors.h"
 #include "http/pool.h"
 #include "routes/app.h"
+#include "routes/paths.h"
 #include "routes/provider.h"
 #include "routes/exec_registry.h"
 #include "routes/fs.h"

@@ -1,5 +1,5 @@
 /* GET /exec/{id}/events and GET /events: live progress as server-sent
- * events, through routes/hub.c. */
+ * events, through http/hub.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,11 +1,12 @@
-/* POST /exec, GET /exec/{id}, POST /exec/{id}/cancel, GET /execs.
+/* POST /exec, GET /exec/{id}, POST /exec/{id}/cancel, GET /execs, and
+ * approve/reject.
  *
  * Each handler parses and checks its request; a POST /exec then starts
- * the command through routes/exec_registry.c, which suspends the
- * connection and answers it at the exit (the first request, and
- * idempotent retries with the same id). A client that hangs up while
- * its command runs cancels it (routes/watch.c notices). */
-#include "routes/paths.h"
+ * the command through routes/exec_registry.c on the tenant's provider
+ * (routes/provider.h), which suspends the connection and answers it at
+ * the exit (the first request, and idempotent retries with the same id).
+ * A client that hangs up while its command runs cancels it (http/watch.c
+ * notices). */
 #include "routes/exec.h"
 
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include "common/xmalloc.h"
 #include "routes/admit.h"
 #include "routes/app.h"
+#include "routes/paths.h"
 #include "routes/tenant_cache.h"
 #include "routes/code.h"
 #include "routes/exec_extras.h"

@@ -2,7 +2,6 @@
  * checked and applied here so that routes/exec.c keeps one line per step;
  * the files_changed of track_changes; and the base64 that inline stdin
  * and POST /code's inputs share. */
-#include "routes/paths.h"
 #include "routes/exec_extras.h"
 
 #include <errno.h>
@@ -18,6 +17,7 @@
 #include "http/pool.h"
 #include "routes/app.h"
 #include "routes/exec_registry.h"
+#include "routes/paths.h"
 #include "routes/provider.h"
 #include "routes/routes.h"
 #include "sandbox/changes.h"

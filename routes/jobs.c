@@ -1,8 +1,9 @@
-/* Jobs of tenant-level providers (routes/provider.h): handles, the list
- * cancels look in, the threads that run them, the copy of a command each
- * keeps, the events they report (one shape for every provider), and what
- * /readyz says of each provider. The providers themselves are routes/remote*.c and
- * routes/ssh*.c. */
+/* Jobs of the providers whose commands run elsewhere (routes/provider.h):
+ * handles, the list cancels look in, the threads that run them, the copy
+ * of a command each keeps, the events they report (one shape for every
+ * provider), and what /readyz says of each provider. The providers are
+ * routes/remote*.c and routes/ssh.c; the local provider's jobs are the
+ * runner's (sandbox/runner.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -12,7 +12,6 @@
  * /exec/{id}/cancel's. Only the arguments listed per tool are taken (the
  * REST fields that would change how the request is answered, stream,
  * background, tty, stdin_pipe, wait, are not tools' arguments). */
-#include "routes/paths.h"
 #include "routes/mcp.h"
 
 #include <errno.h>
@@ -30,6 +29,7 @@
 #include "routes/exec_extras.h"
 #include "routes/exec.h"
 #include "routes/fs.h"
+#include "routes/paths.h"
 #include "routes/routes.h"
 #include "sandbox/workspace.h"
 

@@ -45,10 +45,11 @@ int route_exec_list(struct http_req *r);
 /* exec_io.c: a running exec's stdin and terminal size */
 int route_exec_stdin(struct http_req *r);
 int route_exec_resize(struct http_req *r);
-/* code.c */
-int route_code_post(struct http_req *r);
+/* exec.c: a person's decision on a command that waits for approval */
 int route_exec_approve(struct http_req *r);
 int route_exec_reject(struct http_req *r);
+/* code.c */
+int route_code_post(struct http_req *r);
 
 /* routes/egress.c: GET /exec/{id}/egress */
 int route_exec_egress(struct http_req *r);

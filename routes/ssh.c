@@ -1,6 +1,5 @@
 /* Backend ssh's route glue: files and commands of a tenant on an SSH host
  * (see ssh.h; the protocol is sandbox/ssh*.c's). */
-#include "routes/paths.h"
 #include "routes/ssh.h"
 
 #include <errno.h>
@@ -18,6 +17,7 @@
 #include "http/response.h"
 #include "routes/app.h"
 #include "routes/fs.h"
+#include "routes/paths.h"
 #include "routes/policy.h"
 #include "routes/provider.h"
 #include "sandbox/ssh.h"
