@@ -41,15 +41,16 @@ static int hook_tenant_get(void *ctx, const char *name, struct tenant **t, struc
 static int hook_tenant_admit(void *ctx, struct tenant *t, const struct http_route *rt, char *why,
 			     size_t whysz)
 {
-	int rc;
 	if (!t)
 		return 0;
-	if (!t->unserved[0])
-		return (rc = route_provider_admit(t, rt, why, whysz)) < 0
-			   ? rc
-			   : route_storage_admit(ctx, t, why, whysz);
-	snprintf(why, whysz, "this server cannot serve tenant %s: %s", t->name, t->unserved);
-	return -SBX_E_BACKEND;
+	if (t->unserved[0]) {
+		snprintf(why, whysz, "this server cannot serve tenant %s: %s", t->name, t->unserved);
+		return -SBX_E_BACKEND;
+	}
+	char what[160];
+	snprintf(what, sizeof what, "%s %s", rt->method, rt->pattern);
+	int rc = route_provider_admit(t, rt->flags, what, why, whysz);
+	return rc < 0 ? rc : route_storage_admit(ctx, t, why, whysz);
 }
 
 static void hook_tenant_put(void *ctx, struct tenant **t)

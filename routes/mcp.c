@@ -30,6 +30,7 @@
 #include "http/req.h"
 #include "http/response.h"
 #include "routes/exec.h"
+#include "routes/provider.h"
 #include "routes/routes.h"
 
 /* The protocol versions served; the first is offered to a client that
@@ -212,6 +213,11 @@ static int tools_call(struct http_req *r, const struct http_jsonrpc_msg *m)
 		auth_scopes_format(t->scope, need, sizeof need);
 		return http_fail(r, -SBX_E_SCOPE, "the tool %s needs the scope %s", t->name, need);
 	}
+	char tool[64], why[384];
+	snprintf(tool, sizeof tool, "the tool %s", t->name);
+	int rc = route_provider_admit(r->tenant, t->flags, tool, why, sizeof why);
+	if (rc < 0)
+		return http_fail(r, rc, "%s", why);
 	return t->run(r);
 }
 

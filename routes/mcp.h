@@ -24,6 +24,7 @@ struct route_mcp_tool {
 	const char *input_schema;			     /* JSON Schema of the arguments, JSON text */
 	bool read_only, destructive, idempotent, open_world; /* MCP's annotations (hints) */
 	unsigned scope;					     /* AUTH_SCOPE_*: the token needs it */
+	unsigned flags; /* RF_WORKSPACE when its route has it (routes/table.c): refused alike */
 	/* Run the tool on r (r->envelope set, r->envelope_ctx the call): as
 	 * a route handler, 0 once answered or suspended, or an error after
 	 * http_fail. */

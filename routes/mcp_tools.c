@@ -22,6 +22,7 @@
 
 #include "auth/auth.h"
 #include "common/errors.h"
+#include "http/route.h"
 #include "http/fields.h"
 #include "http/pool.h"
 #include "http/req.h"
@@ -425,6 +426,7 @@ const struct route_mcp_tool route_mcp_tools[] = {
      .destructive = true,
      .open_world = true,
      .scope = AUTH_SCOPE_EXEC,
+     .flags = RF_WORKSPACE, /* POST /code's */
      .run = code_run,
      .render = command_render},
     {.name = "cancel",

@@ -95,10 +95,12 @@ struct route_provider *route_provider_new(struct app *a, const char *tenant, con
 void route_provider_free(struct route_provider **p);
 /* This server's own (routes/local.c): shared by every local tenant, never freed. */
 extern struct route_provider route_local_provider;
-/* The one refusal of a route the tenant's provider cannot serve: a route
- * of the table flagged RF_WORKSPACE (rt) for a provider without
- * ROUTE_CAN_WORKSPACE: -SBX_E_FORBIDDEN with why. 0 otherwise. */
-int route_provider_admit(const struct tenant *t, const struct http_route *rt, char *why, size_t whysz);
+/* The one refusal of what the tenant's provider cannot serve: flags of a
+ * route of the table (or of an MCP tool, which runs a route's code)
+ * with RF_WORKSPACE, for a provider without ROUTE_CAN_WORKSPACE:
+ * -SBX_E_FORBIDDEN with why, which names it as what ("POST /code").
+ * 0 otherwise. */
+int route_provider_admit(const struct tenant *t, unsigned flags, const char *what, char *why, size_t whysz);
 /* The same for a route that finds its tenant itself (a transfer token):
  * 403 forbidden answered on r (returns the code), or 0. */
 int route_provider_refuse(struct http_req *r, const char *what);

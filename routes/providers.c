@@ -44,12 +44,12 @@ static bool has_workspace(const struct tenant *t)
 	return !t->provider || (t->provider->ops->caps & ROUTE_CAN_WORKSPACE);
 }
 
-int route_provider_admit(const struct tenant *t, const struct http_route *rt, char *why, size_t whysz)
+int route_provider_admit(const struct tenant *t, unsigned flags, const char *what, char *why, size_t whysz)
 {
-	if (!(rt->flags & RF_WORKSPACE) || has_workspace(t))
+	if (!(flags & RF_WORKSPACE) || has_workspace(t))
 		return 0;
-	snprintf(why, whysz, "%s %s is not available for tenant %s: its files and commands are served %s",
-		 rt->method, rt->pattern, t->name, t->provider->ops->where);
+	snprintf(why, whysz, "%s is not available for tenant %s: its files and commands are served %s", what,
+		 t->name, t->provider->ops->where);
 	return -SBX_E_FORBIDDEN;
 }
 

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <ftw.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -83,6 +85,27 @@ static struct it_resp req(struct it_server *s, const char *method, const char *p
 	const char *tok = s == &front ? tok_f : tok_b;
 	assert_int_equal(it_http(s, method, path, tok, hdrs, body, body ? strlen(body) : 0, &r), 0);
 	return r;
+}
+
+/* Whether a file called name lies anywhere below dir (the front's own
+ * disk: a remote tenant's files must never land there). */
+static const char *nftw_name;
+static bool nftw_found;
+static int nftw_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	if (strcmp(path + ftw->base, nftw_name) == 0)
+		nftw_found = true;
+	return 0;
+}
+
+static bool found_under(const char *dir, const char *name)
+{
+	nftw_name = name;
+	nftw_found = false;
+	nftw(dir, nftw_one, 16, FTW_PHYS);
+	return nftw_found;
 }
 
 /* The same request to the front and to the back: same status, same body
@@ -282,6 +305,20 @@ static void test_exec_equal(void **state)
 	    {"GET", "/fs/read_stream?path=a", NULL},
 	    {"PUT", "/fs/write_stream?path=a", "bytes"},
 	};
+	/* The same routes' code reached inside POST /mcp: its tool is refused
+	 * alike (a tool error), and nothing is written here meanwhile. */
+	struct it_resp m = req(&front, "POST", "/mcp",
+			       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+			       "{\"name\":\"run_code\",\"arguments\":{\"language\":\"python\","
+			       "\"code\":\"print(1)\",\"files\":[{\"path\":\"mcp-in.txt\","
+			       "\"content\":\"x\"}]}}}");
+	assert_int_equal(m.status, 200);
+	assert_non_null(strstr(m.body, "\"isError\":true"));
+	assert_non_null(strstr(m.body, "is not available for tenant"));
+	it_resp_free(&m);
+	char *tenants = xasprintf("%s/tenants", front.dir);
+	assert_false(found_under(tenants, "mcp-in.txt"));
+	free(tenants);
 	for (size_t i = 0; i < sizeof local_only / sizeof local_only[0]; i++) {
 		struct it_resp r = req(&front, local_only[i][0], local_only[i][1], local_only[i][2]);
 		it_expect_error(&r, 403, "forbidden");

@@ -90,12 +90,13 @@ static void test_workspace_routes_refused_once(void **state)
 	char why[384] = "";
 
 	t.provider = &route_local_provider;
-	assert_int_equal(route_provider_admit(&t, &code, why, sizeof why), 0);
-	assert_int_equal(route_provider_admit(&t, &stat, why, sizeof why), 0);
+	assert_int_equal(route_provider_admit(&t, code.flags, "POST /code", why, sizeof why), 0);
+	assert_int_equal(route_provider_admit(&t, stat.flags, "GET /fs/stat", why, sizeof why), 0);
 
 	t.provider = provider_for("remote");
-	assert_int_equal(route_provider_admit(&t, &stat, why, sizeof why), 0);
-	assert_int_equal(route_provider_admit(&t, &code, why, sizeof why), -SBX_E_FORBIDDEN);
+	assert_int_equal(route_provider_admit(&t, stat.flags, "GET /fs/stat", why, sizeof why), 0);
+	assert_int_equal(route_provider_admit(&t, code.flags, "POST /code", why, sizeof why),
+			 -SBX_E_FORBIDDEN);
 	assert_non_null(strstr(why, "POST /code is not available for tenant acme"));
 	assert_non_null(strstr(why, t.provider->ops->where));
 	route_provider_free(&t.provider);
