@@ -1,7 +1,7 @@
 #pragma once
 /* What the parts of sandbox/egress/peek.h share: the name check both the
  * SNI and the Host go through, and the two protocol peeks. Private to
- * peek*.c. */
+ * peek*.c (the shared part is peek_common.c). */
 #include <stddef.h>
 #include <stdint.h>
 
