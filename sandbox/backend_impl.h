@@ -26,7 +26,12 @@ struct sbx_backend_ops {
 	bool warm; /* prepare() makes warm sandboxes (l->warm_ctl) */
 };
 
-struct sbx_backend_net; /* running commands' network namespaces, by seq */
+/* Running commands' network namespaces, by seq. */
+struct sbx_backend_net {
+	uint64_t seq;
+	struct sbx_egress_session *ns;
+	struct sbx_backend_net *next;
+};
 
 /* The egress session of req (with net_allow) on backend b: the backend's
  * network health, the rules parsed, sbx_egress_session_open; failures are
@@ -40,6 +45,9 @@ int sbx_backend_net_prepare(struct sbx_backend *b, const struct sbx_spawn_req *r
 struct sbx_egress_bind sbx_backend_net_bind(const struct sbx_spawn_req *req, struct sbx_egress_rules *rules);
 /* Command seq's session from now until sbx_backend_reap (which closes it). */
 void sbx_backend_net_keep(struct sbx_backend *b, uint64_t seq, struct sbx_egress_session *ns);
+/* Close command seq's session (its summary into sum, optional), if it has one. */
+struct sbx_egress_summary;
+void sbx_backend_net_down(struct sbx_backend *b, uint64_t seq, struct sbx_egress_summary *sum);
 
 struct sbx_backend {
 	const struct sbx_backend_ops *ops;
