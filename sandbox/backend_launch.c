@@ -206,6 +206,42 @@ static int set_std_fds(struct sbx_launch *l, const struct sbx_spawn_req *req, in
 	return 0;
 }
 
+/* The command's cgroup, made and opened for the child to join (its
+ * cgroup.procs into l->cgroup_fds). Limits are in force: without them
+ * the command does not run (-SBX_E_BACKEND, counted). */
+static int launch_cgroup(struct sbx_backend *b, const struct sbx_spawn_req *req, struct sbx_launch *l)
+{
+	int n = sbx_cgroup_prepare(b->cgroup_root, req->uid, req->seq, &req->limits, l->cgroup_fds);
+
+	if (n < 0) {
+		b->refused_limits++;
+		log_msg("error", "command %" PRIu64 " refused: its cgroup cannot be made: %s", req->seq,
+			sbx_strerror(n));
+		return -SBX_E_BACKEND;
+	}
+	l->n_cgroup_fds = n;
+	return 0;
+}
+
+/* What a failed sbx_launch_start (rc) means, by the child's step:
+ * -SBX_E_BACKEND where the backend, not the command, is at fault. */
+static int launch_failed(struct sbx_backend *b, const struct sbx_spawn_req *req, const struct sbx_launch *l,
+			 int rc)
+{
+	if (l->exec_fail_is_backend && l->child_step == STEP_EXEC &&
+	    (rc == -ENOENT || rc == -EACCES || rc == -ENOEXEC))
+		rc = -SBX_E_BACKEND;
+	if (l->child_step == STEP_SETNS)
+		rc = -SBX_E_BACKEND; /* the command's network cannot be joined */
+	if (l->child_step == STEP_CGROUP) {
+		b->refused_limits++;
+		log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s", req->seq,
+			sbx_strerror(rc));
+		rc = -SBX_E_BACKEND;
+	}
+	return rc;
+}
+
 int sbx_backend_launch(struct sbx_backend *b, const struct sbx_spawn_req *req, int warm_ctl, int warm_exe,
 		       pid_t *pid, int *pidfd)
 {
@@ -248,33 +284,15 @@ int sbx_backend_launch(struct sbx_backend *b, const struct sbx_spawn_req *req, i
 	l.pdeathsig = true;
 
 	if (b->cgroups) {
-		int n = sbx_cgroup_prepare(b->cgroup_root, req->uid, req->seq, &req->limits, l.cgroup_fds);
-
-		if (n < 0) {
-			/* Limits are in force: without them the command does not run. */
-			b->refused_limits++;
-			log_msg("error", "command %" PRIu64 " refused: its cgroup cannot be made: %s",
-				req->seq, sbx_strerror(n));
-			rc = -SBX_E_BACKEND;
+		rc = launch_cgroup(b, req, &l);
+		if (rc < 0)
 			goto out;
-		}
-		l.n_cgroup_fds = n;
 		cgroup_made = true;
 	}
 
 	rc = sbx_launch_start(&l, pid, pidfd);
 	if (rc < 0) {
-		if (l.exec_fail_is_backend && l.child_step == STEP_EXEC &&
-		    (rc == -ENOENT || rc == -EACCES || rc == -ENOEXEC))
-			rc = -SBX_E_BACKEND;
-		if (l.child_step == STEP_SETNS)
-			rc = -SBX_E_BACKEND; /* the command's network cannot be joined */
-		if (l.child_step == STEP_CGROUP) {
-			b->refused_limits++;
-			log_msg("error", "command %" PRIu64 " refused: joining its cgroup failed: %s",
-				req->seq, sbx_strerror(rc));
-			rc = -SBX_E_BACKEND;
-		}
+		rc = launch_failed(b, req, &l, rc);
 		if (cgroup_made)
 			sbx_cgroup_remove(b->cgroup_root, req->uid, req->seq, NULL);
 	} else if (net && own_net) {
