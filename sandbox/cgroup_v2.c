@@ -686,36 +686,44 @@ static void move_others(const char *leaf)
 	}
 }
 
-static int v2_probe(const char *root, struct sbx_cgroup_caps *caps)
+/* v2.base: the group this process was started in (above <root>/server
+ * when an earlier probe already moved it there), once. */
+static int v2_find_base(const char *root, struct sbx_cgroup_caps *caps)
 {
-	static const char *const need[] = {"memory", "pids"};
-	char buf[512], dir[600], leaf[700];
+	char own[sizeof v2.base], suffix[300];
 	size_t len;
 	int rc;
 
-	if (!sbx_cgroup_name_ok(root))
-		return -EINVAL;
-	if (!v2.base[0]) {
-		char own[sizeof v2.base], suffix[300];
-
-		rc = own_group(own, sizeof own);
-		if (rc < 0) {
-			snprintf(caps->why, sizeof caps->why,
-				 "cannot find this process's cgroup v2 group in /proc/self/cgroup: %s",
-				 strerror(-rc));
-			return rc;
-		}
-		/* Already in <base>/<root>/server (an earlier probe, or a
-		 * restart under the same container init): base is above it. */
-		snprintf(suffix, sizeof suffix, "/%s/" LEAF, root);
-		len = strlen(own);
-		if (len > strlen(suffix) && strcmp(own + len - strlen(suffix), suffix) == 0) {
-			own[len - strlen(suffix)] = '\0';
-			v2.moved = true;
-		}
-		memcpy(v2.base, own, sizeof v2.base);
-		v2.ns_root = strcmp(own, CG_MNT) == 0;
+	if (v2.base[0])
+		return 0;
+	rc = own_group(own, sizeof own);
+	if (rc < 0) {
+		snprintf(caps->why, sizeof caps->why,
+			 "cannot find this process's cgroup v2 group in /proc/self/cgroup: %s",
+			 strerror(-rc));
+		return rc;
 	}
+	/* Already in <base>/<root>/server (an earlier probe, or a
+	 * restart under the same container init): base is above it. */
+	snprintf(suffix, sizeof suffix, "/%s/" LEAF, root);
+	len = strlen(own);
+	if (len > strlen(suffix) && strcmp(own + len - strlen(suffix), suffix) == 0) {
+		own[len - strlen(suffix)] = '\0';
+		v2.moved = true;
+	}
+	memcpy(v2.base, own, sizeof v2.base);
+	v2.ns_root = strcmp(own, CG_MNT) == 0;
+	return 0;
+}
+
+/* The controllers delegated to v2.base: memory and pids needed, cpu and
+ * io used where there; v2.ctrls is what the groups below enable. */
+static int v2_controllers(struct sbx_cgroup_caps *caps)
+{
+	static const char *const need[] = {"memory", "pids"};
+	char buf[512];
+	int rc;
+
 	rc = read_in(v2.base, "cgroup.controllers", buf, sizeof buf);
 	if (rc < 0) {
 		snprintf(caps->why, sizeof caps->why, "cannot read %.300s/cgroup.controllers: %s", v2.base,
@@ -734,16 +742,16 @@ static int v2_probe(const char *root, struct sbx_cgroup_caps *caps)
 	v2.cpu = has_word(buf, "cpu");
 	v2.io = has_word(buf, "io");
 	snprintf(v2.ctrls, sizeof v2.ctrls, "+memory +pids%s%s", v2.cpu ? " +cpu" : "", v2.io ? " +io" : "");
+	return 0;
+}
 
-	/* <root>, each component, and the leaf. */
-	rc = root_dir(dir, sizeof dir, root);
-	if (rc == 0)
-		rc = path_of(leaf, sizeof leaf, dir, LEAF);
-	if (rc < 0) {
-		snprintf(caps->why, sizeof caps->why, "cgroup path %.300s/%.100s is too long", v2.base, root);
-		return rc;
-	}
-	len = strlen(v2.base);
+/* <root> (dir), each component below v2.base (len its length), and the
+ * leaf, which this process moves into (with the others of a namespace's
+ * root group) the first time. */
+static int v2_make_groups(struct sbx_cgroup_caps *caps, char *dir, size_t len, const char *leaf)
+{
+	int rc;
+
 	for (size_t i = len + 1;; i++) {
 		if (dir[i] != '/' && dir[i] != '\0')
 			continue;
@@ -771,8 +779,14 @@ static int v2_probe(const char *root, struct sbx_cgroup_caps *caps)
 		why_write_fail(caps, leaf, rc);
 		return rc;
 	}
+	return 0;
+}
 
-	/* The controllers, from base down to <root>. */
+/* The controllers, from base (dir[0..len)) down to <root>. */
+static int v2_enable(struct sbx_cgroup_caps *caps, char *dir, size_t len)
+{
+	int rc;
+
 	for (size_t i = len;; i++) {
 		if (dir[i] != '/' && dir[i] != '\0')
 			continue;
@@ -790,8 +804,13 @@ static int v2_probe(const char *root, struct sbx_cgroup_caps *caps)
 		if (saved == '\0')
 			break;
 	}
-	v2.psi = read_in(dir, "memory.pressure", buf, sizeof buf) == 0 &&
-		 read_in(dir, "cpu.pressure", buf, sizeof buf) == 0;
+	return 0;
+}
+
+/* caps of a probe that succeeded, and what is missing in caps->why. */
+static void v2_caps_fill(struct sbx_cgroup_caps *caps)
+{
+	size_t len;
 
 	caps->version = 2;
 	caps->memory = caps->pids = true;
@@ -804,6 +823,39 @@ static int v2_probe(const char *root, struct sbx_cgroup_caps *caps)
 	len = strlen(caps->why);
 	while (len > 0 && (caps->why[len - 1] == ' ' || caps->why[len - 1] == ';'))
 		caps->why[--len] = '\0';
+}
+
+static int v2_probe(const char *root, struct sbx_cgroup_caps *caps)
+{
+	char buf[512], dir[600], leaf[700];
+	size_t len;
+	int rc;
+
+	if (!sbx_cgroup_name_ok(root))
+		return -EINVAL;
+	rc = v2_find_base(root, caps);
+	if (rc == 0)
+		rc = v2_controllers(caps);
+	if (rc < 0)
+		return rc;
+
+	/* <root>, each component, and the leaf. */
+	rc = root_dir(dir, sizeof dir, root);
+	if (rc == 0)
+		rc = path_of(leaf, sizeof leaf, dir, LEAF);
+	if (rc < 0) {
+		snprintf(caps->why, sizeof caps->why, "cgroup path %.300s/%.100s is too long", v2.base, root);
+		return rc;
+	}
+	len = strlen(v2.base);
+	rc = v2_make_groups(caps, dir, len, leaf);
+	if (rc == 0)
+		rc = v2_enable(caps, dir, len);
+	if (rc < 0)
+		return rc;
+	v2.psi = read_in(dir, "memory.pressure", buf, sizeof buf) == 0 &&
+		 read_in(dir, "cpu.pressure", buf, sizeof buf) == 0;
+	v2_caps_fill(caps);
 	return 0;
 }
 
