@@ -8,7 +8,6 @@
 #include <limits.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 
 #include <jansson.h>
 #include <jwt.h>
@@ -758,24 +757,6 @@ out:
 	json_decref(hdr);
 	json_decref(pl);
 	return tok;
-}
-
-int auth_random(void *buf, size_t n)
-{
-	unsigned char *p = buf;
-
-	while (n > 0) {
-		ssize_t r = getrandom(p, n, 0);
-
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
 }
 
 int auth_token_tenant_claim(const char *token, char *out, size_t outsz)

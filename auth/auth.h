@@ -5,9 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum auth_alg { AUTH_ALG_HS256 = 1, AUTH_ALG_RS256, AUTH_ALG_ES256 };
-const char *auth_alg_name(enum auth_alg a);	       /* "HS256", ... */
-int auth_alg_parse(const char *s, enum auth_alg *out); /* 0 or -EINVAL */
+#include "auth/cache.h"
+#include "auth/keys.h"
 
 /* Scope bits. A token without a scope claim has FS_READ|FS_WRITE|EXEC. */
 enum auth_scope {
@@ -33,33 +32,9 @@ unsigned auth_scopes_parse(const char *s);
 /* "fs:read fs:write ..." for bits, into out. */
 void auth_scopes_format(unsigned bits, char *out, size_t outsz);
 
-/* A tenant's registered keys, as the store keeps them: the main key,
- * and optionally the approver key (approver_key NULL: none), the only
- * key whose tokens approve (header kid "approver"). */
-struct auth_key {
-	enum auth_alg alg;
-	const unsigned char *key; /* HS256: the secret bytes; RS256/ES256: PEM public key */
-	size_t key_len;
-	bool operator_tenant; /* may its tokens carry admin? */
-	enum auth_alg approver_alg;
-	const unsigned char *approver_key;
-	size_t approver_key_len;
-};
-
 /* Look up the key of a tenant. Return 0 and fill *key (borrowed until the
  * verify call returns), or -ENOENT for an unknown tenant. */
 typedef int (*auth_key_lookup)(void *ctx, const char *tenant, struct auth_key *key);
-
-/* A memo of accepted tokens (auth/cache.c): a token seen before is not
- * decoded, parsed and signature-checked again while its tenant's key is
- * the same one; exp and nbf are checked at every use, the tenant is looked
- * up as always (an unknown tenant is refused, its operator flag read
- * anew). Made for one audience (NULL: none): auth_verify uses it only
- * under that audience. Thread-safe; bounded (512 tokens of up to 4 KiB).
- * auth_cache_free wipes the tokens and keys it holds and accepts NULL. */
-struct auth_cache;
-void auth_cache_new(struct auth_cache **out, const char *audience);
-void auth_cache_free(struct auth_cache **c);
 
 struct auth_config {
 	const char *audience;	  /* required aud when non-NULL */
@@ -67,9 +42,6 @@ struct auth_config {
 	size_t max_token_bytes;	  /* default 8192 */
 	struct auth_cache *cache; /* optional: remembered tokens (see above) */
 };
-
-#define AUTH_TENANT_MAX 64
-#define AUTH_SUB_MAX 129 /* a sub claim: 1..128 bytes, no control characters */
 
 struct auth_claims {
 	char tenant[AUTH_TENANT_MAX];
@@ -108,13 +80,6 @@ char *auth_mint_hs256(const unsigned char *secret, size_t secret_len, const char
  * of the approver key). */
 char *auth_mint_hs256_kid(const unsigned char *secret, size_t secret_len, const char *kid, const char *tenant,
 			  const char *scope, const char *sub, int64_t iat, int64_t exp, const char *audience);
-
-/* Fill buf with n random bytes from the kernel (getrandom). 0 or -errno. */
-int auth_random(void *buf, size_t n);
-
-/* Check a PEM public key for a tenant registered with alg (RS256: RSA of
- * at least 2048 bits; ES256: EC P-256). 0, or -EINVAL with a reason. */
-int auth_check_public_key(const unsigned char *pem, size_t len, enum auth_alg alg, const char **why);
 
 /* The `tenant` claim of a JWT, read without verifying it (for naming
  * what another server's token is for, never for trusting it). 0 or

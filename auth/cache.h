@@ -1,15 +1,27 @@
 #pragma once
-/* Inside auth/: the memo of verified tokens behind struct auth_cache
- * (auth.h). A token is remembered only after auth_verify accepted it, with
- * what verifying it found and the key that verified it; a later request
- * with the same bytes is answered from here once the tenant's current key
- * is found to be that same key and exp/nbf still hold. Thread-safe: the
- * slots are guarded by striped mutexes, held only to copy in or out. */
+/* The memo of verified tokens behind struct auth_cache. Its first part is
+ * public (auth.h includes this header); the rest is for auth/ alone. A token is remembered only after
+ * auth_verify accepted it, with what verifying it found and the key that verified it; a later request with
+ * the same bytes is answered from here once the tenant's current key is found to be that same key and exp/nbf
+ * still hold. Thread-safe: the slots are guarded by striped mutexes, held only to copy in or out. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "auth/auth.h"
+#include "auth/keys.h"
+
+/* A memo of accepted tokens (auth/cache.c): a token seen before is not
+ * decoded, parsed and signature-checked again while its tenant's key is
+ * the same one; exp and nbf are checked at every use, the tenant is looked
+ * up as always (an unknown tenant is refused, its operator flag read
+ * anew). Made for one audience (NULL: none): auth_verify uses it only
+ * under that audience. Thread-safe; bounded (512 tokens of up to 4 KiB).
+ * auth_cache_free wipes the tokens and keys it holds and accepts NULL. */
+struct auth_cache;
+void auth_cache_new(struct auth_cache **out, const char *audience);
+void auth_cache_free(struct auth_cache **c);
+
+/* ---- inside auth/ ---- */
 
 /* What an accepted token says. scopes: as the token asks, before the
  * tenant's operator flag is applied (that flag is read anew each time). */

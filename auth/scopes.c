@@ -1,17 +1,8 @@
-/* Algorithm names and scope strings: the vocabulary of auth.h. */
+/* Scope strings: the vocabulary of auth.h's scope bits. */
 #include "auth/auth.h"
 
 #include <errno.h>
 #include <string.h>
-
-static const struct {
-	enum auth_alg alg;
-	const char *name;
-} algs[] = {
-    {AUTH_ALG_HS256, "HS256"},
-    {AUTH_ALG_RS256, "RS256"},
-    {AUTH_ALG_ES256, "ES256"},
-};
 
 static const struct {
 	unsigned bit;
@@ -22,28 +13,6 @@ static const struct {
 };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-const char *auth_alg_name(enum auth_alg a)
-{
-	for (size_t i = 0; i < ARRAY_LEN(algs); i++)
-		if (algs[i].alg == a)
-			return algs[i].name;
-	return NULL;
-}
-
-int auth_alg_parse(const char *s, enum auth_alg *out)
-{
-	if (!s)
-		return -EINVAL;
-	/* Exact match only: "hs256" or "HS256 " is not an algorithm of ours. */
-	for (size_t i = 0; i < ARRAY_LEN(algs); i++) {
-		if (strcmp(algs[i].name, s) == 0) {
-			*out = algs[i].alg;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
 
 static unsigned scope_bit(const char *word, size_t len)
 {
