@@ -342,17 +342,12 @@ static void sqlite_config_once(void)
 	(void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
-int store_open(struct store **out, const char *path, bool migrate, char *err, size_t errsz)
+/* A store with its locks and conditions made and no connection yet. */
+static struct store *store_new(const char *path)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, sqlite_config_once);
 	struct store *s = xcalloc(1, sizeof *s);
 	pthread_condattr_t ca;
-	int known = store_known_version();
-	int v = 0, r;
 
-	if (err && errsz)
-		err[0] = '\0';
 	s->path = xstrdup(path);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->scache_mu, NULL);
@@ -366,10 +361,17 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 	pthread_condattr_destroy(&ca);
 	atomic_init(&s->audit_failures, 0);
 	atomic_init(&s->egress_failures, 0);
+	return s;
+}
 
-	r = open_conn(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errsz);
-	if (r)
-		goto fail;
+/* The write connection's schema made ready: its version read (a newer
+ * one than this binary's refused before anything writes to it), the
+ * pragmas set, and the migrations run when migrate allows them. */
+static int open_schema(struct store *s, const char *path, bool migrate, char *err, size_t errsz)
+{
+	int known = store_known_version();
+	int v = 0, r;
+
 	/* The version first: a database newer than this binary is refused
 	 * before anything here writes to it (journal_mode=WAL would). */
 	r = store_read_user_version(s->db, &v);
@@ -377,12 +379,11 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 		if (err && errsz)
 			snprintf(err, errsz, "cannot read the schema version of %s: %s", path,
 				 sqlite3_errmsg(s->db));
-		goto fail;
+		return r;
 	}
 	if (v > known) {
 		store_newer_msg(err, errsz, v, known);
-		r = -EPROTO;
-		goto fail;
+		return -EPROTO;
 	}
 	s->opened_version = v;
 	if ((r = exec_pragma(s->db, "PRAGMA journal_mode=WAL", "wal")) ||
@@ -390,7 +391,7 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 	    (r = exec_pragma(s->db, "PRAGMA foreign_keys=ON", NULL))) {
 		if (err && errsz)
 			snprintf(err, errsz, "cannot configure %s: %s", path, sqlite3_errmsg(s->db));
-		goto fail;
+		return r;
 	}
 	if (v < known) {
 		if (!migrate) {
@@ -399,15 +400,30 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 					 "database schema version %d is behind this binary (%d); run "
 					 "`sandboxd migrate`",
 					 v, known);
-			r = -ESTALE;
-			goto fail;
+			return -ESTALE;
 		}
 		pthread_mutex_lock(&s->lock);
 		r = store_migrate_locked(s, &s->opened_version, NULL, err, errsz);
 		pthread_mutex_unlock(&s->lock);
-		if (r)
-			goto fail;
 	}
+	return r;
+}
+
+int store_open(struct store **out, const char *path, bool migrate, char *err, size_t errsz)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, sqlite_config_once);
+	struct store *s = store_new(path);
+	int r;
+
+	if (err && errsz)
+		err[0] = '\0';
+	r = open_conn(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errsz);
+	if (r)
+		goto fail;
+	r = open_schema(s, path, migrate, err, errsz);
+	if (r)
+		goto fail;
 	/* A read-only connection for long reads, opened after the schema
 	 * exists; in WAL mode its reads never block the writer. */
 	r = open_conn(&s->rdb, path, SQLITE_OPEN_READONLY, err, errsz);
