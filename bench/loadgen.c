@@ -658,16 +658,11 @@ static double opt_double(const char *s)
 	return v;
 }
 
-int main(int argc, char **argv)
+/* The options after the mode (argv[2...]) into the globals above. */
+static void parse_opts(int argc, char **argv)
 {
-	struct rlimit rl;
-	struct sigaction sa = {.sa_handler = on_sig};
-	const char *mode;
 	int o;
 
-	if (argc < 2)
-		usage();
-	mode = argv[1];
 	optind = 2;
 	while ((o = getopt(argc, argv, "p:a:m:u:b:c:n:d:w:i:r:s:R:t:")) != -1) {
 		switch (o) {
@@ -717,8 +712,15 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (clients < 1 || (!nreq && dur <= 0) || dur > 3600)
-		usage();
+}
+
+/* SIGPIPE ignored, SIGTERM/SIGINT stop the run, and as many descriptors
+ * as the hard limit allows. */
+static void prepare_process(void)
+{
+	struct rlimit rl;
+	struct sigaction sa = {.sa_handler = on_sig};
+
 	signal(SIGPIPE, SIG_IGN);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -726,6 +728,19 @@ int main(int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode;
+
+	if (argc < 2)
+		usage();
+	mode = argv[1];
+	parse_opts(argc, argv);
+	if (clients < 1 || (!nreq && dur <= 0) || dur > 3600)
+		usage();
+	prepare_process();
 	if (strcmp(mode, "req") == 0)
 		return mode_req();
 	if (!auth)
