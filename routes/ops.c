@@ -647,41 +647,39 @@ static void keep_own_tenant(struct buf *in, const char *own)
 	*in = kept;
 }
 
-int route_metrics(struct http_req *r)
+/* The backend's series: commands refused for their limits, containment,
+ * the cgroup driver, the kept command cgroups and the warm sandboxes. */
+static void backend_metrics(struct app *a, struct buf *out)
 {
-	struct buf out;
-	buf_init(&out, 16u << 20);
-	http_metrics_render(r->app->metrics, &out, store_audit_failures(r->app->store),
-			    r->app->runner ? sbx_runner_active(r->app->runner) : 0);
 	buf_appendf(
-	    &out,
+	    out,
 	    "# HELP sandboxd_exec_refused_limits_total Commands not run because their limits "
 	    "(cgroup) could not be applied.\n"
 	    "# TYPE sandboxd_exec_refused_limits_total counter\nsandboxd_exec_refused_limits_total %llu\n",
-	    (unsigned long long)sbx_backend_refused_limits(r->app->backend));
+	    (unsigned long long)sbx_backend_refused_limits(a->backend));
 	char why[1024];
-	bool contained = route_containment_describe(r->app->cfg, r->app->backends, r->app->nbackends,
-						    r->app->disk_mode == DISK_IMAGE, why, sizeof why);
+	bool contained = route_containment_describe(a->cfg, a->backends, a->nbackends,
+						    a->disk_mode == DISK_IMAGE, why, sizeof why);
 	buf_appendf(
-	    &out,
+	    out,
 	    "# HELP sandboxd_uncontained 1 when the server runs with less containment than its "
 	    "configuration promises (no cgroups, or a configured limit's controller missing: "
 	    "use-cgroups=false or allow-uncontained; /readyz says what), else 0.\n"
 	    "# TYPE sandboxd_uncontained gauge\nsandboxd_uncontained %d\n"
 	    "# HELP sandboxd_cgroup_version The cgroup driver commands run under: 2, 1, or 0 (none).\n"
 	    "# TYPE sandboxd_cgroup_version gauge\nsandboxd_cgroup_version %d\n",
-	    contained ? 0 : 1, sbx_backend_contained(r->app->backend) ? sbx_cgroup_caps()->version : 0);
+	    contained ? 0 : 1, sbx_backend_contained(a->backend) ? sbx_cgroup_caps()->version : 0);
 	unsigned kept_busy, kept_idle;
-	sbx_backend_kept_groups(r->app->backend, &kept_busy, &kept_idle);
-	buf_appendf(&out,
+	sbx_backend_kept_groups(a->backend, &kept_busy, &kept_idle);
+	buf_appendf(out,
 		    "# HELP sandboxd_cgroups_kept Command cgroups kept for reuse: holding a command (busy) "
 		    "or waiting for the tenant's next one (idle).\n"
 		    "# TYPE sandboxd_cgroups_kept gauge\nsandboxd_cgroups_kept{state=\"busy\"} %u\n"
 		    "sandboxd_cgroups_kept{state=\"idle\"} %u\n",
 		    kept_busy, kept_idle);
 	struct sbx_warm_stats ws;
-	sbx_backend_warm_stats(r->app->backend, &ws);
-	buf_appendf(&out,
+	sbx_backend_warm_stats(a->backend, &ws);
+	buf_appendf(out,
 		    "# HELP sandboxd_warm_sandboxes Warm sandboxes waiting for a command (warm-pool per "
 		    "tenant).\n"
 		    "# TYPE sandboxd_warm_sandboxes gauge\nsandboxd_warm_sandboxes %u\n"
@@ -698,6 +696,35 @@ int route_metrics(struct http_req *r)
 		    "sandboxd_warm_made_total{outcome=\"ended\"} %llu\n",
 		    ws.waiting, (unsigned long long)ws.taken, (unsigned long long)ws.cold,
 		    (unsigned long long)ws.made, (unsigned long long)ws.failed, (unsigned long long)ws.ended);
+}
+
+/* This node's info series, and under `nodes` its id on every series. */
+static void node_series(struct app *a, struct buf *out)
+{
+	const char *node = a->cfg->node_id;
+	buf_appendf(out,
+		    "# HELP sandboxd_node_info This node's id and version.\n"
+		    "# TYPE sandboxd_node_info gauge\nsandboxd_node_info{node=\"%s\",version=\"%s\"} 1\n",
+		    node, SANDBOXD_VERSION);
+	/* A node of a cluster (`nodes` configured) labels every series with
+	 * its id, so that series of several nodes merged by a federation or a
+	 * remote-write stay apart; a lone server keeps its names as they were. */
+	if (a->nodes.n > 0) {
+		struct buf labelled;
+		buf_init(&labelled, 32u << 20);
+		http_metrics_label_all(out->ptr ? out->ptr : "", out->len, "node", node, &labelled);
+		buf_free(out);
+		*out = labelled;
+	}
+}
+
+int route_metrics(struct http_req *r)
+{
+	struct buf out;
+	buf_init(&out, 16u << 20);
+	http_metrics_render(r->app->metrics, &out, store_audit_failures(r->app->store),
+			    r->app->runner ? sbx_runner_active(r->app->runner) : 0);
+	backend_metrics(r->app, &out);
 	if (r->app->runner)
 		runner_metrics(r->app, &out);
 	route_admit_render(r->app, &out);
@@ -710,21 +737,7 @@ int route_metrics(struct http_req *r)
 	 * reaches the port (no token is read), so nothing is held back. */
 	if (!r->app->cfg->metrics_public && !(r->claims.scopes & AUTH_SCOPE_ADMIN))
 		keep_own_tenant(&out, r->claims.tenant);
-	const char *node = r->app->cfg->node_id;
-	buf_appendf(&out,
-		    "# HELP sandboxd_node_info This node's id and version.\n"
-		    "# TYPE sandboxd_node_info gauge\nsandboxd_node_info{node=\"%s\",version=\"%s\"} 1\n",
-		    node, SANDBOXD_VERSION);
-	/* A node of a cluster (`nodes` configured) labels every series with
-	 * its id, so that series of several nodes merged by a federation or a
-	 * remote-write stay apart; a lone server keeps its names as they were. */
-	if (r->app->nodes.n > 0) {
-		struct buf labelled;
-		buf_init(&labelled, 32u << 20);
-		http_metrics_label_all(out.ptr ? out.ptr : "", out.len, "node", node, &labelled);
-		buf_free(&out);
-		out = labelled;
-	}
+	node_series(r->app, &out);
 	size_t n = 0;
 	char *text = buf_steal(&out, &n);
 	struct http_response *resp = http_response_bytes(text, n);
