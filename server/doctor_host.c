@@ -131,6 +131,22 @@ void check_bwrap(struct srv_host *h, struct srv_check *c)
 	DETAIL(c, "%s", msg);
 }
 
+/* A check with nothing to look at: bwrap failed to start (missing, see
+ * bwrap; unchecked says so), or no backend of its kind is configured
+ * (not needed; absent says so). */
+static void without_bwrap(const struct srv_host *h, struct srv_check *c, const char *unchecked,
+			  const char *absent)
+{
+	if (h->backends_rc < 0) {
+		DETAIL(c, "%s", unchecked);
+		FIX(c, "see bwrap");
+		doctor_missing(c, false);
+	} else {
+		DETAIL(c, "%s", absent);
+		doctor_not_needed(c);
+	}
+}
+
 /* The kernel's knobs that forbid unprivileged user namespaces, as a fix. */
 static void userns_fix(struct srv_check *c)
 {
@@ -168,14 +184,7 @@ void check_userns(struct srv_host *h, struct srv_check *c)
 	struct sbx_backend *b = find_backend(h, "bwrap");
 	char msg[256] = "";
 	if (!b) {
-		DETAIL(c, "%s",
-		       h->backends_rc < 0 ? "not checked: bwrap is unavailable" : "no bwrap backend");
-		if (h->backends_rc < 0) {
-			FIX(c, "see bwrap");
-			doctor_missing(c, false);
-		} else {
-			doctor_not_needed(c);
-		}
+		without_bwrap(h, c, "not checked: bwrap is unavailable", "no bwrap backend");
 		return;
 	}
 	if (sbx_backend_health(b, msg, sizeof msg) == 0) {
@@ -247,15 +256,7 @@ void check_cgroups(struct srv_host *h, struct srv_check *c)
 	const struct sbx_config *cfg = h->cfg;
 	char why[1024];
 	if (h->backends_rc < 0 || h->nbackends == 0) {
-		DETAIL(c, "%s",
-		       h->backends_rc < 0 ? "not checked: no backend (see bwrap)"
-					  : "no backend starts commands here");
-		if (h->backends_rc < 0) {
-			FIX(c, "see bwrap");
-			doctor_missing(c, false);
-		} else {
-			doctor_not_needed(c);
-		}
+		without_bwrap(h, c, "not checked: no backend (see bwrap)", "no backend starts commands here");
 		return;
 	}
 	if (!cfg->use_cgroups) {
