@@ -192,9 +192,6 @@ static int answer_finished(struct http_req *r, const char *id, struct store_exec
 	return reply_result(r, res);
 }
 
-/* The same id again: the same request waits for or reads that exec; a
- * different one is a conflict. -ENOENT: no such exec (any more: a failed
- * start), the caller may start it. */
 /* A background request's answer (and that of one that does not wait for
  * approval): the exec's view, 202 while it runs or waits. */
 static int reply_view(struct http_req *r, struct store_exec *ex)
@@ -208,6 +205,9 @@ static int reply_view(struct http_req *r, struct store_exec *ex)
 	return http_reply_json(r, running ? 202 : 200, o);
 }
 
+/* The same id again: the same request waits for or reads that exec; a
+ * different one is a conflict. -ENOENT: no such exec (any more: a failed
+ * start), the caller may start it. */
 int xr_answer_existing(struct http_req *r, const char *id, const char *hash, const struct route_exec_opts *o)
 {
 	struct store_exec ex;
