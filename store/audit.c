@@ -1,7 +1,9 @@
 /* Audit: one row per request, written by a batching thread so a request
  * never waits for the disk (performance.md: a commit per row costs
  * ~13 us with synchronous=NORMAL; a group commit amortises it). */
-#include "store/store_impl.h"
+#include "store/audit.h"
+#include "store/db.h"
+#include "store/writer.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -16,11 +18,6 @@
 
 /* Records queued and not yet taken by the writer; past it, drop and count. */
 #define AUDIT_QUEUE_MAX 65536
-/* The writer waits this long after the first record of a batch for more
- * (bounded well under the 50 ms promise), unless a flush, a stop or a
- * full batch cuts it short. */
-#define AUDIT_WINDOW_MS 10
-#define AUDIT_BATCH_WAKE 1024
 /* Room kept for the truncation marker, so a capped target is at most
  * STORE_AUDIT_TARGET_MAX bytes and capping it again changes nothing. */
 #define AUDIT_MARKER_ROOM 96
@@ -129,14 +126,6 @@ int store_audit_append(struct store *s, const struct store_audit *a)
 	return 0;
 }
 
-void store_writer_queued_locked(struct store *s, size_t qn)
-{
-	if (s->qn + s->eqn == 1)
-		s->qfirst_ms = mono_ms();
-	if (s->qn + s->eqn == 1 || qn == AUDIT_BATCH_WAKE)
-		pthread_cond_signal(&s->awake);
-}
-
 #define AUDIT_COLS 20
 /* Records per multi-row INSERT: one statement for AUDIT_ROWS records costs
  * a third less per row than one each (the statement's setup, halt and
@@ -231,7 +220,7 @@ static int insert_one(struct store *s, struct audit_rec *rec)
 
 /* Write one batch in one transaction. Returns the number of records not
  * written; *fail_seq gets the highest seq among them. */
-static size_t write_batch(struct store *s, struct audit_rec **b, size_t n, uint64_t *fail_seq)
+size_t store_audit_write(struct store *s, struct audit_rec **b, size_t n, uint64_t *fail_seq)
 {
 	size_t failed = 0;
 	uint64_t worst = 0;
@@ -268,122 +257,6 @@ out:
 	if (failed && worst > *fail_seq)
 		*fail_seq = worst;
 	return failed;
-}
-
-static void deadline_after(struct timespec *ts, int64_t mono_ms)
-{
-	ts->tv_sec = mono_ms / 1000;
-	ts->tv_nsec = (mono_ms % 1000) * 1000000;
-}
-
-static void *writer_main(void *arg)
-{
-	struct store *s = arg;
-	struct audit_rec **b = NULL;
-	struct egress_rec **eb = NULL;
-	size_t bcap = 0, ebcap = 0;
-	uint64_t efail_seq;
-
-	pthread_setname_np(pthread_self(), "sbx-audit"); /* for top -H and perf */
-	pthread_mutex_lock(&s->alock);
-	for (;;) {
-		struct audit_rec **tq;
-		struct timespec ts;
-		uint64_t last, fail_seq;
-		size_t n, tcap, failed;
-
-		while (!s->stop && s->qn + s->eqn == 0)
-			pthread_cond_wait(&s->awake, &s->alock);
-		if (s->qn + s->eqn == 0)
-			break; /* stopping, and everything is written */
-		/* Gather a group for a short window, unless someone waits. */
-		deadline_after(&ts, s->qfirst_ms + AUDIT_WINDOW_MS);
-		while (!s->stop && s->qn < AUDIT_BATCH_WAKE && s->eqn < AUDIT_BATCH_WAKE &&
-		       s->flush_target <= s->committed && mono_ms() < s->qfirst_ms + AUDIT_WINDOW_MS)
-			pthread_cond_timedwait(&s->awake, &s->alock, &ts);
-
-		/* Take the whole queues; hand the spent arrays back for reuse. */
-		tq = s->q;
-		tcap = s->qcap;
-		n = s->qn;
-		s->q = b;
-		s->qcap = bcap;
-		s->qn = 0;
-		b = tq;
-		bcap = tcap;
-		struct egress_rec **te = s->eq;
-		size_t tecap = s->eqcap, en = s->eqn;
-		s->eq = eb;
-		s->eqcap = ebcap;
-		s->eqn = 0;
-		eb = te;
-		ebcap = tecap;
-		last = s->appended;
-		fail_seq = s->fail_seq;
-		efail_seq = s->efail_seq;
-		pthread_mutex_unlock(&s->alock);
-
-		failed = n ? write_batch(s, b, n, &fail_seq) : 0;
-		if (failed)
-			atomic_fetch_add(&s->audit_failures, failed);
-		for (size_t i = 0; i < n; i++)
-			free(b[i]);
-		failed = en ? store_egress_write(s, eb, en, &efail_seq) : 0;
-		if (failed)
-			atomic_fetch_add(&s->egress_failures, failed);
-
-		pthread_mutex_lock(&s->alock);
-		s->committed = last;
-		s->fail_seq = fail_seq;
-		s->efail_seq = efail_seq;
-		pthread_cond_broadcast(&s->adone);
-	}
-	pthread_mutex_unlock(&s->alock);
-	free(b);
-	free(eb);
-	return NULL;
-}
-
-int store_audit_start(struct store *s)
-{
-	if (pthread_create(&s->thread, NULL, writer_main, s) != 0)
-		return -SBX_E_STORE;
-	s->thread_started = true;
-	return 0;
-}
-
-void store_audit_stop(struct store *s)
-{
-	if (!s->thread_started)
-		return;
-	pthread_mutex_lock(&s->alock);
-	s->stop = true;
-	pthread_cond_signal(&s->awake);
-	pthread_mutex_unlock(&s->alock);
-	/* The writer drains the queue before it returns. */
-	pthread_join(s->thread, NULL);
-	s->thread_started = false;
-}
-
-int store_writer_flush(struct store *s, const uint64_t *fail_seq)
-{
-	uint64_t target, start;
-	int r = 0;
-
-	pthread_mutex_lock(&s->alock);
-	target = s->appended;
-	start = s->committed;
-	if (s->committed < target) {
-		if (s->flush_target < target)
-			s->flush_target = target;
-		pthread_cond_signal(&s->awake);
-		while (s->committed < target)
-			pthread_cond_wait(&s->adone, &s->alock);
-		if (*fail_seq > start)
-			r = -SBX_E_STORE;
-	}
-	pthread_mutex_unlock(&s->alock);
-	return r;
 }
 
 int store_audit_flush(struct store *s)
@@ -551,31 +424,6 @@ out:
 	sqlite3_finalize(st);
 	if (last_id)
 		*last_id = last;
-	return r;
-}
-
-int store_read(struct store *s, int (*fn)(sqlite3 *db, void *arg), void *arg)
-{
-	sqlite3 *tmp = NULL;
-	int r;
-
-	/* The shared read connection when free; otherwise (another query, or
-	 * a callback querying again) a private one, so readers never wait on
-	 * readers. */
-	if (pthread_mutex_trylock(&s->rlock) == 0) {
-		r = fn(s->rdb, arg);
-		pthread_mutex_unlock(&s->rlock);
-		return r;
-	}
-	if (sqlite3_open_v2(s->path, &tmp, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-		r = -SBX_E_STORE;
-		goto out;
-	}
-	sqlite3_extended_result_codes(tmp, 1);
-	sqlite3_busy_timeout(tmp, 5000);
-	r = fn(tmp, arg);
-out:
-	sqlite3_close(tmp);
 	return r;
 }
 

@@ -2,7 +2,9 @@
  * datagram, queued by the gateway's threads and written by the audit's
  * writer thread in groups (audit.c's writer_main), so a gateway thread
  * never waits for the disk. */
-#include "store/store_impl.h"
+#include "store/db.h"
+#include "store/egress.h"
+#include "store/writer.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,7 +9,8 @@
  * without it would read the whole table, results included. Merging state
  * into execs_tenant_started would save one page per insert at the price of
  * a scan of that whole index at every start, so all three stay. */
-#include "store/store_impl.h"
+#include "store/db.h"
+#include "store/execs.h"
 
 #include <errno.h>
 #include <stdlib.h>

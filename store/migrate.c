@@ -1,6 +1,7 @@
 /* Migrations: the embedded migrations/NNNN_name.sql applied in one
  * transaction above PRAGMA user_version, which then names the highest. */
-#include "store/store_impl.h"
+#include "store/db.h"
+#include "store/migrate.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
 /* Policies: per tenant, the keys an operator set, as one JSON object text.
  * What the keys mean is routes/policy.c's; here they are only stored. */
-#include "store/store_impl.h"
+#include "store/store.h"
+#include "store/db.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -2,7 +2,8 @@
  * small batches, each its own short write transaction, so requests never
  * wait long for the write lock. An exec's egress rows ended before it
  * did, so the same cutoff takes them no later than the exec itself. */
-#include "store/store_impl.h"
+#include "store/store.h"
+#include "store/db.h"
 
 #include <errno.h>
 #include <stdlib.h>

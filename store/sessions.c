@@ -1,6 +1,7 @@
 /* Sessions: (tenant, key) -> directory segment. Keys are blobs and are
  * always bound as blobs, so any byte compares exactly. */
-#include "store/store_impl.h"
+#include "store/store.h"
+#include "store/db.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,6 @@
 /* Tenants: name, signing algorithm and key, operator flag and uid slot. */
-#include "store/store_impl.h"
+#include "store/store.h"
+#include "store/db.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
 /* Transfers: single-use upload/download tokens, stored by SHA-256 only. */
-#include "store/store_impl.h"
+#include "store/store.h"
+#include "store/db.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* What the store holds per tenant: one primary-key read of store_usage,
  * which triggers on execs and audit keep (migrations/0007_store_budget.sql). */
-#include "store/store_impl.h"
+#include "store/store.h"
+#include "store/db.h"
 
 #include <errno.h>
 #include <string.h>

@@ -15,7 +15,8 @@
 
 #include "common/errors.h"
 #include "store/store.h"
-#include "store/store_impl.h"
+#include "store/db.h"
+#include "store/store.h"
 #include "unit.h"
 
 struct fx {

@@ -17,7 +17,8 @@
 #include "common/embedded.h"
 #include "common/errors.h"
 #include "store/store.h"
-#include "store/store_impl.h"
+#include "store/db.h"
+#include "store/store.h"
 #include "unit.h"
 
 struct fx {

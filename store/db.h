@@ -1,7 +1,8 @@
 #pragma once
-/* Internal to store/: the store struct, the statement cache and the small
- * helpers every table file uses. Nothing outside store/ includes this. */
-#include "store/store.h"
+/* Internal to store/, its ground (db.c): the store struct, the statement
+ * cache and the small helpers every table file uses, and the read
+ * connection. Nothing outside store/ includes this; db.c calls only
+ * SQLite and common/. */
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -190,30 +191,6 @@ char *store_col_strdup(sqlite3_stmt *st, int i);	       /* NULL for SQL NULL */
 char *store_col_blobdup(sqlite3_stmt *st, int i, size_t *len); /* "" for SQL NULL */
 void store_col_copy(sqlite3_stmt *st, int i, char *dst, size_t dstsz);
 
-/* migrate.c, called by store.c. PRAGMA user_version of db into *v. */
-int store_read_user_version(sqlite3 *db, int *v);
-/* The message of a database newer than this binary into err. */
-void store_newer_msg(char *err, size_t errsz, int have, int known);
-/* Apply the pending migrations in one transaction; s->lock held. */
-int store_migrate_locked(struct store *s, int *from, int *to, char *err, size_t errsz);
-
-/* audit.c, called by store.c */
-int store_audit_start(struct store *s);
-void store_audit_stop(struct store *s);
-/* audit.c, for egress.c: with alock held and a record just queued on a
- * queue now qn long, open the writer's batch window or cut it short. */
-void store_writer_queued_locked(struct store *s, size_t qn);
-/* Wait until every record (audit and egress) queued before the call is
- * handled; -SBX_E_STORE when one after *fail_seq's value at the start
- * failed (fail_seq: &s->fail_seq or &s->efail_seq). */
-int store_writer_flush(struct store *s, const uint64_t *fail_seq);
 /* fn(db, arg) on a read connection: the shared one when free, else a
  * private one opened for the call (readers never wait on readers). */
 int store_read(struct store *s, int (*fn)(sqlite3 *db, void *arg), void *arg);
-/* egress.c, called by the writer thread without alock: write b[0..n) in
- * one transaction and free them; returns how many failed, and raises
- * *fail_seq to the highest seq among them. */
-size_t store_egress_write(struct store *s, struct egress_rec **b, size_t n, uint64_t *fail_seq);
-/* For tests: the EXPLAIN QUERY PLAN details (one per line) of the query
- * store_audit_query would run for f. */
-int store_audit_query_plan(struct store *s, const struct store_audit_filter *f, char *out, size_t outsz);
