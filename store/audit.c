@@ -1,6 +1,7 @@
-/* Audit: one row per request, written by a batching thread so a request
- * never waits for the disk (performance.md: a commit per row costs
- * ~13 us with synchronous=NORMAL; a group commit amortises it). */
+/* Audit: one row per request, queued on the batched writer (writer.c) so
+ * a request never waits for the disk (performance.md: a commit per row
+ * costs ~13 us with synchronous=NORMAL; a group commit amortises it),
+ * and the audit queries. Calls db.c and writer.c. */
 #include "store/audit.h"
 #include "store/db.h"
 #include "store/writer.h"
@@ -23,10 +24,15 @@
 #define AUDIT_MARKER_ROOM 96
 
 struct audit_rec {
+	struct store_wrec w; /* first: the writer queues it */
 	struct store_audit a;
-	uint64_t seq;
 	char data[]; /* the record's strings, packed */
 };
+
+static struct audit_rec *rec_of(struct store_wrec *w)
+{
+	return (struct audit_rec *)w;
+}
 
 static size_t str_size(const char *p)
 {
@@ -95,35 +101,17 @@ static struct audit_rec *rec_copy(const struct store_audit *in)
 	r->a.client = pack(&cur, a->client, a->client ? strlen(a->client) : 0, true);
 	r->a.sub = pack(&cur, a->sub, a->sub ? strlen(a->sub) : 0, true);
 	r->a.exec_id = pack(&cur, a->exec_id, a->exec_id ? strlen(a->exec_id) : 0, true);
-	r->seq = 0;
+	r->w.seq = 0;
 	free(target);
 	return r;
 }
 
 int store_audit_append(struct store *s, const struct store_audit *a)
 {
-	struct audit_rec *rec;
-
 	if (!a)
 		return -EINVAL;
 	/* Copy outside the lock: appenders contend only for the enqueue. */
-	rec = rec_copy(a);
-	pthread_mutex_lock(&s->alock);
-	if (s->stop || s->qn >= AUDIT_QUEUE_MAX) {
-		pthread_mutex_unlock(&s->alock);
-		free(rec);
-		atomic_fetch_add(&s->audit_failures, 1);
-		return -SBX_E_STORE;
-	}
-	if (s->qn == s->qcap) {
-		s->qcap = s->qcap ? s->qcap * 2 : 256;
-		s->q = xrealloc(s->q, s->qcap * sizeof *s->q);
-	}
-	rec->seq = ++s->appended;
-	s->q[s->qn++] = rec;
-	store_writer_queued_locked(s, s->qn);
-	pthread_mutex_unlock(&s->alock);
-	return 0;
+	return store_writer_append(s, STORE_WK_AUDIT, &rec_copy(a)->w, AUDIT_QUEUE_MAX);
 }
 
 #define AUDIT_COLS 20
@@ -188,7 +176,7 @@ static int bind_rec(sqlite3_stmt *st, int base, const struct store_audit *a)
 
 /* AUDIT_ROWS records in one statement: 0, or an error after which none
  * of them is written (the statement is undone, the transaction goes on). */
-static int insert_many(struct store *s, struct audit_rec **b)
+static int insert_many(struct store *s, struct store_wrec **b)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, build_insert_many);
@@ -196,7 +184,7 @@ static int insert_many(struct store *s, struct audit_rec **b)
 	if (!st)
 		return -SBX_E_STORE;
 	for (int i = 0; i < AUDIT_ROWS; i++)
-		if (bind_rec(st, i * AUDIT_COLS, &b[i]->a) < 0)
+		if (bind_rec(st, i * AUDIT_COLS, &rec_of(b[i])->a) < 0)
 			return -SBX_E_STORE;
 	int r = store_step_done(st);
 	sqlite3_clear_bindings(st);
@@ -218,9 +206,9 @@ static int insert_one(struct store *s, struct audit_rec *rec)
 	return r;
 }
 
-/* Write one batch in one transaction. Returns the number of records not
- * written; *fail_seq gets the highest seq among them. */
-size_t store_audit_write(struct store *s, struct audit_rec **b, size_t n, uint64_t *fail_seq)
+/* Write one batch in one transaction and free it. Returns the number of
+ * records not written; *fail_seq gets the highest seq among them. */
+size_t store_audit_write(struct store *s, struct store_wrec **b, size_t n, uint64_t *fail_seq)
 {
 	size_t failed = 0;
 	uint64_t worst = 0;
@@ -240,7 +228,7 @@ size_t store_audit_write(struct store *s, struct audit_rec **b, size_t n, uint64
 		/* The tail, or a group that failed: one by one, so that a bad
 		 * record (e.g. an outcome outside the CHECK) fails alone. */
 		for (size_t end = n - i >= AUDIT_ROWS ? i + AUDIT_ROWS : n; i < end; i++)
-			if (insert_one(s, b[i]) < 0) {
+			if (insert_one(s, rec_of(b[i])) < 0) {
 				failed++;
 				worst = b[i]->seq;
 			}
@@ -254,6 +242,8 @@ out:
 		worst = n ? b[n - 1]->seq : 0;
 	}
 	pthread_mutex_unlock(&s->lock);
+	for (size_t i = 0; i < n; i++)
+		free(b[i]);
 	if (failed && worst > *fail_seq)
 		*fail_seq = worst;
 	return failed;
@@ -261,12 +251,12 @@ out:
 
 int store_audit_flush(struct store *s)
 {
-	return store_writer_flush(s, &s->fail_seq);
+	return store_writer_flush(s, STORE_WK_AUDIT);
 }
 
 uint64_t store_audit_failures(struct store *s)
 {
-	return atomic_load(&s->audit_failures);
+	return store_writer_failures(s, STORE_WK_AUDIT);
 }
 
 /* ---- queries ---- */

@@ -69,11 +69,11 @@ int store_audit_query(struct store *s, const struct store_audit_filter *f, store
 		      int64_t *last_id);
 
 /* ---- internal to store/ ---- */
-struct audit_rec;
+struct store_wrec;
 /* For the writer thread, without alock: write b[0..n) in one
- * transaction; returns how many failed, and raises *fail_seq to the
+ * transaction and free them; returns how many failed, and raises *fail_seq to the
  * highest seq among them. */
-size_t store_audit_write(struct store *s, struct audit_rec **b, size_t n, uint64_t *fail_seq);
+size_t store_audit_write(struct store *s, struct store_wrec **b, size_t n, uint64_t *fail_seq);
 /* For tests: the EXPLAIN QUERY PLAN details (one per line) of the query
  * store_audit_query would run for f. */
 int store_audit_query_plan(struct store *s, const struct store_audit_filter *f, char *out, size_t outsz);

@@ -57,9 +57,27 @@ enum store_stmt_id {
 	ST__COUNT
 };
 
-struct audit_rec;
-struct egress_rec;
 struct scache;
+struct store;
+
+/* The kinds of record the batched writer (writer.c) writes, in the order
+ * it writes each group: audit rows (audit.c), then egress rows (egress.c). */
+enum store_wkind { STORE_WK_AUDIT, STORE_WK_EGRESS, STORE_WK__COUNT };
+/* The head of every queued record: a kind's record struct starts with it. */
+struct store_wrec {
+	uint64_t seq;
+};
+/* A kind's write function, called by the writer thread without alock:
+ * write b[0..n) in one transaction and free them; returns how many
+ * failed, and raises *fail_seq to the highest seq among them. */
+typedef size_t (*store_wwrite_fn)(struct store *s, struct store_wrec **b, size_t n, uint64_t *fail_seq);
+/* One kind's queue. */
+struct store_wqueue {
+	struct store_wrec **q;
+	size_t n, cap;
+	uint64_t fail_seq;	       /* highest seq of a record of this kind not written */
+	atomic_uint_fast64_t failures; /* records not written (queue full or SQLite errors) */
+};
 
 struct store {
 	char *path;
@@ -79,28 +97,21 @@ struct store {
 	sqlite3 *rdb;
 	pthread_mutex_t rlock;
 
-	/* Batched audit writer. */
+	/* The batched writer (writer.c): a queue per kind of record, all
+	 * under alock and written by one thread; seq is shared by the kinds. */
 	pthread_mutex_t alock;
 	pthread_cond_t awake; /* writer waits: records or stop */
 	pthread_cond_t adone; /* flushers wait: committed advanced */
-	struct audit_rec **q;
-	size_t qn, qcap;
-	int64_t qfirst_ms;     /* monotonic time of the oldest queued record */
-	uint64_t appended;     /* seq of the last accepted record */
-	uint64_t committed;    /* every seq <= this has been handled */
-	uint64_t flush_target; /* a flusher waits for this seq */
-	uint64_t fail_seq;     /* highest seq that failed to be written */
+	struct store_wqueue wq[STORE_WK__COUNT];
+	store_wwrite_fn wwrite[STORE_WK__COUNT]; /* each kind's, given at start */
+	int64_t qfirst_ms;			 /* monotonic time of the oldest queued record */
+	uint64_t appended;			 /* seq of the last accepted record */
+	uint64_t committed;			 /* every seq <= this has been handled */
+	uint64_t flush_target;			 /* a flusher waits for this seq */
 	bool stop;
 	bool thread_started;
 	pthread_t thread;
-	atomic_uint_fast64_t audit_failures;
-	/* Egress records (egress.c), queued apart under alock and written by
-	 * the same thread after each audit batch; seq is shared with the audit. */
-	struct egress_rec **eq;
-	size_t eqn, eqcap;
-	size_t eq_max;	    /* its bound; 0: EGRESS_QUEUE_MAX (tests set a smaller one) */
-	uint64_t efail_seq; /* highest seq of an egress record not written */
-	atomic_uint_fast64_t egress_failures;
+	size_t eq_max; /* the egress queue's bound; 0: EGRESS_QUEUE_MAX (tests set a smaller one) */
 
 	/* Whether the store can write: the outcome of its latest write (a
 	 * commit, an autocommit write, an audit batch or a probe). */

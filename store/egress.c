@@ -1,7 +1,7 @@
 /* The egress ledger: a record per connection, DNS refusal or dropped
- * datagram, queued by the gateway's threads and written by the audit's
- * writer thread in groups (audit.c's writer_main), so a gateway thread
- * never waits for the disk. */
+ * datagram, queued by the gateway's threads and written in groups by the
+ * batched writer (writer.c), so a gateway thread never waits for the
+ * disk, and its queries. Calls db.c and writer.c. */
 #include "store/db.h"
 #include "store/egress.h"
 #include "store/writer.h"
@@ -20,10 +20,15 @@
 #define EGRESS_QUEUE_MAX 65536
 
 struct egress_rec {
+	struct store_wrec w; /* first: the writer queues it */
 	struct store_egress e;
-	uint64_t seq;
 	char data[]; /* the record's strings, packed */
 };
+
+static struct egress_rec *rec_of(struct store_wrec *w)
+{
+	return (struct egress_rec *)w;
+}
 
 static size_t len0(const char *p)
 {
@@ -60,7 +65,7 @@ static struct egress_rec *rec_copy(const struct store_egress *in)
 	r->e.dialled = put(&cur, dialled);
 	r->e.addr = put(&cur, in->addr);
 	r->e.reason = put(&cur, in->reason);
-	r->seq = 0;
+	r->w.seq = 0;
 	return r;
 }
 
@@ -69,33 +74,18 @@ int store_egress_append(struct store *s, const struct store_egress *e)
 	if (!e || !e->tenant)
 		return -EINVAL;
 	/* Copy outside the lock: appenders contend only for the enqueue. */
-	struct egress_rec *rec = rec_copy(e);
-	pthread_mutex_lock(&s->alock);
-	if (s->stop || s->eqn >= (s->eq_max ? s->eq_max : EGRESS_QUEUE_MAX)) {
-		pthread_mutex_unlock(&s->alock);
-		free(rec);
-		atomic_fetch_add(&s->egress_failures, 1);
-		return -SBX_E_STORE;
-	}
-	if (s->eqn == s->eqcap) {
-		s->eqcap = s->eqcap ? s->eqcap * 2 : 256;
-		s->eq = xrealloc(s->eq, s->eqcap * sizeof *s->eq);
-	}
-	rec->seq = ++s->appended;
-	s->eq[s->eqn++] = rec;
-	store_writer_queued_locked(s, s->eqn);
-	pthread_mutex_unlock(&s->alock);
-	return 0;
+	return store_writer_append(s, STORE_WK_EGRESS, &rec_copy(e)->w,
+				   s->eq_max ? s->eq_max : EGRESS_QUEUE_MAX);
 }
 
 int store_egress_flush(struct store *s)
 {
-	return store_writer_flush(s, &s->efail_seq);
+	return store_writer_flush(s, STORE_WK_EGRESS);
 }
 
 uint64_t store_egress_failures(struct store *s)
 {
-	return atomic_load(&s->egress_failures);
+	return store_writer_failures(s, STORE_WK_EGRESS);
 }
 
 /* One record (s->lock held); a failure is noted for the store's health. */
@@ -118,7 +108,7 @@ static int insert_one(struct store *s, const struct store_egress *e)
 	return r;
 }
 
-size_t store_egress_write(struct store *s, struct egress_rec **b, size_t n, uint64_t *fail_seq)
+size_t store_egress_write(struct store *s, struct store_wrec **b, size_t n, uint64_t *fail_seq)
 {
 	size_t failed = 0;
 	uint64_t worst = 0;
@@ -126,7 +116,7 @@ size_t store_egress_write(struct store *s, struct egress_rec **b, size_t n, uint
 	pthread_mutex_lock(&s->lock);
 	int r = store_tx_begin(s);
 	for (size_t i = 0; r == 0 && i < n; i++)
-		if (insert_one(s, &b[i]->e) < 0) {
+		if (insert_one(s, &rec_of(b[i])->e) < 0) {
 			failed++;
 			worst = b[i]->seq;
 		}

@@ -53,8 +53,8 @@ int store_egress_query(struct store *s, const struct store_egress_filter *f, sto
 		       int64_t *last_id);
 
 /* ---- internal to store/ ---- */
-struct egress_rec;
+struct store_wrec;
 /* For the writer thread, without alock: write b[0..n) in one
  * transaction and free them; returns how many failed, and raises
  * *fail_seq to the highest seq among them. */
-size_t store_egress_write(struct store *s, struct egress_rec **b, size_t n, uint64_t *fail_seq);
+size_t store_egress_write(struct store *s, struct store_wrec **b, size_t n, uint64_t *fail_seq);

@@ -1,4 +1,7 @@
-/* Open, pragmas, recovery and the helpers the table files share.
+/* The store's public face: open (pragmas, migrations, the writer's
+ * start with each record kind's write function), close, readiness and
+ * recovery. Calls migrate.c, writer.c, audit.c's and egress.c's write
+ * functions (handed to the writer) and db.c.
  *
  * Durability: WAL with synchronous=NORMAL. A commit survives a crash of
  * the process at any instant; a power loss (or kernel crash) can lose the
@@ -93,8 +96,8 @@ static struct store *store_new(const char *path)
 	pthread_cond_init(&s->awake, &ca);
 	pthread_cond_init(&s->adone, &ca);
 	pthread_condattr_destroy(&ca);
-	atomic_init(&s->audit_failures, 0);
-	atomic_init(&s->egress_failures, 0);
+	for (int k = 0; k < STORE_WK__COUNT; k++)
+		atomic_init(&s->wq[k].failures, 0);
 	return s;
 }
 
@@ -143,6 +146,12 @@ static int open_schema(struct store *s, const char *path, bool migrate, char *er
 	return r;
 }
 
+/* Each kind of record's write function, for the batched writer. */
+static const store_wwrite_fn writers[STORE_WK__COUNT] = {
+    [STORE_WK_AUDIT] = store_audit_write,
+    [STORE_WK_EGRESS] = store_egress_write,
+};
+
 int store_open(struct store **out, const char *path, bool migrate, char *err, size_t errsz)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -163,7 +172,7 @@ int store_open(struct store **out, const char *path, bool migrate, char *err, si
 	r = open_conn(&s->rdb, path, SQLITE_OPEN_READONLY, err, errsz);
 	if (r)
 		goto fail;
-	r = store_audit_start(s);
+	r = store_writer_start(s, writers);
 	if (r) {
 		if (err && errsz)
 			snprintf(err, errsz, "cannot start the audit writer thread");
@@ -183,7 +192,7 @@ void store_close(struct store **p)
 	if (!p || !*p)
 		return;
 	s = *p;
-	store_audit_stop(s);
+	store_writer_stop(s);
 	for (size_t i = 0; i < ST__COUNT; i++)
 		sqlite3_finalize(s->stmts[i]);
 	sqlite3_close(s->rdb);
@@ -196,8 +205,8 @@ void store_close(struct store **p)
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->scache_mu);
 	free(s->scache);
-	free(s->q);
-	free(s->eq);
+	for (int k = 0; k < STORE_WK__COUNT; k++)
+		free(s->wq[k].q);
 	free(s->path);
 	free(s);
 	*p = NULL;

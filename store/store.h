@@ -1,7 +1,9 @@
 #pragma once
 /* The SQLite store: the only place with SQL. One file per table family
  * (store.c: open, pragmas, recovery; migrate.c: migrations; tenants.c, sessions.c,
- * execs.c, transfers.c, audit.c). Knows nothing of HTTP or of sandbox/.
+ * execs.c, transfers.c, audit.c, egress.c; audit.h, egress.h, execs.h and
+ * migrate.h hold those families' part of this API). Knows nothing of HTTP
+ * or of sandbox/.
  * Times are Unix epoch milliseconds. Every function returns 0 or a
  * negative errno: -ENOENT (no such row), -EEXIST (unique key taken),
  * -ENOSPC (SQLITE_FULL: 507), -SBX_E_STORE (any other SQLite failure:

@@ -1,18 +1,22 @@
 #pragma once
 /* Internal to store/: the batched writer (writer.c), one thread that
- * writes the queued audit and egress records in groups. */
+ * writes the queued records of every kind (db.h's store_wkind) in groups,
+ * each kind through the write function store.c gives it at start. It
+ * calls db.c and those functions only, never a kind's file by name. */
 #include <stddef.h>
 #include <stdint.h>
 
-struct store;
+#include "store/db.h"
 
 /* Start and stop the writer thread (store.c); stop drains the queues. */
-int store_audit_start(struct store *s);
-void store_audit_stop(struct store *s);
-/* With alock held and a record just queued on a queue now qn long, open
- * the writer's batch window or cut it short. */
-void store_writer_queued_locked(struct store *s, size_t qn);
-/* Wait until every record (audit and egress) queued before the call is
- * handled; -SBX_E_STORE when one after *fail_seq's value at the start
- * failed (fail_seq: &s->fail_seq or &s->efail_seq). */
-int store_writer_flush(struct store *s, const uint64_t *fail_seq);
+int store_writer_start(struct store *s, const store_wwrite_fn write[STORE_WK__COUNT]);
+void store_writer_stop(struct store *s);
+/* Queue rec (its seq is set here) on kind k's queue, which holds at most
+ * max records. Never blocks on the disk. -SBX_E_STORE when the queue is
+ * full or the store is closing: rec is freed and counted. */
+int store_writer_append(struct store *s, enum store_wkind k, struct store_wrec *rec, size_t max);
+/* Wait until every record (of any kind) queued before the call is
+ * handled; -SBX_E_STORE when one of kind k failed meanwhile. */
+int store_writer_flush(struct store *s, enum store_wkind k);
+/* Records of kind k that could not be written. */
+uint64_t store_writer_failures(struct store *s, enum store_wkind k);

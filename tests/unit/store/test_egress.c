@@ -241,7 +241,7 @@ static int tally(void *ctx, const struct store_egress *e)
 static size_t queued(struct store *s)
 {
 	pthread_mutex_lock(&s->alock);
-	size_t n = s->eqn;
+	size_t n = s->wq[STORE_WK_EGRESS].n;
 	pthread_mutex_unlock(&s->alock);
 	return n;
 }
