@@ -1,5 +1,7 @@
-/* The egress gateway: its threads, tenants and their rules, counters and
- * health (sandbox/egress/gateway.h; the inside in gateway_int.h). */
+/* The egress gateway's shared core, below its other files: tenants and
+ * their rules, the worker pool and the gateway's threads, token buckets.
+ * It calls none of the gateway's other files. The gateway's public types
+ * (sandbox/egress/gateway.h) are these files' common ground. */
 #include "sandbox/egress/gateway.h"
 
 #include <errno.h>
@@ -13,91 +15,8 @@
 #include "common/xmalloc.h"
 #include "sandbox/egress/gateway_int.h"
 
-static unsigned or_default(unsigned v, unsigned d)
-{
-	return v ? v : d;
-}
-
-static void config_defaults(struct sbx_egress_config *c)
-{
-	c->threads = or_default(c->threads, 2);
-	c->pool = or_default(c->pool, 4);
-	c->tenant_conns = or_default(c->tenant_conns, 256);
-	c->tenant_pending = or_default(c->tenant_pending, 64);
-	c->command_conns = or_default(c->command_conns, 64);
-	c->command_conn_per_s = or_default(c->command_conn_per_s, 10);
-	c->hello_ms = or_default(c->hello_ms, 5000);
-	c->first_byte_ms = or_default(c->first_byte_ms, 300);
-	c->connect_ms = or_default(c->connect_ms, 5000);
-	c->resolve_ms = or_default(c->resolve_ms, 2000);
-}
-
-int sbx_egress_gateway_new(const struct sbx_egress_config *c, struct sbx_egress_gateway **out)
-{
-	struct sbx_egress_gateway *g = xcalloc(1, sizeof(*g));
-	g->c = *c;
-	config_defaults(&g->c);
-	pthread_mutex_init(&g->mu, NULL);
-	pthread_mutex_init(&g->wq_mu, NULL);
-	pthread_mutex_init(&g->health_mu, NULL);
-	pthread_cond_init(&g->wq_cv, NULL);
-	g->nspool = sbx_egress_nspool_new(g->c.pool);
-	g->loops = xcalloc(g->c.threads, sizeof(*g->loops));
-	if (gw_pool_start(g) < 0)
-		goto fail;
-	for (; g->n_loops < g->c.threads; g->n_loops++)
-		if (gw_loop_start(&g->loops[g->n_loops], g) < 0)
-			goto fail;
-	*out = g;
-	return 0;
-fail:
-	sbx_egress_gateway_free(&g);
-	return -SBX_E_BACKEND;
-}
-
-static void free_tenants(struct sbx_egress_gateway *g)
-{
-	while (g->tenants) {
-		struct gw_tenant *t = g->tenants;
-		g->tenants = t->next;
-		sbx_egress_rules_unref(&t->rules);
-		free(t->name);
-		free(t);
-	}
-}
-
-void sbx_egress_gateway_free(struct sbx_egress_gateway **gp)
-{
-	struct sbx_egress_gateway *g = gp ? *gp : NULL;
-	if (!g)
-		return;
-	/* Sessions first (their loops write their records), then the pool (no
-	 * more answers are posted), then the loops. */
-	for (;;) {
-		pthread_mutex_lock(&g->mu);
-		struct sbx_egress_session *s = g->n_sessions ? g->sessions[0] : NULL;
-		pthread_mutex_unlock(&g->mu);
-		if (!s)
-			break;
-		sbx_egress_session_close(&s, NULL);
-	}
-	gw_pool_stop(g);
-	for (unsigned i = 0; i < g->n_loops; i++)
-		gw_loop_stop(&g->loops[i]);
-	free(g->loops);
-	sbx_egress_nspool_free(&g->nspool);
-	free_tenants(g);
-	free(g->sessions);
-	pthread_cond_destroy(&g->wq_cv);
-	pthread_mutex_destroy(&g->wq_mu);
-	pthread_mutex_destroy(&g->health_mu);
-	pthread_mutex_destroy(&g->mu);
-	free(g);
-	*gp = NULL;
-}
-
 /* Under g->mu. */
-static struct gw_tenant *tenant_find(struct sbx_egress_gateway *g, const char *name)
+struct gw_tenant *gw_tenant_find(struct sbx_egress_gateway *g, const char *name)
 {
 	for (struct gw_tenant *t = g->tenants; t; t = t->next)
 		if (strcmp(t->name, name) == 0)
@@ -112,7 +31,7 @@ static struct gw_tenant *tenant_find(struct sbx_egress_gateway *g, const char *n
 struct gw_tenant *gw_tenant_get(struct sbx_egress_gateway *g, const char *name)
 {
 	pthread_mutex_lock(&g->mu);
-	struct gw_tenant *t = tenant_find(g, name);
+	struct gw_tenant *t = gw_tenant_find(g, name);
 	pthread_mutex_unlock(&g->mu);
 	return t;
 }
@@ -125,19 +44,15 @@ struct sbx_egress_rules *gw_rules_now(struct sbx_egress_gateway *g, struct gw_te
 	return r;
 }
 
-void sbx_egress_gateway_set_rules(struct sbx_egress_gateway *g, const char *tenant,
-				  struct sbx_egress_rules *rules)
+void gw_tenants_free(struct sbx_egress_gateway *g)
 {
-	pthread_mutex_lock(&g->mu);
-	struct gw_tenant *t = tenant_find(g, tenant);
-	struct sbx_egress_rules *old = t->rules;
-	t->rules = rules ? sbx_egress_rules_ref(rules) : NULL;
-	/* The live sessions' loopback sets follow, on the pool. */
-	for (size_t i = 0; i < g->n_sessions; i++)
-		if (g->sessions[i]->t == t)
-			gw_session_loopback_later(g->sessions[i]);
-	pthread_mutex_unlock(&g->mu);
-	sbx_egress_rules_unref(&old);
+	while (g->tenants) {
+		struct gw_tenant *t = g->tenants;
+		g->tenants = t->next;
+		sbx_egress_rules_unref(&t->rules);
+		free(t->name);
+		free(t);
+	}
 }
 
 void sbx_egress_gateway_counts(struct sbx_egress_gateway *g,
@@ -261,4 +176,18 @@ void gw_work_post(struct sbx_egress_gateway *g, struct gw_work *w)
 	g->wq_tail = w;
 	pthread_cond_signal(&g->wq_cv);
 	pthread_mutex_unlock(&g->wq_mu);
+}
+
+/* A zeroed bucket is full at its first use (the monotonic clock is far
+ * from 0). */
+bool gw_bucket_take(struct gw_bucket *b, double rate, double burst, int64_t now)
+{
+	b->tokens += (double)(now - b->last_ms) * rate / 1000.0;
+	if (b->tokens > burst)
+		b->tokens = burst;
+	b->last_ms = now;
+	if (b->tokens < 1.0)
+		return false;
+	b->tokens -= 1.0;
+	return true;
 }

@@ -26,20 +26,6 @@
 #define SYNTH_ADDRS (1u << 17) /* 198.18.0.0/15 */
 #define NFLOG_BUF 8192
 
-/* A zeroed bucket is full at its first use (the monotonic clock is far
- * from 0). */
-bool gw_bucket_take(struct gw_bucket *b, double rate, double burst, int64_t now)
-{
-	b->tokens += (double)(now - b->last_ms) * rate / 1000.0;
-	if (b->tokens > burst)
-		b->tokens = burst;
-	b->last_ms = now;
-	if (b->tokens < 1.0)
-		return false;
-	b->tokens -= 1.0;
-	return true;
-}
-
 static void dns_record(struct sbx_egress_session *s, int family, const char *name, bool allowed,
 		       const char *reason, uint64_t n)
 {

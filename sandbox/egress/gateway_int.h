@@ -48,7 +48,7 @@ struct gw_handle {
 	uint32_t events; /* registered interest; 0: not registered */
 };
 
-/* A token bucket: rate per second, burst tokens at most. */
+/* A token bucket: rate per second, burst tokens at most (gateway.c). */
 struct gw_bucket {
 	double tokens;
 	int64_t last_ms;
@@ -168,7 +168,9 @@ struct sbx_egress_gateway {
 };
 
 /* gateway.c */
+struct gw_tenant *gw_tenant_find(struct sbx_egress_gateway *g, const char *name); /* under g->mu */
 struct gw_tenant *gw_tenant_get(struct sbx_egress_gateway *g, const char *name);
+void gw_tenants_free(struct sbx_egress_gateway *g);
 /* The tenant's rules now (a reference; NULL: none). */
 struct sbx_egress_rules *gw_rules_now(struct sbx_egress_gateway *g, struct gw_tenant *t);
 void gw_work_post(struct sbx_egress_gateway *g, struct gw_work *w);

@@ -1,5 +1,6 @@
 /* A command's network: a namespace from the pool, its listeners on one
- * loop, what it was refused (the summary), and its loopback grants. */
+ * loop, what it was refused (the summary), and its loopback grants, which
+ * follow the tenant's rules as they are set. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,21 @@ void gw_session_loopback_later(struct sbx_egress_session *s)
 	atomic_fetch_add(&s->refs, 1);
 	lw->s = s;
 	gw_work_post(s->g, &lw->w);
+}
+
+void sbx_egress_gateway_set_rules(struct sbx_egress_gateway *g, const char *tenant,
+				  struct sbx_egress_rules *rules)
+{
+	pthread_mutex_lock(&g->mu);
+	struct gw_tenant *t = gw_tenant_find(g, tenant);
+	struct sbx_egress_rules *old = t->rules;
+	t->rules = rules ? sbx_egress_rules_ref(rules) : NULL;
+	/* The live sessions' loopback sets follow, on the pool. */
+	for (size_t i = 0; i < g->n_sessions; i++)
+		if (g->sessions[i]->t == t)
+			gw_session_loopback_later(g->sessions[i]);
+	pthread_mutex_unlock(&g->mu);
+	sbx_egress_rules_unref(&old);
 }
 
 void gw_session_unref(struct sbx_egress_session *s)
