@@ -196,10 +196,9 @@ static int parse_fields(struct http_req *r, struct exec_request *q)
 	return 0;
 }
 
-/* A remote tenant's command runs on the back server under its policy;
- * what needs this server's workspace or runner is refused. */
-/* A provider whose commands run elsewhere (routes/provider.h): the
- * fields only this server's backends give are refused, here alone. */
+/* A provider whose commands run elsewhere (routes/provider.h; a remote
+ * tenant's run on the back server under its policy): the fields only
+ * this server's backends give are refused, here alone. */
 static int elsewhere_checks(struct http_req *r, struct exec_request *q)
 {
 	const struct route_provider_ops *ops = r->tenant->provider->ops;
