@@ -47,9 +47,12 @@ static int hook_tenant_admit(void *ctx, struct tenant *t, const struct http_rout
 		snprintf(why, whysz, "this server cannot serve tenant %s: %s", t->name, t->unserved);
 		return -SBX_E_BACKEND;
 	}
-	char what[160];
-	snprintf(what, sizeof what, "%s %s", rt->method, rt->pattern);
-	int rc = route_provider_admit(t, rt->flags, what, why, whysz);
+	int rc = 0;
+	if (rt->flags & RF_WORKSPACE) { /* named only when it may be refused: not per request */
+		char what[160];
+		snprintf(what, sizeof what, "%s %s", rt->method, rt->pattern);
+		rc = route_provider_admit(t, rt->flags, what, why, whysz);
+	}
 	return rc < 0 ? rc : route_storage_admit(ctx, t, why, whysz);
 }
 
