@@ -15,7 +15,7 @@ for f in "$libdir/libsandboxd.so" "$libdir/libsandboxd.a" "$prefix/include/sandb
 	[ -e "$f" ] || { echo "not installed: $f" >&2; exit 1; }
 done
 # The shared library exports the API and nothing else.
-if nm -D --defined-only "$libdir/libsandboxd.so" | awk '{print $3}' | grep -v '^sbxc_' | grep -q .; then
+if nm -D --defined-only "$libdir/libsandboxd.so" | awk '{print $3}' | grep -v '^sbxc_' | grep . >/dev/null; then
 	echo "libsandboxd.so exports names outside sbxc_:" >&2
 	nm -D --defined-only "$libdir/libsandboxd.so" | awk '{print $3}' | grep -v '^sbxc_' >&2
 	exit 1
