@@ -213,7 +213,12 @@ static int elsewhere_checks(struct http_req *r, struct exec_request *q)
 				 "%s is not available for tenant %s: its commands run %s", what,
 				 r->tenant->name, ops->where);
 	q->backend = r->app->backend; /* not used: the job runs on the back */
-	return ops->check ? ops->check(r) : 0;
+	if (!ops->check)
+		return 0;
+	struct route_call c;
+	route_call_init(&c, r);
+	int rc = ops->check(&c);
+	return rc < 0 ? route_call_fail(r, &c, rc, "run in", r->session_rel) : 0;
 }
 
 /* The tenant's I/O budget binds its disk image's loop device (cgroup
@@ -338,7 +343,12 @@ static int check_cwd(struct http_req *r, struct exec_request *q)
 	}
 	sbx_path_wire(q->cwd_rel, q->cwd_wire, sizeof q->cwd_wire);
 	const struct route_provider_ops *ops = r->tenant->provider->ops;
-	return ops->cwd ? ops->cwd(r, q->cwd_rel, q->cwd) : 0; /* NULL: checked where it starts */
+	if (!ops->cwd)
+		return 0; /* checked where it starts */
+	struct route_call c;
+	route_call_init(&c, r);
+	rc = ops->cwd(&c, q->cwd_rel, q->cwd);
+	return rc < 0 ? route_call_fail(r, &c, rc, "run in", q->cwd_rel) : 0;
 }
 
 /* The idempotency key covers everything that changes what runs. */

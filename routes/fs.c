@@ -1,7 +1,8 @@
 /* The buffered file routes of the SandboxApi: read_file, read_file_buffer,
  * write_file, stat, readdir, exists, mkdir, rm, and move. Paths are
- * resolved by sandbox/ beneath the tenant's workspace fd; this file only
- * parses, calls, and renders. */
+ * resolved (routes/paths.c) and handed to the tenant's provider
+ * (routes/provider.h), whose ops return data: this file parses, calls,
+ * and renders every answer, for every provider alike. */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,13 +41,20 @@ int route_fs_read(struct http_req *r)
 	return rc < 0 ? rc : route_fs_read_at(r, rel);
 }
 
-int route_fs_read_at(struct http_req *r, const char *rel)
+static const struct route_provider_ops *ops_of(const struct http_req *r)
 {
-	return r->tenant->provider->ops->read(r, rel);
+	return r->tenant->provider->ops;
 }
 
-int route_fs_reply_text(struct http_req *r, char *data, size_t len)
+int route_fs_read_at(struct http_req *r, const char *rel)
 {
+	struct route_call c;
+	char *data = NULL;
+	size_t len = 0;
+	route_call_init(&c, r);
+	int rc = ops_of(r)->read(&c, rel, 0, 0, &data, &len);
+	if (rc < 0)
+		return route_call_fail(r, &c, rc, "read", rel);
 	if (!utf8_valid(data, len)) {
 		free(data);
 		return http_fail(r, -SBX_E_NOT_TEXT, "the file is not UTF-8 text");
@@ -160,13 +168,70 @@ int route_fs_reply_fd(struct http_req *r, int fd, uint64_t size, uint64_t limit)
 	return http_reply_response(r, status, resp);
 }
 
+/* The request's Range against a file of size bytes elsewhere: [*start,
+ * *start + *want) to fetch (want 0: the whole file) and the status. */
+static int range_elsewhere(struct http_req *r, uint64_t size, uint64_t *start, uint64_t *want, int *status)
+{
+	uint64_t end = 0;
+	int rc = route_fs_parse_range(http_header(r, "Range"), size, start, &end);
+	if (rc == -ERANGE)
+		return http_fail_range(r, size);
+	*status = rc == 0 && size ? 206 : 200;
+	*want = *status == 206 ? end - *start + 1 : 0;
+	if (*status == 200)
+		*start = 0; /* a malformed Range is ignored, as locally */
+	return 0;
+}
+
+/* read_file_buffer from a provider without open: the size first (from
+ * stat) when a Range is asked, then the bytes, copied once. */
+static int read_buffer_elsewhere(struct http_req *r, struct route_call *c, const char *rel)
+{
+	uint64_t start = 0, want = 0, size = 0;
+	int status = 200, rc;
+	if (http_header(r, "Range")) {
+		struct sbx_stat st;
+		if ((rc = ops_of(r)->stat(c, rel, &st)) < 0)
+			return route_call_fail(r, c, rc, "read", rel);
+		if ((rc = range_elsewhere(r, size = st.size, &start, &want, &status)) < 0)
+			return rc;
+		if ((want ? want : size) > c->max_bytes)
+			return http_fail(r, -EFBIG,
+					 "%" PRIu64 " bytes is over the buffered limit of %" PRIu64,
+					 want ? want : size, c->max_bytes);
+	}
+	char *data = NULL;
+	size_t len = 0;
+	if ((rc = ops_of(r)->read(c, rel, start, want, &data, &len)) < 0)
+		return route_call_fail(r, c, rc, "read", rel);
+	if (status == 206 && len != want) {
+		free(data);
+		r->retry_after_s = 1;
+		return http_fail(r, -EAGAIN, "the file changed while it was read; read it again");
+	}
+	if (status == 200)
+		size = len;
+	struct http_response *resp = http_response_bytes(data, len);
+	route_fs_range_headers(resp, status, start, len ? start + len - 1 : 0, size);
+	r->bytes_out += (int64_t)len;
+	return http_reply_response(r, status, resp);
+}
+
 int route_fs_read_buffer(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	return r->tenant->provider->ops->read_buffer(r, rel);
+	struct route_call c;
+	route_call_init(&c, r);
+	if (!ops_of(r)->open)
+		return read_buffer_elsewhere(r, &c, rel);
+	int fd = -1;
+	uint64_t size = 0;
+	if ((rc = ops_of(r)->open(&c, rel, &fd, &size)) < 0)
+		return route_call_fail(r, &c, rc, "read", rel);
+	return route_fs_reply_fd(r, fd, size, c.max_bytes);
 }
 
 int route_fs_write(struct http_req *r)
@@ -176,9 +241,24 @@ int route_fs_write(struct http_req *r)
 	return rc < 0 ? rc : route_fs_write_at(r, rel);
 }
 
+/* Writes to a workspace on this server pass the disk's guard first. */
+static int guard(struct http_req *r)
+{
+	return ops_of(r)->caps & ROUTE_CAN_WORKSPACE ? route_storage_guard(r) : 0;
+}
+
 int route_fs_write_at(struct http_req *r, const char *rel)
 {
-	return r->tenant->provider->ops->write(r, rel);
+	struct route_call c;
+	uint64_t size = 0;
+	int rc;
+	if ((rc = guard(r)) < 0)
+		return rc;
+	route_call_init(&c, r);
+	if ((rc = ops_of(r)->write(&c, rel, r->body.ptr ? r->body.ptr : "", r->body.len, &size)) < 0)
+		return route_call_fail(r, &c, rc, "write", rel);
+	return http_reply_json(
+	    r, 200, json_pack("{s:o, s:I}", "path", route_fs_path_json(rel), "size", (json_int_t)size));
 }
 
 static void put_mtime(json_t *o, const struct timespec *ts)
@@ -213,7 +293,13 @@ int route_fs_stat(struct http_req *r)
 
 int route_fs_stat_at(struct http_req *r, const char *rel)
 {
-	return r->tenant->provider->ops->stat(r, rel);
+	struct route_call c;
+	struct sbx_stat st;
+	route_call_init(&c, r);
+	int rc = ops_of(r)->stat(&c, rel, &st);
+	if (rc < 0)
+		return route_call_fail(r, &c, rc, "stat", rel);
+	return http_reply_json(r, 200, route_fs_stat_json(rel, &st));
 }
 
 /* readdir pages (wire.md amended in openapi.yaml): limit entries after
@@ -260,16 +346,32 @@ int route_fs_readdir(struct http_req *r)
 
 int route_fs_readdir_at(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
 {
-	return r->tenant->provider->ops->readdir(r, rel, after, limit, detail);
+	struct route_call c;
+	struct sbx_dir_page page;
+	route_call_init(&c, r);
+	int rc = ops_of(r)->readdir(&c, rel, after, (size_t)limit, detail, &page);
+	if (rc == -EBADMSG)
+		return http_fail(r, -EINVAL,
+				 "after is not a cursor of this directory (use the next of the page before)");
+	if (rc < 0)
+		return route_call_fail(r, &c, rc, "list", rel);
+	json_t *o = route_fs_page_json(&page, detail);
+	sbx_dir_page_clear(&page);
+	return http_reply_json(r, 200, o);
 }
 
 int route_fs_exists(struct http_req *r)
 {
 	char rel[SBX_PATH_MAX];
+	struct route_call c;
+	bool exists = false;
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	return r->tenant->provider->ops->exists(r, rel);
+	route_call_init(&c, r);
+	if ((rc = ops_of(r)->exists(&c, rel, &exists)) < 0)
+		return route_call_fail(r, &c, rc, "look up", rel);
+	return http_reply_json(r, 200, json_pack("{s:b}", "exists", exists));
 }
 
 /* The "path" field of a JSON body, resolved. */
@@ -291,9 +393,13 @@ int route_fs_mkdir(struct http_req *r)
 	if (rc < 0)
 		return rc;
 	char rel[SBX_PATH_MAX];
-	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
+	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0 || (rc = guard(r)) < 0)
 		return rc;
-	return r->tenant->provider->ops->mkdir(r, rel, recursive);
+	struct route_call c;
+	route_call_init(&c, r);
+	if ((rc = ops_of(r)->mkdir(&c, rel, recursive)) < 0)
+		return route_call_fail(r, &c, rc, "create", rel);
+	return http_reply_json(r, 201, json_pack("{s:o}", "path", route_fs_path_json(rel)));
 }
 
 int route_fs_rm(struct http_req *r)
@@ -312,7 +418,13 @@ int route_fs_rm(struct http_req *r)
 	char rel[SBX_PATH_MAX];
 	if ((rc = body_path(r, path, plen, rel, sizeof rel)) < 0)
 		return rc;
-	return r->tenant->provider->ops->rm(r, rel, recursive, force);
+	struct route_call c;
+	bool removed = false;
+	route_call_init(&c, r);
+	if ((rc = ops_of(r)->rm(&c, rel, recursive, force, &removed)) < 0)
+		return route_call_fail(r, &c, rc, "remove", rel);
+	return http_reply_json(r, 200,
+			       json_pack("{s:o, s:b}", "path", route_fs_path_json(rel), "removed", removed));
 }
 
 int route_fs_move(struct http_req *r)
@@ -338,5 +450,10 @@ int route_fs_move(struct http_req *r)
 	sbx_path_wire(rto, wt, sizeof wt);
 	snprintf(target, sizeof target, "%s -> %s", wf, wt);
 	http_set_target(r, target);
-	return r->tenant->provider->ops->move(r, rfrom, rto, overwrite);
+	struct route_call c;
+	route_call_init(&c, r);
+	if ((rc = ops_of(r)->move(&c, rfrom, rto, overwrite)) < 0)
+		return route_call_fail(r, &c, rc, "move",
+				       rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? rto : rfrom);
+	return http_reply_json(r, 200, json_pack("{s:s}", "path", wt));
 }

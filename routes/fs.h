@@ -1,7 +1,7 @@
 #pragma once
-/* Helpers of routes/fs.c that the other routes and the providers share:
- * ranges, answering with a file, the bodies of stat and readdir. (Paths
- * and their errors: routes/paths.h.) */
+/* Helpers of routes/fs.c that the other routes share: ranges, answering
+ * with a file, the bodies of stat and readdir. (Paths and their errors:
+ * routes/paths.h.) */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -12,14 +12,12 @@ struct http_response;
 struct sbx_stat;
 struct sbx_dir_page;
 
-/* The bodies of stat and readdir, and the answer of read_file (200 with
- * the text, takes data; 422 not_text when it is not UTF-8): shared with
- * the providers (routes/provider.h) so they render as the local routes. */
+/* The bodies of stat and readdir (also of the routes that carry a file
+ * operation inside their own request). */
 /* A workspace-relative path as the wire spells it (/workspace/...). */
 json_t *route_fs_path_json(const char *rel);
 json_t *route_fs_stat_json(const char *rel, const struct sbx_stat *st);
 json_t *route_fs_page_json(const struct sbx_dir_page *page, bool detail);
-int route_fs_reply_text(struct http_req *r, char *data, size_t len);
 
 /* Parse a single "bytes=a-b" / "bytes=a-" / "bytes=-n" range against size
  * into an inclusive [start, end]. -EINVAL malformed (ignored by callers,

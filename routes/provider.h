@@ -19,12 +19,16 @@
  * one place, route_provider_admit, and POST /exec's fields in one
  * place of routes/exec.c.
  *
- * Every file op answers r (rendered with routes/fs.h's helpers, so every
- * provider answers alike) and returns 0 or the error code. rel is the
- * resolved path as route_path gives it. A provider that cannot be reached
- * answers 503 backend_unavailable with Retry-After. The file ops may
- * block and run on the file pool (RF_POOL), never on an HTTP event
- * thread (they return -EAGAIN after nowait_blocked() in no-wait mode).
+ * Every op returns data, never an answer: 0 with its results, or a
+ * negative code (errno or SBX_E_*) with, in the call (struct route_call),
+ * the words of a failure the provider knows better than the code (a
+ * remote server's message, a host that went away) and a Retry-After. The
+ * routes (routes/fs.c, routes/exec.c) render every reply and every error
+ * once, for every provider alike. rel is the resolved path as route_path
+ * gives it. A provider that cannot be reached fails with -SBX_E_BACKEND
+ * (503 backend_unavailable, with Retry-After). The file ops may block and
+ * run on the file pool (RF_POOL), never on an HTTP event thread (they
+ * return -EAGAIN after nowait_blocked() in no-wait mode).
  *
  * Threads: a provider is immutable after it is made (what it shares, such
  * as connections, it locks itself) and is used by any number of threads;
@@ -39,6 +43,8 @@ struct app;
 struct http_req;
 struct route_policy;
 struct route_provider;
+struct sbx_dir_page;
+struct sbx_stat;
 struct tenant;
 struct http_route;
 
@@ -53,6 +59,24 @@ enum route_provider_caps {
 	ROUTE_CAN_RUN_HERE = 1u << 1,
 };
 
+/* One op of a request, as a provider sees it: what it may know of the
+ * request (never the HTTP request itself), and what it says of a
+ * failure. route_call_init fills it from a request; route_call_fail
+ * renders a failed op's error on it. */
+struct route_call {
+	struct app *app;
+	struct tenant *tenant; /* its provider is the one called */
+	const char *request_id;
+	const char *session_key; /* the session's key (session_key_len bytes), NULL for none */
+	size_t session_key_len;
+	const char *session_rel; /* its directory, NULL for none */
+	uint64_t max_bytes;	 /* the most a read may return (max_buffered_bytes) */
+	/* Out, on failure: the words ("": the route says it from the code and
+	 * the path) and a Retry-After in seconds (0: none). */
+	char why[1024];
+	int64_t retry_after_s;
+};
+
 struct route_provider_ops {
 	const char *name;  /* the policy's backend: "local" for bwrap and local, "remote", "ssh" */
 	const char *where; /* for refusals: "on another sandboxd (backend remote)" */
@@ -60,22 +84,31 @@ struct route_provider_ops {
 	 * runner's own reasons say it). */
 	const char *down;
 	unsigned caps; /* enum route_provider_caps */
-	/* POST /exec before the command is accepted: 0, or r answered.
-	 * NULL: nothing to check. */
-	int (*check)(struct http_req *r);
-	int (*read)(struct http_req *r, const char *rel);
-	int (*read_buffer)(struct http_req *r, const char *rel);
-	int (*write)(struct http_req *r, const char *rel);
-	int (*stat)(struct http_req *r, const char *rel);
-	int (*readdir)(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail);
-	int (*exists)(struct http_req *r, const char *rel);
-	int (*mkdir)(struct http_req *r, const char *rel, bool recursive);
-	int (*rm)(struct http_req *r, const char *rel, bool recursive, bool force);
-	int (*move)(struct http_req *r, const char *from, const char *to, bool overwrite);
+	/* POST /exec before the command is accepted. NULL: nothing to check. */
+	int (*check)(struct route_call *c);
+	/* The file's bytes [start, start + want) (want 0: to its end), at
+	 * most c->max_bytes of them (more: -EFBIG). Ranged (start or want
+	 * not 0) only for a provider without open. */
+	int (*read)(struct route_call *c, const char *rel, uint64_t start, uint64_t want, char **data,
+		    size_t *len);
+	/* The file open for reading, and its size: a provider whose files are
+	 * here answers with the file itself (ranges, no copy). NULL: read. */
+	int (*open)(struct route_call *c, const char *rel, int *fd, uint64_t *size);
+	/* The file's bytes replaced by data; *size: the file's size after. */
+	int (*write)(struct route_call *c, const char *rel, const char *data, size_t len, uint64_t *size);
+	int (*stat)(struct route_call *c, const char *rel, struct sbx_stat *st);
+	/* Up to limit entries after the cursor after (NULL: from the start);
+	 * -EBADMSG: after is not a cursor of this directory. */
+	int (*readdir)(struct route_call *c, const char *rel, const char *after, size_t limit, bool detail,
+		       struct sbx_dir_page *page);
+	int (*exists)(struct route_call *c, const char *rel, bool *exists);
+	int (*mkdir)(struct route_call *c, const char *rel, bool recursive);
+	int (*rm)(struct route_call *c, const char *rel, bool recursive, bool force, bool *removed);
+	int (*move)(struct route_call *c, const char *from, const char *to, bool overwrite);
 	/* POST /exec's cwd (a rel path; asked: the client's spelling, NULL
-	 * for the session's directory) before the command is accepted: 0, or
-	 * r answered. NULL: the provider checks it when the command starts. */
-	int (*cwd)(struct http_req *r, const char *rel, const char *asked);
+	 * for the session's directory) before the command is accepted. NULL:
+	 * the provider checks it when the command starts. */
+	int (*cwd)(struct route_call *c, const char *rel, const char *asked);
 	/* Start a command (see route_jobs_submit): 0 with *job, or -errno. */
 	int (*submit)(struct app *a, struct route_provider *p, const char *session, size_t session_len,
 		      const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);
@@ -104,6 +137,15 @@ int route_provider_admit(const struct tenant *t, unsigned flags, const char *wha
 /* The same for a route that finds its tenant itself (a transfer token):
  * 403 forbidden answered on r (returns the code), or 0. */
 int route_provider_refuse(struct http_req *r, const char *what);
+/* A call for an op of r's tenant on behalf of r. */
+void route_call_init(struct route_call *c, struct http_req *r);
+/* Answer r with a failed op's error and return the code: c's words when
+ * it has them (and its Retry-After), else route_fail_path's for what
+ * ("read", "create", ...) on path rel. */
+int route_call_fail(struct http_req *r, const struct route_call *c, int rc, const char *what,
+		    const char *rel);
+/* The op's failure in c's words (printf-style): returns rc. */
+int route_call_why(struct route_call *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- commands: the runner's interface, for every provider's jobs ----
  *

@@ -21,9 +21,7 @@
 #include "common/secretfile.h"
 #include "common/xmalloc.h"
 #include "http/errors.h"
-#include "http/response.h"
 #include "routes/app.h"
-#include "routes/fs.h"
 #include "routes/policy.h"
 #include "routes/remote_back.h"
 #include "routes/remote_impl.h"
@@ -173,32 +171,42 @@ struct route_provider *route_remote_new(const struct app *a, const char *tenant,
 	return &rr->base;
 }
 
-int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const struct sbxc_err *e)
+static struct route_remote *of(const struct route_call *c)
 {
+	return (struct route_remote *)c->tenant->provider;
+}
+
+/* A failed call's error into c (see remote.h); returns its code. */
+static int fail(struct route_call *c, int rc, const struct sbxc_err *e)
+{
+	struct route_remote *rr = of(c);
 	bool refused_us = e->status == 401 || strcmp(e->code, "insufficient_scope") == 0;
 	if (e->status == 0 || refused_us || !e->code[0]) {
 		char text[700], what[1000];
-		r->retry_after_s = e->retry_after_s > 0 ? e->retry_after_s : DOWN_RETRY_AFTER_S;
+		c->retry_after_s = e->retry_after_s > 0 ? e->retry_after_s : DOWN_RETRY_AFTER_S;
 		snprintf(what, sizeof what, "%s %s", rr->url,
 			 refused_us ? "refused this server's token (check remote_token_file)"
 				    : sbxc_err_text(e, rc, text, sizeof text));
-		route_jobs_note_down(r->app, "remote", what);
+		route_jobs_note_down(c->app, "remote", what);
 		/* The log and /readyz (the operator's) name the back; the
 		 * tenant's answer names neither its URL nor the token file. */
-		log_msg("warn", "backend remote: tenant %s, request %s: %s", rr->tenant, r->request_id, what);
-		return http_fail(r, -SBX_E_BACKEND,
-				 "the tenant's remote sandboxd %s (the server's log has the details)",
-				 refused_us ? "refused this server's token" : "cannot be reached");
+		log_msg("warn", "backend remote: tenant %s, request %s: %s", rr->tenant, c->request_id, what);
+		return route_call_why(c, -SBX_E_BACKEND,
+				      "the tenant's remote sandboxd %s (the server's log has the details)",
+				      refused_us ? "refused this server's token" : "cannot be reached");
 	}
 	if (e->retry_after_s > 0)
-		r->retry_after_s = e->retry_after_s;
-	return http_fail(r, http_errno_of_wire(e->code), "%s", e->message);
+		c->retry_after_s = e->retry_after_s;
+	return route_call_why(c, http_errno_of_wire(e->code), "%s", e->message);
 }
 
-int route_remote_call(struct http_req *r, struct remote_call *rc)
+/* Fill k for a call on behalf of c (its session, request id; never
+ * retried here): 0, or the code of why it cannot be made (-SBX_E_BACKEND:
+ * the tenant's settings cannot work; -EAGAIN on an event thread). */
+static int call(struct route_call *c, struct remote_call *k)
 {
-	struct route_remote *rr = (struct route_remote *)r->tenant->provider;
-	*rc = (struct remote_call){.h = rr->h};
+	struct route_remote *rr = of(c);
+	*k = (struct remote_call){.h = rr->h};
 	/* A call to another server waits on the network: never on an event
 	 * thread in no-wait mode (http/router.c sends the request to the
 	 * pool when this says it would wait). */
@@ -207,22 +215,23 @@ int route_remote_call(struct http_req *r, struct remote_call *rc)
 		return -EAGAIN;
 	}
 	if (!rr->h) {
-		r->retry_after_s = 60;
-		return http_fail(r, -SBX_E_BACKEND, "%s", rr->why);
+		c->retry_after_s = 60;
+		return route_call_why(c, -SBX_E_BACKEND, "%s", rr->why);
 	}
-	size_t n = r->session_key_len < sizeof rc->session - 1 ? r->session_key_len : sizeof rc->session - 1;
-	memcpy(rc->session, r->session_key, n);
-	rc->session[n] = '\0';
-	rc->c.session = rc->session;
-	rc->c.request_id = r->request_id;
-	rc->c.max_retries = -1;
+	size_t n = c->session_key_len < sizeof k->session - 1 ? c->session_key_len : sizeof k->session - 1;
+	if (c->session_key)
+		memcpy(k->session, c->session_key, n);
+	k->session[c->session_key ? n : 0] = '\0';
+	k->c.session = k->session;
+	k->c.request_id = c->request_id;
+	k->c.max_retries = -1;
 	return 0;
 }
 
-static int remote_check(struct http_req *r)
+static int remote_check(struct route_call *c)
 {
 	struct remote_call k;
-	return route_remote_call(r, &k);
+	return call(c, &k);
 }
 
 static void wire(const char *rel, char out[SBX_PATH_MAX + 16])
@@ -230,207 +239,162 @@ static void wire(const char *rel, char out[SBX_PATH_MAX + 16])
 	sbx_path_wire(rel, out, SBX_PATH_MAX + 16);
 }
 
-#define REMOTE_BEGIN(r, rc)                                                                                  \
-	struct remote_call rc;                                                                               \
-	do {                                                                                                 \
-		int begin_rc_ = route_remote_call((r), &(rc));                                               \
-		if (begin_rc_ < 0)                                                                           \
-			return begin_rc_;                                                                    \
-	} while (0)
-
-#define REMOTE_FAIL(r, rc, err)                                                                              \
-	route_remote_fail((r), (struct route_remote *)(r)->tenant->provider, (rc), &(err).e)
-
-static int remote_read(struct http_req *r, const char *rel)
+/* Each op: the call made (its failure already in c's words), then the
+ * back's answer, whose failure fail() says. */
+static int remote_read(struct route_call *c, const char *rel, uint64_t start, uint64_t want, char **data,
+		       size_t *len)
 {
-	REMOTE_BEGIN(r, k);
+	struct remote_call k;
 	char w[SBX_PATH_MAX + 16];
-	wire(rel, w);
-	char *data = NULL;
-	size_t len = 0;
-	int rc = sbxc_read_file(k.h, &k.c, w, &data, &len, &k.e);
+	int rc = call(c, &k);
 	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	return http_reply_text(r, 200, data, len); /* as route_fs_reply_text: an envelope's too */
+		return rc;
+	wire(rel, w);
+	rc = sbxc_read_file_buffer(k.h, &k.c, w, start, want, data, len, &k.e);
+	return rc < 0 ? fail(c, rc, &k.e) : 0;
 }
 
-/* Read bytes [*start, *end] (the request's Range against the size the
- * back states, or the whole file) into a response. */
-static int remote_read_buffer(struct http_req *r, const char *rel)
+static int remote_write(struct route_call *c, const char *rel, const char *data, size_t len, uint64_t *size)
 {
-	REMOTE_BEGIN(r, k);
+	struct remote_call k;
 	char w[SBX_PATH_MAX + 16];
-	wire(rel, w);
-	const char *range = http_header(r, "Range");
-	uint64_t start = 0, end = 0, want = 0, fsize = 0;
-	int status = 200;
-	if (range) {
-		struct sbxc_stat st = {0};
-		int rc = sbxc_stat(k.h, &k.c, w, &st, &k.e);
-		uint64_t size = fsize = st.size;
-		sbxc_stat_clear(&st);
-		if (rc < 0)
-			return REMOTE_FAIL(r, rc, k);
-		rc = route_fs_parse_range(range, size, &start, &end);
-		if (rc == -ERANGE)
-			return http_fail_range(r, size);
-		if (rc == 0) {
-			status = 206;
-			want = size ? end - start + 1 : 0;
-			if (want == 0)
-				status = 200;
-		} else {
-			start = 0; /* a malformed Range is ignored, as locally */
-		}
-	}
-	char *data = NULL;
-	size_t len = 0;
-	int rc = sbxc_read_file_buffer(k.h, &k.c, w, start, want, &data, &len, &k.e);
+	int rc = call(c, &k);
 	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	if (status == 206 && len != want) {
-		free(data);
-		r->retry_after_s = 1;
-		return http_fail(r, -EAGAIN, "the file changed while it was read; read it again");
-	}
-	struct http_response *resp = http_response_bytes(data, len);
-	route_fs_range_headers(resp, status, start, end, fsize);
-	r->bytes_out += (int64_t)len;
-	return http_reply_response(r, status, resp);
+		return rc;
+	wire(rel, w);
+	rc = sbxc_write_file(k.h, &k.c, w, data, len, size, &k.e);
+	return rc < 0 ? fail(c, rc, &k.e) : 0;
 }
 
-static int remote_write(struct http_req *r, const char *rel)
-{
-	REMOTE_BEGIN(r, k);
-	char w[SBX_PATH_MAX + 16];
-	wire(rel, w);
-	uint64_t size = 0;
-	int rc = sbxc_write_file(k.h, &k.c, w, r->body.ptr ? r->body.ptr : "", r->body.len, &size, &k.e);
-	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	return http_reply_json(r, 200, json_pack("{s:s, s:I}", "path", w, "size", (json_int_t)size));
-}
-
-static const char *type_name(enum sbxc_type t)
+static enum sbx_ftype ftype_of(enum sbxc_type t)
 {
 	switch (t) {
 	case SBXC_FILE:
-		return "file";
+		return SBX_FT_FILE;
 	case SBXC_DIR:
-		return "directory";
+		return SBX_FT_DIR;
 	case SBXC_SYMLINK:
-		return "symlink";
+		return SBX_FT_SYMLINK;
 	default:
-		return "other";
+		return SBX_FT_OTHER;
 	}
 }
 
-static json_t *time_json(int64_t ms)
+static struct timespec ts_of(int64_t ms)
 {
-	char t[40];
-	rfc3339_ms(ms, t, sizeof t);
-	return json_string(t);
+	return (struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
 }
 
-static int remote_stat(struct http_req *r, const char *rel)
+/* The back's stat as this server's: a link it describes without a size
+ * dangles or leaves the workspace (see route_fs_stat_json). */
+static int remote_stat(struct route_call *c, const char *rel, struct sbx_stat *st)
 {
-	REMOTE_BEGIN(r, k);
+	struct remote_call k;
+	struct sbxc_stat got = {0};
 	char w[SBX_PATH_MAX + 16];
-	wire(rel, w);
-	struct sbxc_stat st = {0};
-	int rc = sbxc_stat(k.h, &k.c, w, &st, &k.e);
+	int rc = call(c, &k);
 	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	json_t *o = json_pack("{s:s, s:s, s:b}", "path", st.path ? st.path : w, "type", type_name(st.type),
-			      "is_symlink", st.is_symlink);
-	if (st.has_size)
-		json_object_set_new(o, "size", json_integer((json_int_t)st.size));
-	if (st.has_mtime)
-		json_object_set_new(o, "mtime", time_json(st.mtime_ms));
-	if (st.has_mode) {
-		char mode[8];
-		snprintf(mode, sizeof mode, "%04o", st.mode & 07777);
-		json_object_set_new(o, "mode", json_string(mode));
-	}
-	sbxc_stat_clear(&st);
-	return http_reply_json(r, 200, o);
+		return rc;
+	wire(rel, w);
+	if ((rc = sbxc_stat(k.h, &k.c, w, &got, &k.e)) < 0)
+		return fail(c, rc, &k.e);
+	*st = (struct sbx_stat){.type = ftype_of(got.type),
+				.is_symlink = got.is_symlink,
+				.followed = got.is_symlink && got.has_size,
+				.size = got.size,
+				.mtime = ts_of(got.mtime_ms),
+				.mode = got.mode & 07777};
+	sbxc_stat_clear(&got);
+	return 0;
 }
 
-static int remote_readdir(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
+/* The back's page as this server's; its cursor is a sandboxd's, which
+ * fits (a longer one is not a sandboxd's answer). */
+static int page_of(struct route_call *c, struct sbxc_dirent *v, size_t n, char *next,
+		   struct sbx_dir_page *page)
 {
-	REMOTE_BEGIN(r, k);
-	char w[SBX_PATH_MAX + 16];
-	wire(rel, w);
-	struct sbxc_dirent *v = NULL;
-	size_t n = 0;
-	char *next = NULL;
-	int rc = sbxc_readdir_page(k.h, &k.c, w, detail, after, (int)limit, &v, &n, &next, &k.e);
-	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	json_t *entries = json_array();
+	*page = (struct sbx_dir_page){.ents = xcalloc(n ? n : 1, sizeof *page->ents), .n = n, .more = next};
 	for (size_t i = 0; i < n; i++) {
-		if (!detail) {
-			json_array_append_new(entries, json_string(v[i].name));
-			continue;
-		}
-		json_t *e = json_pack("{s:s, s:s, s:I}", "name", v[i].name, "type", type_name(v[i].type),
-				      "size", (json_int_t)v[i].size);
-		if (v[i].has_mtime)
-			json_object_set_new(e, "mtime", time_json(v[i].mtime_ms));
-		json_array_append_new(entries, e);
+		page->ents[i] = (struct sbx_dirent){.name = v[i].name,
+						    .type = ftype_of(v[i].type),
+						    .size = v[i].size,
+						    .mtime = ts_of(v[i].mtime_ms)};
+		v[i].name = NULL; /* taken */
 	}
 	sbxc_dirents_free(v, n);
-	json_t *o = json_pack("{s:o, s:b, s:o}", "entries", entries, "more", next != NULL, "next",
-			      next ? json_string(next) : json_null());
+	int rc = 0;
+	if (next && snprintf(page->next, sizeof page->next, "%s", next) >= (int)sizeof page->next) {
+		sbx_dir_page_clear(page);
+		rc = route_call_why(c, -SBX_E_BACKEND,
+				    "the tenant's remote sandboxd gave a cursor that is not one");
+	}
 	free(next);
-	return http_reply_json(r, 200, o);
+	return rc;
 }
 
-static int remote_exists(struct http_req *r, const char *rel)
+static int remote_readdir(struct route_call *c, const char *rel, const char *after, size_t limit, bool detail,
+			  struct sbx_dir_page *page)
 {
-	REMOTE_BEGIN(r, k);
-	char w[SBX_PATH_MAX + 16];
-	wire(rel, w);
-	bool yes = false;
-	int rc = sbxc_exists(k.h, &k.c, w, &yes, &k.e);
+	struct remote_call k;
+	struct sbxc_dirent *v = NULL;
+	size_t n = 0;
+	char *next = NULL, w[SBX_PATH_MAX + 16];
+	int rc = call(c, &k);
 	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	return http_reply_json(r, 200, json_pack("{s:b}", "exists", yes));
-}
-
-static int remote_mkdir(struct http_req *r, const char *rel, bool recursive)
-{
-	REMOTE_BEGIN(r, k);
-	char w[SBX_PATH_MAX + 16];
+		return rc;
 	wire(rel, w);
-	int rc = sbxc_mkdir(k.h, &k.c, w, recursive, &k.e);
-	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	return http_reply_json(r, 201, json_pack("{s:s}", "path", w));
+	if ((rc = sbxc_readdir_page(k.h, &k.c, w, detail, after, (int)limit, &v, &n, &next, &k.e)) < 0)
+		return fail(c, rc, &k.e);
+	return page_of(c, v, n, next, page);
 }
 
-static int remote_rm(struct http_req *r, const char *rel, bool recursive, bool force)
+static int remote_exists(struct route_call *c, const char *rel, bool *exists)
 {
-	REMOTE_BEGIN(r, k);
+	struct remote_call k;
 	char w[SBX_PATH_MAX + 16];
-	wire(rel, w);
-	bool removed = false;
-	int rc = sbxc_rm(k.h, &k.c, w, recursive, force, &removed, &k.e);
+	int rc = call(c, &k);
 	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	return http_reply_json(r, 200, json_pack("{s:s, s:b}", "path", w, "removed", removed));
+		return rc;
+	wire(rel, w);
+	rc = sbxc_exists(k.h, &k.c, w, exists, &k.e);
+	return rc < 0 ? fail(c, rc, &k.e) : 0;
 }
 
-static int remote_move(struct http_req *r, const char *from, const char *to, bool overwrite)
+static int remote_mkdir(struct route_call *c, const char *rel, bool recursive)
 {
-	REMOTE_BEGIN(r, k);
+	struct remote_call k;
+	char w[SBX_PATH_MAX + 16];
+	int rc = call(c, &k);
+	if (rc < 0)
+		return rc;
+	wire(rel, w);
+	rc = sbxc_mkdir(k.h, &k.c, w, recursive, &k.e);
+	return rc < 0 ? fail(c, rc, &k.e) : 0;
+}
+
+static int remote_rm(struct route_call *c, const char *rel, bool recursive, bool force, bool *removed)
+{
+	struct remote_call k;
+	char w[SBX_PATH_MAX + 16];
+	int rc = call(c, &k);
+	if (rc < 0)
+		return rc;
+	wire(rel, w);
+	rc = sbxc_rm(k.h, &k.c, w, recursive, force, removed, &k.e);
+	return rc < 0 ? fail(c, rc, &k.e) : 0;
+}
+
+static int remote_move(struct route_call *c, const char *from, const char *to, bool overwrite)
+{
+	struct remote_call k;
 	char wf[SBX_PATH_MAX + 16], wt[SBX_PATH_MAX + 16];
+	int rc = call(c, &k);
+	if (rc < 0)
+		return rc;
 	wire(from, wf);
 	wire(to, wt);
-	int rc = sbxc_move(k.h, &k.c, wf, wt, overwrite, &k.e);
-	if (rc < 0)
-		return REMOTE_FAIL(r, rc, k);
-	return http_reply_json(r, 200, json_pack("{s:s}", "path", wt));
+	rc = sbxc_move(k.h, &k.c, wf, wt, overwrite, &k.e);
+	return rc < 0 ? fail(c, rc, &k.e) : 0;
 }
 
 static const struct route_provider_ops remote_ops = {
@@ -441,7 +405,7 @@ static const struct route_provider_ops remote_ops = {
     .caps = 0, /* files and commands on the back: no workspace, nothing run here */
     .check = remote_check,
     .read = remote_read,
-    .read_buffer = remote_read_buffer,
+    .open = NULL, /* its files are on the back: read copies them */
     .write = remote_write,
     .stat = remote_stat,
     .readdir = remote_readdir,

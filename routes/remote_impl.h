@@ -3,8 +3,6 @@
 #include "client/sandboxd.h"
 #include "routes/provider.h"
 
-struct http_req;
-
 struct route_remote {
 	struct route_provider base;
 	struct sbxc *h; /* NULL: unusable, why says */
@@ -15,7 +13,7 @@ struct route_remote {
 	bool back_claimed; /* back is this tenant's in the process-wide table */
 };
 
-/* One call's settings and error, for request r. */
+/* One call's settings and error. */
 struct remote_call {
 	struct sbxc *h;
 	struct sbxc_call c;
@@ -23,12 +21,6 @@ struct remote_call {
 	char session[1024];
 };
 
-/* Fill rc for a call on behalf of r (its session, request id; never
- * retried here). 0, or r answered 503 (the tenant's settings cannot work)
- * and the code returned. */
-int route_remote_call(struct http_req *r, struct remote_call *rc);
-/* Answer r with a failed call's error (see remote.h); returns the code. */
-int route_remote_fail(struct http_req *r, struct route_remote *rr, int rc, const struct sbxc_err *e);
 /* The provider's command start (routes/provider.h's submit). */
 int route_remote_submit(struct app *a, struct route_provider *p, const char *session, size_t session_len,
 			const struct sbx_exec_req *req, sbx_event_cb cb, void *ctx, uint64_t *job);

@@ -13,11 +13,7 @@
 #include "common/nowait.h"
 #include "common/timeutil.h"
 #include "common/xmalloc.h"
-#include "http/errors.h"
-#include "http/response.h"
 #include "routes/app.h"
-#include "routes/fs.h"
-#include "routes/paths.h"
 #include "routes/policy.h"
 #include "routes/provider.h"
 #include "sandbox/ssh.h"
@@ -34,9 +30,9 @@ struct route_ssh {
 	char tenant[64];
 };
 
-static struct route_ssh *of(struct http_req *r)
+static struct route_ssh *of(const struct route_call *c)
 {
-	return (struct route_ssh *)r->tenant->provider;
+	return (struct route_ssh *)c->tenant->provider;
 }
 
 /* Hosts outlive the tenant cache's reloads (every few seconds), so their
@@ -114,219 +110,125 @@ static void note_down(struct app *a, const char *tenant, const char *why)
 	route_jobs_note_down(a, "ssh", what);
 }
 
-/* Give c back; answer r with rc's error (as the local routes do). */
-static int end(struct http_req *r, struct sbx_ssh_conn **c, int rc, const char *what, const char *rel)
+/* Give conn back; rc, with the words of a broken connection. */
+static int end(struct route_call *c, struct sbx_ssh_conn **conn, int rc)
 {
-	bool late = rc == -SBX_E_BACKEND && sbx_ssh_expired(*c);
-	sbx_ssh_put(of(r)->h, c, rc != -SBX_E_BACKEND);
-	if (rc == -SBX_E_BACKEND) {
-		const char *why = late ? "the host did not answer a file operation in time (a stopped "
-					 "sftp-server?); the connection was dropped"
-				       : "the connection broke during a file operation";
-		note_down(r->app, of(r)->tenant, why);
-		r->retry_after_s = DOWN_RETRY_AFTER_S;
-		return http_fail(r, rc, "the SSH connection to the tenant's host: %s; try again", why);
-	}
-	return rc < 0 ? route_fail_path(r, rc, what, rel) : 0;
+	bool late = rc == -SBX_E_BACKEND && sbx_ssh_expired(*conn);
+	sbx_ssh_put(of(c)->h, conn, rc != -SBX_E_BACKEND);
+	if (rc != -SBX_E_BACKEND)
+		return rc;
+	const char *why = late ? "the host did not answer a file operation in time (a stopped "
+				 "sftp-server?); the connection was dropped"
+			       : "the connection broke during a file operation";
+	note_down(c->app, of(c)->tenant, why);
+	c->retry_after_s = DOWN_RETRY_AFTER_S;
+	return route_call_why(c, rc, "the SSH connection to the tenant's host: %s; try again", why);
 }
 
-/* A connection for r, or r answered 503 (or -EAGAIN on an event thread). */
-static int begin(struct http_req *r, struct sbx_ssh_conn **c)
+/* A connection for c, in the session's directory; or -SBX_E_BACKEND (or
+ * -EAGAIN on an event thread). */
+static int begin(struct route_call *c, struct sbx_ssh_conn **conn)
 {
 	if (nowait_on()) {
 		nowait_blocked(); /* the network: on the file pool only */
 		return -EAGAIN;
 	}
-	struct route_ssh *rs = of(r);
+	struct route_ssh *rs = of(c);
 	if (!rs->h) {
-		r->retry_after_s = BAD_RETRY_AFTER_S;
-		return http_fail(r, -SBX_E_BACKEND, "%s", rs->why);
+		c->retry_after_s = BAD_RETRY_AFTER_S;
+		return route_call_why(c, -SBX_E_BACKEND, "%s", rs->why);
 	}
 	char why[400];
-	if (sbx_ssh_get(rs->h, c, why, sizeof why) < 0) {
-		note_down(r->app, rs->tenant, why);
-		r->retry_after_s = DOWN_RETRY_AFTER_S;
-		return http_fail(r, -SBX_E_BACKEND, "the tenant's SSH host: %s", why);
+	if (sbx_ssh_get(rs->h, conn, why, sizeof why) < 0) {
+		note_down(c->app, rs->tenant, why);
+		c->retry_after_s = DOWN_RETRY_AFTER_S;
+		return route_call_why(c, -SBX_E_BACKEND, "the tenant's SSH host: %s", why);
 	}
-	route_jobs_note_up(r->app, "ssh");
+	route_jobs_note_up(c->app, "ssh");
 	/* The session's directory, as route_session makes it locally. */
-	int rc = r->session_rel ? sbx_ssh_session(*c, r->session_rel) : 0;
-	if (rc == 0)
-		return 0;
-	if (rc == -SBX_E_BACKEND)
-		return end(r, c, rc, "mkdir", r->session_rel);
-	sbx_ssh_put(rs->h, c, true);
-	return http_fail(r, rc, "cannot make the session's directory on the tenant's SSH host: %s",
-			 sbx_strerror(rc));
-}
-
-static json_t *wire_json(const char *rel)
-{
-	char w[SBX_PATH_MAX + 16];
-	sbx_path_wire(rel, w, sizeof w);
-	return json_string(w);
+	int rc = c->session_rel ? sbx_ssh_session(*conn, c->session_rel) : 0;
+	if (rc == 0 || rc == -SBX_E_BACKEND)
+		return rc == 0 ? 0 : end(c, conn, rc);
+	sbx_ssh_put(rs->h, conn, true);
+	return route_call_why(c, rc, "cannot make the session's directory on the tenant's SSH host: %s",
+			      sbx_strerror(rc));
 }
 
 /* POST /exec, on the event thread: the settings only. The host is
  * reached by the job's own thread (run), which reports why it could not. */
-static int ssh_check(struct http_req *r)
+static int ssh_check(struct route_call *c)
 {
-	struct route_ssh *rs = of(r);
+	struct route_ssh *rs = of(c);
 	if (rs->h)
 		return 0;
-	r->retry_after_s = BAD_RETRY_AFTER_S;
-	return http_fail(r, -SBX_E_BACKEND, "%s", rs->why);
+	c->retry_after_s = BAD_RETRY_AFTER_S;
+	return route_call_why(c, -SBX_E_BACKEND, "%s", rs->why);
 }
 
-static int ssh_read(struct http_req *r, const char *rel)
+static int ssh_read(struct route_call *c, const char *rel, uint64_t start, uint64_t want, char **data,
+		    size_t *len)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	char *data = NULL;
-	size_t len = 0, max = (size_t)r->app->cfg->max_buffered_bytes;
+	struct sbx_ssh_conn *conn = NULL;
 	uint64_t size = 0;
-	rc = sbx_ssh_read(c, rel, 0, 0, max, &data, &len, &size);
-	if (rc == -EFBIG) {
-		sbx_ssh_put(of(r)->h, &c, true);
-		return http_fail(r, rc, "file is %llu bytes or more, over the buffered limit of %zu",
-				 (unsigned long long)size, max);
-	}
-	if ((rc = end(r, &c, rc, "read", rel)) < 0)
-		return rc;
-	return route_fs_reply_text(r, data, len);
-}
-
-static int ssh_read_buffer(struct http_req *r, const char *rel)
-{
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
+	int rc = begin(c, &conn);
 	if (rc < 0)
 		return rc;
-	struct sbx_stat st;
-	uint64_t start = 0, stop = 0, want = 0, max = (uint64_t)r->app->cfg->max_buffered_bytes;
-	int status = 200;
-	if ((rc = sbx_ssh_stat(c, rel, &st)) == 0) {
-		const char *range = http_header(r, "Range");
-		int pr = range ? route_fs_parse_range(range, st.size, &start, &stop) : -EINVAL;
-		if (pr == -ERANGE) {
-			sbx_ssh_put(of(r)->h, &c, true);
-			return http_fail_range(r, st.size);
-		}
-		status = pr == 0 && st.size ? 206 : 200;
-		want = status == 206 ? stop - start + 1 : 0;
-		start = status == 206 ? start : 0;
-		stop = st.size ? (status == 206 ? stop : st.size - 1) : 0;
-		if ((want ? want : st.size) > max) {
-			sbx_ssh_put(of(r)->h, &c, true);
-			return http_fail(r, -EFBIG, "%llu bytes is over the buffered limit of %llu",
-					 (unsigned long long)(want ? want : st.size),
-					 (unsigned long long)max);
-		}
-	}
-	char *data = NULL;
-	size_t len = 0;
-	uint64_t size = 0;
-	if (rc == 0)
-		rc = sbx_ssh_read(c, rel, start, want, (size_t)max, &data, &len, &size);
-	if ((rc = end(r, &c, rc, "read", rel)) < 0)
-		return rc;
-	struct http_response *resp = http_response_bytes(data, len);
-	route_fs_range_headers(resp, status, start, stop, size);
-	r->bytes_out += (int64_t)len;
-	return http_reply_response(r, status, resp);
+	rc = sbx_ssh_read(conn, rel, start, want, (size_t)c->max_bytes, data, len, &size);
+	if (rc == -EFBIG)
+		route_call_why(c, rc, "file is %llu bytes or more, over the buffered limit of %llu",
+			       (unsigned long long)size, (unsigned long long)c->max_bytes);
+	return end(c, &conn, rc);
 }
 
-static int ssh_write(struct http_req *r, const char *rel)
+static int ssh_write(struct route_call *c, const char *rel, const char *data, size_t len, uint64_t *size)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	rc = sbx_ssh_write(c, rel, r->body.ptr ? r->body.ptr : "", r->body.len);
-	if ((rc = end(r, &c, rc, "write", rel)) < 0)
-		return rc;
-	return http_reply_json(
-	    r, 200, json_pack("{s:o, s:I}", "path", wire_json(rel), "size", (json_int_t)r->body.len));
+	struct sbx_ssh_conn *conn = NULL;
+	int rc = begin(c, &conn);
+	*size = len;
+	return rc < 0 ? rc : end(c, &conn, sbx_ssh_write(conn, rel, data, len));
 }
 
-static int ssh_stat(struct http_req *r, const char *rel)
+static int ssh_stat(struct route_call *c, const char *rel, struct sbx_stat *st)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	struct sbx_stat st;
-	rc = sbx_ssh_stat(c, rel, &st);
-	if ((rc = end(r, &c, rc, "stat", rel)) < 0)
-		return rc;
-	return http_reply_json(r, 200, route_fs_stat_json(rel, &st));
+	struct sbx_ssh_conn *conn = NULL;
+	int rc = begin(c, &conn);
+	return rc < 0 ? rc : end(c, &conn, sbx_ssh_stat(conn, rel, st));
 }
 
-static int ssh_readdir(struct http_req *r, const char *rel, const char *after, int64_t limit, bool detail)
+static int ssh_readdir(struct route_call *c, const char *rel, const char *after, size_t limit, bool detail,
+		       struct sbx_dir_page *page)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	struct sbx_dir_page page;
-	rc = sbx_ssh_readdir(c, rel, after, (size_t)limit, detail, &page);
-	if ((rc = end(r, &c, rc, "list", rel)) < 0)
-		return rc;
-	json_t *o = route_fs_page_json(&page, detail);
-	sbx_dir_page_clear(&page);
-	return http_reply_json(r, 200, o);
+	struct sbx_ssh_conn *conn = NULL;
+	int rc = begin(c, &conn);
+	return rc < 0 ? rc : end(c, &conn, sbx_ssh_readdir(conn, rel, after, limit, detail, page));
 }
 
-static int ssh_exists(struct http_req *r, const char *rel)
+static int ssh_exists(struct route_call *c, const char *rel, bool *exists)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	bool yes = false;
-	rc = sbx_ssh_exists(c, rel, &yes);
-	if ((rc = end(r, &c, rc, "look up", rel)) < 0)
-		return rc;
-	return http_reply_json(r, 200, json_pack("{s:b}", "exists", yes));
+	struct sbx_ssh_conn *conn = NULL;
+	int rc = begin(c, &conn);
+	return rc < 0 ? rc : end(c, &conn, sbx_ssh_exists(conn, rel, exists));
 }
 
-static int ssh_mkdir(struct http_req *r, const char *rel, bool recursive)
+static int ssh_mkdir(struct route_call *c, const char *rel, bool recursive)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	rc = sbx_ssh_mkdir(c, rel, recursive);
-	if ((rc = end(r, &c, rc, "create", rel)) < 0)
-		return rc;
-	return http_reply_json(r, 201, json_pack("{s:o}", "path", wire_json(rel)));
+	struct sbx_ssh_conn *conn = NULL;
+	int rc = begin(c, &conn);
+	return rc < 0 ? rc : end(c, &conn, sbx_ssh_mkdir(conn, rel, recursive));
 }
 
-static int ssh_rm(struct http_req *r, const char *rel, bool recursive, bool force)
+static int ssh_rm(struct route_call *c, const char *rel, bool recursive, bool force, bool *removed)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	bool removed = false;
-	rc = sbx_ssh_rm(c, rel, recursive, force, &removed);
-	if ((rc = end(r, &c, rc, "remove", rel)) < 0)
-		return rc;
-	return http_reply_json(r, 200, json_pack("{s:o, s:b}", "path", wire_json(rel), "removed", removed));
+	struct sbx_ssh_conn *conn = NULL;
+	int rc = begin(c, &conn);
+	return rc < 0 ? rc : end(c, &conn, sbx_ssh_rm(conn, rel, recursive, force, removed));
 }
 
-static int ssh_move(struct http_req *r, const char *from, const char *to, bool overwrite)
+static int ssh_move(struct route_call *c, const char *from, const char *to, bool overwrite)
 {
-	struct sbx_ssh_conn *c = NULL;
-	int rc = begin(r, &c);
-	if (rc < 0)
-		return rc;
-	rc = sbx_ssh_move(c, from, to, overwrite);
-	if ((rc = end(r, &c, rc, "move", rc == -EEXIST || rc == -SBX_E_PARENT_MISSING ? to : from)) < 0)
-		return rc;
-	return http_reply_json(r, 200, json_pack("{s:o}", "path", wire_json(to)));
+	struct sbx_ssh_conn *conn = NULL;
+	int rc = begin(c, &conn);
+	return rc < 0 ? rc : end(c, &conn, sbx_ssh_move(conn, from, to, overwrite));
 }
 
 /* ---- commands ---- */
@@ -474,7 +376,7 @@ static const struct route_provider_ops ssh_ops = {
     .caps = 0, /* files and commands on the host: no workspace, nothing run here */
     .check = ssh_check,
     .read = ssh_read,
-    .read_buffer = ssh_read_buffer,
+    .open = NULL, /* its files are on the host: read copies them */
     .write = ssh_write,
     .stat = ssh_stat,
     .readdir = ssh_readdir,
