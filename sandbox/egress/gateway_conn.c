@@ -163,6 +163,13 @@ void gw_conn_end(struct gw_conn *c, const char *reason)
 	gw_loop_bury(s->loop, c);
 }
 
+void gw_conn_end_all(struct sbx_egress_session *s)
+{
+	while (s->conns)
+		gw_conn_end(s->conns,
+			    s->conns->st == GW_C_RELAY ? NULL : "the command ended before it was decided");
+}
+
 static void refuse(struct gw_conn *c, const char *why)
 {
 	c->allowed = false;

@@ -207,6 +207,8 @@ void gw_conn_deadline(struct gw_conn *c);
 void gw_conn_resolved(void *job);
 /* End c: the record is written; reason NULL: healthy. */
 void gw_conn_end(struct gw_conn *c, const char *reason);
+/* End every connection of s (its session ends): a relaying one healthily. */
+void gw_conn_end_all(struct sbx_egress_session *s);
 void gw_conn_free(struct gw_conn *c);
 
 /* gateway_resolve.c */

@@ -225,9 +225,7 @@ void gw_session_detach(struct sbx_egress_session *s)
 	for (size_t i = 0; (h = handles(s, i)); i++)
 		if (h->fd >= 0)
 			gw_loop_watch(s->loop, h, 0);
-	while (s->conns)
-		gw_conn_end(s->conns,
-			    s->conns->st == GW_C_RELAY ? NULL : "the command ended before it was decided");
+	gw_conn_end_all(s);
 	pthread_mutex_lock(&s->mu);
 	s->ended = true;
 	pthread_cond_signal(&s->cv);
