@@ -11,7 +11,11 @@
  *              there is a name;
  *   FLUSH      the bytes read so far go to the destination;
  *   RELAY      gateway_relay.c until both directions end.
- * A refusal is a reset (SO_LINGER 0), so that clients fail at once. */
+ * A refusal is a reset (SO_LINGER 0), so that clients fail at once.
+ *
+ * Floor 4: it calls gateway_session.c (records), gateway_resolve.c,
+ * gateway_loop.c, gateway_relay.c and gateway.c; the loop's events reach
+ * it through gateway_start.c's gw_loop_ops. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,10 @@
  *   - NFLOG: UDP_RATE records a second (burst twice); beyond, counted and
  *     said in one record a second (the kernel's rule is limited too).
  * Records: each refused or malformed question; an allowed name once per
- * session (its first question), not per packet. */
+ * session (its first question), not per packet.
+ *
+ * Floor 4: it calls gateway_session.c (records) and gateway.c; the loop's
+ * events reach it through gateway_start.c's gw_loop_ops. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <libmnl/libmnl.h>

@@ -13,7 +13,21 @@
  *   - the worker pool runs getaddrinfo and the loopback-set changes of
  *     live sessions, never on a loop;
  *   - tenants live until the gateway is freed; their rules are replaced
- *     under g->mu, their counters are atomics. */
+ *     under g->mu, their counters are atomics.
+ *
+ * Floors: a file calls only the files on floors below its own, so that
+ * each can be read without those above it. What has to go back up (an
+ * event loop's events and messages) goes through callbacks that the top
+ * fills in (struct gw_loop_ops).
+ *   5  gateway_start.c: starts the rest; its gw_loop_ops say what the
+ *      loops' events mean
+ *   4  gateway_conn.c, gateway_dns.c: a session's TCP connections, its
+ *      DNS questions and dropped datagrams
+ *   3  gateway_session.c, gateway_resolve.c: a session and its ledger;
+ *      names resolved on the pool
+ *   2  gateway_loop.c: epoll, the message queue, deadlines, the graveyard
+ *   1  gateway.c, gateway_relay.c, gateway_health.c: the shared core,
+ *      the relaying of bytes, the health check */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -89,8 +103,28 @@ struct gw_conn {
 	uint64_t bytes_up, bytes_down;
 };
 
+/* What a loop's events and messages mean, filled in by gateway_start.c:
+ * the loop (floor 2) calls nothing above it but these. */
+struct gw_loop_ops {
+	/* Messages (gw_loop_post), after the batch: GW_M_ADD, GW_M_CLOSE and
+	 * GW_M_RESOLVED (a gw_job). */
+	void (*session_add)(struct sbx_egress_session *s);
+	void (*session_close)(struct sbx_egress_session *s);
+	void (*resolved)(void *job);
+	/* Events: GW_H_TCP, GW_H_DNS, GW_H_NFLOG, GW_H_CLIENT and GW_H_UPSTREAM. */
+	void (*accept)(struct sbx_egress_session *s, int lfd);
+	void (*dns_read)(struct sbx_egress_session *s, int fd, int family);
+	void (*nflog_read)(struct sbx_egress_session *s, int fd);
+	void (*conn_event)(struct gw_conn *c, struct gw_handle *h, uint32_t events);
+	/* A timed connection's due time came (it may end c); a buried one is
+	 * freed after the batch. */
+	void (*deadline)(struct gw_conn *c);
+	void (*conn_free)(struct gw_conn *c);
+};
+
 struct gw_loop {
 	struct sbx_egress_gateway *g;
+	const struct gw_loop_ops *ops;
 	pthread_t thr;
 	int ep;
 	struct gw_handle wake; /* an eventfd */
@@ -179,7 +213,8 @@ int gw_pool_start(struct sbx_egress_gateway *g);
 void gw_pool_stop(struct sbx_egress_gateway *g);
 
 /* gateway_loop.c */
-int gw_loop_start(struct gw_loop *l, struct sbx_egress_gateway *g);
+/* ops: static, outlives the loop. */
+int gw_loop_start(struct gw_loop *l, struct sbx_egress_gateway *g, const struct gw_loop_ops *ops);
 void gw_loop_stop(struct gw_loop *l);
 void gw_loop_post(struct gw_loop *l, int kind, void *obj);
 /* Register, change or drop h's interest (0: drop). */
@@ -190,7 +225,9 @@ void gw_loop_bury(struct gw_loop *l, struct gw_conn *c);
 
 /* gateway_session.c */
 void gw_session_attach(struct sbx_egress_session *s); /* on its loop */
-void gw_session_detach(struct sbx_egress_session *s); /* on its loop */
+/* On its loop, once its connections have ended (gw_conn_end_all): the
+ * listeners go and the closing thread may go on. */
+void gw_session_detach(struct sbx_egress_session *s);
 void gw_session_unref(struct sbx_egress_session *s);
 /* A record for the ledger, standing for n events in the session's
  * summary and the tenant's counters. dest: the summary's destination

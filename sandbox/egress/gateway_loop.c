@@ -1,6 +1,11 @@
 /* One event loop of the gateway: epoll over its sessions' listeners and
  * connections, a queue of messages from other threads (woken by an
- * eventfd), the deadlines of undecided connections, and the graveyard. */
+ * eventfd), the deadlines of undecided connections, and the graveyard.
+ *
+ * Floor 2: it calls only gateway.c (its thread). It knows the shapes of
+ * handles, messages and deadlines, not what they mean: each is handed up
+ * through l->ops, so that the files above may call it and not the other
+ * way round. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -85,24 +90,24 @@ static void run_deadlines(struct gw_loop *l)
 	for (struct gw_conn *c = l->timed, *next; c; c = next) {
 		next = c->tnext;
 		if (c->due <= now)
-			gw_conn_deadline(c);
+			l->ops->deadline(c);
 	}
 	for (struct gw_conn *c = l->timed; c; c = c->tnext)
 		if (c->due < l->next_due)
 			l->next_due = c->due;
 }
 
-static void handle_msg(struct gw_msg *m)
+static void handle_msg(const struct gw_loop *l, struct gw_msg *m)
 {
 	switch (m->kind) {
 	case GW_M_ADD:
-		gw_session_attach(m->obj);
+		l->ops->session_add(m->obj);
 		break;
 	case GW_M_CLOSE:
-		gw_session_detach(m->obj);
+		l->ops->session_close(m->obj);
 		break;
 	case GW_M_RESOLVED:
-		gw_conn_resolved(m->obj);
+		l->ops->resolved(m->obj);
 		break;
 	}
 	free(m);
@@ -117,7 +122,7 @@ static bool drain_queue(struct gw_loop *l)
 	pthread_mutex_unlock(&l->mu);
 	while (m) {
 		struct gw_msg *next = m->next;
-		handle_msg(m);
+		handle_msg(l, m);
 		m = next;
 	}
 	return !stop;
@@ -128,11 +133,11 @@ static void free_graveyard(struct gw_loop *l)
 	while (l->graveyard) {
 		struct gw_conn *c = l->graveyard;
 		l->graveyard = c->gnext;
-		gw_conn_free(c);
+		l->ops->conn_free(c);
 	}
 }
 
-static void dispatch(struct gw_handle *h, uint32_t events)
+static void dispatch(const struct gw_loop *l, struct gw_handle *h, uint32_t events)
 {
 	struct sbx_egress_session *s = h->obj;
 	switch (h->kind) {
@@ -142,17 +147,17 @@ static void dispatch(struct gw_handle *h, uint32_t events)
 		break;
 	}
 	case GW_H_TCP:
-		gw_conn_accept(s, h->fd);
+		l->ops->accept(s, h->fd);
 		break;
 	case GW_H_DNS:
-		gw_dns_read(s, h->fd, h == &s->h_dns6 ? AF_INET6 : AF_INET);
+		l->ops->dns_read(s, h->fd, h == &s->h_dns6 ? AF_INET6 : AF_INET);
 		break;
 	case GW_H_NFLOG:
-		gw_nflog_read(s, h->fd);
+		l->ops->nflog_read(s, h->fd);
 		break;
 	case GW_H_CLIENT:
 	case GW_H_UPSTREAM:
-		gw_conn_event(h->obj, h, events);
+		l->ops->conn_event(h->obj, h, events);
 		break;
 	}
 }
@@ -177,7 +182,7 @@ static void *loop_main(void *arg)
 			if ((h->kind == GW_H_CLIENT || h->kind == GW_H_UPSTREAM) &&
 			    ((struct gw_conn *)h->obj)->st == GW_C_DEAD)
 				continue;
-			dispatch(h, evs[i].events);
+			dispatch(l, h, evs[i].events);
 		}
 		run_deadlines(l);
 		bool go_on = drain_queue(l);
@@ -187,9 +192,10 @@ static void *loop_main(void *arg)
 	}
 }
 
-int gw_loop_start(struct gw_loop *l, struct sbx_egress_gateway *g)
+int gw_loop_start(struct gw_loop *l, struct sbx_egress_gateway *g, const struct gw_loop_ops *ops)
 {
 	l->g = g;
+	l->ops = ops;
 	l->next_due = INT64_MAX;
 	l->ep = epoll_create1(EPOLL_CLOEXEC);
 	l->wake =

@@ -2,7 +2,11 @@
  * A job belongs to the pool until it is posted to its loop, then to the
  * loop; the connection only points at it, and a connection that ends
  * first (its resolve_ms deadline, the session's end) forgets it: the
- * answer is then thrown away when it comes. */
+ * answer is then thrown away when it comes.
+ *
+ * Floor 3: it calls gateway_loop.c (the answer is posted) and gateway.c
+ * (the pool); the connection takes the answer from the loop's
+ * GW_M_RESOLVED, through gateway_start.c's gw_loop_ops. */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>

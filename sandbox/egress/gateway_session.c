@@ -1,6 +1,10 @@
 /* A command's network: a namespace from the pool, its listeners on one
  * loop, what it was refused (the summary), and its loopback grants, which
- * follow the tenant's rules as they are set. */
+ * follow the tenant's rules as they are set.
+ *
+ * Floor 3: it calls gateway_loop.c and gateway.c. Its connections and DNS
+ * questions (floor 4) note their records here; the session's end reaches
+ * them from gateway_start.c, which ends them before gw_session_detach. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,15 +221,15 @@ void gw_session_attach(struct sbx_egress_session *s)
 			gw_loop_watch(s->loop, h, EPOLLIN);
 }
 
-/* On its loop: the listeners go, the connections end (records), and the
- * closing thread is told it may free the session. */
+/* On its loop, its connections ended (their records are in the summary):
+ * the listeners go, and the closing thread is told it may free the
+ * session. */
 void gw_session_detach(struct sbx_egress_session *s)
 {
 	struct gw_handle *h;
 	for (size_t i = 0; (h = handles(s, i)); i++)
 		if (h->fd >= 0)
 			gw_loop_watch(s->loop, h, 0);
-	gw_conn_end_all(s);
 	pthread_mutex_lock(&s->mu);
 	s->ended = true;
 	pthread_cond_signal(&s->cv);

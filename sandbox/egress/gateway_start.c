@@ -1,6 +1,7 @@
-/* The egress gateway started and stopped: the top of its files. It
- * makes the shared core (gateway.c), the worker pool and the loops
- * (gateway_loop.c), and at the end closes the sessions left
+/* The egress gateway started and stopped: the top of its files (floor 5;
+ * it may call any of them). It makes the shared core (gateway.c), the
+ * worker pool and the loops (gateway_loop.c), tells the loops what their
+ * events mean (loop_ops), and at the end closes the sessions left
  * (gateway_session.c) before it stops them. Nothing calls into it but
  * the gateway's users (sandbox/egress/gateway.h). */
 #include "sandbox/egress/gateway.h"
@@ -11,6 +12,26 @@
 #include "common/errors.h"
 #include "common/xmalloc.h"
 #include "sandbox/egress/gateway_int.h"
+
+/* On its loop. Its connections end first, so that their records are in
+ * the summary by the time the closing thread reads it. */
+static void session_close(struct sbx_egress_session *s)
+{
+	gw_conn_end_all(s);
+	gw_session_detach(s);
+}
+
+static const struct gw_loop_ops loop_ops = {
+    .session_add = gw_session_attach,
+    .session_close = session_close,
+    .resolved = gw_conn_resolved,
+    .accept = gw_conn_accept,
+    .dns_read = gw_dns_read,
+    .nflog_read = gw_nflog_read,
+    .conn_event = gw_conn_event,
+    .deadline = gw_conn_deadline,
+    .conn_free = gw_conn_free,
+};
 
 static unsigned or_default(unsigned v, unsigned d)
 {
@@ -45,7 +66,7 @@ int sbx_egress_gateway_new(const struct sbx_egress_config *c, struct sbx_egress_
 	if (gw_pool_start(g) < 0)
 		goto fail;
 	for (; g->n_loops < g->c.threads; g->n_loops++)
-		if (gw_loop_start(&g->loops[g->n_loops], g) < 0)
+		if (gw_loop_start(&g->loops[g->n_loops], g, &loop_ops) < 0)
 			goto fail;
 	*out = g;
 	return 0;
