@@ -611,10 +611,16 @@ int route_exec_list(struct http_req *r)
 	if (rc < 0)
 		return rc;
 	enum store_exec_state state;
-	if (state_name && store_exec_state_parse(state_name, &state) < 0)
-		return http_fail(r, -EINVAL,
-				 "state must be pending_approval, running, exited, timed_out, cancelled, "
-				 "rejected or lost");
+	if (state_name && store_exec_state_parse(state_name, &state) < 0) {
+		char names[256] = "";
+		for (int i = 0; i < EXEC_STATES; i++)
+			snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+				 i == 0			? ""
+				 : i == EXEC_STATES - 1 ? " or "
+							: ", ",
+				 store_exec_state_name((enum store_exec_state)i));
+		return http_fail(r, -EINVAL, "state must be %s", names);
+	}
 	struct store_exec *v = NULL;
 	size_t n = 0;
 	rc = store_exec_list(r->app->store, r->tenant->name, state_name ? &state : NULL, session,

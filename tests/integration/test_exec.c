@@ -564,6 +564,14 @@ static void test_unknown_and_foreign_ids(void **state)
 	json_array_foreach(json_object_get(l, "execs"), i, e)
 		assert_string_not_equal(jstr(e, "id"), "gx-own-1");
 	json_decref(l);
+	/* a state that is none is refused, naming every one there is */
+	assert_int_equal(it_http(&srv, "GET", "/execs?state=sleeping", tok, NULL, NULL, 0, &r), 0);
+	it_expect_error(&r, 400, "bad_request");
+	static const char *const states[] = {"running",	  "pending_approval", "exited",
+					     "timed_out", "cancelled",	      "rejected or lost"};
+	for (size_t k = 0; k < sizeof states / sizeof *states; k++)
+		assert_non_null(strstr(r.body, states[k]));
+	it_resp_free(&r);
 	json_t *res = bg_join(&b);
 	assert_int_equal(b.resp.status, 200);
 	assert_false(jtrue(res, "cancelled"));
