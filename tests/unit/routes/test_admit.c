@@ -18,6 +18,7 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/timeutil.h"
+#include "app_fake.h"
 #include "http/metrics.h"
 #include "http_fake.h"
 #include "routes/admit.h"
@@ -38,11 +39,8 @@ static int nreqs;
 static int setup(void **state)
 {
 	(void)state;
-	cfg_defaults(&cfg);
-	cfg_finish(&cfg);
+	app_fake_init(&app, &cfg);
 	cfg.exec_queue_wait_ms = 60000;
-	memset(&app, 0, sizeof app);
-	app.cfg = &cfg;
 	pthread_mutex_init(&app.tenants_lock, NULL);
 	http_metrics_new(&app.metrics, route_table, route_count);
 	memset(&tenant, 0, sizeof tenant);

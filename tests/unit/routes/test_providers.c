@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app_fake.h"
 #include "common/config.h"
 #include "common/errors.h"
 #include "http/route.h"
@@ -29,10 +30,7 @@ static struct app app;
 static int setup(void **state)
 {
 	(void)state;
-	cfg_defaults(&cfg);
-	cfg_finish(&cfg);
-	memset(&app, 0, sizeof app);
-	app.cfg = &cfg;
+	app_fake_init(&app, &cfg);
 	return 0;
 }
 
