@@ -1,14 +1,13 @@
-/* Making root images: mmdebstrap builds, and imports of root filesystem
- * tarballs and OCI image layouts through libarchive, whose secure
- * extraction flags refuse ".." and absolute paths and writing through
- * symlinks; this file refuses the whole import at the first such entry.
- * What libarchive does not do safely here is done relative to the rootfs
- * fd with no symlink followed: hard links, whiteouts, and the blobs of a
- * layout; and an import is bounded (bytes, entries, expansion, the
+/* Importing root filesystem tarballs into root images, through
+ * libarchive, whose secure extraction flags refuse ".." and absolute
+ * paths and writing through symlinks; this file refuses the whole import
+ * at the first such entry. What libarchive does not do safely here is
+ * done relative to the rootfs fd with no symlink followed: hard links and
+ * whiteouts; and an import is bounded (bytes, entries, expansion, the
  * store's reserve), since the operator may be importing what a tenant or
- * a registry handed them. */
+ * a registry handed them. OCI image layouts (rootimg_oci.c) are applied
+ * layer by layer through the extraction here (rootimg_import_int.h). */
 #include "sandbox/rootimg.h"
-#include "sandbox/reaper.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -16,230 +15,20 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <inttypes.h>
 #include <linux/openat2.h>
-#include <openssl/evp.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
-#include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/xmalloc.h"
 #include "sandbox/rootimg_impl.h"
-
-extern char **environ;
-
-/* ---- mmdebstrap ---- */
-
-static bool package_ok(const char *p, size_t n)
-{
-	if (n < 2 || !((p[0] >= 'a' && p[0] <= 'z') || (p[0] >= '0' && p[0] <= '9')))
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = p[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'))
-			return false;
-	}
-	return true;
-}
-
-static bool variant_ok(const char *v)
-{
-	static const char *const ok[] = {"extract", "custom", "essential", "apt",	  "required",
-					 "minbase", "buildd", "important", "debootstrap", "standard"};
-	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-		if (strcmp(v, ok[i]) == 0)
-			return true;
-	return false;
-}
-
-/* The host's release name, e.g. "bookworm". */
-static int host_codename(char *out, size_t outsz)
-{
-	FILE *f = fopen("/etc/os-release", "re");
-	char line[256];
-	int rc = -ENOENT;
-	while (f && fgets(line, sizeof line, f)) {
-		if (strncmp(line, "VERSION_CODENAME=", 17) != 0)
-			continue;
-		char *v = line + 17;
-		v[strcspn(v, "\r\n")] = '\0';
-		if (*v == '"') {
-			v++;
-			v[strcspn(v, "\"")] = '\0';
-		}
-		/* A name that does not fit is not cut to another suite's name. */
-		size_t n = strlen(v);
-		if (n > 0 && n < outsz && package_ok(v, n)) {
-			memcpy(out, v, n + 1);
-			rc = 0;
-		}
-	}
-	if (f)
-		fclose(f);
-	return rc;
-}
-
-/* mmdebstrap pastes a MIRROR argument that names an existing file into the
- * image's sources: the host's own apt configuration, whatever mirror or
- * proxy the operator set up. */
-static void add_sources(json_t *argv, json_t *used)
-{
-	struct stat st;
-	if (stat("/etc/apt/sources.list", &st) == 0 && st.st_size > 0) {
-		json_array_append_new(argv, json_string("/etc/apt/sources.list"));
-		json_array_append_new(used, json_string("/etc/apt/sources.list"));
-	}
-	static const char *const pats[] = {"/etc/apt/sources.list.d/*.list",
-					   "/etc/apt/sources.list.d/*.sources"};
-	for (size_t i = 0; i < 2; i++) {
-		glob_t g;
-		if (glob(pats[i], 0, NULL, &g) != 0)
-			continue;
-		for (size_t k = 0; k < g.gl_pathc; k++) {
-			json_array_append_new(argv, json_string(g.gl_pathv[k]));
-			json_array_append_new(used, json_string(g.gl_pathv[k]));
-		}
-		globfree(&g);
-	}
-}
-
-/* Run argv (a JSON array of strings) with stdout sent to stderr; the
- * exit status, or -errno when it cannot start. */
-static int run_tool(json_t *argv)
-{
-	size_t n = json_array_size(argv);
-	char **v = xcalloc(n + 1, sizeof *v);
-	for (size_t i = 0; i < n; i++)
-		v[i] = (char *)json_string_value(json_array_get(argv, i));
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, 2, 1);
-	pid_t pid;
-	int rc = sbx_reaper_spawn(&pid, v[0], &fa, v, environ, true);
-	posix_spawn_file_actions_destroy(&fa);
-	free(v);
-	if (rc != 0)
-		return -rc;
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -errno;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static int parse_packages(const char *packages, json_t *list, char *err, size_t errsz)
-{
-	const char *p = packages ? packages : "";
-	while (*p) {
-		size_t n = strcspn(p, ",");
-		while (n && p[0] == ' ') {
-			p++;
-			n--;
-		}
-		size_t m = n;
-		while (m && p[m - 1] == ' ')
-			m--;
-		if (m && !package_ok(p, m)) {
-			snprintf(err, errsz, "not a Debian package name: %.*s", (int)m, p);
-			return -EINVAL;
-		}
-		if (m)
-			json_array_append_new(list, json_stringn(p, m));
-		p += n;
-		if (*p == ',')
-			p++;
-	}
-	return 0;
-}
-
-static json_t *build_argv(const char *variant, json_t *pkgs, const char *suite, const char *rootfs,
-			  json_t *sources)
-{
-	json_t *argv = json_pack("[s, s, s]", "mmdebstrap", "--quiet", "--format=directory");
-	json_array_append_new(argv, json_sprintf("--variant=%s", variant));
-	/* Documentation is of no use to a command and a third of the size. */
-	static const char *const dpkg[] = {"path-exclude=/usr/share/man/*", "path-exclude=/usr/share/info/*",
-					   "path-exclude=/usr/share/doc/*",
-					   "path-include=/usr/share/doc/*/copyright"};
-	for (size_t i = 0; i < sizeof dpkg / sizeof dpkg[0]; i++)
-		json_array_append_new(argv, json_sprintf("--dpkgopt=%s", dpkg[i]));
-	if (json_array_size(pkgs)) {
-		json_t *s = json_string("--include=");
-		size_t i;
-		json_t *p;
-		json_array_foreach(pkgs, i, p) {
-			char *t =
-			    xasprintf("%s%s%s", json_string_value(s), i ? "," : "", json_string_value(p));
-			json_string_set(s, t);
-			free(t);
-		}
-		json_array_append_new(argv, s);
-	}
-	json_array_append_new(argv, json_string(suite));
-	json_array_append_new(argv, json_string(rootfs));
-	add_sources(argv, sources);
-	return argv;
-}
-
-int sbx_rootimg_build(const char *dir, const char *name, const char *packages, const char *variant, char *err,
-		      size_t errsz)
-{
-	struct rootimg_stage st;
-	json_t *pkgs = json_array(), *sources = json_array(), *argv = NULL;
-	char suite[64];
-	variant = variant ? variant : "essential";
-	int rc = parse_packages(packages, pkgs, err, errsz);
-	if (rc == 0 && !variant_ok(variant)) {
-		snprintf(err, errsz, "unknown mmdebstrap variant %s", variant);
-		rc = -EINVAL;
-	}
-	if (rc == 0 && host_codename(suite, sizeof suite) < 0) {
-		snprintf(err, errsz, "no VERSION_CODENAME in /etc/os-release: not a Debian host?");
-		rc = -EINVAL;
-	}
-	if (rc < 0) {
-		json_decref(pkgs);
-		json_decref(sources);
-		return rc;
-	}
-	rc = rootimg_stage_begin(&st, dir, name, err, errsz);
-	if (rc == 0) {
-		argv = build_argv(variant, pkgs, suite, st.rootfs, sources);
-		if (json_array_size(sources) == 0) {
-			snprintf(err, errsz, "no apt sources on this host (/etc/apt/sources.list[.d])");
-			rc = -ENOENT;
-		}
-	}
-	if (rc == 0) {
-		int status = run_tool(argv);
-		if (status != 0) {
-			snprintf(err, errsz,
-				 status < 0 ? "cannot run mmdebstrap (install it: apt-get install mmdebstrap)"
-					    : "mmdebstrap failed (exit status %d; its messages are above)",
-				 status);
-			rc = status == -ENOENT ? -ENOENT : -EIO;
-		}
-	}
-	if (rc == 0) {
-		json_t *source = json_pack("{s:s, s:s, s:s, s:O}", "kind", "mmdebstrap", "suite", suite,
-					   "variant", variant, "apt_sources", sources);
-		rc = rootimg_stage_commit(&st, name, json_incref(pkgs), source, err, errsz);
-	}
-	rootimg_stage_end(&st);
-	json_decref(argv);
-	json_decref(pkgs);
-	json_decref(sources);
-	return rc;
-}
+#include "sandbox/rootimg_import_int.h"
 
 /* ---- extraction ---- */
 
@@ -466,18 +255,6 @@ static int la_load(char *err, size_t errsz)
 #define RATIO_FLOOR_BYTES (64ull << 20)
 /* Free space is looked at again after this much more is written. */
 #define SPACE_CHECK_BYTES (16ull << 20)
-
-/* One import: its bounds and what it has made so far, all layers. */
-struct extract {
-	const char *what; /* for messages: the file */
-	bool oci;	  /* whiteouts are meaningful */
-	int root;	  /* the rootfs, O_PATH */
-	const struct sbx_rootimg_limits *lim;
-	uint64_t in_bytes; /* archives opened so far, their sizes */
-	uint64_t written, entries, space_checked;
-	char *err;
-	size_t errsz;
-};
 
 static struct archive *open_archive(int fd, const char *file, char *err, size_t errsz)
 {
@@ -725,7 +502,7 @@ static int extract_pass(struct extract *x, int fd, int pass)
 
 /* Extract the archive fd (size bytes, named file in messages) into the
  * rootfs x->root; libarchive writes relative to the cwd. */
-static int extract_file(struct extract *x, int fd, uint64_t size, const char *file)
+int rootimg_extract_file(struct extract *x, int fd, uint64_t size, const char *file)
 {
 	int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	int rc = cwd < 0 || fchdir(x->root) < 0 ? -errno : 0;
@@ -745,8 +522,8 @@ static int extract_file(struct extract *x, int fd, uint64_t size, const char *fi
 }
 
 /* Begin an import into st's rootfs: x ready, its root open. */
-static int extract_begin(struct extract *x, const struct rootimg_stage *st, const char *what, bool oci,
-			 const struct sbx_rootimg_limits *lim, char *err, size_t errsz)
+int rootimg_extract_begin(struct extract *x, const struct rootimg_stage *st, const char *what, bool oci,
+			  const struct sbx_rootimg_limits *lim, char *err, size_t errsz)
 {
 	*x = (struct extract){.what = what, .oci = oci, .lim = lim, .err = err, .errsz = errsz};
 	x->root = open(st->rootfs, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -757,7 +534,7 @@ static int extract_begin(struct extract *x, const struct rootimg_stage *st, cons
 	return check_bounds(x, 0);
 }
 
-static int fix_root(const char *rootfs)
+int rootimg_fix_root(const char *rootfs)
 {
 	/* The root of the tree stays root's and 0755 whatever the archive said. */
 	return chown(rootfs, 0, 0) < 0 || chmod(rootfs, 0755) < 0 ? -errno : 0;
@@ -767,8 +544,8 @@ static int fix_root(const char *rootfs)
  * given RESOLVE_ flags): a regular file only, opened without blocking (a
  * FIFO never waits for a writer, a device is never read). The fd, its
  * size in *size, or -errno with err. */
-static int open_regular(int dirfd, const char *path, uint64_t resolve, const char *what, uint64_t *size,
-			char *err, size_t errsz)
+int rootimg_open_regular(int dirfd, const char *path, uint64_t resolve, const char *what, uint64_t *size,
+			 char *err, size_t errsz)
 {
 	struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, .resolve = resolve};
 	int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
@@ -794,7 +571,7 @@ int sbx_rootimg_import_rootfs(const char *dir, const char *name, const char *tar
 	struct extract x = {.root = -1};
 	uint64_t size = 0;
 	char *abs = realpath(tarball, NULL); /* recorded in the manifest */
-	int fd = abs ? open_regular(AT_FDCWD, abs, 0, tarball, &size, err, errsz) : -1;
+	int fd = abs ? rootimg_open_regular(AT_FDCWD, abs, 0, tarball, &size, err, errsz) : -1;
 	if (!abs)
 		snprintf(err, errsz, "%s: %s", tarball, strerror(errno));
 	if (fd < 0) {
@@ -803,11 +580,11 @@ int sbx_rootimg_import_rootfs(const char *dir, const char *name, const char *tar
 	}
 	int rc = rootimg_stage_begin(&st, dir, name, err, errsz);
 	if (rc == 0)
-		rc = extract_begin(&x, &st, abs, false, lim, err, errsz);
+		rc = rootimg_extract_begin(&x, &st, abs, false, lim, err, errsz);
 	if (rc == 0)
-		rc = extract_file(&x, fd, size, abs);
+		rc = rootimg_extract_file(&x, fd, size, abs);
 	if (rc == 0)
-		rc = fix_root(st.rootfs);
+		rc = rootimg_fix_root(st.rootfs);
 	if (rc == 0)
 		rc = rootimg_stage_commit(&st, name, json_array(),
 					  json_pack("{s:s, s:s}", "kind", "rootfs", "file", abs), err, errsz);
@@ -816,258 +593,5 @@ int sbx_rootimg_import_rootfs(const char *dir, const char *name, const char *tar
 		close(x.root);
 	close(fd);
 	free(abs);
-	return rc;
-}
-
-/* ---- OCI image layouts ---- */
-
-/* Beneath the layout, no symlink on the way: a blob store whose files
- * or directories are links could have an import read a device or a file
- * of the host's. */
-#define LAYOUT_RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-/* JSON documents of a layout (index, manifests, configurations) are
- * small: registries refuse manifests over 4 MiB. */
-#define JSON_MAX_BYTES (4u << 20)
-
-/* A digest "sha256:<64 hex>" (the only algorithm accepted: the digest
- * becomes a path, so its form is checked strictly). */
-static bool digest_ok(const char *digest)
-{
-	if (!digest || strncmp(digest, "sha256:", 7) != 0 || strlen(digest) != 7 + 64)
-		return false;
-	for (const char *p = digest + 7; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-			return false;
-	return true;
-}
-
-/* The first size bytes of fd hash to the digest (no more is read). */
-static int blob_hash(int fd, uint64_t size, const char *digest, char *err, size_t errsz)
-{
-	EVP_MD_CTX *c = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(c, EVP_sha256(), NULL);
-	static unsigned char buf[1 << 16];
-	ssize_t n = 1;
-	for (uint64_t left = size; left > 0 && n > 0; left -= (uint64_t)n) {
-		n = read(fd, buf, left < sizeof buf ? (size_t)left : sizeof buf);
-		if (n > 0)
-			EVP_DigestUpdate(c, buf, (size_t)n);
-		else if (n < 0 && errno == EINTR)
-			n = 0;
-		else
-			n = -1; /* shorter than it was a moment ago: refused below */
-	}
-	unsigned char md[32];
-	unsigned int len = 0;
-	EVP_DigestFinal_ex(c, md, &len);
-	EVP_MD_CTX_free(c);
-	char hex[65];
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	if (n < 0 || strcmp(hex, digest + 7) != 0 || lseek(fd, 0, SEEK_SET) < 0) {
-		snprintf(err, errsz, "blob %s does not match its digest", digest);
-		return -EIO;
-	}
-	return 0;
-}
-
-/* The blob a descriptor ({"digest", "size"}) names: a regular file
- * beneath the layout of exactly the recorded size, hashing to the digest.
- * Its fd at offset 0, or -errno with err. */
-static int blob_open(int lfd, json_t *desc, uint64_t *size, char *err, size_t errsz)
-{
-	const char *digest = json_string_value(json_object_get(desc, "digest"));
-	json_t *js = json_object_get(desc, "size");
-	if (!digest_ok(digest)) {
-		snprintf(err, errsz, "unsupported digest %s (sha256 only)", digest ? digest : "(none)");
-		return -EINVAL;
-	}
-	if (!json_is_integer(js) || json_integer_value(js) < 0) {
-		snprintf(err, errsz, "the descriptor of blob %s has no size: refused", digest);
-		return -EINVAL;
-	}
-	char rel[96], what[96];
-	snprintf(rel, sizeof rel, "blobs/sha256/%s", digest + 7);
-	snprintf(what, sizeof what, "blob %s", digest);
-	int fd = open_regular(lfd, rel, LAYOUT_RESOLVE, what, size, err, errsz);
-	if (fd < 0)
-		return fd == -ENOENT ? -EIO : fd;
-	if (*size != (uint64_t)json_integer_value(js)) {
-		/* the descriptor names exactly size bytes hashing to digest */
-		snprintf(err, errsz,
-			 "blob %s does not match its digest and size: it is %" PRIu64
-			 " bytes, its descriptor says size %" JSON_INTEGER_FORMAT ": refused",
-			 digest, *size, json_integer_value(js));
-		close(fd);
-		return -EINVAL;
-	}
-	int rc = blob_hash(fd, *size, digest, err, errsz);
-	if (rc < 0) {
-		close(fd);
-		return rc;
-	}
-	return fd;
-}
-
-/* The JSON document in fd (size bytes, at most JSON_MAX_BYTES); closes fd. */
-static json_t *read_json(int fd, uint64_t size, const char *what, char *err, size_t errsz)
-{
-	json_t *j = NULL;
-	char *buf = size <= JSON_MAX_BYTES ? xmalloc(size + 1) : NULL;
-	size_t got = 0;
-	ssize_t n = 1;
-	while (buf && got < size && n > 0)
-		if ((n = pread(fd, buf + got, size - got, (off_t)got)) > 0)
-			got += (size_t)n;
-		else if (n < 0 && errno == EINTR)
-			n = 1;
-	json_error_t je;
-	if (!buf)
-		snprintf(err, errsz, "%s: larger than %u bytes: refused", what, JSON_MAX_BYTES);
-	else if (got < size)
-		snprintf(err, errsz, "%s: cannot read it", what);
-	else if (!(j = json_loadb(buf, size, 0, &je)))
-		snprintf(err, errsz, "%s: %s", what, je.text);
-	free(buf);
-	close(fd);
-	return j;
-}
-
-static json_t *load_blob_json(int lfd, json_t *desc, char *err, size_t errsz)
-{
-	uint64_t size = 0;
-	int fd = blob_open(lfd, desc, &size, err, errsz);
-	return fd < 0 ? NULL
-		      : read_json(fd, size, json_string_value(json_object_get(desc, "digest")), err, errsz);
-}
-
-static const char *host_arch(void)
-{
-	struct utsname u;
-	if (uname(&u) == 0 && strcmp(u.machine, "aarch64") == 0)
-		return "arm64";
-	return "amd64";
-}
-
-/* Of an index's manifests: the one for linux/<host arch>, else the only
- * one. Nested indexes are followed (depth bounded). Returns the image
- * manifest (new reference) or NULL with err. */
-static json_t *pick_manifest(int lfd, json_t *index, int depth, char *err, size_t errsz)
-{
-	json_t *list = json_object_get(index, "manifests"), *pick = NULL, *m;
-	size_t i;
-	json_array_foreach(list, i, m) {
-		json_t *plat = json_object_get(m, "platform");
-		const char *os = json_string_value(json_object_get(plat, "os"));
-		const char *arch = json_string_value(json_object_get(plat, "architecture"));
-		if (!plat || (os && arch && strcmp(os, "linux") == 0 && strcmp(arch, host_arch()) == 0)) {
-			pick = m;
-			if (plat)
-				break;
-		}
-	}
-	if (!pick && json_array_size(list) == 1)
-		pick = json_array_get(list, 0);
-	if (!pick) {
-		snprintf(err, errsz, "index.json names no manifest for linux/%s", host_arch());
-		return NULL;
-	}
-	json_t *doc = load_blob_json(lfd, pick, err, errsz);
-	if (doc && json_object_get(doc, "manifests")) {
-		json_t *inner = depth < 2 ? pick_manifest(lfd, doc, depth + 1, err, errsz) : NULL;
-		if (depth >= 2)
-			snprintf(err, errsz, "image indexes nested too deeply");
-		json_decref(doc);
-		return inner;
-	}
-	if (doc && !json_is_array(json_object_get(doc, "layers"))) {
-		snprintf(err, errsz, "the manifest has no layers");
-		json_decref(doc);
-		return NULL;
-	}
-	/* The configuration is not used (commands run /bin/sh -c), but a
-	 * layout whose blobs do not all match is not imported. */
-	json_t *config = doc ? load_blob_json(lfd, json_object_get(doc, "config"), err, errsz) : NULL;
-	if (doc && !config) {
-		json_decref(doc);
-		return NULL;
-	}
-	json_decref(config);
-	return doc;
-}
-
-static int apply_layers(int lfd, json_t *manifest, struct extract *x)
-{
-	json_t *l;
-	size_t i;
-	json_array_foreach(json_object_get(manifest, "layers"), i, l) {
-		const char *mt = json_string_value(json_object_get(l, "mediaType"));
-		if (!mt || !strstr(mt, "tar")) {
-			snprintf(x->err, x->errsz, "layer %zu: unsupported media type %s", i,
-				 mt ? mt : "(none)");
-			return -EINVAL;
-		}
-		uint64_t size = 0;
-		int fd = blob_open(lfd, l, &size, x->err, x->errsz);
-		if (fd < 0)
-			return fd;
-		int rc = extract_file(x, fd, size, json_string_value(json_object_get(l, "digest")));
-		close(fd);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
-}
-
-/* The layout's index.json: a regular file, no symlink, small. */
-static json_t *load_index(int lfd, const char *layout, char *err, size_t errsz)
-{
-	uint64_t size = 0;
-	char *what = xasprintf("%s/index.json", layout);
-	int fd = open_regular(lfd, "index.json", LAYOUT_RESOLVE, what, &size, err, errsz);
-	json_t *index = fd >= 0 ? read_json(fd, size, what, err, errsz) : NULL;
-	free(what);
-	return index;
-}
-
-int sbx_rootimg_import_oci(const char *dir, const char *name, const char *layout_arg,
-			   const struct sbx_rootimg_limits *lim, char *err, size_t errsz)
-{
-	char *layout = realpath(layout_arg, NULL); /* recorded in the manifest */
-	int lfd = layout ? open(layout, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
-	if (lfd < 0) {
-		snprintf(err, errsz, "%s: %s", layout_arg, strerror(errno));
-		free(layout);
-		return -ENOENT;
-	}
-	json_t *index = load_index(lfd, layout, err, errsz), *manifest = NULL;
-	if (!index) {
-		close(lfd);
-		free(layout);
-		return -EINVAL;
-	}
-	struct rootimg_stage st;
-	struct extract x = {.root = -1};
-	int rc = rootimg_stage_begin(&st, dir, name, err, errsz);
-	if (rc == 0)
-		rc = extract_begin(&x, &st, layout, true, lim, err, errsz);
-	if (rc == 0 && !(manifest = pick_manifest(lfd, index, 0, err, errsz)))
-		rc = -EINVAL;
-	if (rc == 0)
-		rc = apply_layers(lfd, manifest, &x);
-	if (rc == 0)
-		rc = fix_root(st.rootfs);
-	if (rc == 0) {
-		json_t *src = json_pack("{s:s, s:s, s:i}", "kind", "oci", "layout", layout, "layers",
-					(int)json_array_size(json_object_get(manifest, "layers")));
-		rc = rootimg_stage_commit(&st, name, json_array(), src, err, errsz);
-	}
-	rootimg_stage_end(&st);
-	if (x.root >= 0)
-		close(x.root);
-	close(lfd);
-	json_decref(manifest);
-	json_decref(index);
-	free(layout);
 	return rc;
 }
