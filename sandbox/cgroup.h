@@ -8,7 +8,7 @@
  *       memory.oom.group, pids.max, cpu.max and cpu.weight, io.max,
  *       cgroup.kill, memory.events and pids.events, PSI (cgroup_v2.c);
  *   v1  memory, pids (and cpu, cpuacct) v1 hierarchies, as on hybrid
- *       hosts (cgroup_v1.c).
+ *       hosts (cgroup_v1.c, on cgroup_v1_pool.c and cgroup_v1_hier.c).
  *
  * Neither the routes nor the runner know which driver is in use. Every
  * name here is made by the server, never taken from a client (security.md
@@ -59,7 +59,7 @@ int sbx_cgroup_probe(const char *root, struct sbx_cgroup_caps *caps);
 const struct sbx_cgroup_caps *sbx_cgroup_caps(void);
 
 /* The command seq's group (a new j<seq>, or on v1 a kept one of the
- * tenant's: cgroup_v1.c). Sets the tenant's budget on u<uid> where it
+ * tenant's: cgroup_v1_pool.c). Sets the tenant's budget on u<uid> where it
  * changed (lim->tenant_*; 0: none), the command's limits from lim (0:
  * none), and opens the cgroup.procs the child joins (O_WRONLY|O_CLOEXEC,
  * the caller's to close) into fds. Returns how many (1 to

@@ -14,7 +14,7 @@
  * enables memory, pids, cpu (and io) from base down to <root>; each
  * tenant's group enables them for its commands.
  *
- * No group is kept for reuse (v1 keeps emptied ones: cgroup_v1.c): a
+ * No group is kept for reuse (v1 keeps emptied ones: cgroup_v1_pool.c): a
  * command's group is made at its start and removed at its end. That costs
  * a mkdir and an rmdir of a memory group per command (some 100-200 us of
  * kernel time); what it buys is that every counter the end reads

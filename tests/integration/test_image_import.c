@@ -1,4 +1,4 @@
-/* Image imports (sandbox/rootimg_import.c) from outside, through
+/* Image imports (sandbox/rootimg_import.c, rootimg_oci.c) from outside, through
  * `sandboxd image import`: bounds on what an archive may put on the data
  * disk, hard links kept, whiteouts confined to the image being built, and
  * OCI blobs that are not regular files of their recorded size refused
