@@ -321,7 +321,8 @@ static struct job *find_locked(struct lane *r, uint64_t job)
 	return NULL;
 }
 
-int sbx_runner_cancel(struct sbx_runner *rn, uint64_t job)
+/* Cancel asks the job to stop; kill also asks for it to be killed outright. */
+static int runner_stop(struct sbx_runner *rn, uint64_t job, bool kill)
 {
 	struct lane *r = lane_of(rn, job);
 	struct job *j;
@@ -332,31 +333,25 @@ int sbx_runner_cancel(struct sbx_runner *rn, uint64_t job)
 		return -ESRCH;
 	pthread_mutex_lock(&r->mu);
 	j = find_locked(r, job);
-	if (j)
+	if (j) {
+		if (kill)
+			j->kill_req = true;
 		j->cancel_req = r->cancel_dirty = true;
+	}
 	pthread_mutex_unlock(&r->mu);
 	if (j)
 		rn_wake(r);
 	return j ? 0 : -ESRCH;
 }
 
+int sbx_runner_cancel(struct sbx_runner *rn, uint64_t job)
+{
+	return runner_stop(rn, job, false);
+}
+
 int sbx_runner_kill(struct sbx_runner *rn, uint64_t job)
 {
-	struct lane *r = lane_of(rn, job);
-	struct job *j;
-
-	if (!rn)
-		return -EINVAL;
-	if (!r)
-		return -ESRCH;
-	pthread_mutex_lock(&r->mu);
-	j = find_locked(r, job);
-	if (j)
-		j->kill_req = j->cancel_req = r->cancel_dirty = true;
-	pthread_mutex_unlock(&r->mu);
-	if (j)
-		rn_wake(r);
-	return j ? 0 : -ESRCH;
+	return runner_stop(rn, job, true);
 }
 
 int sbx_runner_stdin(struct sbx_runner *rn, uint64_t job, const void *p, size_t n, bool eof, size_t *pending)
