@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/curlopt.h"
 #include "common/xmalloc.h"
 
 #define POOL_MAX 8
@@ -402,12 +403,8 @@ static void setup(struct attempt *a, const struct sbxc_call *c, struct curl_slis
 	const struct creq *q = a->q;
 	CURL *e = a->c.easy;
 	curl_easy_reset(e);
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	sbx_curl_base(e, url, hdrs, h->connect_timeout_ms, h->ca_file, on_write, a);
 	curl_easy_setopt(e, CURLOPT_USERAGENT, h->user_agent);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, h->connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	if (deadline != INT64_MAX) {
 		int64_t left = deadline - sbxc__now_ms();
@@ -417,16 +414,12 @@ static void setup(struct attempt *a, const struct sbxc_call *c, struct curl_slis
 		curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
 		curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (q->idle_ms + 999) / 1000);
 	}
-	if (h->ca_file)
-		curl_easy_setopt(e, CURLOPT_CAINFO, h->ca_file);
 	if (h->insecure) {
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
 	}
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, a);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, a);
 	set_body(e, q, a);
 }
 

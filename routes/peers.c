@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/curlopt.h"
 #include "common/xmalloc.h"
 
 #define TOKEN_FILE_MAX 16384
@@ -74,18 +75,10 @@ static CURL *easy_for(struct route_peer_get *g, struct curl_slist **hdrs, long t
 	if (auth)
 		*hdrs = curl_slist_append(*hdrs, auth);
 	free(auth);
-	curl_easy_setopt(c, CURLOPT_URL, *url);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hdrs);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	sbx_curl_base(c, *url, *hdrs, timeout_ms, g->peer->ca_file, on_body, g);
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, g);
 	curl_easy_setopt(c, CURLOPT_PRIVATE, g);
-	if (g->peer->ca_file)
-		curl_easy_setopt(c, CURLOPT_CAINFO, g->peer->ca_file);
 	return c;
 }
 
