@@ -20,12 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/keytab.h"
 #include "common/xmalloc.h"
 
-#define NBUCKETS 256
-
 struct http_fairq_key {
-	char name[64];
+	struct keytab_node node;	     /* first: its name, in the keys' table */
 	struct http_fairq_item *head, *tail; /* waiting, oldest first */
 	size_t waiting, running;
 	int64_t vt;			      /* virtual time: CPU ns charged */
@@ -34,45 +33,20 @@ struct http_fairq_key {
 	uint64_t served;		      /* pops since it entered the round */
 	uint64_t done;			      /* jobs finished */
 	int64_t cpu_ns;			      /* CPU used by its finished jobs */
-	struct http_fairq_key *hnext;	      /* hash chain */
 	struct http_fairq_key *rnext, *rprev; /* the round, while waiting > 0 */
 };
 
 struct http_fairq {
 	size_t running_max, queue_max;
-	struct http_fairq_key *buckets[NBUCKETS];
+	struct keytab keys;
 	struct http_fairq_key *round; /* head of the round: served next */
 	int64_t vclock;		      /* vt of the last key served */
 	double cpu_cores;	      /* CPU one key's running jobs may use; 0: no bound */
 };
 
-static unsigned bucket_of(const char *s)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h % NBUCKETS;
-}
-
-static struct http_fairq_key *find(const struct http_fairq *q, const char *name)
-{
-	for (struct http_fairq_key *k = q->buckets[bucket_of(name)]; k; k = k->hnext)
-		if (strncmp(k->name, name, sizeof k->name - 1) == 0)
-			return k;
-	return NULL;
-}
-
 static struct http_fairq_key *find_or_add(struct http_fairq *q, const char *name)
 {
-	struct http_fairq_key *k = find(q, name);
-	if (k)
-		return k;
-	k = xcalloc(1, sizeof *k);
-	snprintf(k->name, sizeof k->name, "%s", name);
-	unsigned b = bucket_of(k->name);
-	k->hnext = q->buckets[b];
-	q->buckets[b] = k;
-	return k;
+	return (struct http_fairq_key *)keytab_find_or_add(&q->keys, name, sizeof(struct http_fairq_key));
 }
 
 /* The least vt in the round, else that of the last key served. */
@@ -136,12 +110,10 @@ void http_fairq_free(struct http_fairq **qp)
 	struct http_fairq *q = qp ? *qp : NULL;
 	if (!q)
 		return;
-	for (size_t b = 0; b < NBUCKETS; b++)
-		while (q->buckets[b]) {
-			struct http_fairq_key *k = q->buckets[b];
-			q->buckets[b] = k->hnext;
-			free(k);
-		}
+	for (struct keytab_node *n; (n = keytab_first(&q->keys));) {
+		keytab_remove(&q->keys, n);
+		free(n);
+	}
 	free(q);
 	*qp = NULL;
 }
@@ -273,11 +245,12 @@ bool http_fairq_cancel(struct http_fairq *q, struct http_fairq_item *it)
 
 void http_fairq_each(const struct http_fairq *q, http_fairq_each_fn fn, void *ctx)
 {
-	for (size_t b = 0; b < NBUCKETS; b++)
-		for (const struct http_fairq_key *k = q->buckets[b]; k; k = k->hnext)
-			fn(ctx, &(struct http_fairq_stat){.key = k->name,
-							  .waiting = k->waiting,
-							  .running = k->running,
-							  .done = k->done,
-							  .cpu_ns = k->cpu_ns});
+	for (const struct keytab_node *n = keytab_first(&q->keys); n; n = keytab_next(&q->keys, n)) {
+		const struct http_fairq_key *k = (const struct http_fairq_key *)n;
+		fn(ctx, &(struct http_fairq_stat){.key = k->node.key,
+						  .waiting = k->waiting,
+						  .running = k->running,
+						  .done = k->done,
+						  .cpu_ns = k->cpu_ns});
+	}
 }

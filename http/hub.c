@@ -109,11 +109,10 @@ void http_hub_free(struct http_hub **hp)
 	pthread_mutex_unlock(&h->mu);
 	pthread_join(h->ka, NULL);
 	ring_free(&h->all);
-	while (h->feeds) {
-		struct tenant_feed *f = h->feeds;
-		h->feeds = f->next;
-		ring_free(&f->ring);
-		free(f);
+	for (struct keytab_node *n; (n = keytab_first(&h->feeds));) {
+		keytab_remove(&h->feeds, n);
+		ring_free(&((struct tenant_feed *)n)->ring);
+		free(n);
 	}
 	while (h->channels) {
 		struct http_hub_channel *c = h->channels;
@@ -148,10 +147,7 @@ void hub_channel_put_locked(struct http_hub *h, struct http_hub_channel *c)
 
 struct tenant_feed *hub_feed_find(struct http_hub *h, const char *tenant)
 {
-	struct tenant_feed *f = h->feeds;
-	while (f && strcmp(f->tenant, tenant) != 0)
-		f = f->next;
-	return f;
+	return (struct tenant_feed *)keytab_find(&h->feeds, tenant);
 }
 
 /* A tenant's feed, made at its first event (never for a mere subscriber:
@@ -161,12 +157,9 @@ static struct tenant_feed *feed_of(struct http_hub *h, const char *tenant)
 	struct tenant_feed *f = hub_feed_find(h, tenant);
 	if (f)
 		return f;
-	f = xcalloc(1, sizeof *f);
-	snprintf(f->tenant, sizeof f->tenant, "%s", tenant);
+	f = (struct tenant_feed *)keytab_find_or_add(&h->feeds, tenant, sizeof *f);
 	f->next_id = h->id_base;
 	ring_init(&f->ring, h->feed_replay, FEED_TENANT_BYTES);
-	f->next = h->feeds;
-	h->feeds = f;
 	return f;
 }
 

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/keytab.h"
 #include "http/hub.h"
 
 struct MHD_Connection;
@@ -100,10 +101,9 @@ struct http_hub_channel {
  * id a previous run gave, unless it published a million events a second
  * on average), and its own replay buffer. */
 struct tenant_feed {
-	char tenant[64];
+	struct keytab_node node; /* first: the tenant, in the hub's feeds */
 	int64_t next_id;
 	struct ring ring;
-	struct tenant_feed *next;
 };
 
 struct http_hub {
@@ -116,10 +116,10 @@ struct http_hub {
 	struct http_hub_channel *channels;
 	struct sub *subs;      /* all, for keepalives and shutdown */
 	struct sub *feed_subs; /* the tenant feeds' (GET /events) */
-	struct tenant_feed *feeds;
-	size_t feed_replay;  /* events kept per tenant */
-	int64_t id_base;     /* first id of every feed in this run */
-	int64_t all_next_id; /* the every-tenant view (admin) has ids of its own */
+	struct keytab feeds;   /* of struct tenant_feed, by tenant */
+	size_t feed_replay;    /* events kept per tenant */
+	int64_t id_base;       /* first id of every feed in this run */
+	int64_t all_next_id;   /* the every-tenant view (admin) has ids of its own */
 	struct ring all;
 	pthread_t ka;
 	bool stop;
