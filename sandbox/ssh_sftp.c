@@ -197,6 +197,15 @@ static int resolve(struct sbx_ssh_conn *c, const char *rel, bool follow, char *a
 	return *attr ? 0 : sftp_err(c);
 }
 
+/* resolve, for a path that must be there: -ENOENT also when only its last
+ * component is missing; *attr is then set on success. */
+static int resolve_existing(struct sbx_ssh_conn *c, const char *rel, bool follow, char *abs,
+			    sftp_attributes *attr)
+{
+	int rc = resolve(c, rel, follow, abs, attr);
+	return rc == 0 && !*attr ? -ENOENT : rc;
+}
+
 static enum sbx_ftype ftype(const sftp_attributes a)
 {
 	switch (a->type) {
@@ -216,11 +225,9 @@ int sbx_ssh_read(struct sbx_ssh_conn *c, const char *rel, uint64_t start, uint64
 {
 	char abs[P];
 	sftp_attributes a;
-	int rc = resolve(c, rel, true, abs, &a);
+	int rc = resolve_existing(c, rel, true, abs, &a);
 	if (rc < 0)
 		return rc;
-	if (!a)
-		return -ENOENT;
 	enum sbx_ftype t = ftype(a);
 	*size = a->size;
 	sftp_attributes_free(a);
@@ -353,11 +360,9 @@ int sbx_ssh_stat(struct sbx_ssh_conn *c, const char *rel, struct sbx_stat *st)
 	char abs[P];
 	sftp_attributes a;
 	*st = (struct sbx_stat){0};
-	int rc = resolve(c, rel, false, abs, &a);
+	int rc = resolve_existing(c, rel, false, abs, &a);
 	if (rc < 0)
 		return rc;
-	if (!a)
-		return -ENOENT;
 	fill_stat(a, st);
 	st->is_symlink = a->type == SSH_FILEXFER_TYPE_SYMLINK;
 	sftp_attributes_free(a);
@@ -520,13 +525,11 @@ int sbx_ssh_rm(struct sbx_ssh_conn *c, const char *rel, bool recursive, bool for
 	*removed = false;
 	if (is_root(rel))
 		return -SBX_E_ROOT;
-	int rc = resolve(c, rel, false, abs, &a);
-	if ((rc == -ENOENT || (rc == 0 && !a)) && force)
+	int rc = resolve_existing(c, rel, false, abs, &a);
+	if (rc == -ENOENT && force)
 		return 0;
 	if (rc < 0)
 		return rc;
-	if (!a)
-		return -ENOENT;
 	bool dir = a->type == SSH_FILEXFER_TYPE_DIRECTORY;
 	sftp_attributes_free(a);
 	if (!dir)
@@ -545,9 +548,7 @@ int sbx_ssh_move(struct sbx_ssh_conn *c, const char *from, const char *to, bool 
 	sftp_attributes a = NULL, b = NULL;
 	if (is_root(from) || is_root(to))
 		return -SBX_E_ROOT;
-	int rc = resolve(c, from, false, af, &a);
-	if (rc == 0 && !a)
-		rc = -ENOENT;
+	int rc = resolve_existing(c, from, false, af, &a);
 	sftp_attributes_free(a);
 	if (rc < 0)
 		return rc;
