@@ -477,14 +477,26 @@ int sbx_diskimg_attach(struct sbx_diskimg *d, const char *tdir, uid_t uid, gid_t
 	return rc;
 }
 
-int sbx_diskimg_detach(const char *tdir)
+/* tdir/workspace (the caller's to free) when it is a mount of tdir/disk.img
+ * (mounted_state: a loop device backed by the image), else NULL. */
+static char *mounted_ws(const char *tdir)
 {
 	char *ws = xasprintf("%s/workspace", tdir), *img = xasprintf("%s/disk.img", tdir);
-	int m = mounted_state(tdir, ws, img), rc = 0;
+	int m = mounted_state(tdir, ws, img);
+	free(img);
 	if (m == 1)
+		return ws;
+	free(ws);
+	return NULL;
+}
+
+int sbx_diskimg_detach(const char *tdir)
+{
+	char *ws = mounted_ws(tdir);
+	int rc = 0;
+	if (ws)
 		rc = umount2(ws, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 ? -errno : 1;
 	free(ws);
-	free(img);
 	return rc;
 }
 
@@ -504,13 +516,13 @@ void sbx_diskimg_detach_all(struct sbx_diskimg *d)
 int sbx_diskimg_dev(const char *tdir, dev_t *out)
 {
 	struct stat sw;
-	char *ws = xasprintf("%s/workspace", tdir), *img = xasprintf("%s/disk.img", tdir);
-	/* mounted_state checked it is a loop device backed by the image */
-	int m = mounted_state(tdir, ws, img), rc = m == 1 && stat(ws, &sw) < 0 ? -errno : 0;
+	char *ws = mounted_ws(tdir);
+	if (!ws)
+		return -ENOENT;
+	int rc = stat(ws, &sw) < 0 ? -errno : 0;
 	free(ws);
-	free(img);
-	if (m != 1 || rc < 0)
-		return m != 1 ? -ENOENT : rc;
+	if (rc < 0)
+		return rc;
 	*out = sw.st_dev;
 	return 0;
 }
@@ -518,12 +530,13 @@ int sbx_diskimg_dev(const char *tdir, dev_t *out)
 int sbx_diskimg_usage(const char *tdir, struct sbx_quota_usage *out)
 {
 	struct statfs s;
-	char *ws = xasprintf("%s/workspace", tdir), *img = xasprintf("%s/disk.img", tdir);
-	int m = mounted_state(tdir, ws, img), rc = m == 1 && statfs(ws, &s) < 0 ? -errno : 0;
+	char *ws = mounted_ws(tdir);
+	if (!ws)
+		return -ENOENT;
+	int rc = statfs(ws, &s) < 0 ? -errno : 0;
 	free(ws);
-	free(img);
-	if (m != 1 || rc < 0)
-		return m != 1 ? -ENOENT : rc;
+	if (rc < 0)
+		return rc;
 	out->bytes = (uint64_t)(s.f_blocks - s.f_bfree) * (uint64_t)s.f_bsize;
 	out->bytes_limit = (uint64_t)s.f_blocks * (uint64_t)s.f_bsize;
 	out->inodes = (uint64_t)(s.f_files - s.f_ffree);
