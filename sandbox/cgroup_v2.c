@@ -145,9 +145,9 @@ static int kill_remove(const char *dir)
 	}
 }
 
-/* mkdir of dir; an existing directory is success, anything else in its
- * place (a control file) is not. */
-static int mkdir_dir(const char *dir)
+/* mkdir of dir: 0 when made, 1 when a directory was there already;
+ * anything else in its place (a control file) is -ENOTDIR. */
+static int mkdir_or_found(const char *dir)
 {
 	struct stat st;
 
@@ -157,7 +157,14 @@ static int mkdir_dir(const char *dir)
 		return -errno;
 	if (lstat(dir, &st) < 0)
 		return -errno;
-	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+	return S_ISDIR(st.st_mode) ? 1 : -ENOTDIR;
+}
+
+/* mkdir of dir; an existing directory is success. */
+static int mkdir_dir(const char *dir)
+{
+	int rc = mkdir_or_found(dir);
+	return rc > 0 ? 0 : rc;
 }
 
 /* ---- the tenants' groups ----
@@ -350,17 +357,10 @@ static void close_fds(int fds[SBX_CGROUP_MAX])
  * file of that name is refused. ENOENT: the tenant's group is gone. */
 static int make_group(const char *dir)
 {
-	struct stat st;
-	int rc;
+	int rc = mkdir_or_found(dir);
 
-	if (mkdir(dir, 0755) == 0)
-		return 0;
-	if (errno != EEXIST)
-		return -errno;
-	if (lstat(dir, &st) < 0)
-		return -errno;
-	if (!S_ISDIR(st.st_mode))
-		return -ENOTDIR;
+	if (rc <= 0)
+		return rc;
 	rc = kill_remove(dir);
 	if (rc < 0)
 		return rc;
