@@ -82,37 +82,6 @@ int srv_leftovers_purge(const struct sbx_config *cfg, const char *name, int64_t 
 	return rc;
 }
 
-/* The real uid on the "Uid:" line of /proc/<pid>/status, or -1. */
-static long status_uid(const char *pid)
-{
-	char path[300], line[256];
-	snprintf(path, sizeof path, "/proc/%s/status", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	long uid = -1;
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, "Uid:", 4) == 0) {
-			uid = strtol(line + 4, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return uid;
-}
-
-int srv_uid_processes(uid_t uid)
-{
-	DIR *d = opendir("/proc");
-	if (!d)
-		return 0;
-	int n = 0;
-	for (struct dirent *e; (e = readdir(d));)
-		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && status_uid(e->d_name) == (long)uid)
-			n++;
-	closedir(d);
-	return n;
-}
-
 /* The real uid and the state letter of /proc/<pid>/status; -1 when gone. */
 static long status_uid_state(const char *pid, char *state)
 {
@@ -133,6 +102,21 @@ static long status_uid_state(const char *pid, char *state)
 	}
 	fclose(f);
 	return uid;
+}
+
+int srv_uid_processes(uid_t uid)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	int n = 0;
+	char state;
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' &&
+		    status_uid_state(e->d_name, &state) == (long)uid)
+			n++;
+	closedir(d);
+	return n;
 }
 
 /* One pass over /proc: SIGKILL every live process whose real uid is in
