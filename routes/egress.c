@@ -14,7 +14,6 @@
 #include "routes/app.h"
 #include "routes/audit.h"
 #include "routes/exec.h"
-#include "routes/exec_registry.h"
 #include "routes/routes.h"
 
 #define EGRESS_LIMIT_MAX 1000
@@ -63,11 +62,9 @@ int route_exec_egress(struct http_req *r)
 	const char *id = r->params[0];
 	http_set_target(r, id);
 	struct store_exec ex;
-	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
-	if (rc == -ENOENT)
-		return route_exec_unknown(r, id);
+	int rc = route_exec_load(r, id, &ex);
 	if (rc < 0)
-		return http_fail(r, rc, "cannot read the exec record");
+		return rc;
 	store_exec_clear(&ex);
 	/* The exec's life: rows of an earlier tenant of the name never show. */
 	struct store_egress_filter f = {

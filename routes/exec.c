@@ -532,17 +532,25 @@ static json_t *exec_view(const struct http_req *r, const struct store_exec *ex, 
 	return o;
 }
 
+int route_exec_load(struct http_req *r, const char *id, struct store_exec *ex)
+{
+	int rc = store_exec_get(r->app->store, r->tenant->name, id, ex);
+	if (rc == -ENOENT)
+		return route_exec_unknown(r, id);
+	if (rc < 0)
+		return http_fail(r, rc, "cannot read the exec record");
+	return rc;
+}
+
 int route_exec_get(struct http_req *r)
 {
 	const char *id = r->params[0];
 	if (!id_ok(id, strlen(id)))
 		return http_fail(r, -ENOENT, "no exec %s", id);
 	struct store_exec ex;
-	int rc = store_exec_get(r->app->store, r->tenant->name, id, &ex);
-	if (rc == -ENOENT)
-		return route_exec_unknown(r, id);
+	int rc = route_exec_load(r, id, &ex);
 	if (rc < 0)
-		return http_fail(r, rc, "cannot read the exec record");
+		return rc;
 	json_t *o = exec_view(r, &ex, true);
 	json_t *progress =
 	    ex.state == EXEC_RUNNING ? route_execs_progress(r->app->execs, r->tenant->name, id) : NULL;

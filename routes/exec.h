@@ -30,6 +30,10 @@ void route_exec_fini(struct app *a);
 /* {"id", "command", "session", "cwd", "started_at"}: the data of the
  * `start` event and the common part of GET /exec/{id}. */
 json_t *route_exec_start_json(const struct store_exec *ex);
+/* The record of exec id of r's tenant into *ex (store_exec_clear it): 0,
+ * or the failure recorded for the reply (404 naming the node an id of
+ * another node belongs to, or the store's error): return that. */
+int route_exec_load(struct http_req *r, const char *id, struct store_exec *ex);
 /* POST /exec/{id}/cancel's work for exec id of r's tenant (any string:
  * one that is no exec id is 404): 202 {"id", "state": "cancelling"},
  * 404, or 409 when it has finished. */
