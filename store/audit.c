@@ -34,26 +34,6 @@ static struct audit_rec *rec_of(struct store_wrec *w)
 	return (struct audit_rec *)w;
 }
 
-static size_t str_size(const char *p)
-{
-	return p ? strlen(p) + 1 : 0;
-}
-
-/* Copy p into the packed block at *cur; NULL stays NULL. */
-static const char *pack(char **cur, const void *p, size_t n, bool nul)
-{
-	char *dst = *cur;
-
-	if (!p)
-		return NULL;
-	if (n)
-		memcpy(dst, p, n);
-	if (nul)
-		dst[n++] = '\0';
-	*cur += n;
-	return dst;
-}
-
 char *store_audit_target_cap(const char *target, size_t n)
 {
 	size_t keep = n, len = 0;
@@ -83,24 +63,25 @@ static struct audit_rec *rec_copy(const struct store_audit *in)
 	const char *request_id = a->request_id ? a->request_id : "";
 	const char *method = a->method ? a->method : "";
 	const char *route = a->route ? a->route : "";
-	size_t sz = str_size(tenant) + (a->session ? a->session_len : 0) + str_size(request_id) +
-		    str_size(method) + str_size(route) + str_size(a->target) + str_size(a->outcome) +
-		    str_size(a->client) + str_size(a->sub) + str_size(a->exec_id);
+	size_t sz = store_wrec_size(tenant) + (a->session ? a->session_len : 0) +
+		    store_wrec_size(request_id) + store_wrec_size(method) + store_wrec_size(route) +
+		    store_wrec_size(a->target) + store_wrec_size(a->outcome) + store_wrec_size(a->client) +
+		    store_wrec_size(a->sub) + store_wrec_size(a->exec_id);
 	struct audit_rec *r = xmalloc(sizeof *r + sz);
 	char *cur = r->data;
 
 	r->a = *a;
-	r->a.tenant = pack(&cur, tenant, strlen(tenant), true);
-	r->a.session = pack(&cur, a->session, a->session ? a->session_len : 0, false);
+	r->a.tenant = store_wrec_put(&cur, tenant);
+	r->a.session = store_wrec_pack(&cur, a->session, a->session ? a->session_len : 0, false);
 	r->a.session_len = a->session ? a->session_len : 0;
-	r->a.request_id = pack(&cur, request_id, strlen(request_id), true);
-	r->a.method = pack(&cur, method, strlen(method), true);
-	r->a.route = pack(&cur, route, strlen(route), true);
-	r->a.target = pack(&cur, a->target, a->target ? strlen(a->target) : 0, true);
-	r->a.outcome = pack(&cur, a->outcome, a->outcome ? strlen(a->outcome) : 0, true);
-	r->a.client = pack(&cur, a->client, a->client ? strlen(a->client) : 0, true);
-	r->a.sub = pack(&cur, a->sub, a->sub ? strlen(a->sub) : 0, true);
-	r->a.exec_id = pack(&cur, a->exec_id, a->exec_id ? strlen(a->exec_id) : 0, true);
+	r->a.request_id = store_wrec_put(&cur, request_id);
+	r->a.method = store_wrec_put(&cur, method);
+	r->a.route = store_wrec_put(&cur, route);
+	r->a.target = store_wrec_put(&cur, a->target);
+	r->a.outcome = store_wrec_put(&cur, a->outcome);
+	r->a.client = store_wrec_put(&cur, a->client);
+	r->a.sub = store_wrec_put(&cur, a->sub);
+	r->a.exec_id = store_wrec_put(&cur, a->exec_id);
 	r->w.seq = 0;
 	free(target);
 	return r;

@@ -30,41 +30,26 @@ static struct egress_rec *rec_of(struct store_wrec *w)
 	return (struct egress_rec *)w;
 }
 
-static size_t len0(const char *p)
-{
-	return p ? strlen(p) + 1 : 0;
-}
-
-/* Copy p (with its NUL) to *cur; NULL stays NULL. */
-static const char *put(char **cur, const char *p)
-{
-	if (!p)
-		return NULL;
-	size_t n = strlen(p) + 1;
-	char *dst = memcpy(*cur, p, n);
-	*cur += n;
-	return dst;
-}
-
 static struct egress_rec *rec_copy(const struct store_egress *in)
 {
 	const char *exec_id = in->exec_id ? in->exec_id : "";
 	const char *dialled = in->dialled ? in->dialled : "";
 	const char *proto = in->proto ? in->proto : "";
-	size_t sz = len0(in->tenant) + len0(exec_id) + len0(in->sub) + len0(proto) + len0(in->name) +
-		    len0(in->name_source) + len0(dialled) + len0(in->addr) + len0(in->reason);
+	size_t sz = store_wrec_size(in->tenant) + store_wrec_size(exec_id) + store_wrec_size(in->sub) +
+		    store_wrec_size(proto) + store_wrec_size(in->name) + store_wrec_size(in->name_source) +
+		    store_wrec_size(dialled) + store_wrec_size(in->addr) + store_wrec_size(in->reason);
 	struct egress_rec *r = xmalloc(sizeof *r + sz);
 	char *cur = r->data;
 	r->e = *in;
-	r->e.tenant = put(&cur, in->tenant);
-	r->e.exec_id = put(&cur, exec_id);
-	r->e.sub = put(&cur, in->sub);
-	r->e.proto = put(&cur, proto);
-	r->e.name = put(&cur, in->name);
-	r->e.name_source = put(&cur, in->name_source);
-	r->e.dialled = put(&cur, dialled);
-	r->e.addr = put(&cur, in->addr);
-	r->e.reason = put(&cur, in->reason);
+	r->e.tenant = store_wrec_put(&cur, in->tenant);
+	r->e.exec_id = store_wrec_put(&cur, exec_id);
+	r->e.sub = store_wrec_put(&cur, in->sub);
+	r->e.proto = store_wrec_put(&cur, proto);
+	r->e.name = store_wrec_put(&cur, in->name);
+	r->e.name_source = store_wrec_put(&cur, in->name_source);
+	r->e.dialled = store_wrec_put(&cur, dialled);
+	r->e.addr = store_wrec_put(&cur, in->addr);
+	r->e.reason = store_wrec_put(&cur, in->reason);
 	r->w.seq = 0;
 	return r;
 }

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "common/errors.h"
@@ -192,4 +193,28 @@ int store_writer_flush(struct store *s, enum store_wkind k)
 uint64_t store_writer_failures(struct store *s, enum store_wkind k)
 {
 	return atomic_load(&s->wq[k].failures);
+}
+
+size_t store_wrec_size(const char *p)
+{
+	return p ? strlen(p) + 1 : 0;
+}
+
+const char *store_wrec_pack(char **cur, const void *p, size_t n, bool nul)
+{
+	char *dst = *cur;
+
+	if (!p)
+		return NULL;
+	if (n)
+		memcpy(dst, p, n);
+	if (nul)
+		dst[n++] = '\0';
+	*cur += n;
+	return dst;
+}
+
+const char *store_wrec_put(char **cur, const char *p)
+{
+	return store_wrec_pack(cur, p, p ? strlen(p) : 0, true);
 }
