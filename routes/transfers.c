@@ -420,15 +420,23 @@ int route_transfer_get(struct http_req *r)
 	return rc;
 }
 
-/* GET /fs/read_stream?path=P */
-int route_fs_read_stream(struct http_req *r)
+/* The bearer shortcuts (path=P): a download or an upload of P of the
+ * query, with no minted token behind it (claim mints one at once). */
+static int by_query_path(struct http_req *r,
+			 int (*fn)(struct http_req *r, const char *rel, struct xfer *x, bool have_hash))
 {
 	char rel[SBX_PATH_MAX];
 	struct xfer x = {0};
 	int rc = route_query_path(r, rel, sizeof rel);
 	if (rc < 0)
 		return rc;
-	return download(r, rel, &x, false);
+	return fn(r, rel, &x, false);
+}
+
+/* GET /fs/read_stream?path=P */
+int route_fs_read_stream(struct http_req *r)
+{
+	return by_query_path(r, download);
 }
 
 /* ---- uploads ---- */
@@ -563,12 +571,7 @@ int route_transfer_put_begin(struct http_req *r)
 /* Begin hook of PUT /fs/write_stream?path=P. */
 int route_fs_write_stream_begin(struct http_req *r)
 {
-	char rel[SBX_PATH_MAX];
-	struct xfer x = {0};
-	int rc = route_query_path(r, rel, sizeof rel);
-	if (rc < 0)
-		return rc;
-	return upload_begin(r, rel, &x, false);
+	return by_query_path(r, upload_begin);
 }
 
 /* The body ended cleanly: put the file in place. Both upload routes. */
